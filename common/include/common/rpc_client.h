@@ -1,0 +1,63 @@
+// Client side of gRPC: channels and calls with deadlines and retries.
+//
+// Every call has a deadline. Idempotent calls (reads, and writes that carry a request id the
+// server deduplicates) are retried with exponential backoff and jitter on UNAVAILABLE and on a
+// per-attempt DEADLINE_EXCEEDED, until they succeed, fail with another code, run out of attempts,
+// or the total deadline passes. Non-idempotent calls are tried once: a retry could apply them
+// twice. Thread-safe.
+#pragma once
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace ff {
+
+struct ChannelOptions {
+  int64_t max_message_mib = 64;
+  // Reconnect backoff after a failed connection attempt (gRPC's own default grows to 120 s, far
+  // too slow for a daemon that restarts in a second).
+  int64_t min_reconnect_backoff_ms = 100;
+  int64_t max_reconnect_backoff_ms = 2000;
+};
+
+// An insecure channel to `address` ("host:port"). Connection happens lazily on the first call.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const ChannelOptions& options = {});
+
+struct CallOptions {
+  std::chrono::milliseconds deadline{5000};  // per attempt
+  bool idempotent = false;                   // retry only when true
+  int max_attempts = 5;                      // including the first
+  std::chrono::milliseconds initial_backoff{50};
+  std::chrono::milliseconds max_backoff{1000};
+  // All attempts together; zero means max_attempts * deadline.
+  std::chrono::milliseconds total_deadline{0};
+
+  static CallOptions Idempotent(std::chrono::milliseconds deadline = std::chrono::seconds(5)) {
+    CallOptions o;
+    o.deadline = deadline;
+    o.idempotent = true;
+    return o;
+  }
+};
+
+// One attempt of a call: sets the stub's method on `context` (whose deadline is already set).
+using RpcAttempt = std::function<grpc::Status(grpc::ClientContext* context)>;
+
+// Runs `attempt` under `options`. `what` names the call in the error ("fs3-mgmtd Heartbeat"); the
+// returned Status keeps the server's code (see rpc_status.h) and its message is
+// "<what>: <server's message>", with the attempt count when retries were made.
+Status CallRpc(std::string_view what, const CallOptions& options, const RpcAttempt& attempt);
+
+// Number of attempts the last CallRpc on this thread made (for tests and metrics).
+int LastCallAttempts();
+
+}  // namespace ff

@@ -1,0 +1,66 @@
+// A gRPC server on a configured address.
+//
+// The address is "host:port"; port 0 picks a free port, and address()/port() report the one
+// bound, so tests and the local cluster can start daemons without fixed ports.
+// Thread-safe: Shutdown may be called from any thread, once or more.
+#pragma once
+
+#include <grpcpp/server.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace grpc {
+class Service;
+}  // namespace grpc
+
+namespace ff {
+
+class ConfigSection;
+
+// The [server] section of a daemon's config.
+struct RpcServerOptions {
+  std::string listen = "127.0.0.1:0";  // host:port; port 0 picks a free port
+  int64_t max_message_mib = 64;        // largest request or response accepted
+  int64_t shutdown_grace_ms = 2000;    // in-flight calls get this long on shutdown
+
+  void Bind(ConfigSection& s);
+};
+
+class RpcServer {
+ public:
+  // Starts serving `services` (not owned; they must outlive the server). Fails with
+  // kUnavailable when the address cannot be bound (in use, bad host).
+  static Result<std::unique_ptr<RpcServer>> Start(const RpcServerOptions& options,
+                                                  const std::vector<grpc::Service*>& services);
+
+  ~RpcServer();  // Shutdown()
+
+  // "host:port" with the bound port.
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+
+  // Stops accepting calls, lets in-flight calls finish within the configured grace, then cancels
+  // them. Idempotent.
+  void Shutdown();
+
+ private:
+  RpcServer(std::unique_ptr<grpc::Server> server, std::string address, int port,
+            std::chrono::milliseconds grace);
+
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  int port_;
+  std::chrono::milliseconds grace_;
+  std::once_flag shutdown_once_;
+};
+
+// Splits "host:port" ("[::1]:70" for IPv6). Fails with kInvalidArgument naming the address.
+Status SplitHostPort(const std::string& address, std::string* host, int* port);
+
+}  // namespace ff

@@ -1,0 +1,82 @@
+#include "common/rpc_client.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <algorithm>
+#include <random>
+#include <thread>
+
+#include "common/rpc_status.h"
+
+namespace ff {
+namespace {
+
+thread_local int last_call_attempts = 0;
+
+bool Retryable(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const ChannelOptions& options) {
+  grpc::ChannelArguments args;
+  int max_bytes = static_cast<int>(options.max_message_mib * 1024 * 1024);
+  args.SetMaxReceiveMessageSize(max_bytes);
+  args.SetMaxSendMessageSize(max_bytes);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              static_cast<int>(options.min_reconnect_backoff_ms));
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+              static_cast<int>(options.min_reconnect_backoff_ms));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+              static_cast<int>(options.max_reconnect_backoff_ms));
+  // Our retries are explicit (CallRpc); gRPC's own would hide attempts from the caller.
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+Status CallRpc(std::string_view what, const CallOptions& options, const RpcAttempt& attempt) {
+  using Clock = std::chrono::steady_clock;
+  const int max_attempts = options.idempotent ? std::max(1, options.max_attempts) : 1;
+  const auto total =
+      options.total_deadline.count() > 0 ? options.total_deadline : options.deadline * max_attempts;
+  const auto give_up = Clock::now() + total;
+  thread_local std::minstd_rand jitter_rng(std::random_device{}());
+
+  auto backoff = options.initial_backoff;
+  grpc::Status last;
+  int attempts = 0;
+  while (attempts < max_attempts) {
+    auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - Clock::now());
+    if (attempts > 0 && remaining.count() <= 0) break;
+    grpc::ClientContext context;
+    auto this_deadline = attempts == 0 ? options.deadline : std::min(options.deadline, remaining);
+    context.set_deadline(std::chrono::system_clock::now() + this_deadline);
+    ++attempts;
+    last = attempt(&context);
+    if (last.ok() || !options.idempotent || !Retryable(last.error_code())) break;
+    if (attempts >= max_attempts) break;
+    // Full jitter: sleep a random time in [backoff/2, backoff], never past the total deadline.
+    auto half = backoff.count() / 2;
+    std::uniform_int_distribution<int64_t> dist(half, std::max<int64_t>(half, backoff.count()));
+    auto sleep = std::chrono::milliseconds(dist(jitter_rng));
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - Clock::now());
+    if (left.count() <= 0) break;
+    std::this_thread::sleep_for(std::min(sleep, left));
+    backoff = std::min(options.max_backoff, backoff * 2);
+  }
+  last_call_attempts = attempts;
+  if (last.ok()) return Status::Ok();
+  Status status = FromGrpcStatus(last);
+  std::string context(what);
+  if (attempts > 1) context += " (after " + std::to_string(attempts) + " attempts)";
+  return status.WithContext(context);
+}
+
+int LastCallAttempts() {
+  return last_call_attempts;
+}
+
+}  // namespace ff

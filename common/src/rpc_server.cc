@@ -1,0 +1,91 @@
+#include "common/rpc_server.h"
+
+#include <grpcpp/server_builder.h>
+#include <spdlog/spdlog.h>
+
+#include "common/config.h"
+
+namespace ff {
+
+void RpcServerOptions::Bind(ConfigSection& s) {
+  s.Optional("listen", listen);
+  s.Optional("max_message_mib", max_message_mib);
+  s.Check(max_message_mib > 0 && max_message_mib <= 2047, "max_message_mib", "must be in 1..2047");
+  s.Optional("shutdown_grace_ms", shutdown_grace_ms);
+  s.Check(shutdown_grace_ms >= 0, "shutdown_grace_ms", "must not be negative");
+  if (s.mode() == ConfigSection::Mode::kRead) {
+    std::string host;
+    int port = 0;
+    Status st = SplitHostPort(listen, &host, &port);
+    s.Check(st.ok(), "listen", st.message());
+  }
+}
+
+Status SplitHostPort(const std::string& address, std::string* host, int* port) {
+  auto bad = [&](const char* why) {
+    return InvalidArgument("address '" + address + "': " + why + " (expected host:port)");
+  };
+  std::size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return bad("no port");
+  std::string h = address.substr(0, colon);
+  std::string p = address.substr(colon + 1);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') {
+    h = h.substr(1, h.size() - 2);
+  } else if (h.find(':') != std::string::npos) {
+    return bad("IPv6 hosts must be in brackets");
+  }
+  if (p.empty() || p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos) {
+    return bad("port is not a number");
+  }
+  int value = std::stoi(p);
+  if (value > 65535) return bad("port is above 65535");
+  *host = h;
+  *port = value;
+  return Status::Ok();
+}
+
+RpcServer::RpcServer(std::unique_ptr<grpc::Server> server, std::string address, int port,
+                     std::chrono::milliseconds grace)
+    : server_(std::move(server)), address_(std::move(address)), port_(port), grace_(grace) {}
+
+RpcServer::~RpcServer() {
+  Shutdown();
+}
+
+Result<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& options,
+                                                    const std::vector<grpc::Service*>& services) {
+  std::string host;
+  int requested_port = 0;
+  FF_RETURN_IF_ERROR(SplitHostPort(options.listen, &host, &requested_port));
+
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &bound_port);
+  int max_bytes = static_cast<int>(options.max_message_mib * 1024 * 1024);
+  builder.SetMaxReceiveMessageSize(max_bytes);
+  builder.SetMaxSendMessageSize(max_bytes);
+  // One listener per address: a second daemon on the same port must fail, not share it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  for (grpc::Service* service : services)
+    builder.RegisterService(service);
+
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) {
+    return Unavailable("cannot listen on " + options.listen +
+                       ": address in use or not available on this host");
+  }
+  std::string bound = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                      std::to_string(bound_port);
+  spdlog::info("rpc server listening on {}", bound);
+  return std::unique_ptr<RpcServer>(new RpcServer(
+      std::move(server), bound, bound_port, std::chrono::milliseconds(options.shutdown_grace_ms)));
+}
+
+void RpcServer::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    server_->Shutdown(std::chrono::system_clock::now() + grace_);
+    server_->Wait();
+  });
+}
+
+}  // namespace ff

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Installs every Debian package that building, testing and running the local cluster need.
+# Idempotent: when everything is installed it only checks, in about a second.
+# Runs as root, or through sudo. Exit status 0 when all packages are installed.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  g++ cmake ninja-build ccache pkg-config git clang-format
+  # RPC, storage, filesystem, RDMA
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  librocksdb-dev libfuse3-dev fuse3 libibverbs-dev
+  # metrics, logging, config, CLI, JSON
+  prometheus-cpp-dev libspdlog-dev libfmt-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+)
+
+say() { echo "install-deps: $*" >&2; }
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  say "all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+  else
+    say "need root (or sudo) to install: ${missing[*]}"
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+
+# Package lists may be missing on a fresh machine (or too old to know a package): update once.
+need_update=0
+if ! ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1; then
+  need_update=1
+else
+  for p in "${missing[@]}"; do
+    if ! apt-cache show "$p" >/dev/null 2>&1; then need_update=1; break; fi
+  done
+fi
+if [ "$need_update" -eq 1 ]; then
+  say "apt-get update"
+  if ! "${SUDO[@]}" apt-get update -qq >/dev/null; then
+    say "apt-get update failed; check the apt sources and the network"
+    exit 1
+  fi
+fi
+
+for p in "${missing[@]}"; do
+  candidate=$(apt-cache policy "$p" 2>/dev/null | awk '/Candidate:/ {print $2}')
+  if [ -z "$candidate" ] || [ "$candidate" = "(none)" ]; then
+    say "package '$p' cannot be had from the configured apt sources (Debian 12 'bookworm' main is needed)"
+    exit 1
+  fi
+done
+
+say "installing ${missing[*]}"
+log=$(mktemp)
+if ! "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$log" 2>&1; then
+  say "apt-get install failed: $(grep -E '^E:' "$log" | head -n 1 || tail -n 1 "$log")"
+  rm -f "$log"
+  exit 1
+fi
+rm -f "$log"
+say "installed ${#missing[@]} packages"

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The README's test command: installs dependencies, builds, and runs every test through CTest,
+# then builds the unit tests under AddressSanitizer and runs them again.
+#
+#   deploy/test.sh                      # everything (what CI runs)
+#   deploy/test.sh --sanitizers ""      # skip the sanitizer pass
+#   deploy/test.sh --sanitizers "address thread undefined"
+#   deploy/test.sh --slow               # also the slow suites (long benchmarks, soak tests)
+#
+# Build trees: build/ (RelWithDebInfo) and build-<sanitizer>/. ccache is used when installed.
+# Environment: FF_JOBS (parallel build and test jobs; default: number of cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sanitizers="address"
+slow=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sanitizers) sanitizers="$2"; shift 2 ;;
+    --slow) slow=1; shift ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 64 ;;
+  esac
+done
+
+jobs="${FF_JOBS:-$(nproc)}"
+start=$(date +%s)
+
+bash deploy/install-deps.sh
+
+configure() {  # configure BUILD_DIR [cmake args...]
+  local dir="$1"; shift
+  cmake -G Ninja -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >"$dir.configure.log" 2>&1 ||
+    { cat "$dir.configure.log"; echo "test.sh: cmake configure of $dir failed" >&2; exit 1; }
+  sed -n '/fireflyer .* configuration/,/^-- $/p' "$dir.configure.log"
+}
+
+mkdir -p build
+configure build
+cmake --build build -j "$jobs"
+
+label_args=(-LE slow)
+[ "$slow" -eq 1 ] && label_args=()
+status=0
+echo "== tests (build/) =="
+ctest --test-dir build -j "$jobs" --output-on-failure "${label_args[@]}" || status=1
+
+for san in $sanitizers; do
+  dir="build-$san"
+  mkdir -p "$dir"
+  echo "== unit tests under FF_SANITIZE=$san ($dir/) =="
+  configure "$dir" -DFF_SANITIZE="$san"
+  cmake --build "$dir" -j "$jobs" --target unit-tests
+  ctest --test-dir "$dir" -j "$jobs" --output-on-failure -L unit || status=1
+done
+
+echo "test.sh: finished in $(( $(date +%s) - start )) s, $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
+exit $status

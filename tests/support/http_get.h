@@ -1,0 +1,18 @@
+// A minimal blocking HTTP/1.0 GET over TCP, for tests that scrape /metrics like Prometheus does.
+#pragma once
+
+#include <string>
+
+#include "common/result.h"
+
+namespace ff::test {
+
+struct HttpResponse {
+  int status = 0;
+  std::string body;
+};
+
+// GET http://<address><path>, address being "host:port" (IPv4 or [IPv6]). Times out after 5 s.
+Result<HttpResponse> HttpGet(const std::string& address, const std::string& path);
+
+}  // namespace ff::test
