@@ -24,6 +24,8 @@ while [ $# -gt 0 ]; do
 done
 
 jobs="${FF_JOBS:-$(nproc)}"
+# Let ccache hit across clones in different directories (CI builds a fresh clone each time).
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
 start=$(date +%s)
 
 bash deploy/install-deps.sh

@@ -1,0 +1,33 @@
+// Element types and reduction operations of HFReduce collectives.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace ff::hfreduce {
+
+enum class DataType : uint8_t {
+  kFloat32,
+  kFloat64,
+  kFloat16,   // IEEE binary16; reduced with fp32 accumulation
+  kBFloat16,  // bfloat16; reduced with fp32 accumulation
+  kInt32,     // sums wrap around (two's complement), as in NCCL
+  kInt64,
+};
+
+enum class ReduceOp : uint8_t {
+  kSum,
+  kAvg,  // sum divided by the world size (integer division for integer types)
+  kMax,
+  kMin,
+};
+
+std::size_t ElementSize(DataType type);
+std::string_view DataTypeName(DataType type);  // "fp32", "fp64", "fp16", "bf16", "int32", "int64"
+std::string_view ReduceOpName(ReduceOp op);    // "sum", "avg", "max", "min"
+// Parse the names above; false when unknown.
+bool ParseDataType(std::string_view name, DataType* type);
+bool ParseReduceOp(std::string_view name, ReduceOp* op);
+
+}  // namespace ff::hfreduce

@@ -1,0 +1,43 @@
+#include "hfreduce/types.h"
+
+#include <array>
+
+namespace ff::hfreduce {
+namespace {
+constexpr std::array<std::string_view, 6> kTypeNames = {"fp32", "fp64",  "fp16",
+                                                        "bf16", "int32", "int64"};
+constexpr std::array<std::size_t, 6> kTypeSizes = {4, 8, 2, 2, 4, 8};
+constexpr std::array<std::string_view, 4> kOpNames = {"sum", "avg", "max", "min"};
+}  // namespace
+
+std::size_t ElementSize(DataType type) {
+  return kTypeSizes[static_cast<std::size_t>(type)];
+}
+std::string_view DataTypeName(DataType type) {
+  return kTypeNames[static_cast<std::size_t>(type)];
+}
+std::string_view ReduceOpName(ReduceOp op) {
+  return kOpNames[static_cast<std::size_t>(op)];
+}
+
+bool ParseDataType(std::string_view name, DataType* type) {
+  for (std::size_t i = 0; i < kTypeNames.size(); ++i) {
+    if (kTypeNames[i] == name) {
+      *type = static_cast<DataType>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ParseReduceOp(std::string_view name, ReduceOp* op) {
+  for (std::size_t i = 0; i < kOpNames.size(); ++i) {
+    if (kOpNames[i] == name) {
+      *op = static_cast<ReduceOp>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace ff::hfreduce
