@@ -14,8 +14,12 @@ namespace {
 
 thread_local int last_call_attempts = 0;
 
-bool Retryable(grpc::StatusCode code) {
-  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;
+// UNAVAILABLE means "try again later", whoever says it. DEADLINE_EXCEEDED is retried only when
+// it is the client's own deadline for this attempt: a handler that answers it (e.g. a wait that
+// ran out of time on the server) has given its final answer.
+bool Retryable(const grpc::Status& status) {
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) return true;
+  return status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && !IsHandlerStatus(status);
 }
 
 }  // namespace
@@ -56,7 +60,7 @@ Status CallRpc(std::string_view what, const CallOptions& options, const RpcAttem
     context.set_deadline(std::chrono::system_clock::now() + this_deadline);
     ++attempts;
     last = attempt(&context);
-    if (last.ok() || !options.idempotent || !Retryable(last.error_code())) break;
+    if (last.ok() || !options.idempotent || !Retryable(last)) break;
     if (attempts >= max_attempts) break;
     // Full jitter: sleep a random time in [backoff/2, backoff], never past the total deadline.
     auto half = backoff.count() / 2;

@@ -50,6 +50,10 @@ StatusCode FromGrpcCode(grpc::StatusCode code) {
   return StatusCode::kUnknown;
 }
 
+bool IsHandlerStatus(const grpc::Status& status) {
+  return status.error_details().rfind(kDetailsPrefix, 0) == 0;
+}
+
 grpc::Status ToGrpcStatus(const Status& status) {
   if (status.ok()) return grpc::Status::OK;
   std::string details(kDetailsPrefix);

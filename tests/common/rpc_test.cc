@@ -138,6 +138,18 @@ TEST_F(RpcTest, OtherErrorsAreNotRetried) {
   EXPECT_EQ(LastCallAttempts(), 1);
 }
 
+TEST_F(RpcTest, DeadlineExceededAnsweredByTheHandlerIsFinal) {
+  // A server-side wait that ran out of time is an answer, not a lost attempt.
+  SayRequest request;
+  request.set_key("server-deadline");
+  request.set_fail_times(1);
+  request.set_fail_code("DeadlineExceeded");
+  SayReply reply;
+  Status st = Say(request, CallOptions::Idempotent(), &reply);
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(LastCallAttempts(), 1);
+}
+
 TEST_F(RpcTest, RetriesStopAtMaxAttemptsAndSaySo) {
   SayRequest request;
   request.set_key("always");

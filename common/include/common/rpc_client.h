@@ -1,10 +1,10 @@
 // Client side of gRPC: channels and calls with deadlines and retries.
 //
 // Every call has a deadline. Idempotent calls (reads, and writes that carry a request id the
-// server deduplicates) are retried with exponential backoff and jitter on UNAVAILABLE and on a
-// per-attempt DEADLINE_EXCEEDED, until they succeed, fail with another code, run out of attempts,
-// or the total deadline passes. Non-idempotent calls are tried once: a retry could apply them
-// twice. Thread-safe.
+// server deduplicates) are retried with exponential backoff and jitter on UNAVAILABLE and when an
+// attempt runs past its own deadline (not when a handler answers DEADLINE_EXCEEDED), until they
+// succeed, fail with another code, run out of attempts, or the total deadline passes.
+// Non-idempotent calls are tried once: a retry could apply them twice. Thread-safe.
 #pragma once
 
 #include <grpcpp/channel.h>

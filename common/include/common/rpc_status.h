@@ -18,6 +18,9 @@ namespace ff {
 grpc::Status ToGrpcStatus(const Status& status);
 Status FromGrpcStatus(const grpc::Status& status);
 grpc::StatusCode ToGrpcCode(StatusCode code);
+// True when `status` was produced by one of our handlers (ServeRpc / ToGrpcStatus), as opposed to
+// the transport (connection failures, client-side deadlines).
+bool IsHandlerStatus(const grpc::Status& status);
 StatusCode FromGrpcCode(grpc::StatusCode code);
 
 // Runs an RPC handler body, turning its Status into a grpc::Status and any exception that escapes

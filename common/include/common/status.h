@@ -129,6 +129,9 @@ inline Status FailedPrecondition(std::string m) {
 inline Status Unavailable(std::string m) {
   return Status(StatusCode::kUnavailable, std::move(m));
 }
+inline Status DataLoss(std::string m) {
+  return Status(StatusCode::kDataLoss, std::move(m));
+}
 inline Status Internal(std::string m) {
   return Status(StatusCode::kInternal, std::move(m));
 }

@@ -1,0 +1,106 @@
+// HFReduce communicator: collectives across ranks, one process per GPU ("local rank").
+//
+// Ranks meet through a rendezvous store (store.h). Ranks that report the same node id form a
+// node: they share one POSIX shared-memory segment, and the node's first rank (the leader) runs
+// the reducer and network threads. Nodes are combined with a double binary tree over TCP (or
+// ibverbs where built): half of the chunks go up and down each tree, pipelined so that copy-in,
+// local reduce, network and copy-out overlap.
+//
+// Every collective is issued by every rank in the same order with matching arguments (count,
+// type, op, root); a mismatch, a rank that dies, or a peer that stops answering makes the
+// collective fail on every rank within `timeout`, after which the communicator is broken (every
+// later call fails with the same status) and can only be destroyed.
+//
+// Thread safety: calls on one Communicator must come from one thread at a time (like a CUDA
+// stream, operations run in the order issued). Work handles may be waited on from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "hfreduce/types.h"
+
+namespace ff {
+class Metrics;
+}  // namespace ff
+
+namespace ff::hfreduce {
+
+struct CommunicatorOptions {
+  int rank = 0;
+  int world_size = 1;
+  // host:port of the rendezvous store.
+  std::string store_address = "127.0.0.1:29500";
+  // Rank 0 serves the store at store_address (false when an external hfreduce-store runs).
+  bool rank0_hosts_store = true;
+  // Key prefix in the store, so several communicators can share one store.
+  std::string store_prefix = "hfreduce";
+  // Ranks with the same node id share a node (shared memory). Default: the host name.
+  std::string node_id;
+  // Address other nodes' leaders reach this node at (the TCP listener binds it).
+  std::string listen_host = "127.0.0.1";
+  // Rendezvous and every collective must complete within this long, else they fail.
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // Pipeline geometry: bytes per chunk and chunks in flight per stage.
+  std::size_t chunk_bytes = std::size_t{1} << 20;
+  int pipeline_depth = 8;
+  // Where hfreduce_* metrics go (optional; not owned, must outlive the communicator).
+  Metrics* metrics = nullptr;
+
+  // Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, HFREDUCE_NODE_ID,
+  // HFREDUCE_LISTEN_HOST, HFREDUCE_TIMEOUT_MS, HFREDUCE_CHUNK_BYTES and HFREDUCE_PIPELINE_DEPTH
+  // (the last five optional) over the defaults above. kInvalidArgument names a bad variable.
+  static Result<CommunicatorOptions> FromEnvironment();
+};
+
+// A pending asynchronous collective.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the collective completes; returns its status.
+  virtual Status Wait() = 0;
+  // True once completed (successfully or not); never blocks.
+  virtual bool Test() = 0;
+};
+
+class Communicator {
+ public:
+  // Rendezvous with the other world_size - 1 ranks. Blocks until all have joined, or fails
+  // (kDeadlineExceeded naming who is missing) after options.timeout.
+  static Result<std::unique_ptr<Communicator>> Create(const CommunicatorOptions& options);
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
+  virtual int node_index() const = 0;
+  virtual int num_nodes() const = 0;
+
+  // recv[i] = op over ranks of send[i], for i < count. send == recv is in place. Buffers are host
+  // memory, or CUDA device memory where built with CUDA. The buffers must stay valid and
+  // untouched until the collective completes.
+  virtual std::shared_ptr<Work> AllreduceAsync(const void* send, void* recv, std::size_t count,
+                                               DataType type, ReduceOp op) = 0;
+  // buf (count elements) of rank `root` is copied to every rank's buf.
+  virtual std::shared_ptr<Work> BroadcastAsync(void* buf, std::size_t count, DataType type,
+                                               int root) = 0;
+  // Returns once every rank has called it.
+  virtual std::shared_ptr<Work> BarrierAsync() = 0;
+
+  Status Allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
+    return AllreduceAsync(send, recv, count, type, op)->Wait();
+  }
+  Status Broadcast(void* buf, std::size_t count, DataType type, int root) {
+    return BroadcastAsync(buf, count, type, root)->Wait();
+  }
+  Status Barrier() { return BarrierAsync()->Wait(); }
+
+  // OK while healthy; the failure that broke the communicator otherwise.
+  virtual Status health() const = 0;
+};
+
+}  // namespace ff::hfreduce

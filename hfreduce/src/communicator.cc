@@ -1,0 +1,426 @@
+// Communicator: rendezvous (store, node grouping, shared memory, tree connections) and the API.
+#include "hfreduce/communicator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <random>
+
+#include "engine/device_copy.h"
+#include "engine/node_engine.h"
+#include "engine/rank_worker.h"
+#include "hfreduce/store.h"
+#include "monitoring/metrics.h"
+#include "transport/tcp.h"
+
+namespace ff::hfreduce {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Status ParseEnvInt(const char* name, int64_t min, int64_t max, int64_t* out, bool required) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') {
+    if (required)
+      return InvalidArgument(std::string("hfreduce: environment variable ") + name + " is not set");
+    return Status::Ok();
+  }
+  char* end = nullptr;
+  errno = 0;
+  long long value = std::strtoll(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || value < min || value > max) {
+    return InvalidArgument(std::string("hfreduce: ") + name + "='" + v + "' is not an integer in " +
+                           std::to_string(min) + ".." + std::to_string(max));
+  }
+  *out = value;
+  return Status::Ok();
+}
+
+std::string HostName() {
+  char buf[256] = {};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+Status Validate(const CommunicatorOptions& o) {
+  if (o.world_size < 1) return InvalidArgument("hfreduce: world size must be at least 1");
+  if (o.rank < 0 || o.rank >= o.world_size) {
+    return InvalidArgument("hfreduce: rank " + std::to_string(o.rank) + " is outside 0.." +
+                           std::to_string(o.world_size - 1));
+  }
+  if (o.chunk_bytes < 4096 || o.chunk_bytes > (std::size_t{1} << 30) || o.chunk_bytes % 64 != 0) {
+    return InvalidArgument("hfreduce: chunk_bytes must be a multiple of 64 in 4 KiB..1 GiB");
+  }
+  if (o.pipeline_depth < 2 || o.pipeline_depth > 64) {
+    return InvalidArgument("hfreduce: pipeline_depth must be in 2..64");
+  }
+  if (o.timeout.count() <= 0) return InvalidArgument("hfreduce: timeout must be positive");
+  if (o.store_prefix.empty() || o.store_prefix.find('/') != std::string::npos) {
+    return InvalidArgument("hfreduce: store_prefix must be non-empty and contain no '/'");
+  }
+  return Status::Ok();
+}
+
+// Per-collective metrics; absent when the caller gave no Metrics.
+struct CollectiveMetrics {
+  prometheus::Counter* ops = nullptr;
+  prometheus::Counter* bytes = nullptr;
+  prometheus::Counter* failures = nullptr;
+  prometheus::Histogram* seconds = nullptr;
+};
+
+class CommunicatorImpl final : public Communicator {
+ public:
+  ~CommunicatorImpl() override {
+    worker_.reset();  // finishes or cancels this rank's operations first
+    engine_.reset();
+    if (segment_) UnregisterHostMemory(&segment_->header());
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+  int node_index() const override { return node_index_; }
+  int num_nodes() const override { return num_nodes_; }
+  Status health() const override { return segment_->AbortStatus(); }
+
+  std::shared_ptr<Work> AllreduceAsync(const void* send, void* recv, std::size_t count,
+                                       DataType type, ReduceOp op) override {
+    if (count > 0 && (send == nullptr || recv == nullptr)) {
+      return Failed(InvalidArgument("hfreduce: allreduce of " + std::to_string(count) +
+                                    " elements with a null buffer"));
+    }
+    OpDesc desc;
+    desc.kind = static_cast<uint8_t>(CollectiveKind::kAllreduce);
+    desc.dtype = static_cast<uint8_t>(type);
+    desc.redop = static_cast<uint8_t>(op);
+    desc.count = count;
+    return Submit(desc, send, recv, "allreduce");
+  }
+
+  std::shared_ptr<Work> BroadcastAsync(void* buf, std::size_t count, DataType type,
+                                       int root) override {
+    if (root < 0 || root >= world_size_) {
+      return Failed(InvalidArgument("hfreduce: broadcast root " + std::to_string(root) +
+                                    " is outside 0.." + std::to_string(world_size_ - 1)));
+    }
+    if (count > 0 && buf == nullptr) {
+      return Failed(InvalidArgument("hfreduce: broadcast with a null buffer"));
+    }
+    OpDesc desc;
+    desc.kind = static_cast<uint8_t>(CollectiveKind::kBroadcast);
+    desc.dtype = static_cast<uint8_t>(type);
+    desc.root = root;
+    desc.count = count;
+    return Submit(desc, buf, buf, "broadcast");
+  }
+
+  std::shared_ptr<Work> BarrierAsync() override {
+    OpDesc desc;
+    desc.kind = static_cast<uint8_t>(CollectiveKind::kBarrier);
+    return Submit(desc, nullptr, nullptr, "barrier");
+  }
+
+  Status Init(const CommunicatorOptions& options);
+
+ private:
+  std::shared_ptr<Work> Failed(Status status) {
+    auto work = std::make_shared<WorkImpl>();
+    work->Complete(std::move(status));
+    return work;
+  }
+
+  std::shared_ptr<Work> Submit(const OpDesc& desc, const void* send, void* recv,
+                               const std::string& name);
+  Status Rendezvous(const CommunicatorOptions& options, StoreClient& store,
+                    const std::string& prefix);
+  Status ConnectTrees(const CommunicatorOptions& options, StoreClient& store,
+                      const std::string& prefix, Clock::time_point deadline,
+                      NodeEngineConfig* config);
+  CollectiveMetrics& MetricsFor(const std::string& name);
+
+  int rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1, node_index_ = 0, num_nodes_ = 1;
+  std::vector<int> local_ranks_;  // global ranks of this node, by local rank
+  Metrics* metrics_ = nullptr;
+  std::map<std::string, CollectiveMetrics> collective_metrics_;
+  std::unique_ptr<StoreServer> store_server_;
+  std::unique_ptr<NodeSegment> segment_;
+  std::unique_ptr<NodeEngine> engine_;
+  std::unique_ptr<RankWorker> worker_;
+};
+
+CollectiveMetrics& CommunicatorImpl::MetricsFor(const std::string& name) {
+  auto it = collective_metrics_.find(name);
+  if (it != collective_metrics_.end()) return it->second;
+  CollectiveMetrics m;
+  if (metrics_ != nullptr) {
+    MetricLabels labels{{"collective", name}};
+    m.ops = &metrics_->Counter("hfreduce_operations_total", "Collectives completed", labels);
+    m.failures = &metrics_->Counter("hfreduce_failures_total", "Collectives that failed", labels);
+    m.bytes = &metrics_->Counter("hfreduce_bytes_total", "Bytes reduced or broadcast", labels);
+    m.seconds = &metrics_->Histogram("hfreduce_seconds", "Time from issue to completion",
+                                     Metrics::LatencyBuckets(), labels);
+  }
+  return collective_metrics_.emplace(name, m).first->second;
+}
+
+// Wraps a Work to record metrics when it is first observed complete.
+class MeteredWork final : public Work {
+ public:
+  MeteredWork(std::shared_ptr<Work> inner, CollectiveMetrics metrics, double bytes)
+      : inner_(std::move(inner)), metrics_(metrics), bytes_(bytes), start_(Clock::now()) {}
+  Status Wait() override {
+    Status st = inner_->Wait();
+    Record(st);
+    return st;
+  }
+  bool Test() override {
+    if (!inner_->Test()) return false;
+    Record(inner_->Wait());
+    return true;
+  }
+
+ private:
+  void Record(const Status& st) {
+    if (recorded_.exchange(true)) return;
+    if (!st.ok()) {
+      metrics_.failures->Increment();
+      return;
+    }
+    metrics_.ops->Increment();
+    metrics_.bytes->Increment(bytes_);
+    metrics_.seconds->Observe(std::chrono::duration<double>(Clock::now() - start_).count());
+  }
+  std::shared_ptr<Work> inner_;
+  CollectiveMetrics metrics_;
+  double bytes_;
+  Clock::time_point start_;
+  std::atomic<bool> recorded_{false};
+};
+
+std::shared_ptr<Work> CommunicatorImpl::Submit(const OpDesc& desc, const void* send, void* recv,
+                                               const std::string& name) {
+  if (Status st = segment_->AbortStatus(); !st.ok()) return Failed(st);
+  std::shared_ptr<Work> work = worker_->Submit(desc, send, recv);
+  if (metrics_ == nullptr) return work;
+  double bytes =
+      desc.kind == static_cast<uint8_t>(CollectiveKind::kBarrier)
+          ? 0
+          : static_cast<double>(desc.count * ElementSize(static_cast<DataType>(desc.dtype)));
+  return std::make_shared<MeteredWork>(std::move(work), MetricsFor(name), bytes);
+}
+
+Status CommunicatorImpl::Init(const CommunicatorOptions& options) {
+  FF_RETURN_IF_ERROR(Validate(options));
+  rank_ = options.rank;
+  world_size_ = options.world_size;
+  metrics_ = options.metrics;
+  if (rank_ == 0 && options.rank0_hosts_store) {
+    FF_ASSIGN_OR_RETURN(store_server_, StoreServer::Start(options.store_address));
+  }
+  StoreClient store(options.store_address, options.timeout);
+  // Communicators that reuse one store and prefix (one job after another) are told apart by a
+  // generation: the join counter divided by the world size.
+  FF_ASSIGN_OR_RETURN(int64_t joined, store.Add(options.store_prefix + "/joined", 1));
+  std::string prefix =
+      options.store_prefix + "/" + std::to_string((joined - 1) / options.world_size);
+  return Rendezvous(options, store, prefix);
+}
+
+Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, StoreClient& store,
+                                    const std::string& prefix) {
+  const auto deadline = Clock::now() + options.timeout;
+  auto left = [&] {
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+  };
+  const std::string node_id = options.node_id.empty() ? HostName() : options.node_id;
+  if (node_id.find('\n') != std::string::npos) {
+    return InvalidArgument("hfreduce: node id must not contain a newline");
+  }
+
+  // 1. Everyone says which node it is on; nodes are ordered by their lowest rank.
+  FF_RETURN_IF_ERROR(store.Set(prefix + "/rank/" + std::to_string(rank_), node_id));
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size_; ++r)
+    keys.push_back(prefix + "/rank/" + std::to_string(r));
+  Result<std::vector<std::string>> nodes_of = store.Get(keys, left());
+  if (!nodes_of.ok()) {
+    return nodes_of.status().WithContext("hfreduce: rank " + std::to_string(rank_) +
+                                         " waiting for the other ranks to join");
+  }
+  std::vector<std::string> node_ids;
+  std::map<std::string, std::vector<int>> members;
+  for (int r = 0; r < world_size_; ++r) {
+    const std::string& id = (*nodes_of)[r];
+    if (!members.contains(id)) node_ids.push_back(id);
+    members[id].push_back(r);
+  }
+  num_nodes_ = static_cast<int>(node_ids.size());
+  node_index_ =
+      static_cast<int>(std::find(node_ids.begin(), node_ids.end(), node_id) - node_ids.begin());
+  local_ranks_ = members[node_id];
+  local_size_ = static_cast<int>(local_ranks_.size());
+  local_rank_ = static_cast<int>(std::find(local_ranks_.begin(), local_ranks_.end(), rank_) -
+                                 local_ranks_.begin());
+  if (local_size_ > kMaxLocalRanks) {
+    return InvalidArgument("hfreduce: node '" + node_id + "' has " + std::to_string(local_size_) +
+                           " ranks; at most 64 per node");
+  }
+
+  // 2. The node's shared memory: created by the leader, opened by the others, then unlinked so
+  // that nothing is left in /dev/shm whatever happens later.
+  const std::string node_key = prefix + "/node/" + std::to_string(node_index_);
+  const bool leader = local_rank_ == 0;
+  if (leader) {
+    std::random_device rd;
+    std::string name = "/hfreduce-" + std::to_string(getpid()) + "-" + std::to_string(rd()) + "-n" +
+                       std::to_string(node_index_);
+    FF_ASSIGN_OR_RETURN(segment_, NodeSegment::Create(name, local_size_, options.pipeline_depth,
+                                                      options.chunk_bytes));
+    FF_RETURN_IF_ERROR(store.Set(node_key + "/shm", name));
+    if (local_size_ > 1) {
+      std::vector<std::string> opened;
+      for (int lr = 1; lr < local_size_; ++lr) {
+        opened.push_back(node_key + "/opened/" + std::to_string(lr));
+      }
+      Status st = store.Get(opened, left()).status();
+      NodeSegment::Unlink(name);
+      FF_RETURN_IF_ERROR(st);
+    } else {
+      NodeSegment::Unlink(name);
+    }
+  } else {
+    FF_ASSIGN_OR_RETURN(std::string name, store.Get(node_key + "/shm", left()));
+    FF_ASSIGN_OR_RETURN(segment_, NodeSegment::Open(name));
+    FF_RETURN_IF_ERROR(store.Set(node_key + "/opened/" + std::to_string(local_rank_), "1"));
+  }
+  segment_->header().ranks[local_rank_].pid.store(getpid(), std::memory_order_release);
+  RegisterHostMemory(&segment_->header(), segment_->mapped_bytes());
+  // Every rank's pid, for the liveness checks.
+  FF_RETURN_IF_ERROR(store.Set(prefix + "/pid/" + std::to_string(rank_), std::to_string(getpid())));
+  std::vector<std::string> pid_keys;
+  for (int r : local_ranks_)
+    pid_keys.push_back(prefix + "/pid/" + std::to_string(r));
+  FF_ASSIGN_OR_RETURN(std::vector<std::string> pids, store.Get(pid_keys, left()));
+
+  // 3. Leaders connect the trees; then the engine and this rank's worker start.
+  std::vector<pid_t> watched;
+  std::vector<std::string> names;
+  if (leader) {
+    for (int lr = 1; lr < local_size_; ++lr) {
+      watched.push_back(static_cast<pid_t>(std::stol(pids[lr])));
+      names.push_back("rank " + std::to_string(local_ranks_[lr]) + " (local rank " +
+                      std::to_string(lr) + ")");
+    }
+  } else {
+    watched.push_back(static_cast<pid_t>(std::stol(pids[0])));
+    names.push_back("rank " + std::to_string(local_ranks_[0]) + " (the node's leader)");
+  }
+  Waiter waiter(*segment_, watched, names);
+  if (leader) {
+    NodeEngineConfig config;
+    config.node_index = node_index_;
+    config.num_nodes = num_nodes_;
+    config.world_size = world_size_;
+    config.local_global_ranks = local_ranks_;
+    config.timeout = options.timeout;
+    config.chunk_bytes = options.chunk_bytes;
+    if (num_nodes_ > 1) {
+      FF_RETURN_IF_ERROR(ConnectTrees(options, store, prefix, deadline, &config));
+    }
+    engine_ = std::make_unique<NodeEngine>(*segment_, waiter, std::move(config));
+  }
+  worker_ = std::make_unique<RankWorker>(*segment_, local_rank_, rank_, waiter, options.timeout,
+                                         options.chunk_bytes);
+  return Status::Ok();
+}
+
+Status CommunicatorImpl::ConnectTrees(const CommunicatorOptions& options, StoreClient& store,
+                                      const std::string& prefix, Clock::time_point deadline,
+                                      NodeEngineConfig* config) {
+  auto left = [&] {
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+  };
+  FF_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> listener,
+                      TcpListener::Listen(options.listen_host));
+  FF_RETURN_IF_ERROR(
+      store.Set(prefix + "/leader/" + std::to_string(node_index_), listener->address()));
+  // Connect up to each tree's parent (the parent's kernel completes the handshake from its
+  // listen backlog, so connecting before anyone accepts cannot deadlock), then accept children.
+  struct Hello {
+    uint32_t magic;
+    int32_t tree;
+    int32_t child;
+  };
+  constexpr uint32_t kHelloMagic = 0x48464c4f;
+  int expected_children = 0;
+  for (int t = 0; t < 2; ++t) {
+    TreePosition pos = DoubleBinaryTreePosition(t, node_index_, num_nodes_);
+    expected_children += pos.num_children;
+    if (pos.parent < 0) continue;
+    FF_ASSIGN_OR_RETURN(std::string address,
+                        store.Get(prefix + "/leader/" + std::to_string(pos.parent), left()));
+    FF_ASSIGN_OR_RETURN(config->parent[t], TcpConnect(address, deadline));
+    config->parent[t]->set_peer("node " + std::to_string(pos.parent) + " (" + address + ")");
+    Hello hello{kHelloMagic, t, node_index_};
+    FF_RETURN_IF_ERROR(config->parent[t]->Send(&hello, sizeof hello));
+  }
+  for (int n = 0; n < expected_children; ++n) {
+    FF_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, listener->Accept(deadline));
+    Hello hello{};
+    FF_RETURN_IF_ERROR(conn->Recv(&hello, sizeof hello));
+    TreePosition pos = DoubleBinaryTreePosition(hello.tree & 1, node_index_, num_nodes_);
+    int index = -1;
+    for (int i = 0; i < pos.num_children; ++i) {
+      if (pos.children[i] == hello.child) index = i;
+    }
+    if (hello.magic != kHelloMagic || index < 0 || config->children[hello.tree][index]) {
+      return DataLoss("hfreduce: unexpected connection from " + conn->peer() +
+                      " while connecting the trees");
+    }
+    conn->set_peer("node " + std::to_string(hello.child) + " (" + conn->peer() + ")");
+    config->children[hello.tree][index] = std::move(conn);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<CommunicatorOptions> CommunicatorOptions::FromEnvironment() {
+  CommunicatorOptions o;
+  int64_t rank = 0, world = 1, port = 29500, timeout = 0, chunk = 0, depth = 0;
+  FF_RETURN_IF_ERROR(ParseEnvInt("RANK", 0, 1 << 24, &rank, true));
+  FF_RETURN_IF_ERROR(ParseEnvInt("WORLD_SIZE", 1, 1 << 24, &world, true));
+  FF_RETURN_IF_ERROR(ParseEnvInt("MASTER_PORT", 1, 65535, &port, true));
+  const char* addr = std::getenv("MASTER_ADDR");
+  if (addr == nullptr || *addr == '\0') {
+    return InvalidArgument("hfreduce: environment variable MASTER_ADDR is not set");
+  }
+  std::string host = addr;
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  o.rank = static_cast<int>(rank);
+  o.world_size = static_cast<int>(world);
+  o.store_address = host + ":" + std::to_string(port);
+  if (const char* v = std::getenv("HFREDUCE_NODE_ID"); v && *v) o.node_id = v;
+  if (const char* v = std::getenv("HFREDUCE_LISTEN_HOST"); v && *v) o.listen_host = v;
+  FF_RETURN_IF_ERROR(ParseEnvInt("HFREDUCE_TIMEOUT_MS", 1, int64_t{1} << 40, &timeout, false));
+  FF_RETURN_IF_ERROR(ParseEnvInt("HFREDUCE_CHUNK_BYTES", 4096, 1 << 30, &chunk, false));
+  FF_RETURN_IF_ERROR(ParseEnvInt("HFREDUCE_PIPELINE_DEPTH", 2, 64, &depth, false));
+  if (timeout > 0) o.timeout = std::chrono::milliseconds(timeout);
+  if (chunk > 0) o.chunk_bytes = static_cast<std::size_t>(chunk);
+  if (depth > 0) o.pipeline_depth = static_cast<int>(depth);
+  return o;
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::Create(const CommunicatorOptions& options) {
+  auto comm = std::make_unique<CommunicatorImpl>();
+  FF_RETURN_IF_ERROR(comm->Init(options));
+  return std::unique_ptr<Communicator>(std::move(comm));
+}
+
+}  // namespace ff::hfreduce

@@ -1,0 +1,446 @@
+#include "engine/node_engine.h"
+
+#include <sys/mman.h>
+
+#include <cstring>
+
+#include "reduce/kernels.h"
+
+namespace ff::hfreduce {
+namespace {
+
+constexpr auto kForever = std::chrono::hours(24 * 365);
+
+// Page-aligned, pre-faulted memory (huge pages where allowed), allocated once per engine.
+struct Buffer {
+  explicit Buffer(std::size_t n) : size(n) {
+    void* p =
+        mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    data = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+    if (data) madvise(data, n, MADV_HUGEPAGE);
+  }
+  ~Buffer() {
+    if (data) munmap(data, size);
+  }
+  char* data;
+  std::size_t size;
+};
+
+}  // namespace
+
+struct NodeEngine::EdgeRing {
+  EdgeRing(uint32_t slots, std::size_t slot_bytes)
+      : buffer(static_cast<std::size_t>(slots) * slot_bytes),
+        slot_bytes(slot_bytes),
+        filled(new std::atomic<uint32_t>[slots]),
+        freed(new std::atomic<uint32_t>[slots]),
+        bytes(new std::atomic<uint32_t>[slots]) {
+    for (uint32_t i = 0; i < slots; ++i) {
+      filled[i] = 0;
+      freed[i] = 0;
+      bytes[i] = 0;
+    }
+  }
+  char* slot(uint32_t s) { return buffer.data + static_cast<std::size_t>(s) * slot_bytes; }
+
+  Buffer buffer;
+  std::size_t slot_bytes;
+  std::unique_ptr<std::atomic<uint32_t>[]> filled;  // g + 1 of the chunk the slot holds
+  std::unique_ptr<std::atomic<uint32_t>[]> freed;   // g + 1 of the chunk last consumed from it
+  std::unique_ptr<std::atomic<uint32_t>[]> bytes;   // payload bytes of that chunk
+};
+
+NodeEngine::NodeEngine(NodeSegment& segment, Waiter waiter, NodeEngineConfig config)
+    : seg_(segment),
+      waiter_(std::move(waiter)),
+      config_(std::move(config)),
+      slots_(static_cast<uint32_t>(segment.slots())),
+      plans_(kPlanRing) {
+  for (int t = 0; t < 2; ++t) {
+    tree_[t] = DoubleBinaryTreePosition(t, config_.node_index, config_.num_nodes);
+  }
+  threads_.emplace_back([this] { ReducerLoop(); });
+  threads_.emplace_back([this] { Monitor(); });
+  if (config_.num_nodes == 1) return;
+  // Rings first, then threads: every ring exists before any thread can touch it.
+  int network = 0;
+  for (int t = 0; t < 2; ++t) {
+    if (!IsRoot(t)) {
+      up_[t] = std::make_unique<EdgeRing>(slots_, config_.chunk_bytes);
+      network += 2;
+    }
+    for (int i = 0; i < Children(t); ++i) {
+      from_child_[t][i] = std::make_unique<EdgeRing>(slots_, config_.chunk_bytes);
+      network += 2;
+    }
+  }
+  progress_.assign(static_cast<std::size_t>(network), 0);
+  int id = 0;
+  for (int t = 0; t < 2; ++t) {
+    if (!IsRoot(t)) {
+      threads_.emplace_back([this, id, t] { UpSender(id, t); });
+      threads_.emplace_back([this, id, t] { DownReceiver(id + 1, t); });
+      id += 2;
+    }
+    for (int i = 0; i < Children(t); ++i) {
+      threads_.emplace_back([this, id, t, i] { ChildReceiver(id, t, i); });
+      threads_.emplace_back([this, id, t, i] { DownSender(id + 1, t, i); });
+      id += 2;
+    }
+  }
+}
+
+bool NodeEngine::Drained() const {
+  for (std::size_t p : progress_) {
+    if (p != plans_accepted_) return false;
+  }
+  return true;
+}
+
+NodeEngine::~NodeEngine() {
+  // Let the network threads finish the chunks of accepted operations (a child may still be
+  // receiving the last result) before cutting the connections.
+  {
+    std::unique_lock lock(plans_mu_);
+    plans_cv_.wait_for(lock, config_.timeout, [&] { return seg_.aborted() || Drained(); });
+  }
+  stop_ = true;
+  plans_cv_.notify_all();
+  seg_.header().doorbell.Ring();
+  for (int t = 0; t < 2; ++t) {
+    if (config_.parent[t]) config_.parent[t]->Shutdown();
+    for (auto& c : config_.children[t]) {
+      if (c) c->Shutdown();
+    }
+  }
+  for (std::thread& th : threads_)
+    th.join();
+}
+
+void NodeEngine::Fail(const Status& status) {
+  seg_.Abort(status);
+  for (int t = 0; t < 2; ++t) {
+    if (config_.parent[t]) config_.parent[t]->Shutdown();
+    for (auto& c : config_.children[t]) {
+      if (c) c->Shutdown();
+    }
+  }
+  plans_cv_.notify_all();
+}
+
+Status NodeEngine::Wait(const std::function<bool()>& pred, Clock::time_point deadline,
+                        const std::function<std::string()>& what) {
+  Status st = waiter_.Until([&] { return stop_.load() || pred(); }, deadline, what);
+  if (st.ok() && stop_) return Status(StatusCode::kCancelled, "hfreduce: communicator destroyed");
+  return st;
+}
+
+bool NodeEngine::ResultSlotFree(uint32_t g) {
+  int slot = static_cast<int>(g % slots_);
+  uint32_t f = seg_.result_filled(slot).load(std::memory_order_acquire);
+  bool previous_written = f == g - slots_ + 1 || (f == 0 && g < slots_);
+  return previous_written && seg_.result_pending(slot).load(std::memory_order_acquire) == 0;
+}
+
+// ---- Reducer ----------------------------------------------------------------------------------
+
+void NodeEngine::ReducerLoop() {
+  const int local = seg_.local_size();
+  uint32_t next_chunk = 0;
+  for (uint32_t seq = 1;; ++seq) {
+    auto posted = [&](int lr) {
+      return seg_.header().ranks[lr].desc_seq.load(std::memory_order_acquire) == seq;
+    };
+    // Between operations: wait without a deadline for the first rank to start the next one.
+    Status st = waiter_.Until(
+        [&] {
+          if (stop_) return true;
+          for (int lr = 0; lr < local; ++lr) {
+            if (posted(lr)) return true;
+          }
+          return false;
+        },
+        Clock::now() + kForever, [] { return std::string("the next operation"); },
+        /*check_peers=*/false);
+    if (!st.ok() || stop_) return;
+    auto deadline = Clock::now() + config_.timeout;
+    st = Wait(
+        [&] {
+          for (int lr = 0; lr < local; ++lr) {
+            if (!posted(lr)) return false;
+          }
+          return true;
+        },
+        deadline, [&] { return "every local rank to start operation " + std::to_string(seq); });
+    if (!st.ok()) return;
+    const OpDesc& first = seg_.header().ranks[0].desc;
+    for (int lr = 1; lr < local; ++lr) {
+      const OpDesc& other = seg_.header().ranks[lr].desc;
+      if (!(other == first)) {
+        Fail(InvalidArgument("hfreduce: ranks disagree on operation " + std::to_string(seq) +
+                             ": rank " + std::to_string(config_.local_global_ranks[0]) +
+                             " called " + DescribeOp(first) + ", rank " +
+                             std::to_string(config_.local_global_ranks[lr]) + " called " +
+                             DescribeOp(other)));
+        return;
+      }
+    }
+    OpPlan plan = MakePlan(first, next_chunk, config_.chunk_bytes);
+    next_chunk += plan.num_chunks;
+    {
+      std::lock_guard lock(plans_mu_);
+      plans_[plans_accepted_ % kPlanRing] = plan;
+      ++plans_accepted_;
+    }
+    plans_cv_.notify_all();
+    for (uint32_t c = 0; c < plan.num_chunks; ++c) {
+      if (Status s = ReduceChunk(plan, c, deadline); !s.ok()) {
+        if (!stop_) Fail(s);
+        return;
+      }
+    }
+  }
+}
+
+Status NodeEngine::ReduceChunk(const OpPlan& plan, uint32_t c, Clock::time_point deadline) {
+  const uint32_t g = plan.first_chunk + c;
+  const int slot = static_cast<int>(g % slots_);
+  const int t = config_.num_nodes > 1 ? static_cast<int>(g % 2) : 0;
+  const uint32_t es = (g / 2) % slots_;
+  const bool root = IsRoot(t);
+  const int local = seg_.local_size();
+  const int children = config_.num_nodes > 1 ? Children(t) : 0;
+  EdgeRing* up = root ? nullptr : up_[t].get();
+
+  FF_RETURN_IF_ERROR(Wait(
+      [&] {
+        for (int lr = 0; lr < local; ++lr) {
+          if (seg_.input_filled(lr, slot).load(std::memory_order_acquire) != g + 1) return false;
+        }
+        for (int i = 0; i < children; ++i) {
+          if (from_child_[t][i]->filled[es].load(std::memory_order_acquire) != g + 1) return false;
+        }
+        return root ? ResultSlotFree(g)
+                    : StampReached(up->freed[es].load(std::memory_order_acquire),
+                                   g - 2 * slots_ + 1);
+      },
+      deadline,
+      [&] { return "the inputs of chunk " + std::to_string(c) + " of " + DescribeOp(plan.desc); }));
+
+  const std::size_t size = plan.ChunkSize(c);
+  const void* inputs[kMaxLocalRanks + 2];
+  int k = 0;
+  if (size > 0) {
+    if (plan.kind() == CollectiveKind::kAllreduce) {
+      for (int lr = 0; lr < local; ++lr)
+        inputs[k++] = seg_.input(lr, slot);
+    } else if (plan.kind() == CollectiveKind::kBroadcast) {
+      for (int lr = 0; lr < local; ++lr) {
+        if (config_.local_global_ranks[lr] == plan.desc.root) inputs[k++] = seg_.input(lr, slot);
+      }
+    }
+    for (int i = 0; i < children; ++i) {
+      if (from_child_[t][i]->bytes[es].load(std::memory_order_acquire) > 0) {
+        inputs[k++] = from_child_[t][i]->slot(es);
+      }
+    }
+  }
+  char* dest = root ? seg_.result(slot) : up->slot(es);
+  uint32_t out_bytes = 0;
+  if (k == 1) {
+    std::memcpy(dest, inputs[0], size);
+    out_bytes = static_cast<uint32_t>(size);
+  } else if (k > 1) {
+    ReduceOp op = plan.op() == ReduceOp::kAvg ? ReduceOp::kSum : plan.op();
+    Reduce(plan.type(), op, inputs, k, dest, size / ElementSize(plan.type()));
+    out_bytes = static_cast<uint32_t>(size);
+  }
+  if (root) {
+    if (out_bytes != size) {
+      return Internal("hfreduce: no data reached the root for chunk " + std::to_string(c) + " of " +
+                      DescribeOp(plan.desc));
+    }
+    if (plan.kind() == CollectiveKind::kAllreduce && plan.op() == ReduceOp::kAvg && size > 0) {
+      DivideInPlace(plan.type(), dest, size / ElementSize(plan.type()), config_.world_size);
+    }
+  }
+
+  seg_.input_free(slot).store(g + 1, std::memory_order_release);
+  for (int i = 0; i < children; ++i)
+    from_child_[t][i]->freed[es].store(g + 1, std::memory_order_release);
+  if (root) {
+    seg_.result_pending(slot).store(static_cast<uint32_t>(local + children),
+                                    std::memory_order_release);
+    seg_.result_filled(slot).store(g + 1, std::memory_order_release);
+  } else {
+    up->bytes[es].store(out_bytes, std::memory_order_release);
+    up->filled[es].store(g + 1, std::memory_order_release);
+  }
+  seg_.header().doorbell.Ring();
+  return Status::Ok();
+}
+
+// ---- Network threads --------------------------------------------------------------------------
+
+bool NodeEngine::NextPlan(std::size_t index, OpPlan* plan) {
+  std::unique_lock lock(plans_mu_);
+  while (true) {
+    if (stop_ || seg_.aborted()) return false;
+    if (plans_accepted_ > index) {
+      *plan = plans_[index % kPlanRing];
+      return true;
+    }
+    plans_cv_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+}
+
+void NodeEngine::ForEachTreeChunk(
+    int id, int t,
+    const std::function<Status(const OpPlan&, uint32_t, uint32_t, Clock::time_point)>& body) {
+  for (std::size_t index = 0;; ++index) {
+    {
+      std::lock_guard lock(plans_mu_);
+      progress_[static_cast<std::size_t>(id)] = index;
+    }
+    plans_cv_.notify_all();
+    OpPlan plan;
+    if (!NextPlan(index, &plan)) return;
+    auto deadline = Clock::now() + config_.timeout;
+    for (uint32_t c = 0; c < plan.num_chunks; ++c) {
+      uint32_t g = plan.first_chunk + c;
+      if (static_cast<int>(g % 2) != t) continue;
+      Status st = body(plan, c, g, deadline);
+      if (!st.ok()) {
+        if (!stop_) Fail(st);
+        return;
+      }
+    }
+  }
+}
+
+Status NodeEngine::ValidateFrame(const FrameHeader& h, const OpPlan& plan, uint32_t g,
+                                 const std::string& peer) const {
+  if (h.magic != kFrameMagic) {
+    return DataLoss("hfreduce: garbage from " + peer + " (not an HFReduce frame)");
+  }
+  OpDesc theirs;
+  theirs.op_seq = h.op_seq;
+  theirs.kind = h.kind;
+  theirs.dtype = h.dtype;
+  theirs.redop = h.redop;
+  theirs.root = h.root;
+  theirs.count = h.count;
+  if (!(theirs == plan.desc)) {
+    return InvalidArgument("hfreduce: nodes disagree on operation " +
+                           std::to_string(plan.desc.op_seq) + ": node " +
+                           std::to_string(config_.node_index) + " called " + DescribeOp(plan.desc) +
+                           ", its peer " + peer + " called " + DescribeOp(theirs));
+  }
+  if (h.chunk != g) {
+    return DataLoss("hfreduce: " + peer + " sent chunk " + std::to_string(h.chunk) + ", expected " +
+                    std::to_string(g));
+  }
+  return Status::Ok();
+}
+
+void NodeEngine::UpSender(int id, int t) {
+  Connection& conn = *config_.parent[t];
+  EdgeRing& up = *up_[t];
+  ForEachTreeChunk(
+      id, t, [&](const OpPlan& plan, uint32_t c, uint32_t g, Clock::time_point deadline) {
+        uint32_t es = (g / 2) % slots_;
+        FF_RETURN_IF_ERROR(
+            Wait([&] { return up.filled[es].load(std::memory_order_acquire) == g + 1; }, deadline,
+                 [&] { return "the partial sum of chunk " + std::to_string(c); }));
+        uint32_t bytes = up.bytes[es].load(std::memory_order_acquire);
+        FrameHeader h = MakeFrame(plan, g, bytes);
+        FF_RETURN_IF_ERROR(conn.Send(&h, sizeof h, bytes > 0));
+        if (bytes > 0) FF_RETURN_IF_ERROR(conn.Send(up.slot(es), bytes));
+        up.freed[es].store(g + 1, std::memory_order_release);
+        seg_.header().doorbell.Ring();
+        return Status::Ok();
+      });
+}
+
+void NodeEngine::DownReceiver(int id, int t) {
+  Connection& conn = *config_.parent[t];
+  ForEachTreeChunk(
+      id, t, [&](const OpPlan& plan, uint32_t c, uint32_t g, Clock::time_point deadline) {
+        int slot = static_cast<int>(g % slots_);
+        FF_RETURN_IF_ERROR(
+            Wait([&] { return ResultSlotFree(g); }, deadline,
+                 [&] { return "a free result slot for chunk " + std::to_string(c); }));
+        FrameHeader h;
+        FF_RETURN_IF_ERROR(conn.Recv(&h, sizeof h));
+        FF_RETURN_IF_ERROR(ValidateFrame(h, plan, g, conn.peer()));
+        std::size_t expected = plan.kind() == CollectiveKind::kBarrier ? 0 : plan.ChunkSize(c);
+        if (h.bytes != expected) {
+          return DataLoss("hfreduce: " + conn.peer() + " sent a result of " +
+                          std::to_string(h.bytes) + " bytes for chunk " + std::to_string(c) +
+                          ", expected " + std::to_string(expected));
+        }
+        if (h.bytes > 0) FF_RETURN_IF_ERROR(conn.Recv(seg_.result(slot), h.bytes));
+        seg_.result_pending(slot).store(static_cast<uint32_t>(seg_.local_size() + Children(t)),
+                                        std::memory_order_release);
+        seg_.result_filled(slot).store(g + 1, std::memory_order_release);
+        seg_.header().doorbell.Ring();
+        return Status::Ok();
+      });
+}
+
+void NodeEngine::ChildReceiver(int id, int t, int i) {
+  Connection& conn = *config_.children[t][i];
+  EdgeRing& ring = *from_child_[t][i];
+  ForEachTreeChunk(
+      id, t, [&](const OpPlan& plan, uint32_t c, uint32_t g, Clock::time_point deadline) {
+        uint32_t es = (g / 2) % slots_;
+        FF_RETURN_IF_ERROR(Wait(
+            [&] {
+              return StampReached(ring.freed[es].load(std::memory_order_acquire),
+                                  g - 2 * slots_ + 1);
+            },
+            deadline, [&] { return "a free receive slot for chunk " + std::to_string(c); }));
+        FrameHeader h;
+        FF_RETURN_IF_ERROR(conn.Recv(&h, sizeof h));
+        FF_RETURN_IF_ERROR(ValidateFrame(h, plan, g, conn.peer()));
+        if (h.bytes != 0 && h.bytes != plan.ChunkSize(c)) {
+          return DataLoss("hfreduce: " + conn.peer() + " sent " + std::to_string(h.bytes) +
+                          " bytes for chunk " + std::to_string(c) + ", expected " +
+                          std::to_string(plan.ChunkSize(c)));
+        }
+        if (h.bytes > 0) FF_RETURN_IF_ERROR(conn.Recv(ring.slot(es), h.bytes));
+        ring.bytes[es].store(h.bytes, std::memory_order_release);
+        ring.filled[es].store(g + 1, std::memory_order_release);
+        seg_.header().doorbell.Ring();
+        return Status::Ok();
+      });
+}
+
+void NodeEngine::DownSender(int id, int t, int i) {
+  Connection& conn = *config_.children[t][i];
+  ForEachTreeChunk(
+      id, t, [&](const OpPlan& plan, uint32_t c, uint32_t g, Clock::time_point deadline) {
+        int slot = static_cast<int>(g % slots_);
+        FF_RETURN_IF_ERROR(
+            Wait([&] { return seg_.result_filled(slot).load(std::memory_order_acquire) == g + 1; },
+                 deadline, [&] { return "the result of chunk " + std::to_string(c); }));
+        auto bytes =
+            static_cast<uint32_t>(plan.kind() == CollectiveKind::kBarrier ? 0 : plan.ChunkSize(c));
+        FrameHeader h = MakeFrame(plan, g, bytes);
+        FF_RETURN_IF_ERROR(conn.Send(&h, sizeof h, bytes > 0));
+        if (bytes > 0) FF_RETURN_IF_ERROR(conn.Send(seg_.result(slot), bytes));
+        seg_.result_pending(slot).fetch_sub(1, std::memory_order_acq_rel);
+        seg_.header().doorbell.Ring();
+        return Status::Ok();
+      });
+}
+
+void NodeEngine::Monitor() {
+  // Sleeps until the node aborts (or the engine stops); then cuts every connection so that the
+  // neighbouring nodes fail at once rather than at their timeout.
+  (void)waiter_.Until([&] { return stop_.load() || seg_.aborted(); }, Clock::now() + kForever,
+                      [] { return std::string("abort"); }, /*check_peers=*/false);
+  if (!stop_) Fail(seg_.AbortStatus());
+}
+
+}  // namespace ff::hfreduce

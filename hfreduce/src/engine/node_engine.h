@@ -1,0 +1,95 @@
+// The node leader's side of the pipeline: the reducer thread (sums the local ranks' chunks, and
+// the children's partial sums, in one pass) and, with several nodes, the network threads of the
+// double binary tree. Chunk g travels in tree g % 2; each tree edge has its own connection.
+//
+//   up:   local inputs + children's partials --reduce--> parent (or, at the root, the result)
+//   down: parent's result --> result slot --> children, and every local rank copies it out
+//
+// A monitor thread watches the local ranks and, when the node aborts, shuts every connection so
+// that neighbouring nodes fail their collectives too instead of waiting for their timeout.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/op.h"
+#include "engine/waiter.h"
+#include "transport/connection.h"
+#include "tree/double_binary_tree.h"
+
+namespace ff::hfreduce {
+
+struct NodeEngineConfig {
+  int node_index = 0;
+  int num_nodes = 1;
+  int world_size = 1;
+  std::vector<int> local_global_ranks;  // global rank of each local rank
+  std::chrono::milliseconds timeout{300000};
+  std::size_t chunk_bytes = 1 << 20;
+  // Per tree: the connection to the parent (null at the root) and to each child, in the order
+  // of DoubleBinaryTreePosition's children.
+  std::array<std::unique_ptr<Connection>, 2> parent;
+  std::array<std::array<std::unique_ptr<Connection>, 2>, 2> children;
+};
+
+class NodeEngine {
+ public:
+  NodeEngine(NodeSegment& segment, Waiter waiter, NodeEngineConfig config);
+  ~NodeEngine();  // stops and joins every thread
+
+ private:
+  struct EdgeRing;  // a ring of chunk buffers with "filled" / "free" stamps
+  using Clock = Waiter::Clock;
+
+  void ReducerLoop();
+  Status ReduceChunk(const OpPlan& plan, uint32_t c, Clock::time_point deadline);
+  void UpSender(int id, int t);
+  void DownReceiver(int id, int t);
+  void ChildReceiver(int id, int t, int i);
+  void DownSender(int id, int t, int i);
+  void Monitor();
+
+  // Network threads walk the operations in the order the reducer accepted them. Returns false
+  // when stopping.
+  bool NextPlan(std::size_t index, OpPlan* plan);
+  // Runs `body` over this tree's chunks of every operation until stop or failure.
+  // `id` numbers the network thread (0..) for the drain bookkeeping.
+  void ForEachTreeChunk(int id, int t,
+                        const std::function<Status(const OpPlan&, uint32_t c, uint32_t g,
+                                                   Clock::time_point deadline)>& body);
+  bool Drained() const;  // every network thread has finished every accepted plan (plans_mu_ held)
+  Status Wait(const std::function<bool()>& pred, Clock::time_point deadline,
+              const std::function<std::string()>& what);
+  Status ValidateFrame(const FrameHeader& h, const OpPlan& plan, uint32_t g,
+                       const std::string& peer) const;
+  void Fail(const Status& status);
+  bool ResultSlotFree(uint32_t g);
+  int Children(int t) const { return tree_[t].num_children; }
+  bool IsRoot(int t) const { return config_.num_nodes == 1 || tree_[t].parent < 0; }
+
+  NodeSegment& seg_;
+  Waiter waiter_;
+  NodeEngineConfig config_;
+  std::array<TreePosition, 2> tree_;
+  const uint32_t slots_;
+
+  std::array<std::unique_ptr<EdgeRing>, 2> up_;                         // per tree
+  std::array<std::array<std::unique_ptr<EdgeRing>, 2>, 2> from_child_;  // per tree, child
+
+  std::mutex plans_mu_;
+  std::condition_variable plans_cv_;
+  std::vector<OpPlan> plans_;  // ring of recent plans, indexed by position % size
+  std::size_t plans_accepted_ = 0;
+  std::vector<std::size_t> progress_;  // per network thread: plans it has finished
+  static constexpr std::size_t kPlanRing = 4096;
+
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace ff::hfreduce

@@ -1,0 +1,150 @@
+#include "engine/rank_worker.h"
+
+#include "engine/device_copy.h"
+
+namespace ff::hfreduce {
+
+Status WorkImpl::Wait() {
+  std::unique_lock lock(mu_);
+  done_cv_.wait(lock, [&] { return done_; });
+  return status_;
+}
+
+bool WorkImpl::Test() {
+  std::lock_guard lock(mu_);
+  return done_;
+}
+
+void WorkImpl::Complete(Status status) {
+  std::lock_guard lock(mu_);
+  status_ = std::move(status);
+  done_ = true;
+  done_cv_.notify_all();
+}
+
+RankWorker::RankWorker(NodeSegment& segment, int local_rank, int rank, Waiter waiter,
+                       std::chrono::milliseconds timeout, std::size_t chunk_bytes)
+    : seg_(segment),
+      local_rank_(local_rank),
+      rank_(rank),
+      waiter_(std::move(waiter)),
+      timeout_(timeout),
+      chunk_bytes_(chunk_bytes) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+RankWorker::~RankWorker() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  for (Pending& p : queue_) {
+    p.work->Complete(Status(StatusCode::kCancelled, "hfreduce: communicator destroyed"));
+  }
+}
+
+std::shared_ptr<Work> RankWorker::Submit(OpDesc desc, const void* send, void* recv) {
+  auto work = std::make_shared<WorkImpl>();
+  {
+    std::lock_guard lock(mu_);
+    desc.op_seq = next_op_seq_++;
+    queue_.push_back(Pending{desc, send, recv, work});
+  }
+  cv_.notify_all();
+  return work;
+}
+
+void RankWorker::Run() {
+  while (true) {
+    Pending p;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      p = queue_.front();
+      queue_.pop_front();
+    }
+    Status st = seg_.AbortStatus();
+    if (st.ok()) {
+      OpPlan plan = MakePlan(p.desc, next_chunk_, chunk_bytes_);
+      next_chunk_ += plan.num_chunks;
+      st = Execute(plan, p.send, p.recv);
+    }
+    p.work->Complete(st);
+  }
+}
+
+Status RankWorker::Execute(const OpPlan& plan, const void* send, void* recv) {
+  RankSlot& me = seg_.header().ranks[local_rank_];
+  me.desc = plan.desc;
+  me.desc_seq.store(plan.desc.op_seq, std::memory_order_release);
+  seg_.header().doorbell.Ring();
+
+  const auto kind = plan.kind();
+  const bool contributes = kind == CollectiveKind::kAllreduce ||
+                           (kind == CollectiveKind::kBroadcast && plan.desc.root == rank_);
+  const bool receives = kind == CollectiveKind::kAllreduce ||
+                        (kind == CollectiveKind::kBroadcast && plan.desc.root != rank_);
+  const bool send_on_device = contributes && IsDevicePointer(send);
+  const bool recv_on_device = receives && IsDevicePointer(recv);
+  const auto slots = static_cast<uint32_t>(seg_.slots());
+  const auto deadline = Waiter::Clock::now() + timeout_;
+
+  uint32_t in = 0, out = 0;
+  const uint32_t n = plan.num_chunks;
+  auto can_copy_in = [&] {
+    uint32_t g = plan.first_chunk + in;
+    return in < n && in - out < slots &&
+           StampReached(
+               seg_.input_free(static_cast<int>(g % slots)).load(std::memory_order_acquire),
+               g - slots + 1);
+  };
+  auto can_copy_out = [&] {
+    uint32_t g = plan.first_chunk + out;
+    return out < in &&
+           seg_.result_filled(static_cast<int>(g % slots)).load(std::memory_order_acquire) == g + 1;
+  };
+  while (out < n) {
+    bool progressed = false;
+    if (can_copy_in()) {
+      uint32_t g = plan.first_chunk + in;
+      int slot = static_cast<int>(g % slots);
+      std::size_t size = plan.ChunkSize(in);
+      if (contributes && size > 0) {
+        FF_RETURN_IF_ERROR(CopyToHost(seg_.input(local_rank_, slot),
+                                      static_cast<const char*>(send) + plan.ChunkOffset(in), size,
+                                      send_on_device));
+      }
+      seg_.input_filled(local_rank_, slot).store(g + 1, std::memory_order_release);
+      seg_.header().doorbell.Ring();
+      ++in;
+      progressed = true;
+    }
+    if (can_copy_out()) {
+      uint32_t g = plan.first_chunk + out;
+      int slot = static_cast<int>(g % slots);
+      std::size_t size = plan.ChunkSize(out);
+      if (receives && size > 0) {
+        FF_RETURN_IF_ERROR(CopyFromHost(static_cast<char*>(recv) + plan.ChunkOffset(out),
+                                        seg_.result(slot), size, recv_on_device));
+      }
+      seg_.result_pending(slot).fetch_sub(1, std::memory_order_acq_rel);
+      seg_.header().doorbell.Ring();
+      ++out;
+      progressed = true;
+    }
+    if (!progressed) {
+      FF_RETURN_IF_ERROR(waiter_.Until([&] { return can_copy_in() || can_copy_out(); }, deadline,
+                                       [&] {
+                                         return "chunk " + std::to_string(out) + " of " +
+                                                std::to_string(n) + " of " + DescribeOp(plan.desc) +
+                                                " on rank " + std::to_string(rank_);
+                                       }));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace ff::hfreduce

@@ -1,0 +1,68 @@
+// The copy pipeline of one rank: for each collective it publishes the rank's OpDesc, copies its
+// chunks into its input slots and the node's results back out, keeping up to `slots` chunks in
+// flight. Operations run one after another on the worker's thread in the order submitted.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "engine/op.h"
+#include "engine/waiter.h"
+#include "hfreduce/communicator.h"
+
+namespace ff::hfreduce {
+
+// A Work completed by the engine.
+class WorkImpl final : public Work {
+ public:
+  Status Wait() override;
+  bool Test() override;
+  void Complete(Status status);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  Status status_;
+};
+
+class RankWorker {
+ public:
+  RankWorker(NodeSegment& segment, int local_rank, int rank, Waiter waiter,
+             std::chrono::milliseconds timeout, std::size_t chunk_bytes);
+  ~RankWorker();  // fails queued operations with kCancelled, then joins
+
+  // Queues an operation; desc.op_seq is assigned here.
+  std::shared_ptr<Work> Submit(OpDesc desc, const void* send, void* recv);
+
+ private:
+  struct Pending {
+    OpDesc desc;
+    const void* send;
+    void* recv;
+    std::shared_ptr<WorkImpl> work;
+  };
+
+  void Run();
+  Status Execute(const OpPlan& plan, const void* send, void* recv);
+
+  NodeSegment& seg_;
+  const int local_rank_;
+  const int rank_;
+  Waiter waiter_;
+  const std::chrono::milliseconds timeout_;
+  const std::size_t chunk_bytes_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;
+  bool stop_ = false;
+  uint32_t next_op_seq_ = 1;
+  uint32_t next_chunk_ = 0;  // worker thread only
+  std::thread thread_;
+};
+
+}  // namespace ff::hfreduce

@@ -1,0 +1,65 @@
+#include "engine/waiter.h"
+
+#include <immintrin.h>
+#include <signal.h>
+
+#include <cerrno>
+#include <fstream>
+#include <sstream>
+
+namespace ff::hfreduce {
+
+bool ProcessDead(pid_t pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  // A zombie still answers kill(); its state in /proc/<pid>/stat is Z (or X).
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto close_paren = content.rfind(')');
+  if (close_paren == std::string::npos || close_paren + 2 >= content.size()) return false;
+  char state = content[close_paren + 2];
+  return state == 'Z' || state == 'X';
+}
+
+Waiter::Waiter(NodeSegment& segment, std::vector<pid_t> watched, std::vector<std::string> names)
+    : segment_(segment), watched_(std::move(watched)), names_(std::move(names)) {}
+
+Status Waiter::CheckPeers() {
+  for (std::size_t i = 0; i < watched_.size(); ++i) {
+    if (ProcessDead(watched_[i])) {
+      Status st = Unavailable("hfreduce: " + names_[i] + " (pid " + std::to_string(watched_[i]) +
+                              ") exited during a collective");
+      segment_.Abort(st);
+      return segment_.AbortStatus();
+    }
+  }
+  return Status::Ok();
+}
+
+Status Waiter::Until(const std::function<bool()>& pred, Clock::time_point deadline,
+                     const std::function<std::string()>& what, bool check_peers) {
+  Doorbell& bell = segment_.header().doorbell;
+  // A short spin first: most waits in a running pipeline end within microseconds.
+  for (int i = 0; i < 64; ++i) {
+    if (pred()) return Status::Ok();
+    _mm_pause();
+  }
+  auto next_check = Clock::now() + std::chrono::milliseconds(100);
+  while (true) {
+    uint32_t seen = bell.Value();
+    if (pred()) return Status::Ok();
+    if (segment_.aborted()) return segment_.AbortStatus();
+    auto now = Clock::now();
+    if (now >= deadline) {
+      segment_.Abort(DeadlineExceeded("hfreduce: timed out waiting for " + what()));
+      return segment_.AbortStatus();
+    }
+    if (check_peers && now >= next_check) {
+      FF_RETURN_IF_ERROR(CheckPeers());
+      next_check = now + std::chrono::milliseconds(100);
+    }
+    bell.Wait(seen, std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace ff::hfreduce

@@ -1,0 +1,44 @@
+// Waiting for a condition on the node's shared state, bounded by the operation's deadline and
+// broken off when the node aborts or a process it depends on dies.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "shm/node_segment.h"
+
+namespace ff::hfreduce {
+
+class Waiter {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `watched` are processes whose death fails the wait (for the leader: the other local ranks;
+  // for the others: the leader). Names are used in messages ("local rank 2").
+  Waiter(NodeSegment& segment, std::vector<pid_t> watched, std::vector<std::string> names);
+
+  // Blocks until pred() holds. Fails, aborting the node with the reason, when `deadline` passes
+  // or (with `check_peers`) a watched process dies; fails with the node's abort status when it
+  // has been aborted. `what` describes the wait for the timeout message. Waits between
+  // operations pass check_peers = false: a rank that finished and exited is not a failure then.
+  Status Until(const std::function<bool()>& pred, Clock::time_point deadline,
+               const std::function<std::string()>& what, bool check_peers = true);
+
+  // Checks the watched processes now; aborts the node and fails if one has died.
+  Status CheckPeers();
+
+ private:
+  NodeSegment& segment_;
+  std::vector<pid_t> watched_;
+  std::vector<std::string> names_;
+};
+
+// True when process `pid` has exited (including a zombie not yet reaped).
+bool ProcessDead(pid_t pid);
+
+}  // namespace ff::hfreduce

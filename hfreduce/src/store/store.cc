@@ -1,0 +1,192 @@
+#include "hfreduce/store.h"
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+
+#include "common/rpc_client.h"
+#include "common/rpc_server.h"
+#include "common/rpc_status.h"
+#include "hfreduce/proto/store.grpc.pb.h"
+
+namespace ff::hfreduce {
+namespace {
+
+constexpr std::size_t kMaxKey = 1024;
+constexpr std::size_t kMaxValue = 1 << 20;
+constexpr int64_t kMaxWaitMs = 3600 * 1000;
+
+class StoreService final : public proto::Store::Service {
+ public:
+  grpc::Status Set(grpc::ServerContext*, const proto::SetRequest* request,
+                   proto::SetReply*) override {
+    return ServeRpc("Store.Set", [&]() -> Status {
+      FF_RETURN_IF_ERROR(CheckKey(request->key()));
+      if (request->value().size() > kMaxValue) {
+        return InvalidArgument("store: value for '" + request->key() + "' exceeds 1 MiB");
+      }
+      std::lock_guard lock(mu_);
+      data_[request->key()] = request->value();
+      changed_.notify_all();
+      return Status::Ok();
+    });
+  }
+
+  grpc::Status Get(grpc::ServerContext* context, const proto::GetRequest* request,
+                   proto::GetReply* reply) override {
+    return ServeRpc("Store.Get", [&]() -> Status {
+      for (const std::string& key : request->keys())
+        FF_RETURN_IF_ERROR(CheckKey(key));
+      if (request->timeout_ms() < 0 || request->timeout_ms() > kMaxWaitMs) {
+        return InvalidArgument("store: timeout_ms must be in 0..3600000");
+      }
+      auto until =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(request->timeout_ms());
+      std::unique_lock lock(mu_);
+      while (true) {
+        std::string missing;
+        for (const std::string& key : request->keys()) {
+          if (!data_.contains(key)) missing += (missing.empty() ? "" : ", ") + key;
+        }
+        if (missing.empty()) break;
+        if (context->IsCancelled()) return Status(StatusCode::kCancelled, "store: get cancelled");
+        if (changed_.wait_until(lock, std::min(until, std::chrono::steady_clock::now() +
+                                                          std::chrono::milliseconds(100))) ==
+                std::cv_status::timeout &&
+            std::chrono::steady_clock::now() >= until) {
+          return DeadlineExceeded("store: keys not set in time: " + missing);
+        }
+      }
+      for (const std::string& key : request->keys())
+        reply->add_values(data_[key]);
+      return Status::Ok();
+    });
+  }
+
+  grpc::Status Add(grpc::ServerContext*, const proto::AddRequest* request,
+                   proto::AddReply* reply) override {
+    return ServeRpc("Store.Add", [&]() -> Status {
+      FF_RETURN_IF_ERROR(CheckKey(request->key()));
+      std::lock_guard lock(mu_);
+      std::string& slot = data_[request->key()];
+      int64_t value = 0;
+      if (!slot.empty()) {
+        try {
+          value = std::stoll(slot);
+        } catch (const std::exception&) {
+          return FailedPrecondition("store: '" + request->key() + "' does not hold an integer");
+        }
+      }
+      value += request->delta();
+      slot = std::to_string(value);
+      reply->set_value(value);
+      changed_.notify_all();
+      return Status::Ok();
+    });
+  }
+
+ private:
+  static Status CheckKey(const std::string& key) {
+    if (key.empty() || key.size() > kMaxKey) {
+      return InvalidArgument("store: keys must be 1..1024 bytes");
+    }
+    return Status::Ok();
+  }
+
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<std::string, std::string> data_;
+};
+
+}  // namespace
+
+struct StoreServer::Impl {
+  StoreService service;
+  std::unique_ptr<RpcServer> server;
+};
+
+Result<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& listen) {
+  auto impl = std::make_unique<Impl>();
+  RpcServerOptions options;
+  options.listen = listen;
+  options.shutdown_grace_ms = 0;
+  FF_ASSIGN_OR_RETURN(impl->server, RpcServer::Start(options, {&impl->service}));
+  return std::unique_ptr<StoreServer>(new StoreServer(std::move(impl)));
+}
+
+StoreServer::StoreServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StoreServer::~StoreServer() = default;
+const std::string& StoreServer::address() const {
+  return impl_->server->address();
+}
+
+struct StoreClient::Impl {
+  std::string address;
+  std::chrono::milliseconds connect_timeout;
+  std::unique_ptr<proto::Store::Stub> stub;
+
+  CallOptions Options(std::chrono::milliseconds wait = std::chrono::milliseconds(0)) const {
+    CallOptions o = CallOptions::Idempotent(std::chrono::milliseconds(2000) + wait);
+    o.max_attempts = 1000;  // bounded by the total deadline
+    o.initial_backoff = std::chrono::milliseconds(20);
+    o.max_backoff = std::chrono::milliseconds(500);
+    o.total_deadline = connect_timeout + wait;
+    return o;
+  }
+};
+
+StoreClient::StoreClient(const std::string& address, std::chrono::milliseconds connect_timeout)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->address = address;
+  impl_->connect_timeout = connect_timeout;
+  impl_->stub = proto::Store::NewStub(MakeChannel(address));
+}
+
+StoreClient::~StoreClient() = default;
+
+Status StoreClient::Set(const std::string& key, const std::string& value) {
+  proto::SetRequest request;
+  request.set_key(key);
+  request.set_value(value);
+  proto::SetReply reply;
+  // Set is idempotent (same key, same value).
+  return CallRpc("hfreduce store " + impl_->address + " Set", impl_->Options(),
+                 [&](grpc::ClientContext* c) { return impl_->stub->Set(c, request, &reply); });
+}
+
+Result<std::vector<std::string>> StoreClient::Get(const std::vector<std::string>& keys,
+                                                  std::chrono::milliseconds timeout) {
+  proto::GetRequest request;
+  for (const std::string& k : keys)
+    request.add_keys(k);
+  request.set_timeout_ms(timeout.count());
+  proto::GetReply reply;
+  FF_RETURN_IF_ERROR(
+      CallRpc("hfreduce store " + impl_->address + " Get", impl_->Options(timeout),
+              [&](grpc::ClientContext* c) { return impl_->stub->Get(c, request, &reply); }));
+  return std::vector<std::string>(reply.values().begin(), reply.values().end());
+}
+
+Result<std::string> StoreClient::Get(const std::string& key, std::chrono::milliseconds timeout) {
+  FF_ASSIGN_OR_RETURN(std::vector<std::string> values, Get(std::vector<std::string>{key}, timeout));
+  return values.front();
+}
+
+Result<int64_t> StoreClient::Add(const std::string& key, int64_t delta) {
+  proto::AddRequest request;
+  request.set_key(key);
+  request.set_delta(delta);
+  proto::AddReply reply;
+  // Not idempotent: tried once once connected. Wait for the server to be reachable first.
+  CallOptions options = impl_->Options();
+  options.idempotent = false;
+  options.deadline = impl_->connect_timeout;
+  FF_RETURN_IF_ERROR(
+      CallRpc("hfreduce store " + impl_->address + " Add", options, [&](grpc::ClientContext* c) {
+        c->set_wait_for_ready(true);
+        return impl_->stub->Add(c, request, &reply);
+      }));
+  return reply.value();
+}
+
+}  // namespace ff::hfreduce

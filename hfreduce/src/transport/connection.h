@@ -1,0 +1,33 @@
+// A reliable, ordered, full-duplex byte stream between two nodes' leaders: what the tree
+// algorithm is written against. Implementations: TCP (tcp.h), ibverbs RC (verbs.h, where built).
+// One thread may Send while another Recvs; two concurrent Sends (or Recvs) are not allowed.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "common/status.h"
+
+namespace ff::hfreduce {
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  // Sends all `n` bytes, blocking. `more` hints that another Send follows at once.
+  virtual Status Send(const void* data, std::size_t n, bool more = false) = 0;
+  // Receives exactly `n` bytes, blocking. kUnavailable when the peer closed or failed.
+  virtual Status Recv(void* data, std::size_t n) = 0;
+  // Makes blocked and future Send/Recv fail; the peer sees the stream end. Idempotent.
+  virtual void Shutdown() = 0;
+  // Names the peer in messages ("node 3 (10.0.0.7:4000)"); the transport's address by default.
+  const std::string& peer() const { return peer_; }
+  void set_peer(std::string name) { peer_ = std::move(name); }
+
+ protected:
+  explicit Connection(std::string peer) : peer_(std::move(peer)) {}
+
+ private:
+  std::string peer_;
+};
+
+}  // namespace ff::hfreduce

@@ -1,0 +1,34 @@
+// TCP transport: connections between node leaders over plain sockets (runs everywhere).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "transport/connection.h"
+
+namespace ff::hfreduce {
+
+class TcpListener {
+ public:
+  // Listens on `host` at a free port.
+  static Result<std::unique_ptr<TcpListener>> Listen(const std::string& host);
+  ~TcpListener();
+  // "host:port" peers connect to.
+  const std::string& address() const { return address_; }
+  // Accepts one connection; kDeadlineExceeded when none arrives by `deadline`.
+  Result<std::unique_ptr<Connection>> Accept(std::chrono::steady_clock::time_point deadline);
+
+ private:
+  TcpListener(int fd, std::string address) : fd_(fd), address_(std::move(address)) {}
+  int fd_;
+  std::string address_;
+};
+
+// Connects to `address` ("host:port"), retrying refused connections (the peer may not listen
+// yet) until `deadline`.
+Result<std::unique_ptr<Connection>> TcpConnect(const std::string& address,
+                                               std::chrono::steady_clock::time_point deadline);
+
+}  // namespace ff::hfreduce

@@ -1,0 +1,142 @@
+// HFReduce collectives with every rank a separate process: real shared memory, real sockets.
+// Several "nodes" share this machine through HFREDUCE_NODE_ID.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tests/support/subprocess.h"
+
+namespace ff {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct RankResult {
+  int exit_code;
+  std::string stderr_text;
+};
+
+// Runs `scenario` on nodes x local ranks processes; returns each rank's exit code and stderr.
+std::vector<RankResult> Launch(int nodes, int local, const std::string& scenario,
+                               std::map<std::string, std::string> extra_env = {},
+                               std::chrono::seconds timeout = 240s) {
+  const int world = nodes * local;
+  const std::string port = std::to_string(FreePort());
+  std::vector<test::Subprocess> ranks;
+  for (int r = 0; r < world; ++r) {
+    test::Subprocess::Options options;
+    options.env = extra_env;
+    options.env["RANK"] = std::to_string(r);
+    options.env["WORLD_SIZE"] = std::to_string(world);
+    options.env["MASTER_ADDR"] = "127.0.0.1";
+    options.env["MASTER_PORT"] = port;
+    options.env["HFREDUCE_NODE_ID"] = "node" + std::to_string(r / local);
+    auto proc = test::Subprocess::Start({FF_HFREDUCE_RANK_PATH, scenario}, options);
+    EXPECT_TRUE(proc.ok()) << proc.status();
+    ranks.push_back(std::move(*proc));
+  }
+  std::vector<RankResult> results;
+  auto until = std::chrono::steady_clock::now() + timeout;
+  for (auto& p : ranks) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    auto code = p.Wait(std::max(left, std::chrono::milliseconds(1)));
+    results.push_back({code.value_or(-1), p.Stderr()});
+  }
+  return results;
+}
+
+void ExpectAllPassed(const std::vector<RankResult>& results) {
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " (-1: still running at the timeout):\n"
+                                       << results[r].stderr_text;
+  }
+}
+
+struct Layout {
+  int nodes;
+  int local;
+};
+
+class LayoutTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(LayoutTest, AllreduceEveryTypeOpAndCountMatchesReference) {
+  ExpectAllPassed(Launch(GetParam().nodes, GetParam().local, "allreduce"));
+}
+
+TEST_P(LayoutTest, BroadcastFromEveryRootAndBarrier) {
+  ExpectAllPassed(Launch(GetParam().nodes, GetParam().local, "broadcast"));
+}
+
+TEST_P(LayoutTest, ManyAsyncOperationsInFlight) {
+  ExpectAllPassed(Launch(GetParam().nodes, GetParam().local, "async"));
+}
+
+std::string LayoutName(const ::testing::TestParamInfo<Layout>& info) {
+  return std::to_string(info.param.nodes) + "x" + std::to_string(info.param.local);
+}
+
+// World sizes 1..8 in the layouts the issue names: 1xN, Nx1, 2x4, 3x2.
+INSTANTIATE_TEST_SUITE_P(Layouts, LayoutTest,
+                         ::testing::Values(Layout{1, 1}, Layout{1, 2}, Layout{1, 4}, Layout{2, 1},
+                                           Layout{3, 1}, Layout{5, 1}, Layout{8, 1}, Layout{2, 4},
+                                           Layout{3, 2}, Layout{1, 8}, Layout{7, 1}, Layout{6, 1}),
+                         LayoutName);
+
+TEST(HfreduceLargeTest, SixtyFourMiBTwoNodesByFour) {
+  // Small chunks so the 64 MiB runs through many pipeline slots and both trees.
+  ExpectAllPassed(Launch(2, 4, "large", {{"HFREDUCE_CHUNK_BYTES", "262144"}}));
+}
+
+TEST(HfreduceFailureTest, MismatchedCountsFailOnEveryRank) {
+  for (Layout layout : {Layout{1, 3}, Layout{3, 1}, Layout{2, 2}}) {
+    auto results =
+        Launch(layout.nodes, layout.local, "mismatch", {{"HFREDUCE_TIMEOUT_MS", "20000"}});
+    for (std::size_t r = 0; r < results.size(); ++r) {
+      EXPECT_EQ(results[r].exit_code, 0)
+          << layout.nodes << "x" << layout.local << " rank " << r << ":\n"
+          << results[r].stderr_text;
+    }
+    // Where the disagreement is seen (same node, or across nodes), it is named.
+    bool named = false;
+    for (const auto& r : results) {
+      named = named || r.stderr_text.find("disagree on operation 1") != std::string::npos;
+    }
+    EXPECT_TRUE(named) << layout.nodes << "x" << layout.local << ": " << results[0].stderr_text;
+  }
+}
+
+TEST(HfreduceFailureTest, KilledRankMakesTheOthersFailWithinTheTimeout) {
+  for (Layout layout : {Layout{1, 3}, Layout{3, 1}, Layout{2, 2}}) {
+    auto start = std::chrono::steady_clock::now();
+    auto results =
+        Launch(layout.nodes, layout.local, "kill", {{"HFREDUCE_TIMEOUT_MS", "15000"}}, 60s);
+    auto elapsed = std::chrono::steady_clock::now() - start;
+    ASSERT_EQ(results.back().exit_code, 42);
+    for (std::size_t r = 0; r + 1 < results.size(); ++r) {
+      EXPECT_EQ(results[r].exit_code, 0)
+          << layout.nodes << "x" << layout.local << " rank " << r << ":\n"
+          << results[r].stderr_text;
+      EXPECT_THAT(results[r].stderr_text, HasSubstr("error after"));
+    }
+    EXPECT_LT(elapsed, 45s) << "the survivors took too long to notice";
+  }
+}
+
+}  // namespace
+}  // namespace ff

@@ -1,0 +1,333 @@
+// hfreduce-test-rank: one rank of a multi-process HFReduce test. The test launches world_size of
+// these (environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, HFREDUCE_NODE_ID, ...) and each
+// checks its results against a float64 reference computed from the same seeded inputs.
+// Exit 0: every check passed. Exit 1: a check failed (details on stderr). Exit 2: setup failed.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hfreduce/communicator.h"
+#include "reduce/kernels.h"
+
+namespace ff::hfreduce {
+namespace {
+
+int failures = 0;
+
+#define CHECK_OR_FAIL(cond, ...)                 \
+  do {                                           \
+    if (!(cond)) {                               \
+      std::fprintf(stderr, "rank %d: ", g_rank); \
+      std::fprintf(stderr, __VA_ARGS__);         \
+      std::fprintf(stderr, "\n");                \
+      ++failures;                                \
+    }                                            \
+  } while (0)
+
+int g_rank = 0;
+
+// Rank r's input element i for a given test seed, as a double exactly representable in `type`.
+uint64_t Mix(uint64_t x) {  // splitmix64: a cheap, well-spread hash of (seed, rank, index)
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+double InputValue(DataType type, uint64_t seed, int r, std::size_t i) {
+  uint64_t h = Mix(Mix(seed * 1000003 + static_cast<uint64_t>(r)) + i);
+  switch (type) {
+    case DataType::kInt32:
+    case DataType::kInt64:
+      return static_cast<double>(static_cast<int64_t>(h % 2001) - 1000);
+    case DataType::kFloat16:
+      return HalfToFloat(FloatToHalf(static_cast<float>(static_cast<int>(h % 201) - 100) / 8));
+    case DataType::kBFloat16:
+      return BFloat16ToFloat(
+          FloatToBFloat16(static_cast<float>(static_cast<int>(h % 201) - 100) / 4));
+    case DataType::kFloat32:
+      return static_cast<float>(static_cast<double>(h >> 11) / 9007199254740992.0 * 20 - 10);
+    default:
+      return static_cast<double>(h >> 11) / 9007199254740992.0 * 20 - 10;
+  }
+}
+
+void Store(DataType type, void* buf, std::size_t i, double v) {
+  switch (type) {
+    case DataType::kFloat32:
+      static_cast<float*>(buf)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFloat64:
+      static_cast<double*>(buf)[i] = v;
+      break;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(buf)[i] = FloatToHalf(static_cast<float>(v));
+      break;
+    case DataType::kBFloat16:
+      static_cast<uint16_t*>(buf)[i] = FloatToBFloat16(static_cast<float>(v));
+      break;
+    case DataType::kInt32:
+      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
+      break;
+    case DataType::kInt64:
+      static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v);
+      break;
+  }
+}
+
+double Load(DataType type, const void* buf, std::size_t i) {
+  switch (type) {
+    case DataType::kFloat32:
+      return static_cast<const float*>(buf)[i];
+    case DataType::kFloat64:
+      return static_cast<const double*>(buf)[i];
+    case DataType::kFloat16:
+      return HalfToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kBFloat16:
+      return BFloat16ToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kInt32:
+      return static_cast<const int32_t*>(buf)[i];
+    case DataType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+  }
+  return 0;
+}
+
+// The exact result, and (in *magnitude) the sum of the inputs' magnitudes, which bounds the
+// partial sums whose rounding the result may carry.
+double Reference(DataType type, ReduceOp op, uint64_t seed, int world, std::size_t i,
+                 double* magnitude) {
+  double acc = InputValue(type, seed, 0, i);
+  *magnitude = std::fabs(acc);
+  for (int r = 1; r < world; ++r) {
+    double v = InputValue(type, seed, r, i);
+    *magnitude += std::fabs(v);
+    if (op == ReduceOp::kMax)
+      acc = std::max(acc, v);
+    else if (op == ReduceOp::kMin)
+      acc = std::min(acc, v);
+    else
+      acc += v;
+  }
+  if (op == ReduceOp::kAvg) {
+    acc = (type == DataType::kInt32 || type == DataType::kInt64) ? std::trunc(acc / world)
+                                                                 : acc / world;
+  }
+  return acc;
+}
+
+// Each of the at most `world` roundings of a partial sum is off by at most half an ulp of that
+// partial sum, itself at most `magnitude`: the bound is world * eps / 2 * magnitude (times 2 for
+// the final division of an average). Integers are exact.
+double Tolerance(DataType type, double magnitude, int world) {
+  double eps = 0;
+  switch (type) {
+    case DataType::kFloat64:
+      eps = 0x1p-52;
+      break;
+    case DataType::kFloat32:
+      eps = 0x1p-23;
+      break;
+    case DataType::kFloat16:
+      eps = 0x1p-10;
+      break;
+    case DataType::kBFloat16:
+      eps = 0x1p-7;
+      break;
+    default:
+      return 0;
+  }
+  return eps * world * (magnitude + 1);
+}
+
+std::vector<char> MakeInput(DataType type, uint64_t seed, int rank, std::size_t count) {
+  std::vector<char> buf(count * ElementSize(type));
+  for (std::size_t i = 0; i < count; ++i)
+    Store(type, buf.data(), i, InputValue(type, seed, rank, i));
+  return buf;
+}
+
+void CheckAllreduce(const std::vector<char>& out, DataType type, ReduceOp op, uint64_t seed,
+                    int world, std::size_t count, const char* what) {
+  int reported = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    double magnitude = 0;
+    double ref = Reference(type, op, seed, world, i, &magnitude);
+    double got = Load(type, out.data(), i);
+    if (std::fabs(got - ref) > Tolerance(type, magnitude, world) && reported++ < 3) {
+      CHECK_OR_FAIL(false, "%s %s/%s count %zu: element %zu is %.9g, expected %.9g", what,
+                    std::string(DataTypeName(type)).c_str(), std::string(ReduceOpName(op)).c_str(),
+                    count, i, got, ref);
+    }
+  }
+}
+
+const std::vector<std::size_t> kCounts = {0, 1, 2, 7, 31, 97, 1021, 65537, 262147};
+constexpr DataType kTypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+                               DataType::kBFloat16, DataType::kInt32,   DataType::kInt64};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+
+void ScenarioAllreduce(Communicator& comm) {
+  uint64_t seed = 1;
+  for (DataType type : kTypes) {
+    for (ReduceOp op : kOps) {
+      for (std::size_t count : kCounts) {
+        ++seed;
+        std::vector<char> in = MakeInput(type, seed, comm.rank(), count);
+        // Out of place, then in place.
+        std::vector<char> out(in.size(), 0x5a);
+        Status st = comm.Allreduce(in.data(), out.data(), count, type, op);
+        CHECK_OR_FAIL(st.ok(), "allreduce failed: %s", st.ToString().c_str());
+        CheckAllreduce(out, type, op, seed, comm.world_size(), count, "out-of-place");
+        CHECK_OR_FAIL(in == MakeInput(type, seed, comm.rank(), count),
+                      "allreduce changed its input");
+        st = comm.Allreduce(in.data(), in.data(), count, type, op);
+        CHECK_OR_FAIL(st.ok(), "in-place allreduce failed: %s", st.ToString().c_str());
+        CheckAllreduce(in, type, op, seed, comm.world_size(), count, "in-place");
+      }
+    }
+  }
+}
+
+void ScenarioBroadcastBarrier(Communicator& comm) {
+  for (int root = 0; root < comm.world_size(); ++root) {
+    for (std::size_t count : {std::size_t{0}, std::size_t{5}, std::size_t{300001}}) {
+      std::vector<char> expected = MakeInput(DataType::kFloat32, 99 + root, root, count);
+      std::vector<char> buf =
+          comm.rank() == root ? expected : std::vector<char>(expected.size(), 0);
+      Status st = comm.Broadcast(buf.data(), count, DataType::kFloat32, root);
+      CHECK_OR_FAIL(st.ok(), "broadcast failed: %s", st.ToString().c_str());
+      CHECK_OR_FAIL(buf == expected, "broadcast from %d of %zu floats: wrong data", root, count);
+    }
+    Status st = comm.Barrier();
+    CHECK_OR_FAIL(st.ok(), "barrier failed: %s", st.ToString().c_str());
+  }
+}
+
+void ScenarioAsync(Communicator& comm) {
+  // Many operations in flight at once, completing in order.
+  constexpr int kOpsInFlight = 40;
+  std::vector<std::vector<char>> bufs;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int k = 0; k < kOpsInFlight; ++k) {
+    std::size_t count = 1000 + 977 * static_cast<std::size_t>(k);
+    bufs.push_back(MakeInput(DataType::kFloat32, 500 + k, comm.rank(), count));
+  }
+  for (int k = 0; k < kOpsInFlight; ++k) {
+    works.push_back(comm.AllreduceAsync(bufs[k].data(), bufs[k].data(), bufs[k].size() / 4,
+                                        DataType::kFloat32, ReduceOp::kSum));
+  }
+  for (int k = 0; k < kOpsInFlight; ++k) {
+    Status st = works[k]->Wait();
+    CHECK_OR_FAIL(st.ok(), "async op %d failed: %s", k, st.ToString().c_str());
+    CHECK_OR_FAIL(works[k]->Test(), "Test() false after Wait()");
+    CheckAllreduce(bufs[k], DataType::kFloat32, ReduceOp::kSum, 500 + k, comm.world_size(),
+                   bufs[k].size() / 4, "async");
+  }
+}
+
+void ScenarioLarge(Communicator& comm) {
+  const std::size_t count = (64u << 20) / 4;  // 64 MiB of fp32
+  std::vector<float> buf(count);
+  for (std::size_t i = 0; i < count; ++i)
+    buf[i] = static_cast<float>((i * 31 + comm.rank()) % 1024);
+  for (int round = 0; round < 2; ++round) {
+    std::vector<float> data = buf;
+    Status st = comm.Allreduce(data.data(), data.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    CHECK_OR_FAIL(st.ok(), "64 MiB allreduce failed: %s", st.ToString().c_str());
+    int reported = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      double ref = 0;
+      for (int r = 0; r < comm.world_size(); ++r)
+        ref += static_cast<double>((i * 31 + r) % 1024);
+      if (data[i] != ref && reported++ < 3) {
+        CHECK_OR_FAIL(false, "64 MiB: element %zu is %g, expected %g", i, data[i], ref);
+      }
+    }
+  }
+}
+
+// Rank 1 asks for a different count: every rank must get an error naming the disagreement.
+int ScenarioMismatch(Communicator& comm) {
+  std::vector<float> buf(1000, 1.0f);
+  std::size_t count = comm.rank() == 1 ? 999 : 1000;
+  Status st = comm.Allreduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum);
+  if (st.ok()) {
+    std::fprintf(stderr, "rank %d: mismatched allreduce succeeded\n", comm.rank());
+    return 1;
+  }
+  std::fprintf(stderr, "rank %d: error: %s\n", comm.rank(), st.ToString().c_str());
+  // The communicator is now broken: later calls fail at once with the same status.
+  Status again = comm.Barrier();
+  if (again.ok() || comm.health().ok()) {
+    std::fprintf(stderr, "rank %d: communicator still usable after the failure\n", comm.rank());
+    return 1;
+  }
+  return 0;
+}
+
+// The last rank dies in the middle of a run of collectives; the others must fail cleanly.
+int ScenarioKill(Communicator& comm) {
+  std::vector<float> buf(1 << 20, 1.0f);
+  for (int i = 0; i < 3; ++i) {
+    (void)comm.Allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+  }
+  if (comm.rank() == comm.world_size() - 1) _exit(42);  // killed mid-run, without cleanup
+  auto start = std::chrono::steady_clock::now();
+  Status st;
+  for (int i = 0; i < 3 && st.ok(); ++i) {
+    st = comm.Allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (st.ok()) {
+    std::fprintf(stderr, "rank %d: collectives succeeded after a rank died\n", comm.rank());
+    return 1;
+  }
+  std::fprintf(stderr, "rank %d: error after %.1f s: %s\n", comm.rank(), seconds,
+               st.ToString().c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace ff::hfreduce
+
+int main(int argc, char** argv) {
+  using namespace ff::hfreduce;
+  std::string scenario = argc > 1 ? argv[1] : "allreduce";
+  auto options = CommunicatorOptions::FromEnvironment();
+  if (!options.ok()) {
+    std::fprintf(stderr, "%s\n", options.status().ToString().c_str());
+    return 2;
+  }
+  g_rank = options->rank;
+  auto comm = Communicator::Create(*options);
+  if (!comm.ok()) {
+    std::fprintf(stderr, "rank %d: create failed: %s\n", g_rank, comm.status().ToString().c_str());
+    return 2;
+  }
+  if (scenario == "allreduce")
+    ScenarioAllreduce(**comm);
+  else if (scenario == "broadcast")
+    ScenarioBroadcastBarrier(**comm);
+  else if (scenario == "async")
+    ScenarioAsync(**comm);
+  else if (scenario == "large")
+    ScenarioLarge(**comm);
+  else if (scenario == "mismatch")
+    return ScenarioMismatch(**comm);
+  else if (scenario == "kill")
+    return ScenarioKill(**comm);
+  else {
+    std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
+    return 2;
+  }
+  ff::Status st = (*comm)->Barrier();
+  CHECK_OR_FAIL(st.ok(), "final barrier failed: %s", st.ToString().c_str());
+  return failures == 0 ? 0 : 1;
+}
