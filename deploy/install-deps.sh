@@ -12,8 +12,8 @@ PACKAGES=(
   librocksdb-dev libfuse3-dev fuse3 libibverbs-dev
   # metrics, logging, config, CLI, JSON
   prometheus-cpp-dev libspdlog-dev libfmt-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  # tests and benchmarks (Gloo and OpenMPI are hfreduce-bench's peers)
+  libgtest-dev libgmock-dev googletest libbenchmark-dev libgloo-dev libopenmpi-dev openmpi-bin
 )
 
 say() { echo "install-deps: $*" >&2; }
