@@ -118,6 +118,31 @@ class CommunicatorImpl final : public Communicator {
     return Submit(desc, buf, buf, "broadcast");
   }
 
+  std::shared_ptr<Work> ReduceScatterAsync(const void* send, void* recv, std::size_t recv_count,
+                                           DataType type, ReduceOp op) override {
+    if (recv_count > 0 && (send == nullptr || recv == nullptr)) {
+      return Failed(InvalidArgument("hfreduce: reduce-scatter with a null buffer"));
+    }
+    OpDesc desc;
+    desc.kind = static_cast<uint8_t>(CollectiveKind::kReduceScatter);
+    desc.dtype = static_cast<uint8_t>(type);
+    desc.redop = static_cast<uint8_t>(op);
+    desc.count = recv_count;
+    return Submit(desc, send, recv, "reduce_scatter");
+  }
+
+  std::shared_ptr<Work> AllgatherAsync(const void* send, void* recv, std::size_t send_count,
+                                       DataType type) override {
+    if (send_count > 0 && (send == nullptr || recv == nullptr)) {
+      return Failed(InvalidArgument("hfreduce: allgather with a null buffer"));
+    }
+    OpDesc desc;
+    desc.kind = static_cast<uint8_t>(CollectiveKind::kAllgather);
+    desc.dtype = static_cast<uint8_t>(type);
+    desc.count = send_count;
+    return Submit(desc, send, recv, "allgather");
+  }
+
   std::shared_ptr<Work> BarrierAsync() override {
     OpDesc desc;
     desc.kind = static_cast<uint8_t>(CollectiveKind::kBarrier);
@@ -334,8 +359,8 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, StoreCli
     }
     engine_ = std::make_unique<NodeEngine>(*segment_, waiter, std::move(config));
   }
-  worker_ = std::make_unique<RankWorker>(*segment_, local_rank_, rank_, waiter, options.timeout,
-                                         options.chunk_bytes);
+  worker_ = std::make_unique<RankWorker>(*segment_, local_rank_, rank_, world_size_, waiter,
+                                         options.timeout, options.chunk_bytes);
   return Status::Ok();
 }
 

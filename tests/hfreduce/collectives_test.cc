@@ -63,7 +63,7 @@ std::vector<RankResult> Launch(int nodes, int local, const std::string& scenario
 
 void ExpectAllPassed(const std::vector<RankResult>& results) {
   for (std::size_t r = 0; r < results.size(); ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " (-1: still running at the timeout):\n"
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " exit code (-1: still running at the timeout):\n"
                                        << results[r].stderr_text;
   }
 }
@@ -81,6 +81,10 @@ TEST_P(LayoutTest, AllreduceEveryTypeOpAndCountMatchesReference) {
 
 TEST_P(LayoutTest, BroadcastFromEveryRootAndBarrier) {
   ExpectAllPassed(Launch(GetParam().nodes, GetParam().local, "broadcast"));
+}
+
+TEST_P(LayoutTest, ReduceScatterAndAllgatherMatchReference) {
+  ExpectAllPassed(Launch(GetParam().nodes, GetParam().local, "scatter-gather"));
 }
 
 TEST_P(LayoutTest, ManyAsyncOperationsInFlight) {

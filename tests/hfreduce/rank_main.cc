@@ -195,6 +195,63 @@ void ScenarioAllreduce(Communicator& comm) {
   }
 }
 
+void ScenarioScatterGather(Communicator& comm) {
+  const int world = comm.world_size();
+  const int rank = comm.rank();
+  uint64_t seed = 7000;
+  for (DataType type : kTypes) {
+    for (std::size_t count :
+         {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1021}, std::size_t{65537}}) {
+      const std::size_t element = ElementSize(type);
+      for (ReduceOp op : kOps) {
+        ++seed;
+        // Reduce-scatter: this rank's piece of the reduction of count * world elements.
+        std::vector<char> in = MakeInput(type, seed, rank, count * world);
+        std::vector<char> out(count * element, 0x5a);
+        Status st = comm.ReduceScatter(in.data(), out.data(), count, type, op);
+        CHECK_OR_FAIL(st.ok(), "reduce-scatter failed: %s", st.ToString().c_str());
+        int reported = 0;
+        for (std::size_t i = 0; i < count; ++i) {
+          double magnitude = 0;
+          double ref = Reference(type, op, seed, world, rank * count + i, &magnitude);
+          double got = Load(type, out.data(), i);
+          if (std::fabs(got - ref) > Tolerance(type, magnitude, world) && reported++ < 3) {
+            CHECK_OR_FAIL(false,
+                          "reduce-scatter %s/%s count %zu: element %zu is %.9g, expected %.9g",
+                          std::string(DataTypeName(type)).c_str(),
+                          std::string(ReduceOpName(op)).c_str(), count, i, got, ref);
+          }
+        }
+        // In place: the result lands on this rank's piece of the input.
+        char* piece = in.data() + rank * count * element;
+        st = comm.ReduceScatter(in.data(), piece, count, type, op);
+        CHECK_OR_FAIL(st.ok(), "in-place reduce-scatter failed: %s", st.ToString().c_str());
+        CHECK_OR_FAIL(std::memcmp(piece, out.data(), count * element) == 0,
+                      "in-place reduce-scatter %s count %zu differs from out-of-place",
+                      std::string(DataTypeName(type)).c_str(), count);
+      }
+      // Allgather: exact, byte for byte.
+      ++seed;
+      std::vector<char> mine = MakeInput(type, seed, rank, count);
+      std::vector<char> expected;
+      for (int r = 0; r < world; ++r) {
+        std::vector<char> theirs = MakeInput(type, seed, r, count);
+        expected.insert(expected.end(), theirs.begin(), theirs.end());
+      }
+      std::vector<char> gathered(count * element * world, 0x5a);
+      Status st = comm.Allgather(mine.data(), gathered.data(), count, type);
+      CHECK_OR_FAIL(st.ok(), "allgather failed: %s", st.ToString().c_str());
+      CHECK_OR_FAIL(gathered == expected, "allgather %s count %zu: wrong data",
+                    std::string(DataTypeName(type)).c_str(), count);
+      std::vector<char> in_place(count * element * world, 0);
+      std::memcpy(in_place.data() + rank * count * element, mine.data(), mine.size());
+      st = comm.Allgather(in_place.data() + rank * count * element, in_place.data(), count, type);
+      CHECK_OR_FAIL(st.ok() && in_place == expected, "in-place allgather %s count %zu: wrong data",
+                    std::string(DataTypeName(type)).c_str(), count);
+    }
+  }
+}
+
 void ScenarioBroadcastBarrier(Communicator& comm) {
   for (int root = 0; root < comm.world_size(); ++root) {
     for (std::size_t count : {std::size_t{0}, std::size_t{5}, std::size_t{300001}}) {
@@ -311,19 +368,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rank %d: create failed: %s\n", g_rank, comm.status().ToString().c_str());
     return 2;
   }
-  if (scenario == "allreduce")
+  if (scenario == "allreduce") {
     ScenarioAllreduce(**comm);
-  else if (scenario == "broadcast")
+  } else if (scenario == "broadcast") {
     ScenarioBroadcastBarrier(**comm);
-  else if (scenario == "async")
+  } else if (scenario == "scatter-gather") {
+    ScenarioScatterGather(**comm);
+  } else if (scenario == "async") {
     ScenarioAsync(**comm);
-  else if (scenario == "large")
+  } else if (scenario == "large") {
     ScenarioLarge(**comm);
-  else if (scenario == "mismatch")
+  } else if (scenario == "mismatch") {
     return ScenarioMismatch(**comm);
-  else if (scenario == "kill")
+  } else if (scenario == "kill") {
     return ScenarioKill(**comm);
-  else {
+  } else {
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
     return 2;
   }

@@ -88,6 +88,17 @@ class Communicator {
   // buf (count elements) of rank `root` is copied to every rank's buf.
   virtual std::shared_ptr<Work> BroadcastAsync(void* buf, std::size_t count, DataType type,
                                                int root) = 0;
+  // recv (recv_count elements) = op over ranks of this rank's piece of send, i.e. of
+  // send[rank * recv_count .. (rank + 1) * recv_count); send holds recv_count * world_size
+  // elements. In place when recv == send + rank * recv_count.
+  virtual std::shared_ptr<Work> ReduceScatterAsync(const void* send, void* recv,
+                                                   std::size_t recv_count, DataType type,
+                                                   ReduceOp op) = 0;
+  // Rank r's send (send_count elements) lands at recv[r * send_count]; recv holds
+  // send_count * world_size elements. Exact for every type. In place when
+  // send == recv + rank * send_count.
+  virtual std::shared_ptr<Work> AllgatherAsync(const void* send, void* recv, std::size_t send_count,
+                                               DataType type) = 0;
   // Returns once every rank has called it.
   virtual std::shared_ptr<Work> BarrierAsync() = 0;
 
@@ -96,6 +107,13 @@ class Communicator {
   }
   Status Broadcast(void* buf, std::size_t count, DataType type, int root) {
     return BroadcastAsync(buf, count, type, root)->Wait();
+  }
+  Status ReduceScatter(const void* send, void* recv, std::size_t recv_count, DataType type,
+                       ReduceOp op) {
+    return ReduceScatterAsync(send, recv, recv_count, type, op)->Wait();
+  }
+  Status Allgather(const void* send, void* recv, std::size_t send_count, DataType type) {
+    return AllgatherAsync(send, recv, send_count, type)->Wait();
   }
   Status Barrier() { return BarrierAsync()->Wait(); }
 

@@ -147,6 +147,7 @@ bool NodeEngine::ResultSlotFree(uint32_t g) {
 void NodeEngine::ReducerLoop() {
   const int local = seg_.local_size();
   uint32_t next_chunk = 0;
+  uint32_t in_tree[2] = {0, 0};
   for (uint32_t seq = 1;; ++seq) {
     auto posted = [&](int lr) {
       return seg_.header().ranks[lr].desc_seq.load(std::memory_order_acquire) == seq;
@@ -185,8 +186,12 @@ void NodeEngine::ReducerLoop() {
         return;
       }
     }
-    OpPlan plan = MakePlan(first, next_chunk, config_.chunk_bytes);
+    OpPlan plan = MakePlan(first, next_chunk, config_.chunk_bytes, config_.world_size);
     next_chunk += plan.num_chunks;
+    plan.first_in_tree[0] = in_tree[0];
+    plan.first_in_tree[1] = in_tree[1];
+    in_tree[0] += (plan.num_chunks + 1) / 2;
+    in_tree[1] += plan.num_chunks / 2;
     {
       std::lock_guard lock(plans_mu_);
       plans_[plans_accepted_ % kPlanRing] = plan;
@@ -205,8 +210,9 @@ void NodeEngine::ReducerLoop() {
 Status NodeEngine::ReduceChunk(const OpPlan& plan, uint32_t c, Clock::time_point deadline) {
   const uint32_t g = plan.first_chunk + c;
   const int slot = static_cast<int>(g % slots_);
-  const int t = config_.num_nodes > 1 ? static_cast<int>(g % 2) : 0;
-  const uint32_t es = (g / 2) % slots_;
+  const int t = config_.num_nodes > 1 ? OpPlan::TreeOf(c) : 0;
+  const uint32_t ti = plan.TreeIndex(c);
+  const uint32_t es = ti % slots_;
   const bool root = IsRoot(t);
   const int local = seg_.local_size();
   const int children = config_.num_nodes > 1 ? Children(t) : 0;
@@ -218,11 +224,12 @@ Status NodeEngine::ReduceChunk(const OpPlan& plan, uint32_t c, Clock::time_point
           if (seg_.input_filled(lr, slot).load(std::memory_order_acquire) != g + 1) return false;
         }
         for (int i = 0; i < children; ++i) {
-          if (from_child_[t][i]->filled[es].load(std::memory_order_acquire) != g + 1) return false;
+          if (from_child_[t][i]->filled[es].load(std::memory_order_acquire) != ti + 1) {
+            return false;
+          }
         }
         return root ? ResultSlotFree(g)
-                    : StampReached(up->freed[es].load(std::memory_order_acquire),
-                                   g - 2 * slots_ + 1);
+                    : StampReached(up->freed[es].load(std::memory_order_acquire), ti - slots_ + 1);
       },
       deadline,
       [&] { return "the inputs of chunk " + std::to_string(c) + " of " + DescribeOp(plan.desc); }));
@@ -238,6 +245,9 @@ Status NodeEngine::ReduceChunk(const OpPlan& plan, uint32_t c, Clock::time_point
       for (int lr = 0; lr < local; ++lr) {
         if (config_.local_global_ranks[lr] == plan.desc.root) inputs[k++] = seg_.input(lr, slot);
       }
+    } else {  // allreduce, reduce-scatter, allgather: every local rank contributes
+      for (int lr = 0; lr < local; ++lr)
+        inputs[k++] = seg_.input(lr, slot);
     }
     for (int i = 0; i < children; ++i) {
       if (from_child_[t][i]->bytes[es].load(std::memory_order_acquire) > 0) {
@@ -250,6 +260,9 @@ Status NodeEngine::ReduceChunk(const OpPlan& plan, uint32_t c, Clock::time_point
   if (k == 1) {
     std::memcpy(dest, inputs[0], size);
     out_bytes = static_cast<uint32_t>(size);
+  } else if (k > 1 && plan.kind() == CollectiveKind::kAllgather) {
+    BitwiseOr(inputs, k, dest, size);
+    out_bytes = static_cast<uint32_t>(size);
   } else if (k > 1) {
     ReduceOp op = plan.op() == ReduceOp::kAvg ? ReduceOp::kSum : plan.op();
     Reduce(plan.type(), op, inputs, k, dest, size / ElementSize(plan.type()));
@@ -260,21 +273,23 @@ Status NodeEngine::ReduceChunk(const OpPlan& plan, uint32_t c, Clock::time_point
       return Internal("hfreduce: no data reached the root for chunk " + std::to_string(c) + " of " +
                       DescribeOp(plan.desc));
     }
-    if (plan.kind() == CollectiveKind::kAllreduce && plan.op() == ReduceOp::kAvg && size > 0) {
+    bool reduces =
+        plan.kind() == CollectiveKind::kAllreduce || plan.kind() == CollectiveKind::kReduceScatter;
+    if (reduces && plan.op() == ReduceOp::kAvg && size > 0) {
       DivideInPlace(plan.type(), dest, size / ElementSize(plan.type()), config_.world_size);
     }
   }
 
   seg_.input_free(slot).store(g + 1, std::memory_order_release);
   for (int i = 0; i < children; ++i)
-    from_child_[t][i]->freed[es].store(g + 1, std::memory_order_release);
+    from_child_[t][i]->freed[es].store(ti + 1, std::memory_order_release);
   if (root) {
     seg_.result_pending(slot).store(static_cast<uint32_t>(local + children),
                                     std::memory_order_release);
     seg_.result_filled(slot).store(g + 1, std::memory_order_release);
   } else {
     up->bytes[es].store(out_bytes, std::memory_order_release);
-    up->filled[es].store(g + 1, std::memory_order_release);
+    up->filled[es].store(ti + 1, std::memory_order_release);
   }
   seg_.header().doorbell.Ring();
   return Status::Ok();
@@ -294,9 +309,9 @@ bool NodeEngine::NextPlan(std::size_t index, OpPlan* plan) {
   }
 }
 
-void NodeEngine::ForEachTreeChunk(
-    int id, int t,
-    const std::function<Status(const OpPlan&, uint32_t, uint32_t, Clock::time_point)>& body) {
+void NodeEngine::ForEachTreeChunk(int id, int t,
+                                  const std::function<Status(const OpPlan&, uint32_t, uint32_t,
+                                                             uint32_t, Clock::time_point)>& body) {
   for (std::size_t index = 0;; ++index) {
     {
       std::lock_guard lock(plans_mu_);
@@ -307,9 +322,8 @@ void NodeEngine::ForEachTreeChunk(
     if (!NextPlan(index, &plan)) return;
     auto deadline = Clock::now() + config_.timeout;
     for (uint32_t c = 0; c < plan.num_chunks; ++c) {
-      uint32_t g = plan.first_chunk + c;
-      if (static_cast<int>(g % 2) != t) continue;
-      Status st = body(plan, c, g, deadline);
+      if (OpPlan::TreeOf(c) != t) continue;
+      Status st = body(plan, c, plan.first_chunk + c, plan.TreeIndex(c), deadline);
       if (!st.ok()) {
         if (!stop_) Fail(st);
         return;
@@ -347,16 +361,17 @@ void NodeEngine::UpSender(int id, int t) {
   Connection& conn = *config_.parent[t];
   EdgeRing& up = *up_[t];
   ForEachTreeChunk(
-      id, t, [&](const OpPlan& plan, uint32_t c, uint32_t g, Clock::time_point deadline) {
-        uint32_t es = (g / 2) % slots_;
+      id, t,
+      [&](const OpPlan& plan, uint32_t c, uint32_t g, uint32_t ti, Clock::time_point deadline) {
+        uint32_t es = ti % slots_;
         FF_RETURN_IF_ERROR(
-            Wait([&] { return up.filled[es].load(std::memory_order_acquire) == g + 1; }, deadline,
+            Wait([&] { return up.filled[es].load(std::memory_order_acquire) == ti + 1; }, deadline,
                  [&] { return "the partial sum of chunk " + std::to_string(c); }));
         uint32_t bytes = up.bytes[es].load(std::memory_order_acquire);
         FrameHeader h = MakeFrame(plan, g, bytes);
         FF_RETURN_IF_ERROR(conn.Send(&h, sizeof h, bytes > 0));
         if (bytes > 0) FF_RETURN_IF_ERROR(conn.Send(up.slot(es), bytes));
-        up.freed[es].store(g + 1, std::memory_order_release);
+        up.freed[es].store(ti + 1, std::memory_order_release);
         seg_.header().doorbell.Ring();
         return Status::Ok();
       });
@@ -365,7 +380,8 @@ void NodeEngine::UpSender(int id, int t) {
 void NodeEngine::DownReceiver(int id, int t) {
   Connection& conn = *config_.parent[t];
   ForEachTreeChunk(
-      id, t, [&](const OpPlan& plan, uint32_t c, uint32_t g, Clock::time_point deadline) {
+      id, t,
+      [&](const OpPlan& plan, uint32_t c, uint32_t g, uint32_t /*ti*/, Clock::time_point deadline) {
         int slot = static_cast<int>(g % slots_);
         FF_RETURN_IF_ERROR(
             Wait([&] { return ResultSlotFree(g); }, deadline,
@@ -392,12 +408,12 @@ void NodeEngine::ChildReceiver(int id, int t, int i) {
   Connection& conn = *config_.children[t][i];
   EdgeRing& ring = *from_child_[t][i];
   ForEachTreeChunk(
-      id, t, [&](const OpPlan& plan, uint32_t c, uint32_t g, Clock::time_point deadline) {
-        uint32_t es = (g / 2) % slots_;
+      id, t,
+      [&](const OpPlan& plan, uint32_t c, uint32_t g, uint32_t ti, Clock::time_point deadline) {
+        uint32_t es = ti % slots_;
         FF_RETURN_IF_ERROR(Wait(
             [&] {
-              return StampReached(ring.freed[es].load(std::memory_order_acquire),
-                                  g - 2 * slots_ + 1);
+              return StampReached(ring.freed[es].load(std::memory_order_acquire), ti - slots_ + 1);
             },
             deadline, [&] { return "a free receive slot for chunk " + std::to_string(c); }));
         FrameHeader h;
@@ -410,7 +426,7 @@ void NodeEngine::ChildReceiver(int id, int t, int i) {
         }
         if (h.bytes > 0) FF_RETURN_IF_ERROR(conn.Recv(ring.slot(es), h.bytes));
         ring.bytes[es].store(h.bytes, std::memory_order_release);
-        ring.filled[es].store(g + 1, std::memory_order_release);
+        ring.filled[es].store(ti + 1, std::memory_order_release);
         seg_.header().doorbell.Ring();
         return Status::Ok();
       });
@@ -419,7 +435,8 @@ void NodeEngine::ChildReceiver(int id, int t, int i) {
 void NodeEngine::DownSender(int id, int t, int i) {
   Connection& conn = *config_.children[t][i];
   ForEachTreeChunk(
-      id, t, [&](const OpPlan& plan, uint32_t c, uint32_t g, Clock::time_point deadline) {
+      id, t,
+      [&](const OpPlan& plan, uint32_t c, uint32_t g, uint32_t /*ti*/, Clock::time_point deadline) {
         int slot = static_cast<int>(g % slots_);
         FF_RETURN_IF_ERROR(
             Wait([&] { return seg_.result_filled(slot).load(std::memory_order_acquire) == g + 1; },

@@ -58,10 +58,11 @@ class NodeEngine {
   // when stopping.
   bool NextPlan(std::size_t index, OpPlan* plan);
   // Runs `body` over this tree's chunks of every operation until stop or failure.
-  // `id` numbers the network thread (0..) for the drain bookkeeping.
+  // `id` numbers the network thread (0..) for the drain bookkeeping. The body gets the chunk's
+  // index c in the operation, its global number g and its index ti in tree t's sequence.
   void ForEachTreeChunk(int id, int t,
                         const std::function<Status(const OpPlan&, uint32_t c, uint32_t g,
-                                                   Clock::time_point deadline)>& body);
+                                                   uint32_t ti, Clock::time_point deadline)>& body);
   bool Drained() const;  // every network thread has finished every accepted plan (plans_mu_ held)
   Status Wait(const std::function<bool()>& pred, Clock::time_point deadline,
               const std::function<std::string()>& what);

@@ -14,21 +14,47 @@ std::string DescribeOp(const OpDesc& desc) {
              std::string(DataTypeName(type)) + " from rank " + std::to_string(desc.root);
     case CollectiveKind::kBarrier:
       return "barrier";
+    case CollectiveKind::kReduceScatter:
+      return "reduce-scatter of " + std::to_string(desc.count) + " x " +
+             std::string(DataTypeName(type)) + " per rank (" +
+             std::string(ReduceOpName(static_cast<ReduceOp>(desc.redop))) + ")";
+    case CollectiveKind::kAllgather:
+      return "allgather of " + std::to_string(desc.count) + " x " +
+             std::string(DataTypeName(type)) + " per rank";
   }
   return "unknown operation";
 }
 
-OpPlan MakePlan(const OpDesc& desc, uint32_t first_chunk, std::size_t chunk_bytes) {
+OpPlan MakePlan(const OpDesc& desc, uint32_t first_chunk, std::size_t chunk_bytes, int world_size) {
   OpPlan plan;
   plan.desc = desc;
   plan.first_chunk = first_chunk;
   plan.chunk_bytes = chunk_bytes;
-  plan.bytes = desc.kind == static_cast<uint8_t>(CollectiveKind::kBarrier)
-                   ? 0
-                   : desc.count * ElementSize(static_cast<DataType>(desc.dtype));
+  const std::size_t element = ElementSize(static_cast<DataType>(desc.dtype));
+  switch (plan.kind()) {
+    case CollectiveKind::kBarrier:
+      plan.bytes = 0;
+      break;
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllgather:
+      plan.shard_bytes = desc.count * element;
+      plan.bytes = plan.shard_bytes * static_cast<std::size_t>(world_size);
+      break;
+    default:
+      plan.bytes = desc.count * element;
+      break;
+  }
   plan.num_chunks =
       static_cast<uint32_t>(std::max<std::size_t>(1, (plan.bytes + chunk_bytes - 1) / chunk_bytes));
   return plan;
+}
+
+void ShardOverlap(const OpPlan& plan, uint32_t c, int rank, std::size_t* begin, std::size_t* end) {
+  std::size_t lo = plan.ChunkOffset(c), hi = lo + plan.ChunkSize(c);
+  std::size_t shard_lo = plan.shard_bytes * static_cast<std::size_t>(rank);
+  std::size_t shard_hi = shard_lo + plan.shard_bytes;
+  *begin = std::max(lo, shard_lo);
+  *end = std::max(*begin, std::min(hi, shard_hi));
 }
 
 FrameHeader MakeFrame(const OpPlan& plan, uint32_t g, uint32_t bytes) {

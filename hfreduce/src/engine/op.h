@@ -12,15 +12,22 @@
 
 namespace ff::hfreduce {
 
-enum class CollectiveKind : uint8_t { kAllreduce = 1, kBroadcast = 2, kBarrier = 3 };
+enum class CollectiveKind : uint8_t {
+  kAllreduce = 1,
+  kBroadcast = 2,
+  kBarrier = 3,
+  kReduceScatter = 4,  // count = elements each rank receives; the buffer is count * world
+  kAllgather = 5,      // count = elements each rank sends; the buffer is count * world
+};
 
 std::string DescribeOp(const OpDesc& desc);  // "allreduce of 100 x fp32 (sum)"
 
 struct OpPlan {
   OpDesc desc;
-  uint32_t first_chunk = 0;  // global chunk number g of chunk 0
-  uint32_t num_chunks = 1;   // at least 1: an empty operation still synchronises
-  std::size_t bytes = 0;
+  uint32_t first_chunk = 0;     // global chunk number g of chunk 0
+  uint32_t num_chunks = 1;      // at least 1: an empty operation still synchronises
+  std::size_t bytes = 0;        // of the whole (reduced or gathered) buffer
+  std::size_t shard_bytes = 0;  // reduce-scatter / allgather: one rank's piece
   std::size_t chunk_bytes = 0;
 
   CollectiveKind kind() const { return static_cast<CollectiveKind>(desc.kind); }
@@ -32,10 +39,22 @@ struct OpPlan {
     return off >= bytes ? 0 : std::min(chunk_bytes, bytes - off);
   }
   uint32_t end_chunk() const { return first_chunk + num_chunks; }
+
+  // Across nodes, chunk c travels in tree c % 2 (by its index in the operation, so the same call
+  // always sums in the same order: results are reproducible run to run). first_in_tree[t] counts
+  // the chunks tree t carried before this operation; set by the leader when it accepts the plan.
+  uint32_t first_in_tree[2] = {0, 0};
+  static int TreeOf(uint32_t c) { return static_cast<int>(c % 2); }
+  // The chunk's position in its tree's sequence (what the tree's edge rings are indexed by).
+  uint32_t TreeIndex(uint32_t c) const { return first_in_tree[TreeOf(c)] + c / 2; }
 };
 
 // Builds the plan of `desc` whose chunks start at global chunk `first_chunk`.
-OpPlan MakePlan(const OpDesc& desc, uint32_t first_chunk, std::size_t chunk_bytes);
+OpPlan MakePlan(const OpDesc& desc, uint32_t first_chunk, std::size_t chunk_bytes, int world_size);
+
+// The part of chunk c that falls in rank `rank`'s piece: [*begin, *end) as offsets in the whole
+// buffer (empty when begin == end).
+void ShardOverlap(const OpPlan& plan, uint32_t c, int rank, std::size_t* begin, std::size_t* end);
 
 // Sent before every chunk between node leaders (little-endian, as both ends are x86-64).
 struct FrameHeader {

@@ -1,5 +1,7 @@
 #include "engine/rank_worker.h"
 
+#include <cstring>
+
 #include "engine/device_copy.h"
 
 namespace ff::hfreduce {
@@ -22,11 +24,12 @@ void WorkImpl::Complete(Status status) {
   done_cv_.notify_all();
 }
 
-RankWorker::RankWorker(NodeSegment& segment, int local_rank, int rank, Waiter waiter,
-                       std::chrono::milliseconds timeout, std::size_t chunk_bytes)
+RankWorker::RankWorker(NodeSegment& segment, int local_rank, int rank, int world_size,
+                       Waiter waiter, std::chrono::milliseconds timeout, std::size_t chunk_bytes)
     : seg_(segment),
       local_rank_(local_rank),
       rank_(rank),
+      world_size_(world_size),
       waiter_(std::move(waiter)),
       timeout_(timeout),
       chunk_bytes_(chunk_bytes) {
@@ -68,7 +71,7 @@ void RankWorker::Run() {
     }
     Status st = seg_.AbortStatus();
     if (st.ok()) {
-      OpPlan plan = MakePlan(p.desc, next_chunk_, chunk_bytes_);
+      OpPlan plan = MakePlan(p.desc, next_chunk_, chunk_bytes_, world_size_);
       next_chunk_ += plan.num_chunks;
       st = Execute(plan, p.send, p.recv);
     }
@@ -83,10 +86,11 @@ Status RankWorker::Execute(const OpPlan& plan, const void* send, void* recv) {
   seg_.header().doorbell.Ring();
 
   const auto kind = plan.kind();
-  const bool contributes = kind == CollectiveKind::kAllreduce ||
-                           (kind == CollectiveKind::kBroadcast && plan.desc.root == rank_);
-  const bool receives = kind == CollectiveKind::kAllreduce ||
-                        (kind == CollectiveKind::kBroadcast && plan.desc.root != rank_);
+  const bool is_broadcast = kind == CollectiveKind::kBroadcast;
+  const bool contributes =
+      kind != CollectiveKind::kBarrier && (!is_broadcast || plan.desc.root == rank_);
+  const bool receives =
+      kind != CollectiveKind::kBarrier && (!is_broadcast || plan.desc.root != rank_);
   const bool send_on_device = contributes && IsDevicePointer(send);
   const bool recv_on_device = receives && IsDevicePointer(recv);
   const auto slots = static_cast<uint32_t>(seg_.slots());
@@ -111,11 +115,8 @@ Status RankWorker::Execute(const OpPlan& plan, const void* send, void* recv) {
     if (can_copy_in()) {
       uint32_t g = plan.first_chunk + in;
       int slot = static_cast<int>(g % slots);
-      std::size_t size = plan.ChunkSize(in);
-      if (contributes && size > 0) {
-        FF_RETURN_IF_ERROR(CopyToHost(seg_.input(local_rank_, slot),
-                                      static_cast<const char*>(send) + plan.ChunkOffset(in), size,
-                                      send_on_device));
+      if (contributes && plan.ChunkSize(in) > 0) {
+        FF_RETURN_IF_ERROR(CopyIn(plan, in, send, send_on_device, seg_.input(local_rank_, slot)));
       }
       seg_.input_filled(local_rank_, slot).store(g + 1, std::memory_order_release);
       seg_.header().doorbell.Ring();
@@ -125,10 +126,8 @@ Status RankWorker::Execute(const OpPlan& plan, const void* send, void* recv) {
     if (can_copy_out()) {
       uint32_t g = plan.first_chunk + out;
       int slot = static_cast<int>(g % slots);
-      std::size_t size = plan.ChunkSize(out);
-      if (receives && size > 0) {
-        FF_RETURN_IF_ERROR(CopyFromHost(static_cast<char*>(recv) + plan.ChunkOffset(out),
-                                        seg_.result(slot), size, recv_on_device));
+      if (receives && plan.ChunkSize(out) > 0) {
+        FF_RETURN_IF_ERROR(CopyOut(plan, out, seg_.result(slot), recv, recv_on_device));
       }
       seg_.result_pending(slot).fetch_sub(1, std::memory_order_acq_rel);
       seg_.header().doorbell.Ring();
@@ -145,6 +144,42 @@ Status RankWorker::Execute(const OpPlan& plan, const void* send, void* recv) {
     }
   }
   return Status::Ok();
+}
+
+Status RankWorker::CopyIn(const OpPlan& plan, uint32_t c, const void* send, bool on_device,
+                          char* slot) {
+  const std::size_t offset = plan.ChunkOffset(c), size = plan.ChunkSize(c);
+  if (plan.kind() != CollectiveKind::kAllgather) {
+    return CopyToHost(slot, static_cast<const char*>(send) + offset, size, on_device);
+  }
+  // Allgather: this rank's piece where it falls in the chunk, zeros elsewhere (the reducer ORs
+  // the ranks' slots together).
+  std::size_t begin, end;
+  ShardOverlap(plan, c, rank_, &begin, &end);
+  if (begin == end) {
+    std::memset(slot, 0, size);
+    return Status::Ok();
+  }
+  std::memset(slot, 0, begin - offset);
+  std::memset(slot + (end - offset), 0, offset + size - end);
+  const std::size_t shard_start = plan.shard_bytes * static_cast<std::size_t>(rank_);
+  return CopyToHost(slot + (begin - offset), static_cast<const char*>(send) + (begin - shard_start),
+                    end - begin, on_device);
+}
+
+Status RankWorker::CopyOut(const OpPlan& plan, uint32_t c, const char* slot, void* recv,
+                           bool on_device) {
+  const std::size_t offset = plan.ChunkOffset(c), size = plan.ChunkSize(c);
+  if (plan.kind() != CollectiveKind::kReduceScatter) {
+    return CopyFromHost(static_cast<char*>(recv) + offset, slot, size, on_device);
+  }
+  // Reduce-scatter: only this rank's piece of the reduced chunk.
+  std::size_t begin, end;
+  ShardOverlap(plan, c, rank_, &begin, &end);
+  if (begin == end) return Status::Ok();
+  const std::size_t shard_start = plan.shard_bytes * static_cast<std::size_t>(rank_);
+  return CopyFromHost(static_cast<char*>(recv) + (begin - shard_start), slot + (begin - offset),
+                      end - begin, on_device);
 }
 
 }  // namespace ff::hfreduce

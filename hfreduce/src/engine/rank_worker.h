@@ -31,7 +31,7 @@ class WorkImpl final : public Work {
 
 class RankWorker {
  public:
-  RankWorker(NodeSegment& segment, int local_rank, int rank, Waiter waiter,
+  RankWorker(NodeSegment& segment, int local_rank, int rank, int world_size, Waiter waiter,
              std::chrono::milliseconds timeout, std::size_t chunk_bytes);
   ~RankWorker();  // fails queued operations with kCancelled, then joins
 
@@ -48,10 +48,13 @@ class RankWorker {
 
   void Run();
   Status Execute(const OpPlan& plan, const void* send, void* recv);
+  Status CopyIn(const OpPlan& plan, uint32_t c, const void* send, bool on_device, char* slot);
+  Status CopyOut(const OpPlan& plan, uint32_t c, const char* slot, void* recv, bool on_device);
 
   NodeSegment& seg_;
   const int local_rank_;
   const int rank_;
+  const int world_size_;
   Waiter waiter_;
   const std::chrono::milliseconds timeout_;
   const std::size_t chunk_bytes_;

@@ -33,6 +33,10 @@ inline void Reduce(DataType type, ReduceOp op, const void* const* in, int k, voi
   Reduce(DefaultIsa(), type, op, in, k, out, n);
 }
 
+// out = in[0] | in[1] | ... | in[k-1], byte for byte over `bytes` bytes (allgather merges ranks'
+// zero-padded pieces this way: exact for any type). `out` may alias in[0].
+void BitwiseOr(const void* const* in, int k, void* out, std::size_t bytes);
+
 // buf[i] = buf[i] / divisor (integer division for integer types). Scalar: only applied once per
 // element at the end of an average, never on the hot path of a sum.
 void DivideInPlace(DataType type, void* buf, std::size_t n, int divisor);

@@ -168,6 +168,27 @@ void ReduceScalar(DataType type, ReduceOp op, const void* const* in, int k, void
   }
 }
 
+void BitwiseOr(const void* const* in, int k, void* out, std::size_t bytes) {
+  const std::size_t words = bytes / 8;
+  auto* o = static_cast<uint64_t*>(out);
+  for (std::size_t w = 0; w < words; ++w) {
+    uint64_t acc;
+    std::memcpy(&acc, static_cast<const char*>(in[0]) + w * 8, 8);
+    for (int j = 1; j < k; ++j) {
+      uint64_t v;
+      std::memcpy(&v, static_cast<const char*>(in[j]) + w * 8, 8);
+      acc |= v;
+    }
+    std::memcpy(o + w, &acc, 8);
+  }
+  for (std::size_t b = words * 8; b < bytes; ++b) {
+    unsigned char acc = static_cast<const unsigned char*>(in[0])[b];
+    for (int j = 1; j < k; ++j)
+      acc |= static_cast<const unsigned char*>(in[j])[b];
+    static_cast<unsigned char*>(out)[b] = acc;
+  }
+}
+
 void DivideInPlace(DataType type, void* buf, std::size_t n, int divisor) {
   switch (type) {
     case DataType::kFloat32:
