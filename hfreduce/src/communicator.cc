@@ -13,6 +13,7 @@
 #include "engine/rank_worker.h"
 #include "hfreduce/store.h"
 #include "monitoring/metrics.h"
+#include "p2p/peer_to_peer.h"
 #include "transport/tcp.h"
 
 namespace ff::hfreduce {
@@ -74,6 +75,7 @@ struct CollectiveMetrics {
 class CommunicatorImpl final : public Communicator {
  public:
   ~CommunicatorImpl() override {
+    p2p_.reset();
     worker_.reset();  // finishes or cancels this rank's operations first
     engine_.reset();
     if (segment_) UnregisterHostMemory(&segment_->header());
@@ -143,6 +145,17 @@ class CommunicatorImpl final : public Communicator {
     return Submit(desc, send, recv, "allgather");
   }
 
+  std::shared_ptr<Work> SendAsync(const void* buf, std::size_t count, DataType type,
+                                  int peer) override {
+    if (Status st = CheckPeer(peer, count, buf); !st.ok()) return Failed(st);
+    return p2p_->Send(buf, count, type, peer);
+  }
+
+  std::shared_ptr<Work> RecvAsync(void* buf, std::size_t count, DataType type, int peer) override {
+    if (Status st = CheckPeer(peer, count, buf); !st.ok()) return Failed(st);
+    return p2p_->Recv(buf, count, type, peer);
+  }
+
   std::shared_ptr<Work> BarrierAsync() override {
     OpDesc desc;
     desc.kind = static_cast<uint8_t>(CollectiveKind::kBarrier);
@@ -156,6 +169,15 @@ class CommunicatorImpl final : public Communicator {
     auto work = std::make_shared<WorkImpl>();
     work->Complete(std::move(status));
     return work;
+  }
+
+  Status CheckPeer(int peer, std::size_t count, const void* buf) const {
+    if (peer < 0 || peer >= world_size_ || peer == rank_) {
+      return InvalidArgument("hfreduce: peer " + std::to_string(peer) +
+                             " is not another rank in 0.." + std::to_string(world_size_ - 1));
+    }
+    if (count > 0 && buf == nullptr) return InvalidArgument("hfreduce: null buffer");
+    return Status::Ok();
   }
 
   std::shared_ptr<Work> Submit(const OpDesc& desc, const void* send, void* recv,
@@ -175,6 +197,7 @@ class CommunicatorImpl final : public Communicator {
   std::unique_ptr<NodeSegment> segment_;
   std::unique_ptr<NodeEngine> engine_;
   std::unique_ptr<RankWorker> worker_;
+  std::unique_ptr<PeerToPeer> p2p_;
 };
 
 CollectiveMetrics& CommunicatorImpl::MetricsFor(const std::string& name) {
@@ -332,7 +355,18 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, StoreCli
     pid_keys.push_back(prefix + "/pid/" + std::to_string(r));
   FF_ASSIGN_OR_RETURN(std::vector<std::string> pids, store.Get(pid_keys, left()));
 
-  // 3. Leaders connect the trees; then the engine and this rank's worker start.
+  // 3. Every rank listens for point-to-point connections from lower ranks.
+  FF_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> p2p_listener,
+                      TcpListener::Listen(options.listen_host));
+  FF_RETURN_IF_ERROR(store.Set(prefix + "/p2p/" + std::to_string(rank_), p2p_listener->address()));
+  std::vector<std::string> p2p_keys;
+  for (int r = 0; r < world_size_; ++r)
+    p2p_keys.push_back(prefix + "/p2p/" + std::to_string(r));
+  FF_ASSIGN_OR_RETURN(std::vector<std::string> p2p_addresses, store.Get(p2p_keys, left()));
+  p2p_ = std::make_unique<PeerToPeer>(rank_, std::move(p2p_listener), std::move(p2p_addresses),
+                                      options.timeout);
+
+  // 4. Leaders connect the trees; then the engine and this rank's worker start.
   std::vector<pid_t> watched;
   std::vector<std::string> names;
   if (leader) {

@@ -63,8 +63,9 @@ std::vector<RankResult> Launch(int nodes, int local, const std::string& scenario
 
 void ExpectAllPassed(const std::vector<RankResult>& results) {
   for (std::size_t r = 0; r < results.size(); ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " exit code (-1: still running at the timeout):\n"
-                                       << results[r].stderr_text;
+    EXPECT_EQ(results[r].exit_code, 0)
+        << "rank " << r << " exit code (-1: still running at the timeout):\n"
+        << results[r].stderr_text;
   }
 }
 
@@ -85,6 +86,10 @@ TEST_P(LayoutTest, BroadcastFromEveryRootAndBarrier) {
 
 TEST_P(LayoutTest, ReduceScatterAndAllgatherMatchReference) {
   ExpectAllPassed(Launch(GetParam().nodes, GetParam().local, "scatter-gather"));
+}
+
+TEST_P(LayoutTest, PointToPointRingAndAllPairs) {
+  ExpectAllPassed(Launch(GetParam().nodes, GetParam().local, "p2p"));
 }
 
 TEST_P(LayoutTest, ManyAsyncOperationsInFlight) {

@@ -252,6 +252,61 @@ void ScenarioScatterGather(Communicator& comm) {
   }
 }
 
+void ScenarioPointToPoint(Communicator& comm) {
+  const int world = comm.world_size();
+  const int rank = comm.rank();
+  if (world == 1) return;
+  // A ring, as pipeline stages pass activations: several messages in flight, every type.
+  const int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+  uint64_t seed = 9000;
+  for (DataType type : kTypes) {
+    for (std::size_t count :
+         {std::size_t{0}, std::size_t{1}, std::size_t{4099}, std::size_t{300007}}) {
+      ++seed;
+      std::vector<char> out = MakeInput(type, seed, rank, count);
+      std::vector<char> in(out.size(), 0x5a);
+      auto sent = comm.SendAsync(out.data(), count, type, next);
+      Status st = comm.Recv(in.data(), count, type, prev);
+      CHECK_OR_FAIL(st.ok(), "recv from %d failed: %s", prev, st.ToString().c_str());
+      st = sent->Wait();
+      CHECK_OR_FAIL(st.ok(), "send to %d failed: %s", next, st.ToString().c_str());
+      CHECK_OR_FAIL(in == MakeInput(type, seed, prev, count), "ring %s count %zu: wrong data",
+                    std::string(DataTypeName(type)).c_str(), count);
+    }
+  }
+  // Every pair, both directions at once, three messages each, arriving in order.
+  std::vector<std::shared_ptr<Work>> sends;
+  std::vector<std::vector<char>> outs;
+  for (int peer = 0; peer < world; ++peer) {
+    if (peer == rank) continue;
+    for (int m = 0; m < 3; ++m) {
+      outs.push_back(MakeInput(DataType::kFloat32, 100 * rank + peer * 10 + m, rank, 1000 + m));
+      sends.push_back(comm.SendAsync(outs.back().data(), 1000 + m, DataType::kFloat32, peer));
+    }
+  }
+  for (int peer = 0; peer < world; ++peer) {
+    if (peer == rank) continue;
+    for (int m = 0; m < 3; ++m) {
+      std::vector<char> in((1000 + m) * 4);
+      Status st = comm.Recv(in.data(), 1000 + m, DataType::kFloat32, peer);
+      CHECK_OR_FAIL(st.ok() && in == MakeInput(DataType::kFloat32, 100 * peer + rank * 10 + m, peer,
+                                               1000 + m),
+                    "message %d from %d: %s", m, peer, st.ToString().c_str());
+    }
+  }
+  for (auto& w : sends) {
+    Status st = w->Wait();
+    CHECK_OR_FAIL(st.ok(), "all-pairs send failed: %s", st.ToString().c_str());
+  }
+  // Bad peers are refused at once.
+  Status bad = comm.Send(nullptr, 0, DataType::kFloat32, rank);
+  CHECK_OR_FAIL(bad.code() == StatusCode::kInvalidArgument, "send to self: %s",
+                bad.ToString().c_str());
+  bad = comm.Recv(nullptr, 0, DataType::kFloat32, world);
+  CHECK_OR_FAIL(bad.code() == StatusCode::kInvalidArgument, "recv from %d: %s", world,
+                bad.ToString().c_str());
+}
+
 void ScenarioBroadcastBarrier(Communicator& comm) {
   for (int root = 0; root < comm.world_size(); ++root) {
     for (std::size_t count : {std::size_t{0}, std::size_t{5}, std::size_t{300001}}) {
@@ -374,6 +429,8 @@ int main(int argc, char** argv) {
     ScenarioBroadcastBarrier(**comm);
   } else if (scenario == "scatter-gather") {
     ScenarioScatterGather(**comm);
+  } else if (scenario == "p2p") {
+    ScenarioPointToPoint(**comm);
   } else if (scenario == "async") {
     ScenarioAsync(**comm);
   } else if (scenario == "large") {

@@ -102,6 +102,14 @@ class Communicator {
   // Returns once every rank has called it.
   virtual std::shared_ptr<Work> BarrierAsync() = 0;
 
+  // Point to point (pipeline parallelism): `count` elements to / from rank `peer`. Messages
+  // between two ranks arrive in the order sent; each Recv must match its Send in count and type.
+  // Independent of the collectives' order. Fails after `timeout` without a matching peer.
+  virtual std::shared_ptr<Work> SendAsync(const void* buf, std::size_t count, DataType type,
+                                          int peer) = 0;
+  virtual std::shared_ptr<Work> RecvAsync(void* buf, std::size_t count, DataType type,
+                                          int peer) = 0;
+
   Status Allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
     return AllreduceAsync(send, recv, count, type, op)->Wait();
   }
@@ -116,6 +124,12 @@ class Communicator {
     return AllgatherAsync(send, recv, send_count, type)->Wait();
   }
   Status Barrier() { return BarrierAsync()->Wait(); }
+  Status Send(const void* buf, std::size_t count, DataType type, int peer) {
+    return SendAsync(buf, count, type, peer)->Wait();
+  }
+  Status Recv(void* buf, std::size_t count, DataType type, int peer) {
+    return RecvAsync(buf, count, type, peer)->Wait();
+  }
 
   // OK while healthy; the failure that broke the communicator otherwise.
   virtual Status health() const = 0;

@@ -3,6 +3,7 @@
 // One thread may Send while another Recvs; two concurrent Sends (or Recvs) are not allowed.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 
@@ -17,6 +18,9 @@ class Connection {
   virtual Status Send(const void* data, std::size_t n, bool more = false) = 0;
   // Receives exactly `n` bytes, blocking. kUnavailable when the peer closed or failed.
   virtual Status Recv(void* data, std::size_t n) = 0;
+  // Blocks until data can be received (or the stream ended), up to `deadline`;
+  // kDeadlineExceeded when nothing arrived in time.
+  virtual Status WaitReadable(std::chrono::steady_clock::time_point deadline) = 0;
   // Makes blocked and future Send/Recv fail; the peer sees the stream end. Idempotent.
   virtual void Shutdown() = 0;
   // Names the peer in messages ("node 3 (10.0.0.7:4000)"); the transport's address by default.

@@ -64,6 +64,21 @@ class TcpConnection final : public Connection {
     return Status::Ok();
   }
 
+  Status WaitReadable(std::chrono::steady_clock::time_point deadline) override {
+    while (true) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        return DeadlineExceeded("hfreduce: nothing from " + peer() + " in time");
+      }
+      pollfd p{fd_, POLLIN, 0};
+      int rc = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+      if (rc > 0) return Status::Ok();  // data, or an end of stream the next Recv reports
+      if (rc < 0 && errno != EINTR) return Lost(errno);
+      if (shut_.load()) return Lost(0);
+    }
+  }
+
   void Shutdown() override {
     if (!shut_.exchange(true)) shutdown(fd_, SHUT_RDWR);
   }

@@ -1,0 +1,257 @@
+#include "p2p/peer_to_peer.h"
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "engine/device_copy.h"
+#include "engine/rank_worker.h"
+
+namespace ff::hfreduce {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kHelloMagic = 0x48465032;    // "HFP2"
+constexpr uint32_t kMessageMagic = 0x4846504d;  // "HFPM"
+
+struct Hello {
+  uint32_t magic;
+  int32_t rank;
+};
+
+struct MessageHeader {
+  uint32_t magic;
+  uint8_t dtype;
+  uint8_t reserved[3];
+  uint64_t count;
+};
+static_assert(sizeof(MessageHeader) == 16);
+
+std::string Describe(std::size_t count, DataType type) {
+  return std::to_string(count) + " x " + std::string(DataTypeName(type));
+}
+
+}  // namespace
+
+struct PeerToPeer::State {
+  int rank;
+  std::unique_ptr<TcpListener> listener;
+  std::vector<std::string> addresses;
+  std::chrono::milliseconds timeout;
+  std::mutex mu;
+  std::map<int, std::unique_ptr<Channel>> channels;
+  std::atomic<bool> stop{false};
+  std::thread acceptor;
+};
+
+class PeerToPeer::Channel {
+ public:
+  Channel(State& state, int peer) : state_(state), peer_(peer) {
+    sender_ = std::thread([this] { Loop(true); });
+    receiver_ = std::thread([this] { Loop(false); });
+  }
+
+  ~Channel() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+      if (conn_) conn_->Shutdown();
+    }
+    cv_.notify_all();
+    sender_.join();
+    receiver_.join();
+    for (auto* q : {&sends_, &recvs_}) {
+      for (Op& op : *q) {
+        op.work->Complete(Status(StatusCode::kCancelled, "hfreduce: communicator destroyed"));
+      }
+    }
+  }
+
+  std::shared_ptr<Work> Enqueue(bool send, void* buf, std::size_t count, DataType type) {
+    auto work = std::make_shared<WorkImpl>();
+    {
+      std::lock_guard lock(mu_);
+      (send ? sends_ : recvs_).push_back(Op{buf, count, type, work});
+    }
+    cv_.notify_all();
+    return work;
+  }
+
+  // The acceptor hands over the connection a lower rank opened to us.
+  void Adopt(std::unique_ptr<Connection> conn) {
+    {
+      std::lock_guard lock(mu_);
+      if (conn_ || stop_) return;  // a duplicate: dropped
+      conn_ = std::move(conn);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  struct Op {
+    void* buf;
+    std::size_t count;
+    DataType type;
+    std::shared_ptr<WorkImpl> work;
+  };
+
+  // The connection, opening it if we are the lower rank. Returns null on stop or failure.
+  Result<Connection*> Connection_(Clock::time_point deadline) {
+    std::unique_lock lock(mu_);
+    while (true) {
+      if (stop_) return Status(StatusCode::kCancelled, "hfreduce: communicator destroyed");
+      if (!broken_.ok()) return broken_;
+      if (conn_) return conn_.get();
+      if (state_.rank < peer_ && !connecting_) {
+        connecting_ = true;
+        lock.unlock();
+        auto conn = TcpConnect(state_.addresses[peer_], deadline);
+        Status st = conn.status();
+        if (conn.ok()) {
+          Hello hello{kHelloMagic, state_.rank};
+          st = (*conn)->Send(&hello, sizeof hello);
+        }
+        lock.lock();
+        connecting_ = false;
+        if (!st.ok()) {
+          broken_ = st.WithContext("hfreduce: connect to rank " + std::to_string(peer_));
+          cv_.notify_all();
+          return broken_;
+        }
+        (*conn)->set_peer("rank " + std::to_string(peer_) + " (" + (*conn)->peer() + ")");
+        conn_ = std::move(*conn);
+        cv_.notify_all();
+        return conn_.get();
+      }
+      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+        return DeadlineExceeded("hfreduce: rank " + std::to_string(peer_) +
+                                " did not connect in time");
+      }
+    }
+  }
+
+  void Loop(bool sending) {
+    auto& queue = sending ? sends_ : recvs_;
+    while (true) {
+      Op op;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue.empty(); });
+        if (stop_) return;
+        op = queue.front();
+        queue.pop_front();
+      }
+      Status st = sending ? DoSend(op) : DoRecv(op);
+      if (!st.ok()) {
+        std::lock_guard lock(mu_);
+        if (broken_.ok()) broken_ = st;
+        if (conn_) conn_->Shutdown();
+      }
+      op.work->Complete(st);
+    }
+  }
+
+  Status DoSend(const Op& op) {
+    auto deadline = Clock::now() + state_.timeout;
+    FF_ASSIGN_OR_RETURN(Connection * conn, Connection_(deadline));
+    const std::size_t bytes = op.count * ElementSize(op.type);
+    MessageHeader h{kMessageMagic, static_cast<uint8_t>(op.type), {0, 0, 0}, op.count};
+    FF_RETURN_IF_ERROR(conn->Send(&h, sizeof h, bytes > 0));
+    if (bytes == 0) return Status::Ok();
+    if (IsDevicePointer(op.buf)) {
+      std::vector<char> staging(bytes);
+      FF_RETURN_IF_ERROR(CopyToHost(staging.data(), op.buf, bytes, true));
+      return conn->Send(staging.data(), bytes);
+    }
+    return conn->Send(op.buf, bytes);
+  }
+
+  Status DoRecv(const Op& op) {
+    auto deadline = Clock::now() + state_.timeout;
+    FF_ASSIGN_OR_RETURN(Connection * conn, Connection_(deadline));
+    FF_RETURN_IF_ERROR(conn->WaitReadable(deadline));
+    MessageHeader h{};
+    FF_RETURN_IF_ERROR(conn->Recv(&h, sizeof h));
+    if (h.magic != kMessageMagic) {
+      return DataLoss("hfreduce: garbage from " + conn->peer() + " (not an HFReduce message)");
+    }
+    if (h.count != op.count || h.dtype != static_cast<uint8_t>(op.type)) {
+      return InvalidArgument("hfreduce: rank " + std::to_string(peer_) + " sent " +
+                             Describe(h.count, static_cast<DataType>(h.dtype)) + ", rank " +
+                             std::to_string(state_.rank) + " expected " +
+                             Describe(op.count, op.type));
+    }
+    const std::size_t bytes = op.count * ElementSize(op.type);
+    if (bytes == 0) return Status::Ok();
+    if (IsDevicePointer(op.buf)) {
+      std::vector<char> staging(bytes);
+      FF_RETURN_IF_ERROR(conn->Recv(staging.data(), bytes));
+      return CopyFromHost(op.buf, staging.data(), bytes, true);
+    }
+    return conn->Recv(op.buf, bytes);
+  }
+
+  State& state_;
+  const int peer_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unique_ptr<Connection> conn_;
+  bool connecting_ = false;
+  bool stop_ = false;
+  Status broken_;
+  std::deque<Op> sends_, recvs_;
+  std::thread sender_, receiver_;
+};
+
+PeerToPeer::PeerToPeer(int rank, std::unique_ptr<TcpListener> listener,
+                       std::vector<std::string> addresses, std::chrono::milliseconds timeout)
+    : state_(std::make_unique<State>()) {
+  state_->rank = rank;
+  state_->listener = std::move(listener);
+  state_->addresses = std::move(addresses);
+  state_->timeout = timeout;
+  state_->acceptor = std::thread([this] { AcceptLoop(); });
+}
+
+PeerToPeer::~PeerToPeer() {
+  state_->stop = true;
+  state_->acceptor.join();
+  std::lock_guard lock(state_->mu);
+  state_->channels.clear();
+}
+
+PeerToPeer::Channel& PeerToPeer::ChannelTo(int peer) {
+  std::lock_guard lock(state_->mu);
+  auto& channel = state_->channels[peer];
+  if (!channel) channel = std::make_unique<Channel>(*state_, peer);
+  return *channel;
+}
+
+void PeerToPeer::AcceptLoop() {
+  while (!state_->stop) {
+    auto conn = state_->listener->Accept(Clock::now() + std::chrono::milliseconds(200));
+    if (!conn.ok()) continue;  // a timeout (checks stop) or a failed handshake
+    Hello hello{};
+    if (!(*conn)->WaitReadable(Clock::now() + std::chrono::seconds(10)).ok() ||
+        !(*conn)->Recv(&hello, sizeof hello).ok() || hello.magic != kHelloMagic || hello.rank < 0 ||
+        hello.rank >= state_->rank || hello.rank >= static_cast<int>(state_->addresses.size())) {
+      continue;  // not one of our lower ranks: dropped
+    }
+    (*conn)->set_peer("rank " + std::to_string(hello.rank) + " (" + (*conn)->peer() + ")");
+    ChannelTo(hello.rank).Adopt(std::move(*conn));
+  }
+}
+
+std::shared_ptr<Work> PeerToPeer::Send(const void* buf, std::size_t count, DataType type,
+                                       int peer) {
+  return ChannelTo(peer).Enqueue(true, const_cast<void*>(buf), count, type);
+}
+
+std::shared_ptr<Work> PeerToPeer::Recv(void* buf, std::size_t count, DataType type, int peer) {
+  return ChannelTo(peer).Enqueue(false, buf, count, type);
+}
+
+}  // namespace ff::hfreduce
