@@ -15,6 +15,7 @@
 #include "monitoring/metrics.h"
 #include "p2p/peer_to_peer.h"
 #include "transport/tcp.h"
+#include "transport/verbs.h"
 
 namespace ff::hfreduce {
 namespace {
@@ -45,6 +46,15 @@ std::string HostName() {
   return buf;
 }
 
+#ifdef FF_WITH_VERBS
+constexpr bool FF_VERBS_BUILT = true;
+#else
+constexpr bool FF_VERBS_BUILT = false;
+#endif
+
+// Whether this node wants its tree connections on ibverbs ("auto": when a device exists).
+Result<bool> WantsVerbs(const std::string& transport);
+
 Status Validate(const CommunicatorOptions& o) {
   if (o.world_size < 1) return InvalidArgument("hfreduce: world size must be at least 1");
   if (o.rank < 0 || o.rank >= o.world_size) {
@@ -58,6 +68,10 @@ Status Validate(const CommunicatorOptions& o) {
     return InvalidArgument("hfreduce: pipeline_depth must be in 2..64");
   }
   if (o.timeout.count() <= 0) return InvalidArgument("hfreduce: timeout must be positive");
+  if (o.transport != "auto" && o.transport != "tcp" && o.transport != "verbs") {
+    return InvalidArgument("hfreduce: transport must be auto, tcp or verbs; got '" + o.transport +
+                           "'");
+  }
   if (o.store_prefix.empty() || o.store_prefix.find('/') != std::string::npos) {
     return InvalidArgument("hfreduce: store_prefix must be non-empty and contain no '/'");
   }
@@ -88,6 +102,7 @@ class CommunicatorImpl final : public Communicator {
   int node_index() const override { return node_index_; }
   int num_nodes() const override { return num_nodes_; }
   Status health() const override { return segment_->AbortStatus(); }
+  const std::string& transport() const override { return transport_; }
 
   std::shared_ptr<Work> AllreduceAsync(const void* send, void* recv, std::size_t count,
                                        DataType type, ReduceOp op) override {
@@ -198,6 +213,7 @@ class CommunicatorImpl final : public Communicator {
   std::unique_ptr<NodeEngine> engine_;
   std::unique_ptr<RankWorker> worker_;
   std::unique_ptr<PeerToPeer> p2p_;
+  std::string transport_ = "shm";  // what carries data between nodes
 };
 
 CollectiveMetrics& CommunicatorImpl::MetricsFor(const std::string& name) {
@@ -314,6 +330,12 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, StoreCli
   local_size_ = static_cast<int>(local_ranks_.size());
   local_rank_ = static_cast<int>(std::find(local_ranks_.begin(), local_ranks_.end(), rank_) -
                                  local_ranks_.begin());
+  if (options.local_rank >= 0 && options.local_rank != local_rank_) {
+    return InvalidArgument("hfreduce: LOCAL_RANK is " + std::to_string(options.local_rank) +
+                           " but rank " + std::to_string(rank_) + " is local rank " +
+                           std::to_string(local_rank_) + " of node '" + node_id +
+                           "' (local ranks are numbered in global rank order)");
+  }
   if (local_size_ > kMaxLocalRanks) {
     return InvalidArgument("hfreduce: node '" + node_id + "' has " + std::to_string(local_size_) +
                            " ranks; at most 64 per node");
@@ -390,8 +412,12 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, StoreCli
     config.chunk_bytes = options.chunk_bytes;
     if (num_nodes_ > 1) {
       FF_RETURN_IF_ERROR(ConnectTrees(options, store, prefix, deadline, &config));
+      FF_RETURN_IF_ERROR(store.Set(node_key + "/transport", transport_));
     }
     engine_ = std::make_unique<NodeEngine>(*segment_, waiter, std::move(config));
+  }
+  if (!leader && num_nodes_ > 1) {
+    FF_ASSIGN_OR_RETURN(transport_, store.Get(node_key + "/transport", left()));
   }
   worker_ = std::make_unique<RankWorker>(*segment_, local_rank_, rank_, world_size_, waiter,
                                          options.timeout, options.chunk_bytes);
@@ -411,12 +437,18 @@ Status CommunicatorImpl::ConnectTrees(const CommunicatorOptions& options, StoreC
       store.Set(prefix + "/leader/" + std::to_string(node_index_), listener->address()));
   // Connect up to each tree's parent (the parent's kernel completes the handshake from its
   // listen backlog, so connecting before anyone accepts cannot deadlock), then accept children.
+  // Each side says whether it wants the verbs transport; a connection is upgraded when both do.
+  // Nothing here waits on a peer's progress except what the peer sent before it could block.
   struct Hello {
     uint32_t magic;
     int32_t tree;
     int32_t child;
+    int32_t wants_verbs;
   };
   constexpr uint32_t kHelloMagic = 0x48464c4f;
+  Result<bool> wants = WantsVerbs(options.transport);
+  FF_RETURN_IF_ERROR(wants.status());
+  const int32_t mine = *wants ? 1 : 0;
   int expected_children = 0;
   for (int t = 0; t < 2; ++t) {
     TreePosition pos = DoubleBinaryTreePosition(t, node_index_, num_nodes_);
@@ -426,9 +458,10 @@ Status CommunicatorImpl::ConnectTrees(const CommunicatorOptions& options, StoreC
                         store.Get(prefix + "/leader/" + std::to_string(pos.parent), left()));
     FF_ASSIGN_OR_RETURN(config->parent[t], TcpConnect(address, deadline));
     config->parent[t]->set_peer("node " + std::to_string(pos.parent) + " (" + address + ")");
-    Hello hello{kHelloMagic, t, node_index_};
+    Hello hello{kHelloMagic, t, node_index_, mine};
     FF_RETURN_IF_ERROR(config->parent[t]->Send(&hello, sizeof hello));
   }
+  bool upgrade_child[2][2] = {{false, false}, {false, false}};
   for (int n = 0; n < expected_children; ++n) {
     FF_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, listener->Accept(deadline));
     Hello hello{};
@@ -442,10 +475,51 @@ Status CommunicatorImpl::ConnectTrees(const CommunicatorOptions& options, StoreC
       return DataLoss("hfreduce: unexpected connection from " + conn->peer() +
                       " while connecting the trees");
     }
+    FF_RETURN_IF_ERROR(conn->Send(&mine, sizeof mine));
+    upgrade_child[hello.tree][index] = mine && hello.wants_verbs;
     conn->set_peer("node " + std::to_string(hello.child) + " (" + conn->peer() + ")");
     config->children[hello.tree][index] = std::move(conn);
   }
+  bool upgrade_parent[2] = {false, false};
+  for (int t = 0; t < 2; ++t) {
+    if (!config->parent[t]) continue;
+    int32_t theirs = 0;
+    FF_RETURN_IF_ERROR(config->parent[t]->Recv(&theirs, sizeof theirs));
+    upgrade_parent[t] = mine && theirs;
+  }
+  // Verbs: Begin on every connection to upgrade, then Finish on every one.
+  std::vector<std::pair<std::unique_ptr<Connection>*, std::unique_ptr<VerbsConnector>>> pending;
+  auto begin = [&](std::unique_ptr<Connection>& conn) -> Status {
+    std::string name = conn->peer();
+    FF_ASSIGN_OR_RETURN(auto connector, VerbsConnector::Begin(std::move(conn), options.ib_device));
+    pending.emplace_back(&conn, std::move(connector));
+    return Status::Ok();
+  };
+  for (int t = 0; t < 2; ++t) {
+    if (upgrade_parent[t]) FF_RETURN_IF_ERROR(begin(config->parent[t]));
+    for (int i = 0; i < 2; ++i) {
+      if (upgrade_child[t][i]) FF_RETURN_IF_ERROR(begin(config->children[t][i]));
+    }
+  }
+  for (auto& [slot, connector] : pending) {
+    FF_ASSIGN_OR_RETURN(*slot, connector->Finish());
+  }
+  transport_ = pending.empty() ? "tcp" : "verbs";
   return Status::Ok();
+}
+
+Result<bool> WantsVerbs(const std::string& transport) {
+  if (transport == "tcp") return false;
+  if (transport == "verbs") {
+    if (!VerbsAvailable()) {
+      return Unavailable("hfreduce: transport 'verbs' asked for, but " +
+                         std::string(FF_VERBS_BUILT ? "this machine has no RDMA device"
+                                                    : "this build has no ibverbs support"));
+    }
+    return true;
+  }
+  if (transport == "auto") return VerbsAvailable();
+  return InvalidArgument("hfreduce: transport must be auto, tcp or verbs; got '" + transport + "'");
 }
 
 }  // namespace
@@ -456,6 +530,9 @@ Result<CommunicatorOptions> CommunicatorOptions::FromEnvironment() {
   FF_RETURN_IF_ERROR(ParseEnvInt("RANK", 0, 1 << 24, &rank, true));
   FF_RETURN_IF_ERROR(ParseEnvInt("WORLD_SIZE", 1, 1 << 24, &world, true));
   FF_RETURN_IF_ERROR(ParseEnvInt("MASTER_PORT", 1, 65535, &port, true));
+  int64_t local_rank = -1;
+  FF_RETURN_IF_ERROR(ParseEnvInt("LOCAL_RANK", 0, 1 << 24, &local_rank, false));
+  o.local_rank = static_cast<int>(local_rank);
   const char* addr = std::getenv("MASTER_ADDR");
   if (addr == nullptr || *addr == '\0') {
     return InvalidArgument("hfreduce: environment variable MASTER_ADDR is not set");
@@ -467,6 +544,8 @@ Result<CommunicatorOptions> CommunicatorOptions::FromEnvironment() {
   o.store_address = host + ":" + std::to_string(port);
   if (const char* v = std::getenv("HFREDUCE_NODE_ID"); v && *v) o.node_id = v;
   if (const char* v = std::getenv("HFREDUCE_LISTEN_HOST"); v && *v) o.listen_host = v;
+  if (const char* v = std::getenv("HFREDUCE_TRANSPORT"); v && *v) o.transport = v;
+  if (const char* v = std::getenv("HFREDUCE_IB_DEVICE"); v && *v) o.ib_device = v;
   FF_RETURN_IF_ERROR(ParseEnvInt("HFREDUCE_TIMEOUT_MS", 1, int64_t{1} << 40, &timeout, false));
   FF_RETURN_IF_ERROR(ParseEnvInt("HFREDUCE_CHUNK_BYTES", 4096, 1 << 30, &chunk, false));
   FF_RETURN_IF_ERROR(ParseEnvInt("HFREDUCE_PIPELINE_DEPTH", 2, 64, &depth, false));

@@ -112,6 +112,35 @@ TEST(HfreduceLargeTest, SixtyFourMiBTwoNodesByFour) {
   ExpectAllPassed(Launch(2, 4, "large", {{"HFREDUCE_CHUNK_BYTES", "262144"}}));
 }
 
+TEST(HfreduceTransportTest, AutoFallsBackToTcpWithoutAnRdmaDevice) {
+  ExpectAllPassed(Launch(2, 2, "transport", {{"HFREDUCE_TRANSPORT", "auto"}}));
+}
+
+TEST(HfreduceTransportTest, VerbsWithoutAnRdmaDeviceIsAClearError) {
+  // This machine (and CI's) has no RDMA device: asking for verbs must fail at once, on every rank.
+  auto results = Launch(2, 1, "transport", {{"HFREDUCE_TRANSPORT", "verbs"}}, 60s);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+    EXPECT_THAT(r.stderr_text, HasSubstr("transport 'verbs' asked for, but"));
+  }
+}
+
+TEST(HfreduceSetupTest, BadEnvironmentIsAClearError) {
+  auto results = Launch(1, 2, "transport", {{"HFREDUCE_PIPELINE_DEPTH", "1"}}, 60s);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_THAT(r.stderr_text, HasSubstr("HFREDUCE_PIPELINE_DEPTH='1' is not an integer in 2..64"));
+  }
+  // Both ranks claim LOCAL_RANK 0: rank 1 is told why; rank 0, left waiting, gives up at the
+  // rendezvous timeout.
+  results = Launch(1, 2, "transport", {{"LOCAL_RANK", "0"}, {"HFREDUCE_TIMEOUT_MS", "3000"}}, 60s);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[1].exit_code, 2);
+  EXPECT_THAT(results[1].stderr_text, HasSubstr("LOCAL_RANK is 0 but rank 1 is local rank 1"));
+  EXPECT_EQ(results[0].exit_code, 2);
+  EXPECT_THAT(results[0].stderr_text, HasSubstr("DeadlineExceeded"));
+}
+
 TEST(HfreduceFailureTest, MismatchedCountsFailOnEveryRank) {
   for (Layout layout : {Layout{1, 3}, Layout{3, 1}, Layout{2, 2}}) {
     auto results =

@@ -431,6 +431,16 @@ int main(int argc, char** argv) {
     ScenarioScatterGather(**comm);
   } else if (scenario == "p2p") {
     ScenarioPointToPoint(**comm);
+  } else if (scenario == "transport") {
+    // Without an RDMA device, "auto" carries node-to-node data over TCP.
+    const std::string want = (*comm)->num_nodes() > 1 ? "tcp" : "shm";
+    CHECK_OR_FAIL((*comm)->transport() == want, "transport is %s, expected %s",
+                  (*comm)->transport().c_str(), want.c_str());
+    std::vector<float> buf(1000, 1.0f);
+    ff::Status st =
+        (*comm)->Allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+    CHECK_OR_FAIL(st.ok() && buf[999] == (*comm)->world_size(), "allreduce over %s failed",
+                  want.c_str());
   } else if (scenario == "async") {
     ScenarioAsync(**comm);
   } else if (scenario == "large") {

@@ -32,6 +32,9 @@ namespace ff::hfreduce {
 struct CommunicatorOptions {
   int rank = 0;
   int world_size = 1;
+  // When >= 0, the local rank this process expects (LOCAL_RANK from a launcher); rendezvous fails
+  // if the node grouping gives another. Local ranks are numbered in global rank order.
+  int local_rank = -1;
   // host:port of the rendezvous store.
   std::string store_address = "127.0.0.1:29500";
   // Rank 0 serves the store at store_address (false when an external hfreduce-store runs).
@@ -42,6 +45,11 @@ struct CommunicatorOptions {
   std::string node_id;
   // Address other nodes' leaders reach this node at (the TCP listener binds it).
   std::string listen_host = "127.0.0.1";
+  // Between nodes: "tcp", "verbs" (ibverbs RC; needs an RDMA device and a build with
+  // libibverbs) or "auto" (verbs where both ends have it, else TCP).
+  std::string transport = "auto";
+  // RDMA device for verbs (empty: the first one).
+  std::string ib_device;
   // Rendezvous and every collective must complete within this long, else they fail.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   // Pipeline geometry: bytes per chunk and chunks in flight per stage.
@@ -50,9 +58,10 @@ struct CommunicatorOptions {
   // Where hfreduce_* metrics go (optional; not owned, must outlive the communicator).
   Metrics* metrics = nullptr;
 
-  // Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, HFREDUCE_NODE_ID,
-  // HFREDUCE_LISTEN_HOST, HFREDUCE_TIMEOUT_MS, HFREDUCE_CHUNK_BYTES and HFREDUCE_PIPELINE_DEPTH
-  // (the last five optional) over the defaults above. kInvalidArgument names a bad variable.
+  // Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (required) and LOCAL_RANK,
+  // HFREDUCE_NODE_ID, HFREDUCE_LISTEN_HOST, HFREDUCE_TRANSPORT, HFREDUCE_IB_DEVICE,
+  // HFREDUCE_TIMEOUT_MS, HFREDUCE_CHUNK_BYTES, HFREDUCE_PIPELINE_DEPTH (optional) over the
+  // defaults above. kInvalidArgument names a bad variable.
   static Result<CommunicatorOptions> FromEnvironment();
 };
 
@@ -133,6 +142,8 @@ class Communicator {
 
   // OK while healthy; the failure that broke the communicator otherwise.
   virtual Status health() const = 0;
+  // What carries data between nodes: "shm" (a single node), "tcp" or "verbs".
+  virtual const std::string& transport() const = 0;
 };
 
 }  // namespace ff::hfreduce
