@@ -112,6 +112,10 @@ TEST(HfreduceLargeTest, SixtyFourMiBTwoNodesByFour) {
   ExpectAllPassed(Launch(2, 4, "large", {{"HFREDUCE_CHUNK_BYTES", "262144"}}));
 }
 
+TEST(HfreduceMetricsTest, EveryRankExportsCollectiveCounters) {
+  ExpectAllPassed(Launch(2, 2, "metrics"));
+}
+
 TEST(HfreduceTransportTest, AutoFallsBackToTcpWithoutAnRdmaDevice) {
   ExpectAllPassed(Launch(2, 2, "transport", {{"HFREDUCE_TRANSPORT", "auto"}}));
 }

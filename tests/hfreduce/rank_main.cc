@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "hfreduce/communicator.h"
+#include "monitoring/metrics.h"
 #include "reduce/kernels.h"
+#include "tests/support/http_get.h"
 
 namespace ff::hfreduce {
 namespace {
@@ -418,6 +420,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   g_rank = options->rank;
+  // Every rank serves its hfreduce_* metrics, as a training process would.
+  ff::Metrics metrics("hfreduce-test-rank");
+  if (scenario == "metrics") {
+    options->metrics = &metrics;
+    if (ff::Status st = metrics.Serve(ff::MetricsOptions{}); !st.ok()) {
+      std::fprintf(stderr, "metrics: %s\n", st.ToString().c_str());
+      return 2;
+    }
+  }
   auto comm = Communicator::Create(*options);
   if (!comm.ok()) {
     std::fprintf(stderr, "rank %d: create failed: %s\n", g_rank, comm.status().ToString().c_str());
@@ -441,6 +452,23 @@ int main(int argc, char** argv) {
         (*comm)->Allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
     CHECK_OR_FAIL(st.ok() && buf[999] == (*comm)->world_size(), "allreduce over %s failed",
                   want.c_str());
+  } else if (scenario == "metrics") {
+    std::vector<float> buf(1000, 1.0f);
+    for (int i = 0; i < 3; ++i) {
+      (void)(*comm)->Allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32,
+                               ReduceOp::kSum);
+    }
+    (void)(*comm)->Broadcast(buf.data(), buf.size(), DataType::kFloat32, 0);
+    auto scrape = ff::test::HttpGet(metrics.address(), "/metrics");
+    CHECK_OR_FAIL(scrape.ok(), "scrape: %s", scrape.status().ToString().c_str());
+    if (scrape.ok()) {
+      for (const char* line : {"hfreduce_operations_total{collective=\"allreduce\"} 3",
+                               "hfreduce_bytes_total{collective=\"allreduce\"} 12000",
+                               "hfreduce_operations_total{collective=\"broadcast\"} 1",
+                               "hfreduce_seconds_count{collective=\"allreduce\"} 3"}) {
+        CHECK_OR_FAIL(scrape->body.find(line) != std::string::npos, "/metrics lacks '%s'", line);
+      }
+    }
   } else if (scenario == "async") {
     ScenarioAsync(**comm);
   } else if (scenario == "large") {
