@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "reduce/kernels.h"
+#include "shm/numa.h"
 
 namespace ff::hfreduce {
 namespace {
@@ -17,7 +18,10 @@ struct Buffer {
     void* p =
         mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     data = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
-    if (data) madvise(data, n, MADV_HUGEPAGE);
+    if (data) {
+      madvise(data, n, MADV_HUGEPAGE);
+      BindMemoryHere(data, n);  // network buffers live where the leader runs
+    }
   }
   ~Buffer() {
     if (data) munmap(data, size);

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "shm/numa.h"
+
 namespace ff::hfreduce {
 namespace {
 
@@ -92,9 +94,11 @@ Result<std::unique_ptr<NodeSegment>> NodeSegment::Create(const std::string& name
   h.local_size = static_cast<uint32_t>(local_size);
   h.slots = static_cast<uint32_t>(slots);
   h.slot_bytes = slot_bytes;
+  seg->Bind();
+  InterleaveMemory(seg->input(0, 0), static_cast<std::size_t>(local_size) * slots * slot_bytes);
+  BindMemoryHere(seg->result(0), static_cast<std::size_t>(slots) * slot_bytes);
   std::atomic_thread_fence(std::memory_order_release);
   h.magic.store(kMagic, std::memory_order_release);
-  seg->Bind();
   return seg;
 }
 
