@@ -17,10 +17,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/double_binary_tree.h"
 #include "engine/op.h"
 #include "engine/waiter.h"
 #include "transport/connection.h"
-#include "tree/double_binary_tree.h"
 
 namespace ff::hfreduce {
 

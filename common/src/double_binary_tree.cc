@@ -1,6 +1,6 @@
-#include "tree/double_binary_tree.h"
+#include "common/double_binary_tree.h"
 
-namespace ff::hfreduce {
+namespace ff {
 namespace {
 
 int LargestPowerOfTwoBelow(int n) {
@@ -59,4 +59,4 @@ int DoubleBinaryTreeRoot(int which, int n) {
   return NodeOf(which, 0, n);
 }
 
-}  // namespace ff::hfreduce
+}  // namespace ff

@@ -6,11 +6,14 @@
 // second with the offset halved until it falls below N; odd nodes are leaves.
 // Tree 2 is tree 1 mirrored (node r plays N-1-r) when N is even, or shifted by one (node r plays
 // (r+1) mod N) when N is odd. Pure functions; thread-safe.
+//
+// HFReduce moves data along these trees; the scheduler places a job's ranks so that tree
+// neighbours share a leaf switch, and estimates the job's cross-leaf traffic from the same edges.
 #pragma once
 
 #include <array>
 
-namespace ff::hfreduce {
+namespace ff {
 
 struct TreePosition {
   int parent = -1;  // -1 at the root
@@ -25,4 +28,4 @@ TreePosition DoubleBinaryTreePosition(int which, int rank, int n);
 // The root of tree `which`.
 int DoubleBinaryTreeRoot(int which, int n);
 
-}  // namespace ff::hfreduce
+}  // namespace ff

@@ -1,11 +1,11 @@
+#include "common/double_binary_tree.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
 #include <vector>
 
-#include "tree/double_binary_tree.h"
-
-namespace ff::hfreduce {
+namespace ff {
 namespace {
 
 std::vector<int> Children(const TreePosition& p) {
@@ -89,4 +89,4 @@ TEST(DoubleBinaryTreeTest, NoNodeIsALeafInBothTrees) {
 }
 
 }  // namespace
-}  // namespace ff::hfreduce
+}  // namespace ff

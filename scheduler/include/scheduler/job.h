@@ -1,0 +1,56 @@
+// Jobs as the scheduler sees them: what they ask for, and where they run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ff::scheduler {
+
+using JobId = int64_t;
+using Seconds = int64_t;  // time in seconds; the caller's clock (wall time or simulated)
+
+constexpr int kMinPriority = 0;
+constexpr int kMaxPriority = 6;  // seven levels, as on HAI-Platform; higher runs first
+
+enum class CommKind : uint8_t {
+  kAllreduce,  // data parallel: a double binary tree over the nodes, heavy traffic
+  kPipeline,   // pipeline stages: a chain over the nodes, may span zones
+  kNone,       // no inter-node traffic
+};
+
+struct JobRequest {
+  JobId id = 0;
+  std::string user;
+  int priority = 3;
+  // A gang of `nodes` whole nodes using `gpus_per_node` GPUs each; or, with nodes == 0, a
+  // sub-node job of `gpus` GPUs packed onto one node that other jobs may share.
+  int nodes = 1;
+  int gpus_per_node = 8;
+  int gpus = 0;
+  CommKind comm = CommKind::kAllreduce;
+  double traffic_gbps = 0;      // each node's network traffic while running (estimate)
+  bool may_span_zones = false;  // allreduce jobs never span zones unless this is set
+  Seconds min_runtime = 0;      // not preempted before it has run this long
+  Seconds submit_time = 0;
+  Seconds expected_runtime = 0;  // 0: unknown (then never backfilled ahead of a reservation)
+
+  int TotalGpus() const { return nodes > 0 ? nodes * gpus_per_node : gpus; }
+  bool Gang() const { return nodes > 0; }
+};
+
+// Where a job runs: its nodes in rank order (rank r on nodes[r]) and GPUs used on each.
+struct Placement {
+  std::vector<int> nodes;
+  int gpus_per_node = 0;
+  bool empty() const { return nodes.empty(); }
+};
+
+struct RunningJob {
+  JobRequest request;
+  Placement placement;
+  Seconds start_time = 0;
+  Seconds last_checkpoint = 0;  // work since then is lost if it is suspended
+};
+
+}  // namespace ff::scheduler
