@@ -1,0 +1,74 @@
+// One scheduling round: which queued jobs start where, which running jobs are suspended so that
+// higher-priority jobs fit (time-sharing), and why every other job waits.
+//
+// Rules (after HAI-Platform):
+//   - Jobs are considered by priority (higher first), then submission time, then id: FIFO within
+//     a priority level. Gangs start whole or not at all.
+//   - A job may suspend running jobs of strictly lower priority (so never one of the same user and
+//     priority) that have run at least their min_runtime, choosing those that lose the least work
+//     (time since their last checkpoint) and no more than needed.
+//   - Per-user quotas cap the nodes a user's running jobs hold.
+//   - The first job that cannot start holds a reservation: the earliest time enough nodes free up
+//     as running jobs reach their expected run times. A job behind it starts now only if it fits
+//     and is expected to end before that reservation (backfill); without expected run times there
+//     is no reservation and nothing passes it.
+//
+// Decide is pure and deterministic: the same state, queue and time give the same decision.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "scheduler/cluster_state.h"
+#include "scheduler/placement.h"
+
+namespace ff::scheduler {
+
+struct SchedulerOptions {
+  // Most nodes a user's running jobs may hold (a sub-node job counts as one node); users not
+  // listed are unlimited.
+  std::map<std::string, int> node_quota;
+  bool backfill = true;
+  bool preemption = true;
+  // Blocked jobs per round that may search for jobs to suspend (bounds the round's cost).
+  int max_preemption_searches = 8;
+};
+
+struct Decision {
+  struct Start {
+    JobId job;
+    Placement placement;
+  };
+  std::vector<JobId> suspends;           // suspend these first; their nodes go to `starts`
+  std::vector<Start> starts;             // in the order decided
+  std::map<JobId, std::string> pending;  // every queued job left waiting, and why
+};
+
+class Scheduler {
+ public:
+  Scheduler(std::unique_ptr<PlacementPolicy> policy, SchedulerOptions options = {});
+
+  const PlacementPolicy& policy() const { return *policy_; }
+  Decision Decide(const ClusterState& state, const std::vector<JobRequest>& queue,
+                  Seconds now) const;
+
+ private:
+  // Running jobs whose suspension lets `job` start, and where it would run; empty if none.
+  std::vector<JobId> FindVictims(const JobRequest& job, const ClusterState& state, Seconds now,
+                                 Placement* placement) const;
+  // When `job` could start if running jobs end at their expected times; -1 if never known.
+  Seconds EarliestStart(const JobRequest& job, const ClusterState& state, Seconds now) const;
+
+  std::unique_ptr<PlacementPolicy> policy_;
+  SchedulerOptions options_;
+};
+
+// Orders jobs as a round considers them: priority (high first), submit time, id.
+bool ComesBefore(const JobRequest& a, const JobRequest& b);
+
+// "2h10m", "45s", "3d4h" for messages.
+std::string FormatDuration(Seconds s);
+
+}  // namespace ff::scheduler

@@ -1,0 +1,183 @@
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+
+namespace ff::scheduler {
+namespace {
+
+int NodesHeld(const JobRequest& job) {
+  return job.Gang() ? job.nodes : 1;
+}
+
+std::string Plural(int n, const std::string& word) {
+  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
+}
+
+}  // namespace
+
+bool ComesBefore(const JobRequest& a, const JobRequest& b) {
+  if (a.priority != b.priority) return a.priority > b.priority;
+  if (a.submit_time != b.submit_time) return a.submit_time < b.submit_time;
+  return a.id < b.id;
+}
+
+std::string FormatDuration(Seconds s) {
+  if (s < 60) return std::to_string(s) + "s";
+  if (s < 3600) return std::to_string(s / 60) + "m";
+  if (s < 86400) {
+    return std::to_string(s / 3600) + "h" +
+           (s % 3600 >= 60 ? std::to_string(s % 3600 / 60) + "m" : "");
+  }
+  return std::to_string(s / 86400) + "d" +
+         (s % 86400 >= 3600 ? std::to_string(s % 86400 / 3600) + "h" : "");
+}
+
+Scheduler::Scheduler(std::unique_ptr<PlacementPolicy> policy, SchedulerOptions options)
+    : policy_(std::move(policy)), options_(std::move(options)) {}
+
+std::vector<JobId> Scheduler::FindVictims(const JobRequest& job, const ClusterState& state,
+                                          Seconds now, Placement* placement) const {
+  std::vector<const RunningJob*> candidates;
+  for (const auto& [id, r] : state.running()) {
+    if (r.request.priority < job.priority && now - r.start_time >= r.request.min_runtime) {
+      candidates.push_back(&r);
+    }
+  }
+  if (candidates.empty()) return {};
+  // Least lost work first; then the lowest priority; then the smallest; then id.
+  std::sort(candidates.begin(), candidates.end(), [&](const RunningJob* a, const RunningJob* b) {
+    Seconds la = now - a->last_checkpoint, lb = now - b->last_checkpoint;
+    if (la != lb) return la < lb;
+    if (a->request.priority != b->request.priority)
+      return a->request.priority < b->request.priority;
+    if (a->request.TotalGpus() != b->request.TotalGpus()) {
+      return a->request.TotalGpus() < b->request.TotalGpus();
+    }
+    return a->request.id < b->request.id;
+  });
+  ClusterState trial = state;
+  std::vector<JobId> victims;
+  std::string why;
+  for (const RunningJob* c : candidates) {
+    (void)trial.Release(c->request.id);
+    victims.push_back(c->request.id);
+    Placement p = policy_->Place(job, trial, &why);
+    if (p.empty()) continue;
+    // Enough: now give back every victim the job can do without, latest first.
+    for (std::size_t i = victims.size(); i-- > 0;) {
+      ClusterState without = state;
+      for (std::size_t j = 0; j < victims.size(); ++j) {
+        if (j != i) (void)without.Release(victims[j]);
+      }
+      Placement q = policy_->Place(job, without, &why);
+      if (!q.empty()) {
+        victims.erase(victims.begin() + static_cast<std::ptrdiff_t>(i));
+        p = q;
+      }
+    }
+    *placement = p;
+    return victims;
+  }
+  return {};
+}
+
+Seconds Scheduler::EarliestStart(const JobRequest& job, const ClusterState& state,
+                                 Seconds now) const {
+  std::vector<std::pair<Seconds, JobId>> ends;
+  for (const auto& [id, r] : state.running()) {
+    if (r.request.expected_runtime <= 0) continue;  // unknown: cannot be counted on
+    ends.emplace_back(std::max(now, r.start_time + r.request.expected_runtime), id);
+  }
+  std::sort(ends.begin(), ends.end());
+  ClusterState future = state;
+  std::string why;
+  for (const auto& [end, id] : ends) {
+    (void)future.Release(id);
+    if (!policy_->Place(job, future, &why).empty()) return end;
+  }
+  return -1;
+}
+
+Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobRequest>& queue,
+                           Seconds now) const {
+  Decision decision;
+  ClusterState work = state;
+  std::vector<const JobRequest*> order;
+  for (const JobRequest& j : queue)
+    order.push_back(&j);
+  std::sort(order.begin(), order.end(),
+            [](const JobRequest* a, const JobRequest* b) { return ComesBefore(*a, *b); });
+
+  std::map<std::string, int> held;
+  for (const auto& [id, r] : work.running())
+    held[r.request.user] += NodesHeld(r.request);
+
+  const JobRequest* head = nullptr;  // the first job that could not start
+  Seconds reservation = -1;
+  std::map<int, int> waiting_by_priority;
+  int searches = 0;
+
+  for (const JobRequest* job : order) {
+    int ahead = 0;
+    for (const auto& [priority, count] : waiting_by_priority) {
+      if (priority > job->priority) ahead += count;
+    }
+    auto wait = [&](std::string reason) {
+      if (ahead > 0)
+        reason += "; " + Plural(ahead, "job") + " with higher priority " +
+                  (ahead == 1 ? "is" : "are") + " ahead";
+      decision.pending[job->id] = std::move(reason);
+      ++waiting_by_priority[job->priority];
+    };
+
+    const int needs = NodesHeld(*job);
+    if (auto q = options_.node_quota.find(job->user); q != options_.node_quota.end()) {
+      int has = held[job->user];
+      if (has + needs > q->second) {
+        wait("user " + job->user + " may hold " + Plural(q->second, "node") + " and holds " +
+             std::to_string(has) + "; this job needs " + std::to_string(needs) + " more");
+        continue;
+      }
+    }
+
+    std::string why;
+    Placement placement = policy_->Place(*job, work, &why);
+    if (!placement.empty() && head != nullptr) {
+      // Backfill: start ahead of the blocked head only if done before its reservation.
+      bool ends_in_time = options_.backfill && job->expected_runtime > 0 && reservation >= 0 &&
+                          now + job->expected_runtime <= reservation;
+      if (!ends_in_time) {
+        std::string reason = "it fits now, but job " + std::to_string(head->id) + " (priority " +
+                             std::to_string(head->priority) + ", " +
+                             Plural(NodesHeld(*head), "node") + ") is ahead and ";
+        reason += reservation >= 0 ? "holds a reservation in " + FormatDuration(reservation - now)
+                                   : "no running job has an expected end";
+        wait(reason);
+        continue;
+      }
+    }
+    if (placement.empty() && options_.preemption && searches < options_.max_preemption_searches) {
+      ++searches;
+      std::vector<JobId> victims = FindVictims(*job, work, now, &placement);
+      for (JobId v : victims) {
+        held[work.running().at(v).request.user] -= NodesHeld(work.running().at(v).request);
+        (void)work.Release(v);
+        decision.suspends.push_back(v);
+      }
+    }
+    if (placement.empty()) {
+      if (head == nullptr) {
+        head = job;
+        reservation = options_.backfill ? EarliestStart(*job, work, now) : -1;
+      }
+      wait(why);
+      continue;
+    }
+    (void)work.Allocate(*job, placement, now);
+    held[job->user] += needs;
+    decision.starts.push_back({job->id, std::move(placement)});
+  }
+  return decision;
+}
+
+}  // namespace ff::scheduler

@@ -1,0 +1,287 @@
+// Scheduling rounds on the small cluster (2 zones x 2 leaves x 4 nodes), checked by hand, and
+// property tests on random clusters and queues.
+#include "scheduler/scheduler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace ff::scheduler {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+SchedulerOptions NoPreemption() {
+  SchedulerOptions o;
+  o.preemption = false;
+  return o;
+}
+
+JobRequest Job(JobId id, int nodes, int priority = 3, const std::string& user = "alice") {
+  JobRequest j;
+  j.id = id;
+  j.user = user;
+  j.priority = priority;
+  j.nodes = nodes;
+  j.gpus_per_node = 8;
+  j.comm = CommKind::kAllreduce;
+  j.traffic_gbps = 100;
+  j.submit_time = id;
+  return j;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto t = Topology::Load(std::string(FF_SOURCE_DIR) + "/deploy/config/cluster-small.toml");
+    ASSERT_TRUE(t.ok()) << t.status();
+    topology_ = std::make_unique<Topology>(std::move(*t));
+    state_ = std::make_unique<ClusterState>(*topology_);
+  }
+
+  Decision Decide(const std::vector<JobRequest>& queue, Seconds now = 100,
+                  SchedulerOptions options = {}) {
+    Scheduler s(MakePlacementPolicy("congestion-aware"), options);
+    return s.Decide(*state_, queue, now);
+  }
+
+  void Run(const JobRequest& job, std::vector<int> nodes, Seconds start = 0,
+           Seconds checkpoint = 0) {
+    ASSERT_TRUE(state_->Allocate(job, Placement{nodes, 8}, start).ok());
+    // Allocate records the start as the last checkpoint; move it where the test wants it.
+    const_cast<RunningJob&>(state_->running().at(job.id)).last_checkpoint = checkpoint;
+  }
+
+  static std::vector<JobId> Started(const Decision& d) {
+    std::vector<JobId> ids;
+    for (const auto& s : d.starts)
+      ids.push_back(s.job);
+    return ids;
+  }
+
+  std::unique_ptr<Topology> topology_;
+  std::unique_ptr<ClusterState> state_;
+};
+
+TEST_F(SchedulerTest, HigherPriorityFirstThenFifo) {
+  // Room for 16 nodes: 8 + 8 start; the later 8-node job of equal priority waits.
+  Decision d = Decide({Job(3, 8, 3), Job(1, 8, 3), Job(2, 8, 5)});
+  EXPECT_THAT(Started(d), ElementsAre(2, 1));
+  EXPECT_THAT(d.pending.at(3), HasSubstr("needs 8 nodes with 8 free GPUs; 0 are free"));
+}
+
+TEST_F(SchedulerTest, GangIsAllOrNothing) {
+  Decision d = Decide({Job(1, 20)});
+  EXPECT_THAT(d.starts, IsEmpty());
+  EXPECT_EQ(d.pending.at(1), "needs 20 nodes with 8 free GPUs; 16 are free");
+}
+
+TEST_F(SchedulerTest, ExplainsZoneLimitAndJobsAhead) {
+  Run(Job(10, 2, 1, "bob"), {0, 1});
+  Run(Job(11, 2, 1, "bob"), {8, 9});
+  // Two 8-node jobs: none fits a zone (6 free in each). The first waits for the zone; the second
+  // also has one job of higher priority ahead.
+  Decision d = Decide({Job(1, 8, 6), Job(2, 8, 4)}, 100, NoPreemption());
+  EXPECT_EQ(d.pending.at(1),
+            "needs 8 nodes with 8 free GPUs in one zone; the largest such set is 6 nodes (zone A)");
+  EXPECT_EQ(d.pending.at(2),
+            "needs 8 nodes with 8 free GPUs in one zone; the largest such set is 6 nodes (zone A); "
+            "1 job with higher priority is ahead");
+}
+
+TEST_F(SchedulerTest, TimeSharingSuspendsLowerPriorityJobs) {
+  Run(Job(10, 8, 1, "bob"), {0, 1, 2, 3, 4, 5, 6, 7});
+  Run(Job(11, 8, 1, "carol"), {8, 9, 10, 11, 12, 13, 14, 15});
+  Decision d = Decide({Job(1, 4, 5)});
+  ASSERT_EQ(d.suspends.size(), 1u);  // one victim is enough
+  ASSERT_THAT(Started(d), ElementsAre(1));
+  EXPECT_THAT(d.pending, IsEmpty());
+}
+
+TEST_F(SchedulerTest, VictimIsTheJobThatLosesTheLeastWork) {
+  Run(Job(10, 8, 1, "bob"), {0, 1, 2, 3, 4, 5, 6, 7}, 0, /*checkpoint=*/10);
+  Run(Job(11, 8, 1, "carol"), {8, 9, 10, 11, 12, 13, 14, 15}, 0, /*checkpoint=*/90);
+  Decision d = Decide({Job(1, 4, 5)}, 100);
+  EXPECT_THAT(d.suspends, ElementsAre(11));  // 10 s lost instead of 90 s
+}
+
+TEST_F(SchedulerTest, NeverSuspendsForEqualPriorityOrBeforeMinRuntime) {
+  Run(Job(10, 8, 3, "alice"), {0, 1, 2, 3, 4, 5, 6, 7});
+  JobRequest young = Job(11, 8, 1, "bob");
+  young.min_runtime = 600;
+  Run(young, {8, 9, 10, 11, 12, 13, 14, 15}, /*start=*/50);
+  Decision d = Decide({Job(1, 4, 3, "alice"), Job(2, 4, 3, "dave")}, 100);
+  EXPECT_THAT(d.suspends, IsEmpty());
+  EXPECT_THAT(d.starts, IsEmpty());
+  EXPECT_EQ(d.pending.size(), 2u);
+  // Once the young job has run its minimum, a priority-3 job may suspend it (priority 1).
+  d = Decide({Job(1, 4, 3, "alice")}, 700);
+  EXPECT_THAT(d.suspends, ElementsAre(11));
+}
+
+TEST_F(SchedulerTest, QuotasCapNodesPerUser) {
+  Run(Job(10, 2, 3, "alice"), {0, 1});
+  SchedulerOptions options;
+  options.node_quota["alice"] = 4;
+  Decision d =
+      Decide({Job(1, 4, 3, "alice"), Job(2, 4, 3, "bob"), Job(3, 2, 3, "alice")}, 100, options);
+  EXPECT_THAT(Started(d), ElementsAre(2, 3));
+  EXPECT_EQ(d.pending.at(1), "user alice may hold 4 nodes and holds 2; this job needs 4 more");
+}
+
+TEST_F(SchedulerTest, BackfillOnlyWhatEndsBeforeTheReservation) {
+  JobRequest long_running = Job(10, 8, 3, "bob");
+  long_running.expected_runtime = 1000;
+  Run(long_running, {0, 1, 2, 3, 4, 5, 6, 7});
+  JobRequest other = Job(11, 4, 3, "bob");
+  other.expected_runtime = 5000;
+  Run(other, {8, 9, 10, 11});
+  // The head needs all of zone A (8 nodes), free at t=1000. Zone B has 4 free nodes now.
+  JobRequest head = Job(1, 8, 3);
+  JobRequest quick = Job(2, 2, 3);
+  quick.expected_runtime = 500;  // ends at 600 < 1000: may go first
+  JobRequest slow = Job(3, 2, 3);
+  slow.expected_runtime = 5000;  // would still run at 1000
+  Decision d = Decide({head, quick, slow}, 100, NoPreemption());
+  EXPECT_THAT(Started(d), ElementsAre(2));
+  EXPECT_THAT(d.pending.at(3), HasSubstr("it fits now, but job 1 (priority 3, 8 nodes) is ahead "
+                                         "and holds a reservation in 15m"));
+}
+
+TEST_F(SchedulerTest, SubNodeJobsShareNodes) {
+  JobRequest a = Job(1, 0);
+  a.gpus = 3;
+  a.comm = CommKind::kNone;
+  JobRequest b = a;
+  b.id = 2;
+  Decision d = Decide({a, b});
+  ASSERT_EQ(d.starts.size(), 2u);
+  EXPECT_EQ(d.starts[0].placement.nodes, d.starts[1].placement.nodes);  // packed on one node
+}
+
+// ---- Properties on random clusters and queues ------------------------------------------------
+
+struct RandomCase {
+  std::unique_ptr<Topology> topology;
+  std::unique_ptr<ClusterState> state;
+  std::vector<JobRequest> queue;
+};
+
+RandomCase MakeRandomCase(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  ClusterConfig config;
+  int zones = pick(1, 3);
+  for (int z = 0; z < zones; ++z) {
+    ZoneConfig zone;
+    zone.name = "z" + std::to_string(z);
+    LeafGroupConfig leaves;
+    leaves.name = zone.name + "-leaf";
+    leaves.count = pick(1, 4);
+    leaves.nodes = pick(1, 6);
+    leaves.gpus_per_node = 8;
+    zone.leaves.push_back(leaves);
+    config.zones.push_back(zone);
+  }
+  RandomCase c;
+  c.topology = std::make_unique<Topology>(*Topology::Build(config));
+  c.state = std::make_unique<ClusterState>(*c.topology);
+  const int nodes = static_cast<int>(c.topology->nodes().size());
+  // Some running jobs placed by first-fit, some nodes drained.
+  auto first_fit = MakePlacementPolicy("first-fit");
+  for (int i = 0; i < pick(0, 6); ++i) {
+    JobRequest j = Job(1000 + i, pick(1, std::max(1, nodes / 3)), pick(0, 6),
+                       "user" + std::to_string(pick(0, 3)));
+    j.comm = CommKind::kNone;
+    j.expected_runtime = pick(0, 1) ? pick(10, 5000) : 0;
+    std::string why;
+    Placement p = first_fit->Place(j, *c.state, &why);
+    if (!p.empty()) (void)c.state->Allocate(j, p, pick(0, 50));
+  }
+  for (int i = 0; i < pick(0, 2); ++i)
+    c.state->SetDrained(pick(0, nodes - 1), true);
+  for (int i = 0; i < pick(1, 25); ++i) {
+    JobRequest j = Job(i + 1, pick(0, 1) ? pick(1, nodes) : 0, pick(0, 6),
+                       "user" + std::to_string(pick(0, 3)));
+    if (j.nodes == 0) j.gpus = pick(1, 8);
+    j.comm = static_cast<CommKind>(pick(0, 2));
+    j.may_span_zones = pick(0, 3) == 0;
+    j.expected_runtime = pick(0, 1) ? pick(10, 5000) : 0;
+    j.submit_time = pick(0, 100);
+    c.queue.push_back(j);
+  }
+  return c;
+}
+
+TEST(SchedulerPropertyTest, DecisionsAreSoundOnRandomClusters) {
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    RandomCase c = MakeRandomCase(seed);
+    for (const std::string& policy : PlacementPolicyNames()) {
+      SchedulerOptions options;
+      options.node_quota["user0"] = 3;
+      Scheduler scheduler(MakePlacementPolicy(policy), options);
+      Decision d = scheduler.Decide(*c.state, c.queue, 100);
+      Decision again = scheduler.Decide(*c.state, c.queue, 100);
+      // Deterministic.
+      ASSERT_EQ(d.suspends, again.suspends) << seed << " " << policy;
+      ASSERT_EQ(d.starts.size(), again.starts.size());
+      for (std::size_t i = 0; i < d.starts.size(); ++i) {
+        ASSERT_EQ(d.starts[i].job, again.starts[i].job);
+        ASSERT_EQ(d.starts[i].placement.nodes, again.starts[i].placement.nodes);
+      }
+      // Applying the decision never over-allocates: every suspend and start succeeds in order.
+      ClusterState after = *c.state;
+      for (JobId v : d.suspends)
+        ASSERT_TRUE(after.Release(v).ok()) << seed << " " << policy;
+      std::map<JobId, const JobRequest*> by_id;
+      for (const JobRequest& j : c.queue)
+        by_id[j.id] = &j;
+      for (const auto& s : d.starts) {
+        const JobRequest& j = *by_id.at(s.job);
+        // Gangs are all or nothing; sub-node jobs get their GPUs on one node.
+        if (j.Gang()) {
+          ASSERT_EQ(static_cast<int>(s.placement.nodes.size()), j.nodes) << seed << " " << policy;
+          ASSERT_EQ(s.placement.gpus_per_node, j.gpus_per_node);
+        } else {
+          ASSERT_EQ(s.placement.nodes.size(), 1u);
+          ASSERT_EQ(s.placement.gpus_per_node, j.gpus);
+        }
+        ASSERT_TRUE(after.Allocate(j, s.placement, 100).ok()) << seed << " " << policy;
+        // Our policy keeps allreduce gangs in one zone unless allowed.
+        if (policy == "congestion-aware" && j.comm == CommKind::kAllreduce && !j.may_span_zones) {
+          for (int n : s.placement.nodes) {
+            ASSERT_EQ(c.topology->nodes()[n].zone, c.topology->nodes()[s.placement.nodes[0]].zone);
+          }
+        }
+      }
+      // Quotas hold after the round.
+      int user0 = 0;
+      for (const auto& [id, r] : after.running()) {
+        if (r.request.user == "user0") user0 += r.request.Gang() ? r.request.nodes : 1;
+      }
+      int user0_before = 0;
+      for (const auto& [id, r] : c.state->running()) {
+        if (r.request.user == "user0") user0_before += r.request.Gang() ? r.request.nodes : 1;
+      }
+      ASSERT_LE(user0, std::max(3, user0_before)) << seed << " " << policy;
+      // Suspended jobs always had lower priority than some started job.
+      for (JobId v : d.suspends) {
+        int victim_priority = c.state->running().at(v).request.priority;
+        bool justified = false;
+        for (const auto& s : d.starts)
+          justified |= by_id.at(s.job)->priority > victim_priority;
+        ASSERT_TRUE(justified) << seed << " " << policy;
+      }
+      // Every queued job is either started or explained.
+      ASSERT_EQ(d.starts.size() + d.pending.size(), c.queue.size()) << seed << " " << policy;
+      for (const auto& [id, why] : d.pending)
+        ASSERT_FALSE(why.empty());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ff::scheduler
