@@ -1,6 +1,7 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace ff::scheduler {
 namespace {
@@ -44,6 +45,13 @@ std::vector<JobId> Scheduler::FindVictims(const JobRequest& job, const ClusterSt
     }
   }
   if (candidates.empty()) return {};
+  std::string why;
+  ClusterState trial = state;
+  // If suspending every candidate would not make room, no subset will.
+  for (const RunningJob* c : candidates)
+    (void)trial.Release(c->request.id);
+  if (policy_->Place(job, trial, &why).empty()) return {};
+  trial = state;
   // Least lost work first; then the lowest priority; then the smallest; then id.
   std::sort(candidates.begin(), candidates.end(), [&](const RunningJob* a, const RunningJob* b) {
     Seconds la = now - a->last_checkpoint, lb = now - b->last_checkpoint;
@@ -55,28 +63,26 @@ std::vector<JobId> Scheduler::FindVictims(const JobRequest& job, const ClusterSt
     }
     return a->request.id < b->request.id;
   });
-  ClusterState trial = state;
-  std::vector<JobId> victims;
-  std::string why;
+  std::vector<const RunningJob*> victims;
   for (const RunningJob* c : candidates) {
     (void)trial.Release(c->request.id);
-    victims.push_back(c->request.id);
-    Placement p = policy_->Place(job, trial, &why);
-    if (p.empty()) continue;
+    victims.push_back(c);
+    if (policy_->Place(job, trial, &why).empty()) continue;
     // Enough: now give back every victim the job can do without, latest first.
     for (std::size_t i = victims.size(); i-- > 0;) {
-      ClusterState without = state;
-      for (std::size_t j = 0; j < victims.size(); ++j) {
-        if (j != i) (void)without.Release(victims[j]);
-      }
-      Placement q = policy_->Place(job, without, &why);
-      if (!q.empty()) {
+      const RunningJob& v = *victims[i];
+      if (!trial.Allocate(v.request, v.placement, v.start_time).ok()) continue;
+      if (policy_->Place(job, trial, &why).empty()) {
+        (void)trial.Release(v.request.id);  // needed after all
+      } else {
         victims.erase(victims.begin() + static_cast<std::ptrdiff_t>(i));
-        p = q;
       }
     }
-    *placement = p;
-    return victims;
+    *placement = policy_->Place(job, trial, &why);
+    std::vector<JobId> ids;
+    for (const RunningJob* v : victims)
+      ids.push_back(v->request.id);
+    return ids;
   }
   return {};
 }
@@ -89,13 +95,25 @@ Seconds Scheduler::EarliestStart(const JobRequest& job, const ClusterState& stat
     ends.emplace_back(std::max(now, r.start_time + r.request.expected_runtime), id);
   }
   std::sort(ends.begin(), ends.end());
-  ClusterState future = state;
+  // Freeing more never hurts, so binary-search the shortest prefix of endings that makes room.
   std::string why;
-  for (const auto& [end, id] : ends) {
-    (void)future.Release(id);
-    if (!policy_->Place(job, future, &why).empty()) return end;
+  auto fits_after = [&](std::size_t k) {
+    ClusterState future = state;
+    for (std::size_t i = 0; i < k; ++i)
+      (void)future.Release(ends[i].second);
+    return !policy_->Place(job, future, &why).empty();
+  };
+  if (ends.empty() || !fits_after(ends.size())) return -1;
+  std::size_t lo = 1, hi = ends.size();
+  while (lo < hi) {
+    std::size_t mid = (lo + hi) / 2;
+    if (fits_after(mid)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
   }
-  return -1;
+  return ends[lo - 1].first;
 }
 
 Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobRequest>& queue,
@@ -111,6 +129,15 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
   std::map<std::string, int> held;
   for (const auto& [id, r] : work.running())
     held[r.request.user] += NodesHeld(r.request);
+
+  // Many queued jobs ask for the same shape. While nothing starts, a shape that did not fit
+  // still does not, for the same reason: remember failures until the cluster state changes.
+  using Shape = std::tuple<int, int, int, bool>;  // nodes, GPUs per node or GPUs, comm, spans
+  std::map<Shape, std::string> failed;
+  auto shape_of = [](const JobRequest& j) {
+    return Shape{j.nodes, j.Gang() ? j.gpus_per_node : j.gpus, static_cast<int>(j.comm),
+                 j.may_span_zones};
+  };
 
   const JobRequest* head = nullptr;  // the first job that could not start
   Seconds reservation = -1;
@@ -141,7 +168,12 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
     }
 
     std::string why;
-    Placement placement = policy_->Place(*job, work, &why);
+    Placement placement;
+    if (auto known = failed.find(shape_of(*job)); known != failed.end()) {
+      why = known->second;
+    } else {
+      placement = policy_->Place(*job, work, &why);
+    }
     if (!placement.empty() && head != nullptr) {
       // Backfill: start ahead of the blocked head only if done before its reservation.
       bool ends_in_time = options_.backfill && job->expected_runtime > 0 && reservation >= 0 &&
@@ -164,8 +196,10 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
         (void)work.Release(v);
         decision.suspends.push_back(v);
       }
+      if (!victims.empty()) failed.clear();
     }
     if (placement.empty()) {
+      failed[shape_of(*job)] = why;
       if (head == nullptr) {
         head = job;
         reservation = options_.backfill ? EarliestStart(*job, work, now) : -1;
@@ -174,6 +208,7 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
       continue;
     }
     (void)work.Allocate(*job, placement, now);
+    failed.clear();
     held[job->user] += needs;
     decision.starts.push_back({job->id, std::move(placement)});
   }
