@@ -14,6 +14,7 @@ TrafficLoad EstimateTraffic(const Topology& topology, const JobRequest& job,
     const Node& nb = topology.nodes()[placement.nodes[b]];
     if (na.leaf == nb.leaf) return;
     ++load.cross_leaf_edges;
+    load.cross_leaf_gbps += gbps;
     load.leaf_uplink_gbps[na.leaf] += gbps;
     load.leaf_uplink_gbps[nb.leaf] += gbps;
     if (na.zone != nb.zone) load.cross_zone_gbps += gbps;
@@ -109,6 +110,12 @@ Status ClusterState::Release(JobId id) {
   loads_.erase(id);
   running_.erase(it);
   return Status::Ok();
+}
+
+const TrafficLoad& ClusterState::load(JobId id) const {
+  static const TrafficLoad kNone;
+  auto it = loads_.find(id);
+  return it == loads_.end() ? kNone : it->second;
 }
 
 void ClusterState::SetDrained(int node, bool drained) {

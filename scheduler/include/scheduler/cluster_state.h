@@ -18,6 +18,7 @@ namespace ff::scheduler {
 // under different leaves loads both leaves' uplinks.
 struct TrafficLoad {
   std::map<int, double> leaf_uplink_gbps;
+  double cross_leaf_gbps = 0;  // over all edges that leave a leaf, each counted once
   double cross_zone_gbps = 0;
   int cross_leaf_edges = 0;
 };
@@ -40,6 +41,8 @@ class ClusterState {
   double leaf_uplink_load(int leaf) const { return leaf_load_[leaf]; }
   double cross_zone_load() const { return cross_zone_load_; }
   const std::map<JobId, RunningJob>& running() const { return running_; }
+  // The traffic a running job puts on the network (empty for an unknown job).
+  const TrafficLoad& load(JobId id) const;
 
   // Starts `job` on `placement`. kFailedPrecondition (changing nothing) when a node lacks the
   // GPUs, is drained, or the job already runs.

@@ -1,0 +1,238 @@
+#include "scheduler/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace ff::scheduler {
+namespace {
+
+struct JobRun {
+  JobRequest request;
+  double remaining = 0;  // seconds of work left at full speed
+  double rate = 1;       // work seconds per wall second
+  Seconds started = 0;   // of the current run
+  JobOutcome outcome;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  std::size_t i = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+double Mean(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double sum = 0;
+  for (double x : v)
+    sum += x;
+  return sum / static_cast<double>(v.size());
+}
+
+// Whether `job` fits an empty cluster at all (else it would wait forever).
+bool EverFits(const Topology& topology, const JobRequest& job, const PlacementPolicy& policy) {
+  ClusterState empty(topology);
+  std::string why;
+  return !policy.Place(job, empty, &why).empty();
+}
+
+}  // namespace
+
+Result<SimulationResult> Simulate(const Topology& topology, const std::vector<JobRequest>& jobs,
+                                  const std::string& policy, const SimulationOptions& options) {
+  auto placement = MakePlacementPolicy(policy);
+  if (!placement) return InvalidArgument("unknown placement policy '" + policy + "'");
+  for (const JobRequest& j : jobs) {
+    if (!EverFits(topology, j, *placement)) {
+      return InvalidArgument("job " + std::to_string(j.id) + " (" + std::to_string(j.TotalGpus()) +
+                             " GPUs) can never fit cluster '" + topology.name() + "'");
+    }
+  }
+  Scheduler scheduler(MakePlacementPolicy(policy), options.scheduler);
+  const PerformanceModel& model = options.model;
+
+  std::vector<JobRun> runs(jobs.size());
+  std::vector<std::size_t> arrival_order(jobs.size());
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    runs[i].request = jobs[i];
+    runs[i].remaining = static_cast<double>(std::max<Seconds>(1, jobs[i].expected_runtime));
+    runs[i].outcome.id = jobs[i].id;
+    runs[i].outcome.gpus = jobs[i].TotalGpus();
+    runs[i].outcome.submit = jobs[i].submit_time;
+    arrival_order[i] = i;
+  }
+  std::stable_sort(arrival_order.begin(), arrival_order.end(), [&](std::size_t a, std::size_t b) {
+    return jobs[a].submit_time < jobs[b].submit_time;
+  });
+  std::map<JobId, std::size_t> index_of;
+  for (std::size_t i = 0; i < jobs.size(); ++i)
+    index_of[jobs[i].id] = i;
+
+  ClusterState state(topology);
+  std::vector<std::size_t> queue;    // indices into runs
+  std::vector<std::size_t> running;  // indices into runs
+  SimulationResult result;
+  result.policy = policy;
+  if (jobs.empty()) return result;
+
+  double now = static_cast<double>(jobs[arrival_order[0]].submit_time);
+  const double first_submit = now;
+  std::size_t next_arrival = 0, finished = 0;
+  double busy_gpu_seconds = 0, fragmentation_seconds = 0, cross_leaf_gbit = 0, cross_zone_gbit = 0;
+  double next_sample = now;
+  std::size_t progress_step = std::max<std::size_t>(1, jobs.size() / 100);
+
+  auto busy_gpus = [&] {
+    int busy = 0;
+    for (std::size_t i : running)
+      busy += runs[i].request.TotalGpus();
+    return busy;
+  };
+  auto fragmentation = [&] {
+    int free_nodes = 0, stranded = 0;
+    for (std::size_t l = 0; l < topology.leaves().size(); ++l) {
+      int f = state.leaf_free_nodes(static_cast<int>(l));
+      free_nodes += f;
+      if (f < topology.leaves()[l].num_nodes) stranded += f;
+    }
+    return free_nodes == 0 ? 0.0 : static_cast<double>(stranded) / free_nodes;
+  };
+  auto update_rates = [&] {
+    for (std::size_t i : running) {
+      JobRun& r = runs[i];
+      double f = r.request.comm == CommKind::kAllreduce  ? model.allreduce_comm_fraction
+                 : r.request.comm == CommKind::kPipeline ? model.pipeline_comm_fraction
+                                                         : 0.0;
+      const TrafficLoad& load = state.load(r.request.id);
+      double slowdown = 1;
+      for (const auto& [leaf, gbps] : load.leaf_uplink_gbps) {
+        slowdown =
+            std::max(slowdown, state.leaf_uplink_load(leaf) / topology.leaves()[leaf].uplink_gbps);
+      }
+      if (load.cross_zone_gbps > 0) {
+        double zone = topology.cross_zone_gbps() > 0
+                          ? state.cross_zone_load() / topology.cross_zone_gbps()
+                          : std::numeric_limits<double>::infinity();
+        slowdown = std::max(slowdown, std::max(1.0, zone) * model.cross_zone_penalty);
+      }
+      r.rate = 1.0 / ((1 - f) + f * slowdown);
+    }
+  };
+
+  while (finished < jobs.size()) {
+    // The next event: an arrival or the first job to finish at current rates.
+    double t_next = std::numeric_limits<double>::infinity();
+    if (next_arrival < arrival_order.size()) {
+      t_next = static_cast<double>(jobs[arrival_order[next_arrival]].submit_time);
+    }
+    for (std::size_t i : running)
+      t_next = std::min(t_next, now + runs[i].remaining / runs[i].rate);
+    if (!std::isfinite(t_next)) {
+      return Internal("simulation stalled with " + std::to_string(queue.size()) +
+                      " jobs queued and nothing running");
+    }
+    // Advance.
+    const double dt = std::max(0.0, t_next - now);
+    busy_gpu_seconds += dt * busy_gpus();
+    fragmentation_seconds += dt * fragmentation();
+    for (std::size_t i : running) {
+      JobRun& r = runs[i];
+      r.remaining -= dt * r.rate;
+      const TrafficLoad& load = state.load(r.request.id);
+      cross_leaf_gbit += dt * r.rate * load.cross_leaf_gbps;
+      cross_zone_gbit += dt * r.rate * load.cross_zone_gbps;
+    }
+    while (next_sample <= t_next) {
+      result.utilisation_series.emplace_back(
+          static_cast<Seconds>(next_sample),
+          static_cast<double>(busy_gpus()) / topology.total_gpus());
+      next_sample += static_cast<double>(options.sample_interval);
+    }
+    now = t_next;
+    const auto now_s = static_cast<Seconds>(std::llround(now));
+
+    // Completions.
+    for (std::size_t k = 0; k < running.size();) {
+      JobRun& r = runs[running[k]];
+      if (r.remaining <= 1e-6) {
+        (void)state.Release(r.request.id);
+        r.outcome.finish = now_s;
+        ++finished;
+        if (options.on_progress && finished % progress_step == 0) {
+          options.on_progress(static_cast<double>(finished) / static_cast<double>(jobs.size()));
+        }
+        running[k] = running.back();
+        running.pop_back();
+      } else {
+        ++k;
+      }
+    }
+    // Arrivals.
+    while (next_arrival < arrival_order.size() &&
+           static_cast<double>(jobs[arrival_order[next_arrival]].submit_time) <= now) {
+      queue.push_back(arrival_order[next_arrival++]);
+    }
+    if (queue.empty()) {
+      update_rates();
+      continue;
+    }
+    // A scheduling round.
+    std::vector<JobRequest> waiting;
+    waiting.reserve(queue.size());
+    for (std::size_t i : queue) {
+      JobRequest j = runs[i].request;
+      j.expected_runtime = static_cast<Seconds>(std::ceil(runs[i].remaining));
+      waiting.push_back(std::move(j));
+    }
+    Decision d = scheduler.Decide(state, waiting, now_s);
+    for (JobId v : d.suspends) {
+      std::size_t i = index_of.at(v);
+      JobRun& r = runs[i];
+      // Work since the last checkpoint is lost.
+      double ran = now - static_cast<double>(r.started);
+      double lost = std::fmod(ran, static_cast<double>(options.checkpoint_interval));
+      r.remaining += lost * r.rate;
+      (void)state.Release(v);
+      ++r.outcome.preemptions;
+      ++result.preemptions;
+      running.erase(std::find(running.begin(), running.end(), i));
+      queue.push_back(i);
+    }
+    for (const Decision::Start& s : d.starts) {
+      std::size_t i = index_of.at(s.job);
+      JobRun& r = runs[i];
+      Status st = state.Allocate(r.request, s.placement, now_s);
+      if (!st.ok()) return Internal("simulator: the scheduler's decision failed: " + st.message());
+      r.started = now_s;
+      if (r.outcome.first_start < 0) r.outcome.first_start = now_s;
+      running.push_back(i);
+      queue.erase(std::find(queue.begin(), queue.end(), i));
+    }
+    update_rates();
+  }
+
+  std::vector<double> jct, wait;
+  Seconds last_finish = 0;
+  for (const JobRun& r : runs) {
+    jct.push_back(static_cast<double>(r.outcome.finish - r.outcome.submit));
+    wait.push_back(static_cast<double>(r.outcome.first_start - r.outcome.submit));
+    last_finish = std::max(last_finish, r.outcome.finish);
+    result.jobs.push_back(r.outcome);
+  }
+  result.mean_jct = Mean(jct);
+  result.median_jct = Percentile(jct, 0.5);
+  result.p99_jct = Percentile(jct, 0.99);
+  result.mean_queue = Mean(wait);
+  result.median_queue = Percentile(wait, 0.5);
+  result.p99_queue = Percentile(wait, 0.99);
+  result.makespan = last_finish - static_cast<Seconds>(first_submit);
+  double span = std::max(1.0, now - first_submit);
+  result.gpu_utilisation = busy_gpu_seconds / (span * topology.total_gpus());
+  result.fragmentation = fragmentation_seconds / span;
+  result.cross_leaf_tb = cross_leaf_gbit / 8 / 1000;
+  result.cross_zone_tb = cross_zone_gbit / 8 / 1000;
+  return result;
+}
+
+}  // namespace ff::scheduler

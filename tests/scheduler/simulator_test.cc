@@ -1,0 +1,101 @@
+#include "scheduler/simulator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace ff::scheduler {
+namespace {
+
+class SimulatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto t = Topology::Load(std::string(FF_SOURCE_DIR) + "/deploy/config/cluster-small.toml");
+    ASSERT_TRUE(t.ok()) << t.status();
+    topology_ = std::make_unique<Topology>(std::move(*t));
+  }
+
+  static JobRequest Job(JobId id, int nodes, Seconds submit, Seconds duration, int priority = 3) {
+    JobRequest j;
+    j.id = id;
+    j.user = "u" + std::to_string(id);
+    j.priority = priority;
+    j.nodes = nodes;
+    j.gpus_per_node = 8;
+    j.comm = nodes > 1 ? CommKind::kAllreduce : CommKind::kNone;
+    j.traffic_gbps = 400;
+    j.submit_time = submit;
+    j.expected_runtime = duration;
+    return j;
+  }
+
+  SimulationResult Run(const std::vector<JobRequest>& jobs, const std::string& policy) {
+    auto r = Simulate(*topology_, jobs, policy, SimulationOptions{});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : SimulationResult{};
+  }
+
+  std::unique_ptr<Topology> topology_;
+};
+
+TEST_F(SimulatorTest, UncontendedJobsRunForTheirDuration) {
+  SimulationResult r = Run({Job(1, 1, 0, 100), Job(2, 4, 10, 200)}, "congestion-aware");
+  ASSERT_EQ(r.jobs.size(), 2u);
+  EXPECT_EQ(r.jobs[0].finish, 100);
+  EXPECT_EQ(r.jobs[1].first_start, 10);
+  EXPECT_EQ(r.jobs[1].finish, 210);  // four nodes in one leaf: no uplink traffic
+  EXPECT_DOUBLE_EQ(r.cross_leaf_tb, 0);
+  EXPECT_EQ(r.makespan, 210);
+  EXPECT_GT(r.gpu_utilisation, 0);
+  EXPECT_LE(r.gpu_utilisation, 1);
+}
+
+TEST_F(SimulatorTest, OversubscribedUplinksSlowJobsThatCrossLeaves) {
+  // Six nodes cannot fit one leaf (4 nodes): the job crosses a 400 Gb/s uplink with more traffic
+  // than that, so its communication slows down and it finishes late.
+  SimulationResult r = Run({Job(1, 6, 0, 1000)}, "congestion-aware");
+  EXPECT_GT(r.jobs[0].finish, 1000);
+  EXPECT_GT(r.cross_leaf_tb, 0);
+  // Interleaving ranks across leaves (first-fit fills nodes in order; here equal) is never better.
+  SimulationResult ff = Run({Job(1, 6, 0, 1000)}, "first-fit");
+  EXPECT_GE(ff.jobs[0].finish, r.jobs[0].finish);
+}
+
+TEST_F(SimulatorTest, QueuedJobsWaitAndHighPriorityPreempts) {
+  // A long low-priority job takes all 16 nodes (may span zones); a high-priority job arrives.
+  JobRequest big = Job(1, 16, 0, 10000, /*priority=*/1);
+  big.comm = CommKind::kNone;
+  JobRequest urgent = Job(2, 4, 1000, 100, /*priority=*/5);
+  SimulationResult r = Run({big, urgent}, "congestion-aware");
+  EXPECT_EQ(r.preemptions, 1);
+  EXPECT_EQ(r.jobs[1].first_start, 1000);  // started at once, by suspending the big job
+  EXPECT_EQ(r.jobs[0].preemptions, 1);
+  EXPECT_GT(r.jobs[0].finish, 10000);  // it lost the work since its last checkpoint, and waited
+}
+
+TEST_F(SimulatorTest, DeterministicAndCompleteOnATrace) {
+  std::vector<JobRequest> jobs;
+  for (int i = 0; i < 200; ++i) {
+    jobs.push_back(Job(i + 1, 1 + (i * 7) % 6, i * 30, 200 + (i * 37) % 900, 2 + i % 3));
+  }
+  for (const std::string& policy : PlacementPolicyNames()) {
+    SimulationResult a = Run(jobs, policy);
+    SimulationResult b = Run(jobs, policy);
+    ASSERT_EQ(a.jobs.size(), jobs.size());
+    EXPECT_EQ(a.mean_jct, b.mean_jct) << policy;
+    EXPECT_EQ(a.cross_leaf_tb, b.cross_leaf_tb) << policy;
+    for (const JobOutcome& j : a.jobs) {
+      EXPECT_GE(j.first_start, j.submit) << policy;
+      EXPECT_GT(j.finish, j.first_start) << policy;
+    }
+  }
+}
+
+TEST_F(SimulatorTest, RejectsJobsThatCanNeverFitAndUnknownPolicies) {
+  EXPECT_EQ(Simulate(*topology_, {Job(1, 17, 0, 10)}, "congestion-aware", {}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Simulate(*topology_, {Job(1, 1, 0, 10)}, "random", {}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ff::scheduler
