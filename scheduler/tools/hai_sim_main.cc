@@ -41,6 +41,7 @@ int Main(int argc, char** argv) {
   std::string policies_arg = "first-fit,slurm-tree,congestion-aware";
   WorkloadRules rules;
   std::size_t limit = 0;
+  double time_scale = 1;
   app.add_option("--trace", trace_path, "Trace CSV (ITP/ElasticFlow or Tiresias format)")
       ->required();
   app.add_option("--cluster", cluster_path, "cluster.toml")->capture_default_str();
@@ -50,6 +51,11 @@ int Main(int argc, char** argv) {
   app.add_option("--seed", rules.seed, "Seed of the rules that assign users, priorities, traffic")
       ->capture_default_str();
   app.add_option("--limit", limit, "Replay only the first N jobs (0: all)");
+  app.add_option("--time-scale", time_scale,
+                 "Divide submission times by this (2: jobs arrive twice as fast, doubling the "
+                 "load); durations are kept")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 1000.0));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -64,6 +70,8 @@ int Main(int argc, char** argv) {
   auto trace = LoadTrace(trace_path);
   if (!trace.ok()) return fail(trace.status());
   if (limit > 0 && trace->size() > limit) trace->resize(limit);
+  for (TraceJob& t : *trace)
+    t.submit = static_cast<Seconds>(static_cast<double>(t.submit) / time_scale);
   rules.gpus_per_node = topology->max_gpus_per_node();
   std::vector<JobRequest> jobs = MakeWorkload(*trace, rules);
   std::vector<std::string> policies;
@@ -103,8 +111,8 @@ int Main(int argc, char** argv) {
     results.push_back(std::move(*r));
   }
 
-  std::printf("\nhai-sim %s: %zu jobs on %s\n", trace_name.c_str(), jobs.size(),
-              topology->name().c_str());
+  std::printf("\nhai-sim %s: %zu jobs on %s, arrivals x%g\n", trace_name.c_str(), jobs.size(),
+              topology->name().c_str(), time_scale);
   std::printf("%-17s %10s %10s %10s %10s %10s %7s %7s %12s %12s %7s\n", "policy", "mean JCT",
               "median", "p99 JCT", "mean wait", "p99 wait", "util", "frag", "cross-leaf",
               "cross-zone", "preempt");
