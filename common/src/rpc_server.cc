@@ -21,29 +21,6 @@ void RpcServerOptions::Bind(ConfigSection& s) {
   }
 }
 
-Status SplitHostPort(const std::string& address, std::string* host, int* port) {
-  auto bad = [&](const char* why) {
-    return InvalidArgument("address '" + address + "': " + why + " (expected host:port)");
-  };
-  std::size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return bad("no port");
-  std::string h = address.substr(0, colon);
-  std::string p = address.substr(colon + 1);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') {
-    h = h.substr(1, h.size() - 2);
-  } else if (h.find(':') != std::string::npos) {
-    return bad("IPv6 hosts must be in brackets");
-  }
-  if (p.empty() || p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos) {
-    return bad("port is not a number");
-  }
-  int value = std::stoi(p);
-  if (value > 65535) return bad("port is above 65535");
-  *host = h;
-  *port = value;
-  return Status::Ok();
-}
-
 RpcServer::RpcServer(std::unique_ptr<grpc::Server> server, std::string address, int port,
                      std::chrono::milliseconds grace)
     : server_(std::move(server)), address_(std::move(address)), port_(port), grace_(grace) {}

@@ -8,9 +8,7 @@
 // OpenMPI have no notion of emulated nodes: they run N*M ranks on the host. Bus bandwidth is
 // 2(P-1)/P * size / time (the nccl-tests convention). The last line is the summary for the
 // --summary layout and size.
-#include <netinet/in.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +17,7 @@
 #include <map>
 
 #include "bench_common.h"
+#include "common/net.h"
 #include "common/subprocess.h"
 #include "hfreduce/communicator.h"
 #include "reduce/kernels.h"
@@ -46,18 +45,6 @@ bool ParseLayout(const std::string& s, Layout* out) {
   out->nodes = static_cast<int>(n);
   out->local = static_cast<int>(m);
   return true;
-}
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 // key: impl, type, bytes -> seconds
@@ -237,7 +224,7 @@ int LauncherMain(const bench::Plan& plan, const std::vector<Layout>& layouts,
   for (const Layout& layout : layouts) {
     Results& results = by_layout[layout.name()];
     const int world = layout.world();
-    const std::string port = std::to_string(FreePort());
+    const std::string port = std::to_string(FindFreePort().value_or(29500));
     all_ok &= RunRanks(
         "hfreduce " + layout.name(), world,
         {self.string(), "--rank-mode", "--sizes", sizes_arg, "--types", types_arg, "--iters",

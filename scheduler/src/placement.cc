@@ -37,6 +37,13 @@ bool ZoneBound(const JobRequest& job) {
   return job.comm == CommKind::kAllreduce && !job.may_span_zones && job.nodes > 1;
 }
 
+// False (with the reason) when fewer nodes have room than the gang needs, wherever they are.
+bool EnoughNodes(const JobRequest& job, const Eligible& e, std::string* why) {
+  if (e.total >= job.nodes) return true;
+  *why = GangNeed(job) + "; " + std::to_string(e.total) + " are free";
+  return false;
+}
+
 // Sub-node jobs: one node with room for job.gpus.
 Placement PlaceSubNode(const JobRequest& job, const ClusterState& state, bool best_fit,
                        std::string* why) {
@@ -107,10 +114,7 @@ class SlurmTree final : public PlacementPolicy {
     if (!job.Gang()) return PlaceSubNode(job, state, /*best_fit=*/true, why);
     const Topology& topo = state.topology();
     Eligible e = FindEligible(state, job.gpus_per_node);
-    if (e.total < job.nodes) {
-      *why = GangNeed(job) + "; " + std::to_string(e.total) + " are free";
-      return {};
-    }
+    if (!EnoughNodes(job, e, why)) return {};
     // The lowest switch that fits: a leaf, then a zone's spine, then the whole cluster.
     int best_leaf = -1;
     for (std::size_t l = 0; l < topo.leaves().size(); ++l) {
@@ -190,10 +194,7 @@ class CongestionAware final : public PlacementPolicy {
     if (!job.Gang()) return PlaceSubNode(job, state, /*best_fit=*/true, why);
     const Topology& topo = state.topology();
     Eligible e = FindEligible(state, job.gpus_per_node);
-    if (e.total < job.nodes) {
-      *why = GangNeed(job) + "; " + std::to_string(e.total) + " are free";
-      return {};
-    }
+    if (!EnoughNodes(job, e, why)) return {};
     // Candidate scopes: each zone; the whole cluster too when the job may span zones.
     Candidate best;
     int largest_zone_set = 0;

@@ -2,10 +2,9 @@
 // Several "nodes" share this machine through HFREDUCE_NODE_ID.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/net.h"
 #include "tests/support/subprocess.h"
 
 namespace ff {
@@ -13,18 +12,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 struct RankResult {
   int exit_code;
@@ -36,7 +23,7 @@ std::vector<RankResult> Launch(int nodes, int local, const std::string& scenario
                                std::map<std::string, std::string> extra_env = {},
                                std::chrono::seconds timeout = 240s) {
   const int world = nodes * local;
-  const std::string port = std::to_string(FreePort());
+  const std::string port = std::to_string(FindFreePort().value_or(29500));
   std::vector<test::Subprocess> ranks;
   for (int r = 0; r < world; ++r) {
     test::Subprocess::Options options;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/net.h"
 #include "common/result.h"
 
 namespace grpc {
@@ -59,8 +60,5 @@ class RpcServer {
   std::chrono::milliseconds grace_;
   std::once_flag shutdown_once_;
 };
-
-// Splits "host:port" ("[::1]:70" for IPv6). Fails with kInvalidArgument naming the address.
-Status SplitHostPort(const std::string& address, std::string* host, int* port);
 
 }  // namespace ff
