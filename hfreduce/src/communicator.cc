@@ -103,6 +103,7 @@ class CommunicatorImpl final : public Communicator {
   int num_nodes() const override { return num_nodes_; }
   Status health() const override { return segment_->AbortStatus(); }
   const std::string& transport() const override { return transport_; }
+  void SetCudaStream(void* stream) override { stream_ = stream; }
 
   std::shared_ptr<Work> AllreduceAsync(const void* send, void* recv, std::size_t count,
                                        DataType type, ReduceOp op) override {
@@ -214,6 +215,7 @@ class CommunicatorImpl final : public Communicator {
   std::unique_ptr<RankWorker> worker_;
   std::unique_ptr<PeerToPeer> p2p_;
   std::string transport_ = "shm";  // what carries data between nodes
+  void* stream_ = nullptr;         // the caller's CUDA stream for device buffers
 };
 
 CollectiveMetrics& CommunicatorImpl::MetricsFor(const std::string& name) {
@@ -268,7 +270,7 @@ class MeteredWork final : public Work {
 std::shared_ptr<Work> CommunicatorImpl::Submit(const OpDesc& desc, const void* send, void* recv,
                                                const std::string& name) {
   if (Status st = segment_->AbortStatus(); !st.ok()) return Failed(st);
-  std::shared_ptr<Work> work = worker_->Submit(desc, send, recv);
+  std::shared_ptr<Work> work = worker_->Submit(desc, send, recv, stream_);
   if (metrics_ == nullptr) return work;
   double bytes =
       desc.kind == static_cast<uint8_t>(CollectiveKind::kBarrier)

@@ -140,6 +140,13 @@ class Communicator {
     return RecvAsync(buf, count, type, peer)->Wait();
   }
 
+  // CUDA (where built with it): collectives issued after this call copy device buffers with
+  // cudaMemcpyAsync on `stream` (a cudaStream_t; null: the communicator's own stream). The copy
+  // to host is ordered after the work already queued on the stream, and the copy back is queued
+  // on it, so work queued on the stream after the collective completes sees the result. Without
+  // CUDA, or for host buffers, it has no effect.
+  virtual void SetCudaStream(void* stream) = 0;
+
   // OK while healthy; the failure that broke the communicator otherwise.
   virtual Status health() const = 0;
   // What carries data between nodes: "shm" (a single node), "tcp" or "verbs".

@@ -1,6 +1,7 @@
 #include "engine/device_copy.h"
 
 #include <cstring>
+#include <map>
 #include <string>
 
 #ifdef FF_WITH_CUDA
@@ -20,19 +21,31 @@ bool CudaUsable() {
   return usable;
 }
 
-cudaStream_t ThreadStream() {
-  thread_local cudaStream_t stream = [] {
-    cudaStream_t s = nullptr;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    return s;
-  }();
-  return stream;
+// The copying thread's own stream and completion event, per device.
+struct ThreadCuda {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t done = nullptr;
+};
+
+ThreadCuda& ForDevice(int device) {
+  thread_local std::map<int, ThreadCuda> per_device;
+  ThreadCuda& t = per_device[device];
+  if (t.done == nullptr) {
+    cudaStreamCreateWithFlags(&t.stream, cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&t.done, cudaEventDisableTiming);
+  }
+  return t;
 }
 
-Status CudaCopy(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind) {
-  cudaStream_t stream = ThreadStream();
-  cudaError_t err = cudaMemcpyAsync(dst, src, n, kind, stream);
-  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+Status CudaCopy(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, int device,
+                void* caller_stream) {
+  cudaError_t err = cudaSetDevice(device);
+  ThreadCuda& t = ForDevice(device);
+  cudaStream_t stream = caller_stream ? static_cast<cudaStream_t>(caller_stream) : t.stream;
+  if (err == cudaSuccess) err = cudaMemcpyAsync(dst, src, n, kind, stream);
+  // Wait for this copy only: later work the caller queues on its stream is not ours to wait for.
+  if (err == cudaSuccess) err = cudaEventRecord(t.done, stream);
+  if (err == cudaSuccess) err = cudaEventSynchronize(t.done);
   if (err != cudaSuccess) {
     return Internal(std::string("hfreduce: CUDA copy failed: ") + cudaGetErrorString(err));
   }
@@ -41,14 +54,15 @@ Status CudaCopy(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind) 
 
 }  // namespace
 
-bool IsDevicePointer(const void* p) {
-  if (p == nullptr || !CudaUsable()) return false;
+int DeviceOf(const void* p) {
+  if (p == nullptr || !CudaUsable()) return -1;
   cudaPointerAttributes attr{};
   if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky error of an unknown host pointer
-    return false;
+    return -1;
   }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  bool device = attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  return device ? attr.device : -1;
 }
 
 void RegisterHostMemory(void* p, std::size_t n) {
@@ -61,32 +75,32 @@ void UnregisterHostMemory(void* p) {
   if (CudaUsable() && cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
 }
 
-Status CopyToHost(void* host_dst, const void* src, std::size_t n, bool src_on_device) {
-  if (src_on_device) return CudaCopy(host_dst, src, n, cudaMemcpyDeviceToHost);
+Status CopyToHost(void* host_dst, const void* src, std::size_t n, int device, void* stream) {
+  if (device >= 0) return CudaCopy(host_dst, src, n, cudaMemcpyDeviceToHost, device, stream);
   std::memcpy(host_dst, src, n);
   return Status::Ok();
 }
 
-Status CopyFromHost(void* dst, const void* host_src, std::size_t n, bool dst_on_device) {
-  if (dst_on_device) return CudaCopy(dst, host_src, n, cudaMemcpyHostToDevice);
+Status CopyFromHost(void* dst, const void* host_src, std::size_t n, int device, void* stream) {
+  if (device >= 0) return CudaCopy(dst, host_src, n, cudaMemcpyHostToDevice, device, stream);
   std::memcpy(dst, host_src, n);
   return Status::Ok();
 }
 
 #else  // no CUDA: every buffer is host memory
 
-bool IsDevicePointer(const void*) {
-  return false;
+int DeviceOf(const void*) {
+  return -1;
 }
 void RegisterHostMemory(void*, std::size_t) {}
 void UnregisterHostMemory(void*) {}
 
-Status CopyToHost(void* host_dst, const void* src, std::size_t n, bool) {
+Status CopyToHost(void* host_dst, const void* src, std::size_t n, int, void*) {
   std::memcpy(host_dst, src, n);
   return Status::Ok();
 }
 
-Status CopyFromHost(void* dst, const void* host_src, std::size_t n, bool) {
+Status CopyFromHost(void* dst, const void* host_src, std::size_t n, int, void*) {
   std::memcpy(dst, host_src, n);
   return Status::Ok();
 }

@@ -48,12 +48,12 @@ RankWorker::~RankWorker() {
   }
 }
 
-std::shared_ptr<Work> RankWorker::Submit(OpDesc desc, const void* send, void* recv) {
+std::shared_ptr<Work> RankWorker::Submit(OpDesc desc, const void* send, void* recv, void* stream) {
   auto work = std::make_shared<WorkImpl>();
   {
     std::lock_guard lock(mu_);
     desc.op_seq = next_op_seq_++;
-    queue_.push_back(Pending{desc, send, recv, work});
+    queue_.push_back(Pending{desc, send, recv, stream, work});
   }
   cv_.notify_all();
   return work;
@@ -73,13 +73,13 @@ void RankWorker::Run() {
     if (st.ok()) {
       OpPlan plan = MakePlan(p.desc, next_chunk_, chunk_bytes_, world_size_);
       next_chunk_ += plan.num_chunks;
-      st = Execute(plan, p.send, p.recv);
+      st = Execute(plan, p.send, p.recv, p.stream);
     }
     p.work->Complete(st);
   }
 }
 
-Status RankWorker::Execute(const OpPlan& plan, const void* send, void* recv) {
+Status RankWorker::Execute(const OpPlan& plan, const void* send, void* recv, void* stream) {
   RankSlot& me = seg_.header().ranks[local_rank_];
   me.desc = plan.desc;
   me.desc_seq.store(plan.desc.op_seq, std::memory_order_release);
@@ -91,8 +91,8 @@ Status RankWorker::Execute(const OpPlan& plan, const void* send, void* recv) {
       kind != CollectiveKind::kBarrier && (!is_broadcast || plan.desc.root == rank_);
   const bool receives =
       kind != CollectiveKind::kBarrier && (!is_broadcast || plan.desc.root != rank_);
-  const bool send_on_device = contributes && IsDevicePointer(send);
-  const bool recv_on_device = receives && IsDevicePointer(recv);
+  const int send_device = contributes ? DeviceOf(send) : -1;
+  const int recv_device = receives ? DeviceOf(recv) : -1;
   const auto slots = static_cast<uint32_t>(seg_.slots());
   const auto deadline = Waiter::Clock::now() + timeout_;
 
@@ -116,7 +116,8 @@ Status RankWorker::Execute(const OpPlan& plan, const void* send, void* recv) {
       uint32_t g = plan.first_chunk + in;
       int slot = static_cast<int>(g % slots);
       if (contributes && plan.ChunkSize(in) > 0) {
-        FF_RETURN_IF_ERROR(CopyIn(plan, in, send, send_on_device, seg_.input(local_rank_, slot)));
+        FF_RETURN_IF_ERROR(
+            CopyIn(plan, in, send, send_device, stream, seg_.input(local_rank_, slot)));
       }
       seg_.input_filled(local_rank_, slot).store(g + 1, std::memory_order_release);
       seg_.header().doorbell.Ring();
@@ -127,7 +128,7 @@ Status RankWorker::Execute(const OpPlan& plan, const void* send, void* recv) {
       uint32_t g = plan.first_chunk + out;
       int slot = static_cast<int>(g % slots);
       if (receives && plan.ChunkSize(out) > 0) {
-        FF_RETURN_IF_ERROR(CopyOut(plan, out, seg_.result(slot), recv, recv_on_device));
+        FF_RETURN_IF_ERROR(CopyOut(plan, out, seg_.result(slot), recv, recv_device, stream));
       }
       seg_.result_pending(slot).fetch_sub(1, std::memory_order_acq_rel);
       seg_.header().doorbell.Ring();
@@ -146,11 +147,11 @@ Status RankWorker::Execute(const OpPlan& plan, const void* send, void* recv) {
   return Status::Ok();
 }
 
-Status RankWorker::CopyIn(const OpPlan& plan, uint32_t c, const void* send, bool on_device,
-                          char* slot) {
+Status RankWorker::CopyIn(const OpPlan& plan, uint32_t c, const void* send, int device,
+                          void* stream, char* slot) {
   const std::size_t offset = plan.ChunkOffset(c), size = plan.ChunkSize(c);
   if (plan.kind() != CollectiveKind::kAllgather) {
-    return CopyToHost(slot, static_cast<const char*>(send) + offset, size, on_device);
+    return CopyToHost(slot, static_cast<const char*>(send) + offset, size, device, stream);
   }
   // Allgather: this rank's piece where it falls in the chunk, zeros elsewhere (the reducer ORs
   // the ranks' slots together).
@@ -164,14 +165,14 @@ Status RankWorker::CopyIn(const OpPlan& plan, uint32_t c, const void* send, bool
   std::memset(slot + (end - offset), 0, offset + size - end);
   const std::size_t shard_start = plan.shard_bytes * static_cast<std::size_t>(rank_);
   return CopyToHost(slot + (begin - offset), static_cast<const char*>(send) + (begin - shard_start),
-                    end - begin, on_device);
+                    end - begin, device, stream);
 }
 
-Status RankWorker::CopyOut(const OpPlan& plan, uint32_t c, const char* slot, void* recv,
-                           bool on_device) {
+Status RankWorker::CopyOut(const OpPlan& plan, uint32_t c, const char* slot, void* recv, int device,
+                           void* stream) {
   const std::size_t offset = plan.ChunkOffset(c), size = plan.ChunkSize(c);
   if (plan.kind() != CollectiveKind::kReduceScatter) {
-    return CopyFromHost(static_cast<char*>(recv) + offset, slot, size, on_device);
+    return CopyFromHost(static_cast<char*>(recv) + offset, slot, size, device, stream);
   }
   // Reduce-scatter: only this rank's piece of the reduced chunk.
   std::size_t begin, end;
@@ -179,7 +180,7 @@ Status RankWorker::CopyOut(const OpPlan& plan, uint32_t c, const char* slot, voi
   if (begin == end) return Status::Ok();
   const std::size_t shard_start = plan.shard_bytes * static_cast<std::size_t>(rank_);
   return CopyFromHost(static_cast<char*>(recv) + (begin - shard_start), slot + (begin - offset),
-                      end - begin, on_device);
+                      end - begin, device, stream);
 }
 
 }  // namespace ff::hfreduce

@@ -35,21 +35,26 @@ class RankWorker {
              std::chrono::milliseconds timeout, std::size_t chunk_bytes);
   ~RankWorker();  // fails queued operations with kCancelled, then joins
 
-  // Queues an operation; desc.op_seq is assigned here.
-  std::shared_ptr<Work> Submit(OpDesc desc, const void* send, void* recv);
+  // Queues an operation; desc.op_seq is assigned here. `stream`: the caller's cudaStream_t for
+  // device buffers, or null.
+  std::shared_ptr<Work> Submit(OpDesc desc, const void* send, void* recv, void* stream = nullptr);
 
  private:
   struct Pending {
     OpDesc desc;
     const void* send;
     void* recv;
+    void* stream;
     std::shared_ptr<WorkImpl> work;
   };
 
   void Run();
-  Status Execute(const OpPlan& plan, const void* send, void* recv);
-  Status CopyIn(const OpPlan& plan, uint32_t c, const void* send, bool on_device, char* slot);
-  Status CopyOut(const OpPlan& plan, uint32_t c, const char* slot, void* recv, bool on_device);
+  Status Execute(const OpPlan& plan, const void* send, void* recv, void* stream);
+  // `device`: DeviceOf() the caller's buffer.
+  Status CopyIn(const OpPlan& plan, uint32_t c, const void* send, int device, void* stream,
+                char* slot);
+  Status CopyOut(const OpPlan& plan, uint32_t c, const char* slot, void* recv, int device,
+                 void* stream);
 
   NodeSegment& seg_;
   const int local_rank_;

@@ -161,9 +161,9 @@ class PeerToPeer::Channel {
     MessageHeader h{kMessageMagic, static_cast<uint8_t>(op.type), {0, 0, 0}, op.count};
     FF_RETURN_IF_ERROR(conn->Send(&h, sizeof h, bytes > 0));
     if (bytes == 0) return Status::Ok();
-    if (IsDevicePointer(op.buf)) {
+    if (int device = DeviceOf(op.buf); device >= 0) {
       std::vector<char> staging(bytes);
-      FF_RETURN_IF_ERROR(CopyToHost(staging.data(), op.buf, bytes, true));
+      FF_RETURN_IF_ERROR(CopyToHost(staging.data(), op.buf, bytes, device));
       return conn->Send(staging.data(), bytes);
     }
     return conn->Send(op.buf, bytes);
@@ -186,10 +186,10 @@ class PeerToPeer::Channel {
     }
     const std::size_t bytes = op.count * ElementSize(op.type);
     if (bytes == 0) return Status::Ok();
-    if (IsDevicePointer(op.buf)) {
+    if (int device = DeviceOf(op.buf); device >= 0) {
       std::vector<char> staging(bytes);
       FF_RETURN_IF_ERROR(conn->Recv(staging.data(), bytes));
-      return CopyFromHost(op.buf, staging.data(), bytes, true);
+      return CopyFromHost(op.buf, staging.data(), bytes, device);
     }
     return conn->Recv(op.buf, bytes);
   }
