@@ -45,10 +45,12 @@ bool EnoughNodes(const JobRequest& job, const Eligible& e, std::string* why) {
 }
 
 // Sub-node jobs: one node with room for job.gpus.
+// With `leaf_aware`, ties in fit go to the node whose leaf has the fewest whole free nodes.
 Placement PlaceSubNode(const JobRequest& job, const ClusterState& state, bool best_fit,
-                       std::string* why) {
+                       std::string* why, bool leaf_aware = false) {
   const Topology& topo = state.topology();
   int chosen = -1, most_free = 0;
+  auto leaf_free = [&](int n) { return state.leaf_free_nodes(topo.nodes()[n].leaf); };
   for (std::size_t n = 0; n < topo.nodes().size(); ++n) {
     if (state.drained(static_cast<int>(n))) continue;
     int free = state.free_gpus(static_cast<int>(n));
@@ -57,7 +59,9 @@ Placement PlaceSubNode(const JobRequest& job, const ClusterState& state, bool be
     if (chosen < 0) {
       chosen = static_cast<int>(n);
       if (!best_fit) break;
-    } else if (free < state.free_gpus(chosen)) {
+    } else if (free < state.free_gpus(chosen) ||
+               (leaf_aware && free == state.free_gpus(chosen) &&
+                leaf_free(static_cast<int>(n)) < leaf_free(chosen))) {
       chosen = static_cast<int>(n);
     }
   }
@@ -191,7 +195,7 @@ class CongestionAware final : public PlacementPolicy {
   std::string_view name() const override { return "congestion-aware"; }
   Placement Place(const JobRequest& job, const ClusterState& state,
                   std::string* why) const override {
-    if (!job.Gang()) return PlaceSubNode(job, state, /*best_fit=*/true, why);
+    if (!job.Gang()) return PlaceSubNode(job, state, /*best_fit=*/true, why, /*leaf_aware=*/true);
     const Topology& topo = state.topology();
     Eligible e = FindEligible(state, job.gpus_per_node);
     if (!EnoughNodes(job, e, why)) return {};
@@ -292,9 +296,14 @@ class CongestionAware final : public PlacementPolicy {
     leftover -= job.nodes;
     int leaves = static_cast<int>(chosen.size());
     if (leaves > best->leaves) return;
-    if (leaves == best->leaves &&
-        (load > best->load || (load == best->load && leftover >= best->leftover))) {
-      return;
+    if (leaves == best->leaves) {
+      // One leaf adds no uplink traffic: the tighter fit wins (whole leaves stay free), then the
+      // quieter leaf. Several leaves: the quieter uplinks win, then the tighter fit.
+      bool worse =
+          leaves == 1
+              ? (leftover > best->leftover || (leftover == best->leftover && load >= best->load))
+              : (load > best->load || (load == best->load && leftover >= best->leftover));
+      if (worse) return;
     }
     // Ranks leaf by leaf (contiguous rank blocks per leaf keep tree neighbours together); the
     // partly used leaf last.
