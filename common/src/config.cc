@@ -400,27 +400,6 @@ ConfigSection ConfigSection::ArrayElement(std::string_view key, std::size_t i) {
 
 namespace config_detail {
 
-Result<std::string> ReadConfigFile(const std::string& path) {
-  const std::string what = "cannot read config file '" + path + "'";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno(errno, what);
-  std::string text;
-  char buf[16384];
-  while (true) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return Status::FromErrno(err, what);
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return text;
-}
-
 Result<ConfigSection> OpenRead(std::string_view text, std::string_view source,
                                const std::vector<std::string>& overrides) {
   auto shared = std::make_shared<Shared>();

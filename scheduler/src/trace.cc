@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstring>
 #include <random>
 
-#include "common/config.h"
+#include "common/files.h"
 
 namespace ff::scheduler {
 namespace {
@@ -95,12 +94,8 @@ Result<std::vector<TraceJob>> ParseTrace(std::string_view text, const std::strin
 }
 
 Result<std::vector<TraceJob>> LoadTrace(const std::string& path) {
-  Result<std::string> text = config_detail::ReadConfigFile(path);
-  if (!text.ok()) {
-    return Status(text.status().code(), "cannot read trace '" + path +
-                                            "': " + std::string(strerror(text.status().ToErrno())));
-  }
-  return ParseTrace(*text, path);
+  FF_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path, "cannot read trace"));
+  return ParseTrace(text, path);
 }
 
 std::vector<JobRequest> MakeWorkload(const std::vector<TraceJob>& trace,

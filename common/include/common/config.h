@@ -46,6 +46,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/files.h"
 #include "common/result.h"
 #include "common/status.h"
 
@@ -68,8 +69,6 @@ Result<ConfigSection> OpenRead(std::string_view text, std::string_view source,
                                const std::vector<std::string>& overrides);
 // After binding: reports unknown keys, then the first error (with a count of the others).
 Status Finish(ConfigSection& root);
-// Reads the whole file, with a clear error when it cannot be read.
-Result<std::string> ReadConfigFile(const std::string& path);
 // For ConfigToToml.
 ConfigSection OpenWrite();
 std::string WrittenToml(ConfigSection& root);
@@ -181,7 +180,7 @@ Result<T> LoadConfigString(std::string_view text, std::string_view source,
 template <typename T>
 Result<T> LoadConfigFile(const std::string& path, const std::vector<std::string>& overrides = {}) {
   if (path.empty()) return LoadConfigString<T>("", "<defaults>", overrides);
-  FF_ASSIGN_OR_RETURN(std::string text, config_detail::ReadConfigFile(path));
+  FF_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path, "cannot read config file"));
   return LoadConfigString<T>(text, path, overrides);
 }
 
