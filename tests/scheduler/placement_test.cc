@@ -5,21 +5,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "small_cluster.h"
+
 namespace ff::scheduler {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-class PlacementTest : public ::testing::Test {
+class PlacementTest : public SmallClusterTest {
  protected:
-  void SetUp() override {
-    auto t = Topology::Load(std::string(FF_SOURCE_DIR) + "/deploy/config/cluster-small.toml");
-    ASSERT_TRUE(t.ok()) << t.status();
-    topology_ = std::make_unique<Topology>(std::move(*t));
-    state_ = std::make_unique<ClusterState>(*topology_);
-  }
-
   static JobRequest Gang(JobId id, int nodes, CommKind comm = CommKind::kAllreduce) {
     JobRequest j;
     j.id = id;
@@ -45,9 +40,6 @@ class PlacementTest : public ::testing::Test {
     Placement p = MakePlacementPolicy(policy)->Place(job, *state_, why ? why : &ignored);
     return p.nodes;
   }
-
-  std::unique_ptr<Topology> topology_;
-  std::unique_ptr<ClusterState> state_;
 };
 
 TEST_F(PlacementTest, EmptyClusterSmallJobStaysInOneLeaf) {

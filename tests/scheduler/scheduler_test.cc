@@ -7,6 +7,8 @@
 
 #include <random>
 
+#include "small_cluster.h"
+
 namespace ff::scheduler {
 namespace {
 
@@ -33,15 +35,8 @@ JobRequest Job(JobId id, int nodes, int priority = 3, const std::string& user = 
   return j;
 }
 
-class SchedulerTest : public ::testing::Test {
+class SchedulerTest : public SmallClusterTest {
  protected:
-  void SetUp() override {
-    auto t = Topology::Load(std::string(FF_SOURCE_DIR) + "/deploy/config/cluster-small.toml");
-    ASSERT_TRUE(t.ok()) << t.status();
-    topology_ = std::make_unique<Topology>(std::move(*t));
-    state_ = std::make_unique<ClusterState>(*topology_);
-  }
-
   Decision Decide(const std::vector<JobRequest>& queue, Seconds now = 100,
                   SchedulerOptions options = {}) {
     Scheduler s(MakePlacementPolicy("congestion-aware"), options);
@@ -61,9 +56,6 @@ class SchedulerTest : public ::testing::Test {
       ids.push_back(s.job);
     return ids;
   }
-
-  std::unique_ptr<Topology> topology_;
-  std::unique_ptr<ClusterState> state_;
 };
 
 TEST_F(SchedulerTest, HigherPriorityFirstThenFifo) {

@@ -3,17 +3,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "small_cluster.h"
+
 namespace ff::scheduler {
 namespace {
 
-class SimulatorTest : public ::testing::Test {
+class SimulatorTest : public SmallClusterTest {
  protected:
-  void SetUp() override {
-    auto t = Topology::Load(std::string(FF_SOURCE_DIR) + "/deploy/config/cluster-small.toml");
-    ASSERT_TRUE(t.ok()) << t.status();
-    topology_ = std::make_unique<Topology>(std::move(*t));
-  }
-
   static JobRequest Job(JobId id, int nodes, Seconds submit, Seconds duration, int priority = 3) {
     JobRequest j;
     j.id = id;
@@ -33,8 +29,6 @@ class SimulatorTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : SimulationResult{};
   }
-
-  std::unique_ptr<Topology> topology_;
 };
 
 TEST_F(SimulatorTest, UncontendedJobsRunForTheirDuration) {
