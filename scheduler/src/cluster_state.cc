@@ -1,5 +1,7 @@
 #include "scheduler/cluster_state.h"
 
+#include <algorithm>
+
 #include "common/double_binary_tree.h"
 
 namespace ff::scheduler {
@@ -9,28 +11,38 @@ TrafficLoad EstimateTraffic(const Topology& topology, const JobRequest& job,
   TrafficLoad load;
   const int n = static_cast<int>(placement.nodes.size());
   if (n < 2 || job.comm == CommKind::kNone || job.traffic_gbps <= 0) return load;
+  auto add_leaf = [&](int leaf, double gbps) {
+    for (auto& [l, g] : load.leaf_uplink_gbps) {
+      if (l == leaf) {
+        g += gbps;
+        return;
+      }
+    }
+    load.leaf_uplink_gbps.emplace_back(leaf, gbps);
+  };
   auto edge = [&](int a, int b, double gbps) {
     const Node& na = topology.nodes()[placement.nodes[a]];
     const Node& nb = topology.nodes()[placement.nodes[b]];
     if (na.leaf == nb.leaf) return;
     ++load.cross_leaf_edges;
     load.cross_leaf_gbps += gbps;
-    load.leaf_uplink_gbps[na.leaf] += gbps;
-    load.leaf_uplink_gbps[nb.leaf] += gbps;
+    add_leaf(na.leaf, gbps);
+    add_leaf(nb.leaf, gbps);
     if (na.zone != nb.zone) load.cross_zone_gbps += gbps;
   };
   if (job.comm == CommKind::kPipeline) {
     for (int r = 0; r + 1 < n; ++r)
       edge(r, r + 1, job.traffic_gbps);
-    return load;
-  }
-  // Allreduce: each tree carries half of the data over each of its edges.
-  for (int t = 0; t < 2; ++t) {
-    for (int r = 0; r < n; ++r) {
-      TreePosition pos = DoubleBinaryTreePosition(t, r, n);
-      if (pos.parent >= 0) edge(r, pos.parent, job.traffic_gbps / 2);
+  } else {
+    // Allreduce: each tree carries half of the data over each of its edges.
+    for (int t = 0; t < 2; ++t) {
+      for (int r = 0; r < n; ++r) {
+        TreePosition pos = DoubleBinaryTreePosition(t, r, n);
+        if (pos.parent >= 0) edge(r, pos.parent, job.traffic_gbps / 2);
+      }
     }
   }
+  std::sort(load.leaf_uplink_gbps.begin(), load.leaf_uplink_gbps.end());
   return load;
 }
 
@@ -62,8 +74,20 @@ void ClusterState::AddLoad(const TrafficLoad& load, double sign) {
   cross_zone_load_ += sign * load.cross_zone_gbps;
 }
 
+std::size_t ClusterState::Slot(JobId id) const {
+  return static_cast<std::size_t>(
+      std::lower_bound(running_.begin(), running_.end(), id,
+                       [](const auto& e, JobId v) { return e->job.request.id < v; }) -
+      running_.begin());
+}
+
+const RunningJob* ClusterState::find(JobId id) const {
+  std::size_t i = Slot(id);
+  return i < running_.size() && running_[i]->job.request.id == id ? &running_[i]->job : nullptr;
+}
+
 Status ClusterState::Allocate(const JobRequest& job, const Placement& placement, Seconds now) {
-  if (running_.contains(job.id)) {
+  if (find(job.id) != nullptr) {
     return FailedPrecondition("job " + std::to_string(job.id) + " is already running");
   }
   if (placement.nodes.empty() || placement.gpus_per_node <= 0) {
@@ -93,29 +117,70 @@ Status ClusterState::Allocate(const JobRequest& job, const Placement& placement,
   }
   TrafficLoad load = EstimateTraffic(*topology_, job, placement);
   AddLoad(load, +1);
-  loads_[job.id] = load;
-  running_[job.id] = RunningJob{job, placement, now, now};
+  const auto at = static_cast<std::ptrdiff_t>(Slot(job.id));
+  running_.insert(running_.begin() + at,
+                  std::make_shared<const Entry>(Entry{RunningJob{job, placement, now, now}, load}));
   return Status::Ok();
 }
 
 Status ClusterState::Release(JobId id) {
-  auto it = running_.find(id);
-  if (it == running_.end()) return NotFound("job " + std::to_string(id) + " is not running");
-  const Placement& p = it->second.placement;
+  const std::size_t i = Slot(id);
+  if (i >= running_.size() || running_[i]->job.request.id != id) {
+    return NotFound("job " + std::to_string(id) + " is not running");
+  }
+  Free(*running_[i]);
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+  return Status::Ok();
+}
+
+void ClusterState::Free(const Entry& e) {
+  const Placement& p = e.job.placement;
   for (int node : p.nodes) {
     free_gpus_[node] += p.gpus_per_node;
     if (node_free(node)) ++leaf_free_nodes_[topology_->nodes()[node].leaf];
   }
-  AddLoad(loads_[id], -1);
-  loads_.erase(id);
-  running_.erase(it);
+  AddLoad(e.load, -1);
+}
+
+Status ClusterState::ReleaseAll(std::vector<JobId> ids) {
+  std::sort(ids.begin(), ids.end());
+  // running_ and ids are both sorted: a merge-like pass checks every id, a second one frees
+  // and compacts.
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < running_.size() && k < ids.size(); ++i) {
+    if (running_[i]->job.request.id == ids[k]) ++k;
+  }
+  if (k < ids.size()) return NotFound("job " + std::to_string(ids[k]) + " is not running");
+  std::size_t keep = 0;
+  k = 0;
+  for (std::size_t i = 0; i < running_.size(); ++i) {
+    if (k < ids.size() && running_[i]->job.request.id == ids[k]) {
+      ++k;
+      Free(*running_[i]);
+      continue;
+    }
+    if (keep != i) running_[keep] = std::move(running_[i]);
+    ++keep;
+  }
+  running_.resize(keep);
   return Status::Ok();
 }
 
 const TrafficLoad& ClusterState::load(JobId id) const {
   static const TrafficLoad kNone;
-  auto it = loads_.find(id);
-  return it == loads_.end() ? kNone : it->second;
+  std::size_t i = Slot(id);
+  return i < running_.size() && running_[i]->job.request.id == id ? running_[i]->load : kNone;
+}
+
+Status ClusterState::SetLastCheckpoint(JobId id, Seconds when) {
+  std::size_t i = Slot(id);
+  if (i >= running_.size() || running_[i]->job.request.id != id) {
+    return NotFound("job " + std::to_string(id) + " is not running");
+  }
+  Entry changed = *running_[i];  // shared with copies of this state: replace, do not modify
+  changed.job.last_checkpoint = when;
+  running_[i] = std::make_shared<const Entry>(std::move(changed));
+  return Status::Ok();
 }
 
 void ClusterState::SetDrained(int node, bool drained) {

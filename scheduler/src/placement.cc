@@ -192,7 +192,12 @@ class SlurmTree final : public PlacementPolicy {
 
 class CongestionAware final : public PlacementPolicy {
  public:
+  explicit CongestionAware(Seconds locality_wait) : locality_wait_(locality_wait) {}
   std::string_view name() const override { return "congestion-aware"; }
+  Seconds LocalityWait(const JobRequest& job) const override {
+    bool talks = job.comm != CommKind::kNone && job.traffic_gbps > 0;
+    return job.Gang() && job.nodes > 1 && talks ? locality_wait_ : 0;
+  }
   Placement Place(const JobRequest& job, const ClusterState& state,
                   std::string* why) const override {
     if (!job.Gang()) return PlaceSubNode(job, state, /*best_fit=*/true, why, /*leaf_aware=*/true);
@@ -311,14 +316,17 @@ class CongestionAware final : public PlacementPolicy {
     TakeFrom(e, chosen, job.nodes, &p);
     *best = Candidate{std::move(p), leaves, load, leftover};
   }
+
+  Seconds locality_wait_;
 };
 
 }  // namespace
 
-std::unique_ptr<PlacementPolicy> MakePlacementPolicy(std::string_view name) {
+std::unique_ptr<PlacementPolicy> MakePlacementPolicy(std::string_view name,
+                                                     const PolicyOptions& options) {
   if (name == "first-fit") return std::make_unique<FirstFit>();
   if (name == "slurm-tree") return std::make_unique<SlurmTree>();
-  if (name == "congestion-aware") return std::make_unique<CongestionAware>();
+  if (name == "congestion-aware") return std::make_unique<CongestionAware>(options.locality_wait);
   return nullptr;
 }
 

@@ -36,22 +36,33 @@ std::string FormatDuration(Seconds s) {
 Scheduler::Scheduler(std::unique_ptr<PlacementPolicy> policy, SchedulerOptions options)
     : policy_(std::move(policy)), options_(std::move(options)) {}
 
+Placement Scheduler::PlaceJob(const JobRequest& job, const ClusterState& state, bool one_leaf,
+                              std::string* why) const {
+  Placement p = policy_->Place(job, state, why);
+  if (!one_leaf || p.empty()) return p;
+  const Topology& topo = state.topology();
+  const int leaf = topo.nodes()[p.nodes.front()].leaf;
+  for (int n : p.nodes) {
+    if (topo.nodes()[n].leaf == leaf) continue;
+    int freest = 0;
+    for (std::size_t l = 0; l < topo.leaves().size(); ++l)
+      freest = std::max(freest, state.leaf_free_nodes(static_cast<int>(l)));
+    *why = "needs " + Plural(job.nodes, "node") + " under one leaf switch, so that its traffic " +
+           "stays off the shared uplinks; the freest leaf has " + std::to_string(freest);
+    return {};
+  }
+  return p;
+}
+
 std::vector<JobId> Scheduler::FindVictims(const JobRequest& job, const ClusterState& state,
-                                          Seconds now, Placement* placement) const {
+                                          Seconds now, bool one_leaf, Placement* placement) const {
   std::vector<const RunningJob*> candidates;
-  for (const auto& [id, r] : state.running()) {
+  for (const RunningJob& r : state.running()) {
     if (r.request.priority < job.priority && now - r.start_time >= r.request.min_runtime) {
       candidates.push_back(&r);
     }
   }
   if (candidates.empty()) return {};
-  std::string why;
-  ClusterState trial = state;
-  // If suspending every candidate would not make room, no subset will.
-  for (const RunningJob* c : candidates)
-    (void)trial.Release(c->request.id);
-  if (policy_->Place(job, trial, &why).empty()) return {};
-  trial = state;
   // Least lost work first; then the lowest priority; then the smallest; then id.
   std::sort(candidates.begin(), candidates.end(), [&](const RunningJob* a, const RunningJob* b) {
     Seconds la = now - a->last_checkpoint, lb = now - b->last_checkpoint;
@@ -63,45 +74,67 @@ std::vector<JobId> Scheduler::FindVictims(const JobRequest& job, const ClusterSt
     }
     return a->request.id < b->request.id;
   });
-  std::vector<const RunningJob*> victims;
-  for (const RunningJob* c : candidates) {
-    (void)trial.Release(c->request.id);
-    victims.push_back(c);
-    if (policy_->Place(job, trial, &why).empty()) continue;
-    // Enough: now give back every victim the job can do without, latest first.
-    for (std::size_t i = victims.size(); i-- > 0;) {
-      const RunningJob& v = *victims[i];
-      if (!trial.Allocate(v.request, v.placement, v.start_time).ok()) continue;
-      if (policy_->Place(job, trial, &why).empty()) {
-        (void)trial.Release(v.request.id);  // needed after all
-      } else {
-        victims.erase(victims.begin() + static_cast<std::ptrdiff_t>(i));
-      }
-    }
-    *placement = policy_->Place(job, trial, &why);
+  // Suspending more never hurts, so binary-search the shortest prefix of candidates that makes
+  // room (if all of them do not, no subset does).
+  std::string why;
+  auto without_first = [&](std::size_t k) {
+    ClusterState trial = state;
     std::vector<JobId> ids;
-    for (const RunningJob* v : victims)
-      ids.push_back(v->request.id);
-    return ids;
+    for (std::size_t i = 0; i < k; ++i)
+      ids.push_back(candidates[i]->request.id);
+    (void)trial.ReleaseAll(std::move(ids));
+    return trial;
+  };
+  auto fits = [&](const ClusterState& trial) {
+    return !PlaceJob(job, trial, one_leaf, &why).empty();
+  };
+  if (!fits(without_first(candidates.size()))) return {};
+  std::size_t lo = 1, hi = candidates.size();
+  while (lo < hi) {
+    std::size_t mid = (lo + hi) / 2;
+    if (fits(without_first(mid))) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
   }
-  return {};
+  ClusterState trial = without_first(lo);
+  std::vector<const RunningJob*> victims(candidates.begin(),
+                                         candidates.begin() + static_cast<std::ptrdiff_t>(lo));
+  // Give back every victim the job can do without, latest first (the last one is needed).
+  for (std::size_t i = victims.size() - 1; i-- > 0;) {
+    const RunningJob& v = *victims[i];
+    if (!trial.Allocate(v.request, v.placement, v.start_time).ok()) continue;
+    if (fits(trial)) {
+      victims.erase(victims.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      (void)trial.Release(v.request.id);  // needed after all
+    }
+  }
+  *placement = PlaceJob(job, trial, one_leaf, &why);
+  std::vector<JobId> ids;
+  for (const RunningJob* v : victims)
+    ids.push_back(v->request.id);
+  return ids;
 }
 
-Seconds Scheduler::EarliestStart(const JobRequest& job, const ClusterState& state,
-                                 Seconds now) const {
+Seconds Scheduler::EarliestStart(const JobRequest& job, const ClusterState& state, Seconds now,
+                                 bool one_leaf) const {
   std::vector<std::pair<Seconds, JobId>> ends;
-  for (const auto& [id, r] : state.running()) {
+  for (const RunningJob& r : state.running()) {
     if (r.request.expected_runtime <= 0) continue;  // unknown: cannot be counted on
-    ends.emplace_back(std::max(now, r.start_time + r.request.expected_runtime), id);
+    ends.emplace_back(std::max(now, r.start_time + r.request.expected_runtime), r.request.id);
   }
   std::sort(ends.begin(), ends.end());
   // Freeing more never hurts, so binary-search the shortest prefix of endings that makes room.
   std::string why;
   auto fits_after = [&](std::size_t k) {
     ClusterState future = state;
+    std::vector<JobId> ids;
     for (std::size_t i = 0; i < k; ++i)
-      (void)future.Release(ends[i].second);
-    return !policy_->Place(job, future, &why).empty();
+      ids.push_back(ends[i].second);
+    (void)future.ReleaseAll(std::move(ids));
+    return !PlaceJob(job, future, one_leaf, &why).empty();
   };
   if (ends.empty() || !fits_after(ends.size())) return -1;
   std::size_t lo = 1, hi = ends.size();
@@ -127,16 +160,17 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
             [](const JobRequest* a, const JobRequest* b) { return ComesBefore(*a, *b); });
 
   std::map<std::string, int> held;
-  for (const auto& [id, r] : work.running())
+  for (const RunningJob& r : work.running())
     held[r.request.user] += NodesHeld(r.request);
 
   // Many queued jobs ask for the same shape. While nothing starts, a shape that did not fit
   // still does not, for the same reason: remember failures until the cluster state changes.
-  using Shape = std::tuple<int, int, int, bool>;  // nodes, GPUs per node or GPUs, comm, spans
+  // nodes, GPUs per node or GPUs, comm, spans zones, must stay under one leaf
+  using Shape = std::tuple<int, int, int, bool, bool>;
   std::map<Shape, std::string> failed;
-  auto shape_of = [](const JobRequest& j) {
+  auto shape_of = [](const JobRequest& j, bool one_leaf) {
     return Shape{j.nodes, j.Gang() ? j.gpus_per_node : j.gpus, static_cast<int>(j.comm),
-                 j.may_span_zones};
+                 j.may_span_zones, one_leaf};
   };
 
   const JobRequest* head = nullptr;  // the first job that could not start
@@ -167,12 +201,25 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
       }
     }
 
+    // Within its locality wait, a job that fits under one leaf only starts there.
+    bool one_leaf = false;
+    Seconds until = -1;
+    if (Seconds patience = policy_->LocalityWait(*job);
+        patience > 0 && job->nodes <= work.topology().max_leaf_nodes()) {
+      until = job->submit_time + patience;
+      if (now < until) {
+        one_leaf = true;
+        decision.recheck_at =
+            decision.recheck_at < 0 ? until : std::min(decision.recheck_at, until);
+      }
+    }
     std::string why;
     Placement placement;
-    if (auto known = failed.find(shape_of(*job)); known != failed.end()) {
+    const Shape shape = shape_of(*job, one_leaf);
+    if (auto known = failed.find(shape); known != failed.end()) {
       why = known->second;
     } else {
-      placement = policy_->Place(*job, work, &why);
+      placement = PlaceJob(*job, work, one_leaf, &why);
     }
     if (!placement.empty() && head != nullptr) {
       // Backfill: start ahead of the blocked head only if done before its reservation.
@@ -190,20 +237,22 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
     }
     if (placement.empty() && options_.preemption && searches < options_.max_preemption_searches) {
       ++searches;
-      std::vector<JobId> victims = FindVictims(*job, work, now, &placement);
+      std::vector<JobId> victims = FindVictims(*job, work, now, one_leaf, &placement);
       for (JobId v : victims) {
-        held[work.running().at(v).request.user] -= NodesHeld(work.running().at(v).request);
+        const JobRequest& victim = work.find(v)->request;
+        held[victim.user] -= NodesHeld(victim);
         (void)work.Release(v);
         decision.suspends.push_back(v);
       }
       if (!victims.empty()) failed.clear();
     }
     if (placement.empty()) {
-      failed[shape_of(*job)] = why;
+      failed[shape] = why;
       if (head == nullptr) {
         head = job;
-        reservation = options_.backfill ? EarliestStart(*job, work, now) : -1;
+        reservation = options_.backfill ? EarliestStart(*job, work, now, one_leaf) : -1;
       }
+      if (one_leaf) why += " (after " + FormatDuration(until - now) + " more it takes any leaves)";
       wait(why);
       continue;
     }

@@ -41,7 +41,7 @@ bool EverFits(const Topology& topology, const JobRequest& job, const PlacementPo
 
 Result<SimulationResult> Simulate(const Topology& topology, const std::vector<JobRequest>& jobs,
                                   const std::string& policy, const SimulationOptions& options) {
-  auto placement = MakePlacementPolicy(policy);
+  auto placement = MakePlacementPolicy(policy, options.policy);
   if (!placement) return InvalidArgument("unknown placement policy '" + policy + "'");
   for (const JobRequest& j : jobs) {
     if (!EverFits(topology, j, *placement)) {
@@ -49,7 +49,7 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
                              " GPUs) can never fit cluster '" + topology.name() + "'");
     }
   }
-  Scheduler scheduler(MakePlacementPolicy(policy), options.scheduler);
+  Scheduler scheduler(MakePlacementPolicy(policy, options.policy), options.scheduler);
   const PerformanceModel& model = options.model;
 
   std::vector<JobRun> runs(jobs.size());
@@ -81,6 +81,7 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
   std::size_t next_arrival = 0, finished = 0;
   double busy_gpu_seconds = 0, fragmentation_seconds = 0, cross_leaf_gbit = 0, cross_zone_gbit = 0;
   double next_sample = now;
+  double recheck = std::numeric_limits<double>::infinity();  // a round the scheduler asked for
   std::size_t progress_step = std::max<std::size_t>(1, jobs.size() / 100);
 
   auto busy_gpus = [&] {
@@ -128,6 +129,7 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
     }
     for (std::size_t i : running)
       t_next = std::min(t_next, now + runs[i].remaining / runs[i].rate);
+    if (!queue.empty() && recheck > now) t_next = std::min(t_next, recheck);
     if (!std::isfinite(t_next)) {
       return Internal("simulation stalled with " + std::to_string(queue.size()) +
                       " jobs queued and nothing running");
@@ -186,6 +188,8 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
       waiting.push_back(std::move(j));
     }
     Decision d = scheduler.Decide(state, waiting, now_s);
+    recheck = d.recheck_at >= 0 ? static_cast<double>(d.recheck_at)
+                                : std::numeric_limits<double>::infinity();
     for (JobId v : d.suspends) {
       std::size_t i = index_of.at(v);
       JobRun& r = runs[i];

@@ -100,6 +100,7 @@ Result<Topology> Topology::Build(const ClusterConfig& config) {
               std::max(t.max_gpus_per_node_, static_cast<int>(group.gpus_per_node));
         }
         zone.num_nodes += leaf.num_nodes;
+        t.max_leaf_nodes_ = std::max(t.max_leaf_nodes_, leaf.num_nodes);
         t.leaves_.push_back(leaf);
         ++zone.num_leaves;
       }

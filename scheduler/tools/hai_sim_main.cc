@@ -31,8 +31,12 @@ std::string Hours(double seconds) {
   return buf;
 }
 
-double Ratio(double a, double b) {
-  return b > 0 ? a / b : 0;
+// a / b to two decimals; "n/a (both 0)" when neither has any (0 / 0 is no ratio).
+std::string Ratio(double a, double b) {
+  if (b <= 0) return a <= 0 ? "n/a (both 0)" : "inf";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", a / b);
+  return buf;
 }
 
 int Main(int argc, char** argv) {
@@ -42,6 +46,7 @@ int Main(int argc, char** argv) {
   WorkloadRules rules;
   std::size_t limit = 0;
   double time_scale = 1;
+  PolicyOptions policy_options;
   app.add_option("--trace", trace_path, "Trace CSV (ITP/ElasticFlow or Tiresias format)")
       ->required();
   app.add_option("--cluster", cluster_path, "cluster.toml")->capture_default_str();
@@ -56,6 +61,11 @@ int Main(int argc, char** argv) {
                  "load); durations are kept")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 1000.0));
+  app.add_option("--locality-wait", policy_options.locality_wait,
+                 "congestion-aware: seconds a multi-node job that fits under one leaf waits for "
+                 "one before it spreads over several (0: never waits)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -94,6 +104,7 @@ int Main(int argc, char** argv) {
   const bool tty = isatty(STDERR_FILENO);
   for (const std::string& policy : policies) {
     SimulationOptions options;
+    options.policy = policy_options;
     int last_shown = -1;
     options.on_progress = [&](double share) {
       int pct = static_cast<int>(share * 100);
@@ -183,11 +194,12 @@ int Main(int argc, char** argv) {
   const SimulationResult* slurm = find("slurm-tree");
   if (ours && ff && slurm) {
     std::printf(
-        "hai-sim %s: cross-leaf traffic vs first-fit %.2f, vs slurm-tree %.2f; mean JCT vs "
-        "first-fit %.2f, vs slurm-tree %.2f\n",
-        trace_name.c_str(), Ratio(ours->cross_leaf_tb, ff->cross_leaf_tb),
-        Ratio(ours->cross_leaf_tb, slurm->cross_leaf_tb), Ratio(ours->mean_jct, ff->mean_jct),
-        Ratio(ours->mean_jct, slurm->mean_jct));
+        "hai-sim %s: cross-leaf traffic vs first-fit %s, vs slurm-tree %s; mean JCT vs "
+        "first-fit %s, vs slurm-tree %s\n",
+        trace_name.c_str(), Ratio(ours->cross_leaf_tb, ff->cross_leaf_tb).c_str(),
+        Ratio(ours->cross_leaf_tb, slurm->cross_leaf_tb).c_str(),
+        Ratio(ours->mean_jct, ff->mean_jct).c_str(),
+        Ratio(ours->mean_jct, slurm->mean_jct).c_str());
   }
   return 0;
 }

@@ -164,5 +164,37 @@ TEST_F(PlacementTest, AllocateRejectsConflictsAndReleaseRestores) {
   EXPECT_EQ(state_->leaf_uplink_load(0), 0);
 }
 
+TEST_F(PlacementTest, ReleaseAllIsAllOrNothingAndCopiesAreIndependent) {
+  ASSERT_TRUE(state_->Allocate(Gang(1, 2), Placement{{0, 1}, 8}, 0).ok());
+  ASSERT_TRUE(state_->Allocate(Gang(2, 2), Placement{{2, 4}, 8}, 0).ok());  // crosses leaves
+  ASSERT_TRUE(state_->Allocate(Gang(3, 1), Placement{{8}, 8}, 0).ok());
+  const double uplink = state_->leaf_uplink_load(0);
+  EXPECT_GT(uplink, 0);
+
+  ClusterState copy = *state_;
+  // An unknown or repeated id changes nothing.
+  EXPECT_EQ(copy.ReleaseAll({1, 99}).code(), StatusCode::kNotFound);
+  EXPECT_EQ(copy.ReleaseAll({1, 1}).code(), StatusCode::kNotFound);
+  EXPECT_EQ(copy.running().size(), 3u);
+  EXPECT_EQ(copy.free_gpus(0), 0);
+
+  ASSERT_TRUE(copy.ReleaseAll({3, 2}).ok());
+  EXPECT_EQ(copy.running().size(), 1u);
+  EXPECT_EQ(copy.running().begin()->request.id, 1);
+  EXPECT_EQ(copy.free_gpus(4), 8);
+  EXPECT_EQ(copy.leaf_free_nodes(2), 4);
+  EXPECT_EQ(copy.leaf_uplink_load(0), 0);
+  ASSERT_TRUE(copy.SetLastCheckpoint(1, 50).ok());
+  EXPECT_EQ(copy.SetLastCheckpoint(2, 50).code(), StatusCode::kNotFound);
+
+  // The original is untouched by what happened to its copy.
+  EXPECT_EQ(state_->running().size(), 3u);
+  EXPECT_EQ(state_->free_gpus(4), 0);
+  EXPECT_EQ(state_->leaf_uplink_load(0), uplink);
+  EXPECT_EQ(state_->find(1)->last_checkpoint, 0);
+  EXPECT_EQ(copy.find(1)->last_checkpoint, 50);
+  EXPECT_EQ(state_->find(99), nullptr);
+}
+
 }  // namespace
 }  // namespace ff::scheduler

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 
 #include "small_cluster.h"
 
@@ -47,7 +48,7 @@ class SchedulerTest : public SmallClusterTest {
            Seconds checkpoint = 0) {
     ASSERT_TRUE(state_->Allocate(job, Placement{nodes, 8}, start).ok());
     // Allocate records the start as the last checkpoint; move it where the test wants it.
-    const_cast<RunningJob&>(state_->running().at(job.id)).last_checkpoint = checkpoint;
+    ASSERT_TRUE(state_->SetLastCheckpoint(job.id, checkpoint).ok());
   }
 
   static std::vector<JobId> Started(const Decision& d) {
@@ -154,6 +155,71 @@ TEST_F(SchedulerTest, SubNodeJobsShareNodes) {
   EXPECT_EQ(d.starts[0].placement.nodes, d.starts[1].placement.nodes);  // packed on one node
 }
 
+TEST_F(SchedulerTest, CongestionAwareWaitsAWhileForOneLeaf) {
+  // Two nodes busy in every leaf: a 3-node allreduce job fits the cluster only across leaves.
+  JobId id = 10;
+  for (int leaf = 0; leaf < 4; ++leaf) {
+    Run(Job(id++, 2, 3, "bob"), {leaf * 4, leaf * 4 + 1});
+  }
+  JobRequest job = Job(1, 3);
+  job.submit_time = 0;
+  Decision d = Decide({job}, /*now=*/100, NoPreemption());
+  EXPECT_THAT(Started(d), IsEmpty());
+  EXPECT_EQ(d.pending.at(1),
+            "needs 3 nodes under one leaf switch, so that its traffic stays off the shared "
+            "uplinks; the freest leaf has 2 (after 28m more it takes any leaves)");
+  EXPECT_EQ(d.recheck_at, 1800);  // the round that may decide differently
+
+  // Once the wait is over it spreads, two nodes in one leaf and one in another of its zone.
+  d = Decide({job}, /*now=*/1800, NoPreemption());
+  ASSERT_THAT(Started(d), ElementsAre(1));
+  EXPECT_EQ(d.recheck_at, -1);
+  std::set<int> leaves;
+  for (int n : d.starts[0].placement.nodes)
+    leaves.insert(topology_->nodes()[n].leaf);
+  EXPECT_EQ(leaves.size(), 2u);
+
+  // A job without traffic, the baselines and a zero wait never wait.
+  JobRequest quiet = job;
+  quiet.comm = CommKind::kNone;
+  EXPECT_THAT(Started(Decide({quiet}, 100, NoPreemption())), ElementsAre(1));
+  Scheduler slurm(MakePlacementPolicy("slurm-tree"), NoPreemption());
+  EXPECT_THAT(Started(slurm.Decide(*state_, {job}, 100)), ElementsAre(1));
+  Scheduler eager(MakePlacementPolicy("congestion-aware", PolicyOptions{.locality_wait = 0}),
+                  NoPreemption());
+  EXPECT_THAT(Started(eager.Decide(*state_, {job}, 100)), ElementsAre(1));
+}
+
+TEST_F(SchedulerTest, WaitingForOneLeafStillBackfillsAroundIt) {
+  // Free: nodes 0 and 1 (leaf 0) until job 10 ends at t=900, and node 7 (leaf 1). The 3-node job
+  // could spread over both leaves now but waits for one, holding a reservation for leaf 0; a
+  // 1-node job that ends before that may start (on node 7), a longer one may not.
+  JobRequest first = Job(10, 2, 3, "bob");
+  first.expected_runtime = 900;
+  Run(first, {2, 3});
+  JobRequest partly = Job(11, 3, 3, "bob");
+  partly.expected_runtime = 100000;
+  Run(partly, {4, 5, 6});
+  for (int leaf = 2; leaf < 4; ++leaf) {
+    JobRequest busy = Job(12 + leaf, 4, 3, "bob");
+    busy.expected_runtime = 100000;
+    Run(busy, {leaf * 4, leaf * 4 + 1, leaf * 4 + 2, leaf * 4 + 3});
+  }
+  JobRequest job = Job(1, 3);
+  job.submit_time = 0;
+  JobRequest quick = Job(2, 1);
+  quick.comm = CommKind::kNone;
+  quick.expected_runtime = 500;
+  JobRequest slow = Job(3, 1);
+  slow.comm = CommKind::kNone;
+  slow.expected_runtime = 5000;
+  Decision d = Decide({job, quick, slow}, 100, NoPreemption());
+  ASSERT_THAT(Started(d), ElementsAre(2));
+  EXPECT_THAT(d.starts[0].placement.nodes, ElementsAre(7));  // leaf 0 stays whole for job 1
+  EXPECT_THAT(d.pending.at(1), HasSubstr("under one leaf switch"));
+  EXPECT_THAT(d.pending.at(3), HasSubstr("holds a reservation in 13m"));
+}
+
 // ---- Properties on random clusters and queues ------------------------------------------------
 
 struct RandomCase {
@@ -251,17 +317,17 @@ TEST(SchedulerPropertyTest, DecisionsAreSoundOnRandomClusters) {
       }
       // Quotas hold after the round.
       int user0 = 0;
-      for (const auto& [id, r] : after.running()) {
+      for (const RunningJob& r : after.running()) {
         if (r.request.user == "user0") user0 += r.request.Gang() ? r.request.nodes : 1;
       }
       int user0_before = 0;
-      for (const auto& [id, r] : c.state->running()) {
+      for (const RunningJob& r : c.state->running()) {
         if (r.request.user == "user0") user0_before += r.request.Gang() ? r.request.nodes : 1;
       }
       ASSERT_LE(user0, std::max(3, user0_before)) << seed << " " << policy;
       // Suspended jobs always had lower priority than some started job.
       for (JobId v : d.suspends) {
-        int victim_priority = c.state->running().at(v).request.priority;
+        int victim_priority = c.state->find(v)->request.priority;
         bool justified = false;
         for (const auto& s : d.starts)
           justified |= by_id.at(s.job)->priority > victim_priority;

@@ -66,6 +66,31 @@ TEST_F(SimulatorTest, QueuedJobsWaitAndHighPriorityPreempts) {
   EXPECT_GT(r.jobs[0].finish, 10000);  // it lost the work since its last checkpoint, and waited
 }
 
+TEST_F(SimulatorTest, ALocalityWaitEndsWithARoundOfItsOwn) {
+  // Four long 3-node jobs leave one node free in every leaf; a 2-node job arrives at t=10 and
+  // nothing else happens. Congestion-aware holds it for its locality wait, then starts it across
+  // two leaves: the simulator must run a round when the wait runs out, not at the next arrival
+  // or completion.
+  std::vector<JobRequest> jobs;
+  for (int i = 0; i < 4; ++i) {
+    JobRequest busy = Job(10 + i, 3, 0, 100000);
+    busy.comm = CommKind::kNone;
+    jobs.push_back(busy);
+  }
+  jobs.push_back(Job(1, 2, 10, 1000));
+  SimulationOptions options;
+  options.policy.locality_wait = 600;
+  options.scheduler.preemption = false;
+  auto r = Simulate(*topology_, jobs, "congestion-aware", options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->jobs[4].first_start, 610);
+  EXPECT_GT(r->cross_leaf_tb, 0);
+  // slurm-tree does not wait.
+  auto s = Simulate(*topology_, jobs, "slurm-tree", options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->jobs[4].first_start, 10);
+}
+
 TEST_F(SimulatorTest, DeterministicAndCompleteOnATrace) {
   std::vector<JobRequest> jobs;
   for (int i = 0; i < 200; ++i) {

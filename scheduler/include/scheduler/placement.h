@@ -7,7 +7,11 @@
 //   congestion-aware  ours: fewest leaves; allreduce jobs never across zones unless they allow it;
 //                     among equal choices the leaves whose uplinks carry the least traffic, then
 //                     the best fit so whole leaves stay free for large jobs; ranks ordered leaf by
-//                     leaf so that double-binary-tree neighbours share a leaf
+//                     leaf so that double-binary-tree neighbours share a leaf; and a job that
+//                     fits under one leaf switch but would have to spread over several now waits
+//                     a while (LocalityWait) for one leaf to free up, the way delay scheduling
+//                     waits for data locality: a short wait costs less than sharing congested
+//                     uplinks for the whole run
 //
 // Sub-node jobs (JobRequest::gpus with nodes == 0) are packed: first-fit takes the first node
 // with room, the others the node with the least room that fits (keeping whole nodes free).
@@ -31,10 +35,19 @@ class PlacementPolicy {
   // such set is 6 nodes (zone A)").
   virtual Placement Place(const JobRequest& job, const ClusterState& state,
                           std::string* why) const = 0;
+  // How long after submission the scheduler keeps `job` waiting rather than start it spread
+  // over several leaves when it would fit under one (0: never waits).
+  virtual Seconds LocalityWait(const JobRequest& /*job*/) const { return 0; }
+};
+
+struct PolicyOptions {
+  // congestion-aware: the longest a communicating multi-node job waits for one leaf.
+  Seconds locality_wait = 1800;
 };
 
 // "first-fit", "slurm-tree" or "congestion-aware"; null for another name.
-std::unique_ptr<PlacementPolicy> MakePlacementPolicy(std::string_view name);
+std::unique_ptr<PlacementPolicy> MakePlacementPolicy(std::string_view name,
+                                                     const PolicyOptions& options = {});
 std::vector<std::string> PlacementPolicyNames();
 
 }  // namespace ff::scheduler

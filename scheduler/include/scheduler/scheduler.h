@@ -12,6 +12,9 @@
 //     as running jobs reach their expected run times. A job behind it starts now only if it fits
 //     and is expected to end before that reservation (backfill); without expected run times there
 //     is no reservation and nothing passes it.
+//   - A job the policy wants under one leaf switch (PlacementPolicy::LocalityWait) is not started
+//     spread over several leaves until it has waited that long; meanwhile it counts as not
+//     fitting (it may hold the reservation, which then is for one leaf).
 //
 // Decide is pure and deterministic: the same state, queue and time give the same decision.
 #pragma once
@@ -44,6 +47,9 @@ struct Decision {
   std::vector<JobId> suspends;           // suspend these first; their nodes go to `starts`
   std::vector<Start> starts;             // in the order decided
   std::map<JobId, std::string> pending;  // every queued job left waiting, and why
+  // The earliest time at which a waiting job's prospects change by time alone (a locality wait
+  // runs out), so a round then may decide differently; -1 if none.
+  Seconds recheck_at = -1;
 };
 
 class Scheduler {
@@ -57,9 +63,13 @@ class Scheduler {
  private:
   // Running jobs whose suspension lets `job` start, and where it would run; empty if none.
   std::vector<JobId> FindVictims(const JobRequest& job, const ClusterState& state, Seconds now,
-                                 Placement* placement) const;
+                                 bool one_leaf, Placement* placement) const;
   // When `job` could start if running jobs end at their expected times; -1 if never known.
-  Seconds EarliestStart(const JobRequest& job, const ClusterState& state, Seconds now) const;
+  Seconds EarliestStart(const JobRequest& job, const ClusterState& state, Seconds now,
+                        bool one_leaf) const;
+  // The policy's placement; with `one_leaf`, empty (and `why` says so) when it spans leaves.
+  Placement PlaceJob(const JobRequest& job, const ClusterState& state, bool one_leaf,
+                     std::string* why) const;
 
   std::unique_ptr<PlacementPolicy> policy_;
   SchedulerOptions options_;

@@ -30,6 +30,7 @@ struct PerformanceModel {
 struct SimulationOptions {
   PerformanceModel model;
   SchedulerOptions scheduler;
+  PolicyOptions policy;
   Seconds checkpoint_interval = 300;
   Seconds sample_interval = 3600;  // utilisation series resolution
   // Called now and then with the share of jobs finished (0..1).

@@ -91,6 +91,7 @@ class Topology {
   double cross_zone_gbps() const { return cross_zone_gbps_; }
   int total_gpus() const { return total_gpus_; }
   int max_gpus_per_node() const { return max_gpus_per_node_; }
+  int max_leaf_nodes() const { return max_leaf_nodes_; }  // nodes under the largest leaf
   // Index of the node called `name`, or -1.
   int FindNode(const std::string& name) const;
 
@@ -103,6 +104,7 @@ class Topology {
   double cross_zone_gbps_ = 0;
   int total_gpus_ = 0;
   int max_gpus_per_node_ = 0;
+  int max_leaf_nodes_ = 0;
 };
 
 }  // namespace ff::scheduler
