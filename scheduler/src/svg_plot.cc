@@ -32,6 +32,35 @@ std::string Num(double v) {
   return buf;
 }
 
+// Round tick values covering [lo, hi]: multiples of 1, 2 or 5 x 10^k, about five of them.
+std::vector<double> LinearTicks(double lo, double hi) {
+  double raw = (hi - lo) / 5;
+  double mag = std::pow(10, std::floor(std::log10(raw)));
+  double r = raw / mag;
+  double step = mag * (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10);
+  std::vector<double> ticks;
+  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) {
+    ticks.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+  }
+  return ticks;
+}
+
+// Ticks for a log axis spanning 10^lo .. 10^hi: the powers of ten, and 2x and 5x of them when
+// the axis spans few decades.
+std::vector<double> LogTicks(double lo, double hi) {
+  std::vector<double> ticks;
+  const bool fine = hi - lo < 3;
+  for (double d = std::floor(lo); d <= std::ceil(hi); ++d) {
+    for (double m : {1.0, 2.0, 5.0}) {
+      if (m != 1 && !fine) continue;
+      double v = m * std::pow(10, d);
+      double e = std::log10(v);
+      if (e >= lo - 1e-9 && e <= hi + 1e-9) ticks.push_back(v);
+    }
+  }
+  return ticks;
+}
+
 }  // namespace
 
 Status WriteSvgPlot(const std::string& path, const std::string& title, const std::string& x_label,
@@ -68,16 +97,17 @@ Status WriteSvgPlot(const std::string& path, const std::string& title, const std
       << "\" y2=\"" << kH - kBottom << "\" stroke=\"black\"/>\n"
       << "<line x1=\"" << kLeft << "\" y1=\"" << kTop << "\" x2=\"" << kLeft << "\" y2=\""
       << kH - kBottom << "\" stroke=\"black\"/>\n";
-  for (int i = 0; i <= 5; ++i) {
-    double xv = x0 + (x1 - x0) * i / 5, yv = y0 + (y1 - y0) * i / 5;
-    double x = kLeft + (kW - kLeft - kRight) * i / 5,
-           y = kH - kBottom - (kH - kTop - kBottom) * i / 5;
-    svg << "<text x=\"" << x << "\" y=\"" << kH - kBottom + 18 << "\" text-anchor=\"middle\">"
-        << Num(log_x ? std::pow(10, xv) : xv) << "</text>\n"
-        << "<text x=\"" << kLeft - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">" << Num(yv)
-        << "</text>\n"
-        << "<line x1=\"" << kLeft << "\" y1=\"" << y << "\" x2=\"" << kW - kRight << "\" y2=\"" << y
-        << "\" stroke=\"#eee\"/>\n";
+  for (double xv : log_x ? LogTicks(x0, x1) : LinearTicks(x0, x1)) {
+    svg << "<text x=\"" << Num(px(xv)) << "\" y=\"" << kH - kBottom + 18
+        << "\" text-anchor=\"middle\">" << Num(xv) << "</text>\n"
+        << "<line x1=\"" << Num(px(xv)) << "\" y1=\"" << kH - kBottom << "\" x2=\"" << Num(px(xv))
+        << "\" y2=\"" << kH - kBottom + 5 << "\" stroke=\"black\"/>\n";
+  }
+  for (double yv : LinearTicks(y0, y1)) {
+    svg << "<text x=\"" << kLeft - 6 << "\" y=\"" << Num(py(yv) + 4) << "\" text-anchor=\"end\">"
+        << Num(yv) << "</text>\n"
+        << "<line x1=\"" << kLeft << "\" y1=\"" << Num(py(yv)) << "\" x2=\"" << kW - kRight
+        << "\" y2=\"" << Num(py(yv)) << "\" stroke=\"#eee\"/>\n";
   }
   svg << "<text x=\"" << (kLeft + kW - kRight) / 2 << "\" y=\"" << kH - 15
       << "\" text-anchor=\"middle\">" << Escape(x_label) << "</text>\n"

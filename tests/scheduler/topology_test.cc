@@ -31,6 +31,17 @@ TEST(TopologyTest, SmallExample) {
   EXPECT_DOUBLE_EQ(t->leaves()[0].uplink_gbps, 400);
   EXPECT_EQ(t->FindNode("B-leaf01-n03"), 15);
   EXPECT_EQ(t->FindNode("nope"), -1);
+  EXPECT_EQ(t->max_leaf_nodes(), 4);
+}
+
+TEST(TopologyTest, ItpSizedExampleHas512Gpus) {
+  auto t = Topology::Load(ConfigPath("cluster-itp512.toml"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->total_gpus(), 512);
+  EXPECT_EQ(t->zones().size(), 2u);
+  EXPECT_EQ(t->leaves().size(), 8u);
+  EXPECT_EQ(t->max_leaf_nodes(), 8);
+  EXPECT_DOUBLE_EQ(t->leaves()[7].uplink_gbps, 800);
 }
 
 TEST(TopologyTest, FireFlyerExampleHas1250NodesOf8Gpus) {
