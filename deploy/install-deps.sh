@@ -9,7 +9,7 @@ PACKAGES=(
   g++ cmake ninja-build ccache pkg-config git clang-format
   # RPC, storage, filesystem, RDMA
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  librocksdb-dev libfuse3-dev fuse3 libibverbs-dev
+  librocksdb-dev libfuse3-dev fuse3 libibverbs-dev libssl-dev
   # metrics, logging, config, CLI, JSON
   prometheus-cpp-dev libspdlog-dev libfmt-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   # tests and benchmarks (Gloo and OpenMPI are hfreduce-bench's peers)

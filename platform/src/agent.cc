@@ -1,0 +1,426 @@
+#include "agent.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "auth.h"
+#include "common/rpc_client.h"
+#include "common/rpc_status.h"
+
+extern char** environ;
+
+namespace ff::platform {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Runs the job's command and records its exit code in a file, so that an agent that restarted
+// (and so cannot wait for the process) still learns it. The wrapper ignores the signals meant
+// for the job (the job itself gets them with their default meaning).
+constexpr char kWrapper[] =
+    "trap : USR1 TERM INT; /bin/sh -c \"$1\"; rc=$?; "
+    "printf '%s\\n' \"$rc\" > \"$2.tmp\" && mv \"$2.tmp\" \"$2\"; exit $rc";
+
+constexpr int kKilledExitCode = 128 + SIGKILL;
+
+bool Alive(int pid) {
+  return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+std::optional<int> ReadExitFile(const std::string& path) {
+  std::ifstream in(path);
+  int code;
+  if (in >> code) return code;
+  return std::nullopt;
+}
+
+}  // namespace
+
+void AgentOptions::Bind(ConfigSection& s) {
+  s.Required("node", node);
+  s.Required("server", server);
+  s.Required("token_file", token_file);
+  s.Required("state_dir", state_dir);
+  s.Optional("advertise", advertise);
+  s.Optional("gpus", gpus);
+  s.Check(gpus >= 0 && gpus <= 64, "gpus", "must be 0..64");
+  s.Optional("heartbeat_interval_ms", heartbeat_interval_ms);
+  s.Check(heartbeat_interval_ms > 0, "heartbeat_interval_ms", "must be positive");
+  s.Optional("kill_grace_ms", kill_grace_ms);
+  s.Check(kill_grace_ms >= 0, "kill_grace_ms", "must not be negative");
+}
+
+Result<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& options) {
+  FF_ASSIGN_OR_RETURN(std::string token, ReadTokenFile(options.token_file, /*create=*/false));
+  std::error_code ec;
+  for (const char* sub : {"logs", "run"}) {
+    fs::create_directories(fs::path(options.state_dir) / sub, ec);
+    if (ec) return IoError("cannot create " + options.state_dir + "/" + sub + ": " + ec.message());
+  }
+  std::unique_ptr<Agent> agent(new Agent(options, std::move(token)));
+  agent->LoadState();
+  return agent;
+}
+
+Agent::Agent(const AgentOptions& options, std::string token)
+    : options_(options),
+      token_(std::move(token)),
+      stub_(hai::Hai::NewStub(MakeChannel(options.server))),
+      interval_ms_(options.heartbeat_interval_ms) {}
+
+Agent::~Agent() {
+  Stop();
+}
+
+void Agent::Start(const std::string& address) {
+  address_ = options_.advertise.empty() ? address : options_.advertise;
+  loop_ = std::thread([this] { Loop(); });
+}
+
+void Agent::Stop() {
+  stopping_ = true;
+  if (loop_.joinable()) loop_.join();
+}
+
+std::string Agent::LogPath(int64_t job, int rank) const {
+  return options_.state_dir + "/logs/job-" + std::to_string(job) + "/rank-" + std::to_string(rank) +
+         ".log";
+}
+
+std::string Agent::ExitPath(const Key& key) const {
+  auto [job, run, rank] = key;
+  return options_.state_dir + "/run/job-" + std::to_string(job) + ".run-" + std::to_string(run) +
+         ".rank-" + std::to_string(rank) + ".exit";
+}
+
+std::string Agent::FlagPath(const Key& key) const {
+  auto [job, run, rank] = key;
+  return options_.state_dir + "/run/job-" + std::to_string(job) + ".run-" + std::to_string(run) +
+         ".rank-" + std::to_string(rank) + ".suspend";
+}
+
+void Agent::Loop() {
+  using namespace std::chrono;
+  auto next_heartbeat = steady_clock::now();
+  while (!stopping_) {
+    bool exited;
+    {
+      std::lock_guard lock(mu_);
+      std::size_t before = 0;
+      for (const auto& [k, t] : tasks_)
+        before += t.exited;
+      PollExits();
+      std::size_t after = 0;
+      for (const auto& [k, t] : tasks_)
+        after += t.exited;
+      exited = after > before;
+      if (dirty_) SaveState();
+    }
+    if (exited || steady_clock::now() >= next_heartbeat) {
+      HeartbeatOnce();
+      next_heartbeat = steady_clock::now() + milliseconds(interval_ms_);
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+}
+
+void Agent::HeartbeatOnce() {
+  hai::HeartbeatRequest req;
+  req.set_node(options_.node);
+  req.set_gpus(static_cast<int32_t>(options_.gpus));
+  req.set_agent_address(address_);
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, t] : tasks_) {
+      hai::TaskStatus* s = req.add_tasks();
+      s->set_job_id(std::get<0>(key));
+      s->set_run(std::get<1>(key));
+      s->set_rank(std::get<2>(key));
+      s->set_exited(t.exited);
+      s->set_exit_code(t.exit_code);
+    }
+  }
+  hai::HeartbeatResponse resp;
+  CallOptions call;
+  call.deadline = std::chrono::milliseconds(std::max<int64_t>(1000, interval_ms_ * 2));
+  call.max_attempts = 1;
+  Status st = CallRpc("hai-server Heartbeat", call, [&](grpc::ClientContext* c) {
+    SetBearerToken(c, token_);
+    return stub_->Heartbeat(c, req, &resp);
+  });
+  if (!st.ok()) {
+    // Tasks keep running while the server is away; it learns their state when it is back.
+    static int64_t last_warned = 0;
+    if (NowMs() - last_warned > 10000) {
+      spdlog::warn("{}", st.message());
+      last_warned = NowMs();
+    }
+    return;
+  }
+  std::lock_guard lock(mu_);
+  if (resp.heartbeat_interval_ms() > 0) interval_ms_ = resp.heartbeat_interval_ms();
+  Reconcile(resp);
+  if (dirty_) SaveState();
+}
+
+void Agent::Reconcile(const hai::HeartbeatResponse& response) {
+  const int64_t now = NowMs();
+  std::set<Key> wanted;
+  for (const hai::Task& t : response.tasks()) {
+    Key key{t.job_id(), t.run(), t.rank()};
+    wanted.insert(key);
+    auto it = tasks_.find(key);
+    if (it == tasks_.end()) {
+      StartTask(key, t);
+      continue;
+    }
+    Task& task = it->second;
+    if (t.action() == hai::TASK_SUSPEND && !task.exited && task.suspend_deadline_ms == 0) {
+      // The suspend protocol: a flag the job can poll, the signal, then a grace period.
+      int fd = open(FlagPath(key).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0) close(fd);
+      kill(-task.pid, SIGUSR1);
+      task.suspend_deadline_ms = now + t.grace_ms();
+      dirty_ = true;
+      spdlog::info("job {} rank {}: asked to checkpoint and exit within {} ms", t.job_id(),
+                   t.rank(), t.grace_ms());
+    }
+  }
+  for (auto it = tasks_.begin(); it != tasks_.end();) {
+    if (wanted.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    Task& task = it->second;
+    if (task.exited) {
+      // Reported, and no longer wanted: the server has it.
+      unlink(FlagPath(it->first).c_str());
+      unlink(ExitPath(it->first).c_str());
+      it = tasks_.erase(it);
+      dirty_ = true;
+      continue;
+    }
+    if (task.kill_deadline_ms == 0) {
+      spdlog::info("job {} rank {}: no longer wanted here; terminating it", std::get<0>(it->first),
+                   std::get<2>(it->first));
+      kill(-task.pid, SIGTERM);
+      task.kill_deadline_ms = now + options_.kill_grace_ms;
+      dirty_ = true;
+    }
+    ++it;
+  }
+}
+
+void Agent::PollExits() {
+  const int64_t now = NowMs();
+  for (auto& [key, task] : tasks_) {
+    if (task.exited) continue;
+    for (int64_t deadline : {task.suspend_deadline_ms, task.kill_deadline_ms}) {
+      if (deadline > 0 && now >= deadline) {
+        if (kill(-task.pid, SIGKILL) == 0) {
+          spdlog::info("job {} rank {}: killed after its grace period", std::get<0>(key),
+                       std::get<2>(key));
+        }
+      }
+    }
+    std::optional<int> code;
+    if (task.child) {
+      int status = 0;
+      pid_t r = waitpid(task.pid, &status, WNOHANG);
+      if (r == task.pid) {
+        code = WIFEXITED(status)     ? WEXITSTATUS(status)
+               : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                     : kKilledExitCode;
+      } else if (r < 0 && errno == ECHILD) {
+        code = kKilledExitCode;
+      }
+    } else if (!Alive(task.pid)) {
+      code = kKilledExitCode;
+    }
+    if (!code) continue;
+    // The wrapper's record is the job's own exit code (the wrapper's status says the same when
+    // it ran to the end; when it was killed there is no record and the kill is the answer).
+    if (auto recorded = ReadExitFile(ExitPath(key))) code = *recorded;
+    kill(-task.pid, SIGKILL);  // leftovers of the job's process group
+    task.exited = true;
+    task.exit_code = *code;
+    dirty_ = true;
+    spdlog::info("job {} run {} rank {}: exited with {}", std::get<0>(key), std::get<1>(key),
+                 std::get<2>(key), *code);
+  }
+}
+
+void Agent::StartTask(const Key& key, const hai::Task& t) {
+  auto [job, run, rank] = key;
+  const std::string log_path = LogPath(job, rank);
+  std::error_code ec;
+  fs::create_directories(fs::path(log_path).parent_path(), ec);
+  if (auto dir = t.env().find("HAI_CHECKPOINT_DIR"); dir != t.env().end()) {
+    fs::create_directories(dir->second, ec);  // best effort: the job reports what it lacks
+  }
+  unlink(ExitPath(key).c_str());
+  unlink(FlagPath(key).c_str());
+  int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  Task task;
+  task.child = true;
+  if (log < 0) {
+    spdlog::error("job {} rank {}: cannot open {}: {}", job, rank, log_path, std::strerror(errno));
+    task.exited = true;
+    task.exit_code = 127;
+    tasks_[key] = task;
+    dirty_ = true;
+    return;
+  }
+  std::string header = "==== hai: job " + std::to_string(job) + " run " + std::to_string(run) +
+                       " rank " + std::to_string(rank) + " on " + options_.node + " ====\n";
+  (void)!write(log, header.data(), header.size());
+
+  // Everything the child needs is prepared before fork (only async-signal-safe calls after).
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : t.env())
+    env[k] = v;
+  env["HAI_SUSPEND_FLAG"] = FlagPath(key);
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : env)
+    env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (std::string& s : env_strings)
+    envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string exit_path = ExitPath(key);
+  std::vector<std::string> args = {"/bin/sh", "-c", kWrapper, "hai-task", t.command(), exit_path};
+  std::vector<char*> argv;
+  for (std::string& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const std::string workdir = t.workdir();
+  const std::string bad_dir = "hai-agent: cannot enter the working directory " + workdir + "\n";
+
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    dup2(log, 1);
+    dup2(log, 2);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);  // the daemon blocks SIGTERM/SIGINT in its threads
+    if (chdir(workdir.c_str()) != 0) {
+      (void)!write(2, bad_dir.data(), bad_dir.size());
+      _exit(127);
+    }
+    execve("/bin/sh", argv.data(), envp.data());
+    _exit(127);
+  }
+  close(log);
+  if (pid < 0) {
+    spdlog::error("job {} rank {}: fork: {}", job, rank, std::strerror(errno));
+    task.exited = true;
+    task.exit_code = 127;
+  } else {
+    setpgid(pid, pid);
+    task.pid = pid;
+    spdlog::info("job {} run {} rank {}: started (pid {})", job, run, rank, pid);
+  }
+  tasks_[key] = task;
+  dirty_ = true;
+}
+
+grpc::Status Agent::ReadLog(grpc::ServerContext* ctx, const hai::ReadLogRequest* req,
+                            hai::ReadLogResponse* resp) {
+  return ServeRpc("ReadLog", [&]() -> Status {
+    if (BearerToken(*ctx).empty() || HashToken(BearerToken(*ctx)) != HashToken(token_)) {
+      return Status(StatusCode::kUnauthenticated, "invalid agent token");
+    }
+    if (req->offset() < 0) return InvalidArgument("negative offset");
+    const std::string path = LogPath(req->job_id(), req->rank());
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return Status::Ok();  // nothing written yet
+      return Status::FromErrno(errno, "open " + path);
+    }
+    struct stat st {};
+    fstat(fd, &st);
+    resp->set_size(st.st_size);
+    int64_t want = std::clamp<int64_t>(req->max_bytes(), 1, 4 << 20);
+    std::string buf(static_cast<std::size_t>(want), '\0');
+    ssize_t n = pread(fd, buf.data(), buf.size(), req->offset());
+    close(fd);
+    if (n < 0) return Status::FromErrno(errno, "read " + path);
+    buf.resize(static_cast<std::size_t>(n));
+    resp->set_data(std::move(buf));
+    return Status::Ok();
+  });
+}
+
+void Agent::LoadState() {
+  std::ifstream in(options_.state_dir + "/tasks.json");
+  if (!in) return;
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array()) {
+    spdlog::warn("ignoring unreadable {}/tasks.json", options_.state_dir);
+    return;
+  }
+  for (const auto& e : j) {
+    Key key{e.value("job", int64_t{0}), e.value("run", 0), e.value("rank", 0)};
+    Task t;
+    t.pid = e.value("pid", -1);
+    t.exited = e.value("exited", false);
+    t.exit_code = e.value("exit_code", 0);
+    t.suspend_deadline_ms = e.value("suspend_deadline_ms", int64_t{0});
+    t.kill_deadline_ms = e.value("kill_deadline_ms", int64_t{0});
+    t.child = false;  // processes of the previous agent: watched, not waited for
+    if (!t.exited) {
+      spdlog::info("job {} rank {}: {} (pid {})", std::get<0>(key), std::get<2>(key),
+                   Alive(t.pid) ? "adopted, still running" : "ended while the agent was away",
+                   t.pid);
+    }
+    tasks_[key] = t;
+  }
+}
+
+void Agent::SaveState() {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& [key, t] : tasks_) {
+    j.push_back({{"job", std::get<0>(key)},
+                 {"run", std::get<1>(key)},
+                 {"rank", std::get<2>(key)},
+                 {"pid", t.pid},
+                 {"exited", t.exited},
+                 {"exit_code", t.exit_code},
+                 {"suspend_deadline_ms", t.suspend_deadline_ms},
+                 {"kill_deadline_ms", t.kill_deadline_ms}});
+  }
+  const std::string path = options_.state_dir + "/tasks.json";
+  {
+    std::ofstream out(path + ".tmp", std::ios::trunc);
+    out << j.dump() << "\n";
+    out.flush();
+    if (!out) {
+      spdlog::error("cannot write {}.tmp", path);
+      return;
+    }
+  }
+  std::rename((path + ".tmp").c_str(), path.c_str());
+  dirty_ = false;
+}
+
+}  // namespace ff::platform

@@ -1,0 +1,86 @@
+// hai-agent: one per node. Heartbeats to hai-server, runs the tasks the server lists for this
+// node (each in its own process group, output to a log file per rank), reports how they exit,
+// and carries out the suspend protocol: SIGUSR1 plus a flag file, a grace period to checkpoint
+// and exit, then SIGKILL to the process group.
+//
+// Tasks outlive the agent: their state is kept in <state_dir>/tasks.json and a restarted agent
+// adopts the processes still running (each task runs under a small /bin/sh wrapper that records
+// the exit code in a file), so an agent restart neither orphans nor double-starts a job.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+
+#include "common/config.h"
+#include "platform/proto/hai.grpc.pb.h"
+
+namespace ff::platform {
+
+struct AgentOptions {
+  std::string node;    // this node's name in cluster.toml
+  std::string server;  // hai-server host:port
+  std::string token_file;
+  std::string state_dir;
+  std::string advertise;  // address hai-server uses to read logs; default: the bound address
+  int64_t gpus = 8;
+  int64_t heartbeat_interval_ms = 1000;  // until the server says otherwise
+  int64_t kill_grace_ms = 5000;          // SIGTERM to SIGKILL for tasks no longer wanted
+
+  void Bind(ConfigSection& s);
+};
+
+class Agent final : public hai::HaiAgent::Service {
+ public:
+  static Result<std::unique_ptr<Agent>> Create(const AgentOptions& options);
+  ~Agent() override;
+
+  // Starts heartbeating; `address` is where this agent's log service listens.
+  void Start(const std::string& address);
+  void Stop();
+
+  grpc::Status ReadLog(grpc::ServerContext*, const hai::ReadLogRequest*,
+                       hai::ReadLogResponse*) override;
+
+ private:
+  using Key = std::tuple<int64_t, int, int>;  // job, run, rank
+  struct Task {
+    int pid = -1;        // the wrapper shell; also the process group id
+    bool child = false;  // started by this agent process (else adopted after a restart)
+    bool exited = false;
+    int exit_code = 0;
+    int64_t suspend_deadline_ms = 0;  // SIGKILL after this once suspension was signalled
+    int64_t kill_deadline_ms = 0;     // SIGKILL after this once SIGTERM was sent
+  };
+
+  explicit Agent(const AgentOptions& options, std::string token);
+  void Loop();
+  void HeartbeatOnce();
+  void Reconcile(const hai::HeartbeatResponse& response);
+  void PollExits();
+  void StartTask(const Key& key, const hai::Task& t);
+  std::string LogPath(int64_t job, int rank) const;
+  std::string ExitPath(const Key& key) const;
+  std::string FlagPath(const Key& key) const;
+  void LoadState();
+  void SaveState();
+
+  const AgentOptions options_;
+  const std::string token_;
+  std::string address_;
+  std::unique_ptr<hai::Hai::Stub> stub_;
+
+  std::mutex mu_;
+  std::map<Key, Task> tasks_;
+  int64_t interval_ms_;
+  bool dirty_ = false;
+
+  std::atomic<bool> stopping_{false};
+  std::thread loop_;
+};
+
+}  // namespace ff::platform

@@ -1,0 +1,125 @@
+// hai-server: the job API, the node registry and the scheduling loop.
+//
+// State lives in memory under one mutex and every change that must survive a crash (jobs, runs,
+// users, drains) is written to the Store before the call that made it returns. Agents pull their
+// work: each heartbeat reports the node's processes and gets back the tasks that should run there
+// (anything else the agent kills), so a restarted server or agent converges without replaying
+// messages.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "common/config.h"
+#include "monitoring/metrics.h"
+#include "platform/proto/hai.grpc.pb.h"
+#include "scheduler/scheduler.h"
+#include "store.h"
+
+namespace ff::platform {
+
+struct HaiOptions {
+  std::string data_dir;  // RocksDB and the bootstrap admin token
+  std::string cluster = "deploy/config/cluster-small.toml";
+  std::string agent_token_file;  // shared with the agents; created if missing
+  std::string checkpoint_root = "/tmp/hai-checkpoints";  // HAI_CHECKPOINT_DIR = <root>/<user>/<job>
+  int64_t heartbeat_timeout_ms = 10000;                  // a node silent this long is lost
+  int64_t heartbeat_interval_ms = 1000;                  // told to agents
+  int64_t schedule_interval_ms = 500;
+  int64_t suspend_grace_ms = 30000;  // checkpoint time before a suspended job is killed
+  int64_t master_port_base = 29500;
+  std::string policy = "congestion-aware";
+  int64_t locality_wait_s = 300;
+  bool preemption = true;
+  bool backfill = true;
+
+  void Bind(ConfigSection& s);
+};
+
+class HaiServer final : public hai::Hai::Service {
+ public:
+  static Result<std::unique_ptr<HaiServer>> Create(const HaiOptions& options, Metrics* metrics);
+  ~HaiServer() override;
+
+  // Starts / stops the scheduling loop.
+  void Start();
+  void Stop();
+
+  grpc::Status Submit(grpc::ServerContext*, const hai::SubmitRequest*, hai::Job*) override;
+  grpc::Status ListJobs(grpc::ServerContext*, const hai::ListJobsRequest*,
+                        hai::ListJobsResponse*) override;
+  grpc::Status GetJob(grpc::ServerContext*, const hai::JobRef*, hai::Job*) override;
+  grpc::Status StopJob(grpc::ServerContext*, const hai::JobRef*, hai::Job*) override;
+  grpc::Status SuspendJob(grpc::ServerContext*, const hai::JobRef*, hai::Job*) override;
+  grpc::Status ReadLogs(grpc::ServerContext*, const hai::LogsRequest*,
+                        grpc::ServerWriter<hai::LogChunk>*) override;
+  grpc::Status ListNodes(grpc::ServerContext*, const hai::ListNodesRequest*,
+                         hai::ListNodesResponse*) override;
+  grpc::Status WhoAmI(grpc::ServerContext*, const hai::WhoAmIRequest*, hai::User*) override;
+  grpc::Status AddUser(grpc::ServerContext*, const hai::AddUserRequest*,
+                       hai::AddUserResponse*) override;
+  grpc::Status ListUsers(grpc::ServerContext*, const hai::ListUsersRequest*,
+                         hai::ListUsersResponse*) override;
+  grpc::Status DrainNode(grpc::ServerContext*, const hai::DrainRequest*, hai::Node*) override;
+  grpc::Status Heartbeat(grpc::ServerContext*, const hai::HeartbeatRequest*,
+                         hai::HeartbeatResponse*) override;
+
+  // One scheduling pass (lost nodes, then a round); the loop calls it, tests may too.
+  void Tick();
+
+ private:
+  struct NodeRuntime {
+    hai::Node record;  // persisted part: drained, drain_reason
+    std::chrono::steady_clock::time_point last_heartbeat;
+    std::set<std::tuple<int64_t, int, int>> reported_running;  // (job, run, rank)
+  };
+
+  HaiServer(const HaiOptions& options, scheduler::Topology topology, std::unique_ptr<Store> store,
+            Metrics* metrics);
+  Status Load();
+
+  Result<hai::User> Authenticate(const grpc::ServerContext& context) const;  // a user
+  Status AuthenticateAgent(const grpc::ServerContext& context) const;
+  Result<hai::Job*> OwnJob(const hai::User& user, int64_t id);  // mu_ held
+
+  Status DoSubmit(const hai::User& user, const hai::JobSpec& spec, hai::Job* out);
+  Status ValidateSpec(const hai::JobSpec& spec) const;
+  Status Save(const hai::Job& job);  // mu_ held
+
+  void CheckLostNodes();                                                // mu_ held
+  void ScheduleRound();                                                 // mu_ held
+  void StartRun(hai::Job& job, const scheduler::Placement& placement);  // mu_ held
+  void RecordExit(hai::Job& job, int rank, int code);                   // mu_ held
+  void EndRun(hai::Job& job, const std::string& reason);                // mu_ held
+  void FinishRunIfDone(hai::Job& job);                                  // mu_ held
+  std::vector<hai::Task> TasksFor(const std::string& node) const;       // mu_ held
+  scheduler::JobRequest RequestOf(const hai::Job& job) const;
+  void UpdateGauges();  // mu_ held
+
+  const HaiOptions options_;
+  const scheduler::Topology topology_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<scheduler::Scheduler> scheduler_;
+  std::string agent_token_hash_;
+  Metrics* metrics_;
+
+  mutable std::mutex mu_;
+  std::map<int64_t, hai::Job> jobs_;
+  std::map<std::string, hai::User> users_;            // by name
+  std::map<std::string, std::string> user_by_token_;  // token hash -> name
+  std::map<std::string, NodeRuntime> nodes_;          // every node of cluster.toml
+  int64_t next_id_ = 1;
+
+  std::mutex loop_mu_;
+  std::condition_variable loop_cv_;
+  bool stopping_ = false;
+  bool kicked_ = false;
+  std::thread loop_;
+};
+
+}  // namespace ff::platform
