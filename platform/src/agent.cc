@@ -34,6 +34,7 @@ constexpr char kWrapper[] =
     "printf '%s\\n' \"$rc\" > \"$2.tmp\" && mv \"$2.tmp\" \"$2\"; exit $rc";
 
 constexpr int kKilledExitCode = 128 + SIGKILL;
+constexpr int kNeverStartedExitCode = 128 + SIGTERM;  // stopped before it started
 
 bool Alive(int pid) {
   return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
@@ -183,10 +184,25 @@ void Agent::Reconcile(const hai::HeartbeatResponse& response) {
     wanted.insert(key);
     auto it = tasks_.find(key);
     if (it == tasks_.end()) {
-      StartTask(key, t);
+      if (t.action() == hai::TASK_KILL) {
+        // Stopped before it started here: report it ended without starting it.
+        Task never;
+        never.exited = true;
+        never.exit_code = kNeverStartedExitCode;
+        tasks_[key] = never;
+        dirty_ = true;
+      } else {
+        StartTask(key, t);
+      }
       continue;
     }
     Task& task = it->second;
+    if (t.action() == hai::TASK_KILL && !task.exited && task.kill_deadline_ms == 0) {
+      spdlog::info("job {} rank {}: stopping it", t.job_id(), t.rank());
+      kill(-task.pid, SIGTERM);
+      task.kill_deadline_ms = now + options_.kill_grace_ms;
+      dirty_ = true;
+    }
     if (t.action() == hai::TASK_SUSPEND && !task.exited && task.suspend_deadline_ms == 0) {
       // The suspend protocol: a flag the job can poll, the signal, then a grace period.
       int fd = open(FlagPath(key).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);

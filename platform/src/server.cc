@@ -672,9 +672,12 @@ grpc::Status HaiServer::Heartbeat(grpc::ServerContext* ctx, const hai::Heartbeat
 std::vector<hai::Task> HaiServer::TasksFor(const std::string& node) const {
   std::vector<hai::Task> tasks;
   for (const auto& [id, job] : jobs_) {
-    if (!Active(job) || job.stop_requested()) continue;
+    if (!Active(job)) continue;
     const hai::Run& run = job.runs(job.runs_size() - 1);
-    if (!run.end_reason().empty()) continue;  // ending: its remaining ranks are killed
+    // A stopped job, or a run that is ending (a rank failed, a node was lost): its remaining
+    // ranks are killed, and listed until their exits are known, so that an agent that never
+    // started one says so instead of leaving the run waiting.
+    const bool kill = job.stop_requested() || !run.end_reason().empty();
     const hai::JobSpec& spec = job.spec();
     const int procs = ProcsPerNode(spec);
     for (int i = 0; i < run.nodes_size(); ++i) {
@@ -688,7 +691,9 @@ std::vector<hai::Task> HaiServer::TasksFor(const std::string& node) const {
         t.set_rank(rank);
         t.set_command(spec.command());
         t.set_workdir(spec.workdir().empty() ? "/" : spec.workdir());
-        t.set_action(job.state() == hai::SUSPENDING ? hai::TASK_SUSPEND : hai::TASK_RUN);
+        t.set_action(kill                             ? hai::TASK_KILL
+                     : job.state() == hai::SUSPENDING ? hai::TASK_SUSPEND
+                                                      : hai::TASK_RUN);
         t.set_grace_ms(options_.suspend_grace_ms);
         auto& env = *t.mutable_env();
         for (const auto& [k, v] : spec.env())

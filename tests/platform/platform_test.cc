@@ -1,0 +1,404 @@
+// HAI-Platform as researchers and admins meet it: a real hai-server, three hai-agents acting as
+// nodes, and the hai CLI, all as processes on loopback.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/net.h"
+#include "tests/support/subprocess.h"
+
+namespace ff {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr char kCluster[] = R"(
+name = "test"
+node_link_gbps = 200
+cross_zone_gbps = 200
+[[zones]]
+name = "A"
+  [[zones.leaves]]
+  name = "A-leaf"
+  nodes = 3          # A-leaf-n00 .. A-leaf-n02
+  gpus_per_node = 2
+  cpus_per_node = 8
+  memory_gib = 16
+)";
+
+constexpr int kNodes = 3;
+
+struct CliResult {
+  int code = -1;
+  std::string out, err;
+};
+
+class PlatformTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    test::WriteFile(dir_.File("cluster.toml"), kCluster);
+    auto port = FindFreePort();
+    ASSERT_TRUE(port.ok());
+    server_address_ = "127.0.0.1:" + std::to_string(*port);
+    test::WriteFile(dir_.File("server.toml"),
+                    "[server]\nlisten = \"" + server_address_ + "\"\n[metrics]\nenabled = false\n" +
+                        "[hai]\ndata_dir = \"" + dir_.File("server") + "\"\ncluster = \"" +
+                        dir_.File("cluster.toml") + "\"\nagent_token_file = \"" +
+                        dir_.File("agent.token") + "\"\ncheckpoint_root = \"" + dir_.File("ckpt") +
+                        "\"\nheartbeat_timeout_ms = 2500\nheartbeat_interval_ms = 200\n"
+                        "schedule_interval_ms = 200\nsuspend_grace_ms = 2000\n");
+    StartServer();
+    admin_token_ = test::ReadFileOrEmpty(dir_.File("server/admin.token"));
+    admin_token_.erase(admin_token_.find_last_not_of("\n") + 1);
+    ASSERT_FALSE(admin_token_.empty());
+    for (int i = 0; i < kNodes; ++i)
+      StartAgent(i);
+    alice_ = AddUser("alice");
+    bob_ = AddUser("bob");
+    // Every node reports in.
+    ASSERT_TRUE(WaitUntil([&] { return CountNodes("up") == kNodes; }, 20s));
+  }
+
+  void TearDown() override {
+    agents_.clear();
+    server_.reset();
+    // Job processes live in their own process groups (they outlive agents on purpose).
+    for (int i = 0; i < kNodes; ++i) {
+      std::ifstream in(dir_.File("agent" + std::to_string(i)) + "/tasks.json");
+      json tasks = json::parse(in, nullptr, false);
+      if (!tasks.is_array()) continue;
+      for (const json& t : tasks) {
+        if (t.value("pid", -1) > 0) kill(-t.value("pid", -1), SIGKILL);
+      }
+    }
+  }
+
+  void StartServer() {
+    std::string ready = dir_.File("server.ready");
+    std::remove(ready.c_str());
+    auto proc = test::Subprocess::Start(
+        {FF_HAI_SERVER_PATH, "--config", dir_.File("server.toml"), "--ready-file", ready},
+        {.env = {}, .output_dir = dir_.path()});
+    ASSERT_TRUE(proc.ok()) << proc.status();
+    server_ = std::make_unique<test::Subprocess>(std::move(*proc));
+    ASSERT_TRUE(test::WaitForFile(ready, 20s).has_value()) << server_->Stderr();
+  }
+
+  void StartAgent(int i) {
+    std::string name = "agent" + std::to_string(i);
+    std::string ready = dir_.File(name + ".ready");
+    std::remove(ready.c_str());
+    auto proc = test::Subprocess::Start(
+        {FF_HAI_AGENT_PATH, "--set", "agent.node=A-leaf-n0" + std::to_string(i), "--set",
+         "agent.server=" + server_address_, "--set", "agent.token_file=" + dir_.File("agent.token"),
+         "--set", "agent.state_dir=" + dir_.File(name), "--set", "agent.gpus=2", "--set",
+         "agent.kill_grace_ms=1000", "--set", "metrics.enabled=false", "--ready-file", ready},
+        {.env = {}, .output_dir = dir_.path()});
+    ASSERT_TRUE(proc.ok()) << proc.status();
+    agents_[i] = std::make_unique<test::Subprocess>(std::move(*proc));
+    ASSERT_TRUE(test::WaitForFile(ready, 20s).has_value()) << agents_[i]->Stderr();
+  }
+
+  CliResult Hai(std::vector<std::string> args, const std::string& token,
+                const std::string& server = "") {
+    args.insert(args.begin(), FF_HAI_PATH);
+    auto proc = test::Subprocess::Start(
+        args, {.env = {{"HAI_SERVER", server.empty() ? server_address_ : server},
+                       {"HAI_TOKEN", token},
+                       {"HOME", dir_.path()}},
+               .output_dir = dir_.path()});
+    EXPECT_TRUE(proc.ok()) << proc.status();
+    if (!proc.ok()) return {};
+    auto code = proc->Wait(60s);
+    EXPECT_TRUE(code.has_value()) << "hai did not exit";
+    return {code.value_or(-1), proc->Stdout(), proc->Stderr()};
+  }
+
+  std::string AddUser(const std::string& name) {
+    CliResult r = Hai({"admin", "user", "add", name, "--json"}, admin_token_);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return json::parse(r.out, nullptr, false).value("token", "");
+  }
+
+  int64_t Submit(const std::string& token, std::vector<std::string> args) {
+    args.insert(args.begin(), {"submit", "--json"});
+    CliResult r = Hai(args, token);
+    EXPECT_EQ(r.code, 0) << r.err;
+    json j = json::parse(r.out, nullptr, false);
+    return j.is_object() ? std::stoll(j.value("id", "0")) : 0;
+  }
+
+  json Show(int64_t id, const std::string& token) {
+    CliResult r = Hai({"show", std::to_string(id), "--json"}, token);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return json::parse(r.out, nullptr, false);
+  }
+
+  std::string State(int64_t id, const std::string& token) {
+    return Show(id, token).value("state", "?");
+  }
+
+  int CountNodes(const std::string& state) {
+    CliResult r = Hai({"nodes", "--json"}, admin_token_);
+    json j = json::parse(r.out, nullptr, false);
+    int n = 0;
+    if (j.is_object() && j.contains("nodes")) {
+      for (const json& node : j["nodes"])
+        n += node.value("state", "") == state;
+    }
+    return n;
+  }
+
+  static bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+    auto until = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < until) {
+      if (done()) return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return done();
+  }
+
+  bool WaitForState(int64_t id, const std::string& token, const std::string& state,
+                    std::chrono::milliseconds timeout = 30s) {
+    bool ok = WaitUntil([&] { return State(id, token) == state; }, timeout);
+    if (!ok) ADD_FAILURE() << "job " << id << " is " << Show(id, token).dump() << ", not " << state;
+    return ok;
+  }
+
+  std::string Logs(int64_t id, const std::string& token, int rank = 0) {
+    CliResult r = Hai({"logs", std::to_string(id), "--rank", std::to_string(rank)}, token);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.out;
+  }
+
+  test::TempDir dir_;
+  std::string server_address_;
+  std::unique_ptr<test::Subprocess> server_;
+  std::map<int, std::unique_ptr<test::Subprocess>> agents_;
+  std::string admin_token_, alice_, bob_;
+};
+
+TEST_F(PlatformTest, GangJobRunsWithTheEnvironmentTrainingCodeExpects) {
+  int64_t id =
+      Submit(alice_, {"--name", "env", "--nodes", "2", "--gpus-per-node", "2", "--",
+                      "echo RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK "
+                      "MASTER=$MASTER_ADDR:$MASTER_PORT NODE_ID=$HFREDUCE_NODE_ID "
+                      "JOB=$HAI_JOB_ID RESTARTS=$HAI_RESTART_COUNT GPUS=$CUDA_VISIBLE_DEVICES "
+                      "CKPT=$HAI_CHECKPOINT_DIR; sleep 0.5"});
+  ASSERT_GT(id, 0);
+  ASSERT_TRUE(WaitForState(id, alice_, "SUCCEEDED"));
+  json job = Show(id, alice_);
+  ASSERT_EQ(job["runs"].size(), 1u);
+  const json& run = job["runs"][0];
+  ASSERT_EQ(run["nodes"].size(), 2u);
+  EXPECT_NE(run["nodes"][0], run["nodes"][1]);
+  const std::string master =
+      run["master_addr"].get<std::string>() + ":" + std::to_string(run["master_port"].get<int>());
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string log = Logs(id, alice_, rank);
+    EXPECT_THAT(log, HasSubstr("RANK=" + std::to_string(rank) +
+                               " WORLD_SIZE=2 LOCAL_RANK=0 MASTER=" + master +
+                               " NODE_ID=" + std::to_string(rank) + " JOB=" + std::to_string(id) +
+                               " RESTARTS=0 GPUS=0,1 CKPT=" + dir_.File("ckpt") + "/alice/" +
+                               std::to_string(id)));
+  }
+  // The human views.
+  CliResult ls = Hai({"ls", "-a"}, alice_);
+  EXPECT_EQ(ls.code, 0);
+  EXPECT_THAT(ls.out, HasSubstr("succeeded"));
+  CliResult show = Hai({"show", std::to_string(id)}, alice_);
+  EXPECT_THAT(show.out, HasSubstr("exit codes (rank:code): 0:0 1:0"));
+}
+
+TEST_F(PlatformTest, LogsFollowUntilTheJobEnds) {
+  int64_t id = Submit(alice_, {"--", "for i in 1 2 3 4 5; do echo line $i; sleep 0.3; done"});
+  ASSERT_TRUE(WaitForState(id, alice_, "RUNNING"));
+  CliResult r = Hai({"logs", std::to_string(id), "-f"}, alice_);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("line 1\nline 2\nline 3\nline 4\nline 5\n"));
+  EXPECT_EQ(State(id, alice_), "SUCCEEDED");
+}
+
+TEST_F(PlatformTest, TimeSharingSuspendsCheckpointsAndResumes) {
+  // A low-priority job on the whole cluster that sums 1..60, checkpointing when asked.
+  const std::string script = R"(
+import os, time, hai_job
+hai_job.install_suspend_handler()
+ck = os.path.join(hai_job.checkpoint_dir(), "state." + os.environ["RANK"])
+step, total = (map(int, open(ck).read().split()) if os.path.exists(ck) else (0, 0))
+print("start step=%d restart=%d" % (step, hai_job.restart_count()), flush=True)
+while step < 60:
+    step += 1
+    total += step
+    time.sleep(0.05)
+    if hai_job.should_suspend():
+        open(ck, "w").write("%d %d" % (step, total))
+        print("checkpointed step=%d" % step, flush=True)
+        hai_job.suspend_now()
+print("result=%d" % total, flush=True)
+)";
+  test::WriteFile(dir_.File("train.py"), script);
+  const std::string env = "PYTHONPATH=" FF_SOURCE_DIR "/platform/python";
+  int64_t low = Submit(alice_, {"--priority", "1", "--nodes", "3", "--gpus-per-node", "2", "--env",
+                                env, "--", "/usr/bin/python3 " + dir_.File("train.py")});
+  ASSERT_TRUE(WaitForState(low, alice_, "RUNNING"));
+  ASSERT_TRUE(
+      WaitUntil([&] { return Logs(low, alice_).find("start step=0") != std::string::npos; }, 20s));
+  // A high-priority job that does not fit next to it.
+  int64_t high = Submit(bob_, {"--priority", "5", "--nodes", "2", "--gpus-per-node", "2", "--",
+                               "sleep 1; echo high done"});
+  ASSERT_TRUE(WaitForState(high, bob_, "SUCCEEDED"));
+  ASSERT_TRUE(WaitForState(low, alice_, "SUCCEEDED", 60s));
+  json job = Show(low, alice_);
+  ASSERT_GE(job["runs"].size(), 2u);
+  EXPECT_EQ(job["runs"][0]["end_reason"], "suspended");
+  std::string log = Logs(low, alice_, 2);
+  EXPECT_THAT(log, HasSubstr("checkpointed step="));
+  EXPECT_THAT(log, HasSubstr("restart=1"));
+  EXPECT_THAT(log, Not(HasSubstr("start step=0 restart=1")));  // resumed, not restarted
+  EXPECT_THAT(log, HasSubstr("result=1830"));                  // 1 + 2 + ... + 60
+}
+
+TEST_F(PlatformTest, AJobThatIgnoresTheSignalIsKilledAfterTheGrace) {
+  int64_t id = Submit(alice_, {"--", "trap '' USR1; echo started; sleep 60"});
+  ASSERT_TRUE(
+      WaitUntil([&] { return Logs(id, alice_).find("started") != std::string::npos; }, 20s));
+  auto asked = std::chrono::steady_clock::now();
+  CliResult r = Hai({"suspend", std::to_string(id)}, alice_);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("suspending"));
+  // Suspended once killed; the scheduler then resumes it, since the cluster is free.
+  ASSERT_TRUE(
+      WaitUntil([&] { return Show(id, alice_)["runs"][0].value("end_ms", "0") != "0"; }, 20s));
+  auto took = std::chrono::steady_clock::now() - asked;
+  EXPECT_GE(took, 1800ms);  // the 2 s grace, less the CLI's own start-up
+  json job = Show(id, alice_);
+  EXPECT_EQ(job["runs"][0]["end_reason"], "suspended");
+  EXPECT_EQ(job["runs"][0]["exit_codes"]["0"], 137);  // SIGKILL
+  EXPECT_EQ(Hai({"stop", std::to_string(id)}, alice_).code, 0);
+  ASSERT_TRUE(WaitForState(id, alice_, "STOPPED"));
+}
+
+TEST_F(PlatformTest, LostNodeRequeuesItsJobElsewhere) {
+  int64_t id = Submit(alice_, {"--gpus-per-node", "2", "--", "echo on $HAI_NODE; sleep 20"});
+  ASSERT_TRUE(WaitForState(id, alice_, "RUNNING"));
+  std::string node = Show(id, alice_)["runs"][0]["nodes"][0];
+  int agent = node.back() - '0';
+  agents_[agent]->Signal(SIGKILL);
+  agents_[agent]->Wait(5s);
+  ASSERT_TRUE(WaitUntil([&] { return CountNodes("lost") == 1; }, 20s));
+  ASSERT_TRUE(WaitUntil([&] { return Show(id, alice_)["runs"].size() == 2; }, 20s));
+  json job = Show(id, alice_);
+  EXPECT_EQ(job["state"], "RUNNING");
+  EXPECT_EQ(job["runs"][0]["end_reason"], "node " + node + " lost");
+  EXPECT_NE(job["runs"][1]["nodes"][0], node);
+  EXPECT_EQ(Hai({"stop", std::to_string(id)}, alice_).code, 0);
+  ASSERT_TRUE(WaitForState(id, alice_, "STOPPED"));
+}
+
+TEST_F(PlatformTest, AgentRestartAdoptsItsJobsWithoutStartingThemTwice) {
+  int64_t id = Submit(alice_, {"--", "echo started; sleep 3; echo finished"});
+  ASSERT_TRUE(
+      WaitUntil([&] { return Logs(id, alice_).find("started") != std::string::npos; }, 20s));
+  std::string node = Show(id, alice_)["runs"][0]["nodes"][0];
+  int agent = node.back() - '0';
+  agents_[agent]->Signal(SIGKILL);  // the job's processes stay (their own process group)
+  agents_[agent]->Wait(5s);
+  StartAgent(agent);  // back before the heartbeat timeout: the node is never lost
+  ASSERT_TRUE(WaitForState(id, alice_, "SUCCEEDED"));
+  json job = Show(id, alice_);
+  EXPECT_EQ(job["runs"].size(), 1u);
+  EXPECT_EQ(job["runs"][0]["exit_codes"]["0"], 0);  // its real exit code, learnt after adoption
+  std::string log = Logs(id, alice_);
+  EXPECT_EQ(log.find("started"), log.rfind("started"));  // started once
+  EXPECT_THAT(log, HasSubstr("finished"));
+}
+
+TEST_F(PlatformTest, ServerCrashLosesNothingAndJobsKeepRunning) {
+  ASSERT_EQ(Hai({"admin", "drain", "A-leaf-n02", "--reason", "bad DIMM"}, admin_token_).code, 0);
+  int64_t id = Submit(alice_, {"--", "sleep 3; echo finished"});
+  ASSERT_TRUE(WaitForState(id, alice_, "RUNNING"));
+  json before = Show(id, alice_);
+  server_->Signal(SIGKILL);
+  server_->Wait(5s);
+  StartServer();
+  json after = Show(id, alice_);  // alice's token still works: users survived
+  EXPECT_EQ(after["id"], before["id"]);
+  EXPECT_EQ(after["spec"], before["spec"]);
+  EXPECT_EQ(after["runs"][0]["nodes"], before["runs"][0]["nodes"]);
+  ASSERT_TRUE(WaitForState(id, alice_, "SUCCEEDED"));  // it kept running and was not restarted
+  EXPECT_EQ(Show(id, alice_)["runs"].size(), 1u);
+  EXPECT_THAT(Logs(id, alice_), HasSubstr("finished"));
+  CliResult nodes = Hai({"nodes", "--tree"}, admin_token_);
+  EXPECT_THAT(nodes.out, HasSubstr("drained: bad DIMM"));
+}
+
+TEST_F(PlatformTest, UsersSeeAndChangeOnlyTheirOwnJobs) {
+  int64_t id = Submit(alice_, {"--", "sleep 20"});
+  for (const std::vector<std::string>& verb :
+       {std::vector<std::string>{"show"}, {"stop"}, {"suspend"}, {"logs"}}) {
+    std::vector<std::string> args = verb;
+    args.push_back(std::to_string(id));
+    CliResult r = Hai(args, bob_);
+    EXPECT_EQ(r.code, 1) << verb[0];
+    EXPECT_EQ(r.err, "hai: no job " + std::to_string(id) + "\n") << verb[0];
+  }
+  CliResult ls = Hai({"ls", "--json"}, bob_);
+  EXPECT_THAT(ls.out, Not(HasSubstr("\"alice\"")));
+  EXPECT_EQ(Hai({"ls", "--all-users"}, bob_).code, 1);
+  EXPECT_EQ(Hai({"admin", "user", "add", "mallory"}, bob_).err, "hai: only admins may add users\n");
+  CliResult wrong = Hai({"ls"}, "hai_0000");
+  EXPECT_EQ(wrong.code, 1);
+  EXPECT_EQ(wrong.err, "hai: hai-server refused the token: invalid token\n");
+  CliResult none = Hai({"ls"}, "");
+  EXPECT_THAT(none.err, HasSubstr("no token"));
+  CliResult away = Hai({"ls"}, alice_, "127.0.0.1:1");
+  EXPECT_EQ(away.code, 1);
+  EXPECT_THAT(away.err, HasSubstr("hai: cannot reach hai-server at 127.0.0.1:1"));
+  // Tokens are never logged.
+  EXPECT_THAT(server_->Stderr(), Not(HasSubstr(alice_)));
+  EXPECT_THAT(server_->Stderr(), Not(HasSubstr(admin_token_)));
+  EXPECT_EQ(Hai({"stop", std::to_string(id)}, alice_).code, 0);
+}
+
+TEST_F(PlatformTest, BadSubmissionsAreRefusedAndCreateNothing) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string error;
+  };
+  const std::string long_name(200, 'x');
+  std::vector<Case> cases = {
+      {{"--nodes", "0", "--", "true"}, "nodes must be at least 1 (got 0)"},
+      {{"--nodes", "-2", "--", "true"}, "nodes must be at least 1 (got -2)"},
+      {{"--nodes", "9", "--", "true"}, "asks for 9 nodes; the cluster has 3"},
+      {{"--gpus-per-node", "3", "--", "true"}, "gpus per node must be 1..2 (got 3"},
+      {{"--", ""}, "the command is empty"},
+      {{"--priority", "9", "--", "true"}, "unknown priority 9"},
+      {{"--name", long_name, "--", "true"}, "the name is longer than 128 bytes"},
+      {{"--env", "HAI_JOB_ID=7", "--", "true"}, "HAI_JOB_ID is set by the platform"},
+      {{"--workdir", "relative", "--", "true"}, "must be an absolute path"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = c.args;
+    args.insert(args.begin(), "submit");
+    CliResult r = Hai(args, alice_);
+    EXPECT_EQ(r.code, 1) << c.error;
+    EXPECT_THAT(r.err, HasSubstr(c.error));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  CliResult ls = Hai({"ls", "-a", "--json"}, alice_);
+  EXPECT_EQ(json::parse(ls.out, nullptr, false).value("jobs", json::array()).size(), 0u);
+  EXPECT_EQ(Hai({"show", "abc"}, alice_).code, 2);
+}
+
+}  // namespace
+}  // namespace ff
