@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
-# The README's first command: installs dependencies, builds, and runs what exists so far.
-#
-# Today that is the daemon skeleton every fireflyer service is built on: it starts ff-echod with
-# deploy/config/ff-echod.toml, shows the endpoints it chose, scrapes its Prometheus metrics, and
-# stops it with SIGTERM. (Later parts replace this with the local one-machine cluster and a
-# training job.)
+# The README's first command: installs dependencies, builds, starts the local one-machine cluster
+# (deploy/local-cluster.sh: hai-server and four hai-agents as nodes) and runs the demo training
+# job through the hai CLI: a 2-node data-parallel job over HFReduce that a higher-priority
+# 4-node job preempts; it checkpoints, waits, resumes from its checkpoint and finishes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,25 +12,36 @@ cmake -G Ninja -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >build.configure.
 sed -n '/fireflyer .* configuration/,/^-- $/p' build.configure.log
 cmake --build build -j "${FF_JOBS:-$(nproc)}"
 
-run_dir=$(mktemp -d)
-trap 'kill "$pid" 2>/dev/null || true; rm -rf "$run_dir"' EXIT
-echo "== starting ff-echod (config deploy/config/ff-echod.toml) =="
-build/tests/ff-echod --config deploy/config/ff-echod.toml --ready-file "$run_dir/ready.json" \
-  2>"$run_dir/ff-echod.log" &
-pid=$!
-for _ in $(seq 100); do [ -s "$run_dir/ready.json" ] && break; sleep 0.1; done
-[ -s "$run_dir/ready.json" ] || { cat "$run_dir/ff-echod.log"; echo "demo: ff-echod did not start" >&2; exit 1; }
-echo "endpoints: $(cat "$run_dir/ready.json")"
+dir=$(mktemp -d /tmp/fireflyer-demo.XXXXXX)
+rmdir "$dir"
+trap 'bash deploy/local-cluster.sh stop "$dir" >/dev/null 2>&1 || true' EXIT
+bash deploy/local-cluster.sh start "$dir"
+# shellcheck disable=SC1091
+source "$dir/env"
+hai=build/platform/hai
+train=$(pwd)/build/platform/hai-demo-train
 
-metrics=$(sed -E 's/.*"metrics":"([^"]+)".*/\1/' "$run_dir/ready.json")
-echo "== GET http://$metrics/metrics (ff_* series) =="
-exec 3<>"/dev/tcp/${metrics%:*}/${metrics##*:}"
-printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$metrics" >&3
-grep -E '^(ff_|process_start)' <&3 || true
-exec 3<&-
+state() { "$hai" show "$1" --json | sed -E 's/.*"state":"([A-Z]+)".*/\1/'; }
+wait_state() {  # JOB STATE
+  for _ in $(seq 600); do [ "$(state "$1")" = "$2" ] && return 0; sleep 0.1; done
+  echo "demo: job $1 did not reach $2" >&2; "$hai" show "$1" >&2; return 1
+}
 
-echo "== stopping ff-echod with SIGTERM =="
-kill -TERM "$pid"
-wait "$pid" && echo "ff-echod exited cleanly (status 0)"
-echo "== its log =="
-cat "$run_dir/ff-echod.log"
+run() { echo "\$ $*"; "$@"; }
+
+echo "== the cluster =="
+run "$hai" nodes --tree
+echo "== a researcher submits a 2-node training job at low priority =="
+run "$hai" submit --name train --nodes 2 --gpus-per-node 2 --priority 1 -- "$train" 40 0.1
+wait_state 1 RUNNING
+sleep 1
+echo "== an urgent job needs all four nodes: the training job is suspended to make room =="
+run "$hai" submit --name urgent --nodes 4 --gpus-per-node 2 --priority 5 --may-span-zones -- "$train" 10 0.05
+wait_state 1 SUSPENDED
+run "$hai" ls
+wait_state 2 SUCCEEDED
+echo "== the training job resumes from its checkpoint and finishes =="
+run "$hai" logs 1 -f
+wait_state 1 SUCCEEDED
+run "$hai" show 1
+run "$hai" ls -a

@@ -29,7 +29,7 @@ def _on_signal(signum, frame):
 
 
 def install_suspend_handler():
-    """Catch SIGUSR1 (whose default action would end the process at once)."""
+    """Catch SIGUSR1 so that should_suspend() reports it (jobs start with it ignored)."""
     signal.signal(signal.SIGUSR1, _on_signal)
 
 

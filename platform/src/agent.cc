@@ -27,10 +27,12 @@ namespace {
 namespace fs = std::filesystem;
 
 // Runs the job's command and records its exit code in a file, so that an agent that restarted
-// (and so cannot wait for the process) still learns it. The wrapper ignores the signals meant
-// for the job (the job itself gets them with their default meaning).
+// (and so cannot wait for the process) still learns it. SIGUSR1 (suspend) is ignored by the
+// wrapper and so by the job's processes unless they install a handler: shells between the
+// wrapper and the job must not die of it, and a job that does not take part in the protocol
+// keeps running until the grace period ends. SIGTERM (stop) keeps its meaning for the job.
 constexpr char kWrapper[] =
-    "trap : USR1 TERM INT; /bin/sh -c \"$1\"; rc=$?; "
+    "trap '' USR1; trap : TERM INT; /bin/sh -c \"$1\"; rc=$?; "
     "printf '%s\\n' \"$rc\" > \"$2.tmp\" && mv \"$2.tmp\" \"$2\"; exit $rc";
 
 constexpr int kKilledExitCode = 128 + SIGKILL;

@@ -33,8 +33,8 @@ inline void OnSignal(int) {
 }
 }  // namespace detail
 
-// Catches SIGUSR1 (whose default action would end the process at once) so that ShouldSuspend
-// reports it.
+// Catches SIGUSR1 so that ShouldSuspend reports it. (Jobs start with SIGUSR1 ignored, so that a
+// job that does not call this is not ended by the signal; it can still poll the flag.)
 inline void InstallSuspendHandler() {
   struct sigaction sa {};
   sa.sa_handler = detail::OnSignal;
