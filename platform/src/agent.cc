@@ -89,12 +89,18 @@ Agent::~Agent() {
 
 void Agent::Start(const std::string& address) {
   address_ = options_.advertise.empty() ? address : options_.advertise;
-  loop_ = std::thread([this] { Loop(); });
+  poll_ = std::thread([this] { PollLoop(); });
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
 }
 
 void Agent::Stop() {
   stopping_ = true;
-  if (loop_.joinable()) loop_.join();
+  {
+    std::lock_guard lock(mu_);
+    if (inflight_) inflight_->TryCancel();
+  }
+  if (poll_.joinable()) poll_.join();
+  if (heartbeat_.joinable()) heartbeat_.join();
 }
 
 std::string Agent::LogPath(int64_t job, int rank) const {
@@ -114,38 +120,41 @@ std::string Agent::FlagPath(const Key& key) const {
          ".rank-" + std::to_string(rank) + ".suspend";
 }
 
-void Agent::Loop() {
-  using namespace std::chrono;
-  auto next_heartbeat = steady_clock::now();
+void Agent::PollLoop() {
   while (!stopping_) {
-    bool exited;
     {
       std::lock_guard lock(mu_);
-      std::size_t before = 0;
+      std::size_t before = 0, after = 0;
       for (const auto& [k, t] : tasks_)
         before += t.exited;
       PollExits();
-      std::size_t after = 0;
       for (const auto& [k, t] : tasks_)
         after += t.exited;
-      exited = after > before;
       if (dirty_) SaveState();
+      // A task ended: report it now rather than when the long poll returns.
+      if (after > before && inflight_) inflight_->TryCancel();
     }
-    if (exited || steady_clock::now() >= next_heartbeat) {
-      HeartbeatOnce();
-      next_heartbeat = steady_clock::now() + milliseconds(interval_ms_);
-    }
-    std::this_thread::sleep_for(milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 
-void Agent::HeartbeatOnce() {
+void Agent::HeartbeatLoop() {
+  while (!stopping_) {
+    if (!HeartbeatOnce() && !stopping_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms_));
+    }
+  }
+}
+
+bool Agent::HeartbeatOnce() {
   hai::HeartbeatRequest req;
   req.set_node(options_.node);
   req.set_gpus(static_cast<int32_t>(options_.gpus));
   req.set_agent_address(address_);
   {
     std::lock_guard lock(mu_);
+    req.set_generation(generation_);
+    req.set_wait_ms(interval_ms_);
     for (const auto& [key, t] : tasks_) {
       hai::TaskStatus* s = req.add_tasks();
       s->set_job_id(std::get<0>(key));
@@ -157,12 +166,20 @@ void Agent::HeartbeatOnce() {
   }
   hai::HeartbeatResponse resp;
   CallOptions call;
-  call.deadline = std::chrono::milliseconds(std::max<int64_t>(1000, interval_ms_ * 2));
+  call.deadline = std::chrono::milliseconds(interval_ms_ + 2000);
   call.max_attempts = 1;
   Status st = CallRpc("hai-server Heartbeat", call, [&](grpc::ClientContext* c) {
     SetBearerToken(c, token_);
-    return stub_->Heartbeat(c, req, &resp);
+    {
+      std::lock_guard lock(mu_);
+      inflight_ = c;
+    }
+    grpc::Status s = stub_->Heartbeat(c, req, &resp);
+    std::lock_guard lock(mu_);
+    inflight_ = nullptr;
+    return s;
   });
+  if (st.code() == StatusCode::kCancelled) return true;  // cut short to report an exit
   if (!st.ok()) {
     // Tasks keep running while the server is away; it learns their state when it is back.
     static int64_t last_warned = 0;
@@ -170,12 +187,14 @@ void Agent::HeartbeatOnce() {
       spdlog::warn("{}", st.message());
       last_warned = NowMs();
     }
-    return;
+    return false;
   }
   std::lock_guard lock(mu_);
   if (resp.heartbeat_interval_ms() > 0) interval_ms_ = resp.heartbeat_interval_ms();
+  generation_ = resp.generation();
   Reconcile(resp);
   if (dirty_) SaveState();
+  return true;
 }
 
 void Agent::Reconcile(const hai::HeartbeatResponse& response) {

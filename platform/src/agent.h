@@ -58,8 +58,9 @@ class Agent final : public hai::HaiAgent::Service {
   };
 
   explicit Agent(const AgentOptions& options, std::string token);
-  void Loop();
-  void HeartbeatOnce();
+  void PollLoop();       // watches the tasks: exits, grace periods
+  void HeartbeatLoop();  // long-polls hai-server
+  bool HeartbeatOnce();  // false when the server could not be reached
   void Reconcile(const hai::HeartbeatResponse& response);
   void PollExits();
   void StartTask(const Key& key, const hai::Task& t);
@@ -78,9 +79,12 @@ class Agent final : public hai::HaiAgent::Service {
   std::map<Key, Task> tasks_;
   int64_t interval_ms_;
   bool dirty_ = false;
+  uint64_t generation_ = 0;                  // of the server's last answer
+  grpc::ClientContext* inflight_ = nullptr;  // the heartbeat in progress, to cut it short
 
   std::atomic<bool> stopping_{false};
-  std::thread loop_;
+  std::thread poll_;
+  std::thread heartbeat_;
 };
 
 }  // namespace ff::platform

@@ -180,6 +180,11 @@ void HaiServer::Start() {
 
 void HaiServer::Stop() {
   {
+    std::lock_guard lock(mu_);
+    shutting_down_ = true;
+  }
+  work_cv_.notify_all();
+  {
     std::lock_guard lock(loop_mu_);
     stopping_ = true;
   }
@@ -425,6 +430,7 @@ grpc::Status HaiServer::StopJob(grpc::ServerContext* ctx, const hai::JobRef* req
     FF_RETURN_IF_ERROR(Save(updated));
     *job = updated;
     *resp = updated;
+    Touch(*job);
     spdlog::info("job {}: stop requested by {}", job->id(), user.name());
     return Status::Ok();
   });
@@ -445,6 +451,7 @@ grpc::Status HaiServer::SuspendJob(grpc::ServerContext* ctx, const hai::JobRef* 
     FF_RETURN_IF_ERROR(Save(updated));
     *job = updated;
     *resp = updated;
+    Touch(*job);
     spdlog::info("job {}: suspend requested by {}", job->id(), user.name());
     return Status::Ok();
   });
@@ -634,7 +641,7 @@ grpc::Status HaiServer::Heartbeat(grpc::ServerContext* ctx, const hai::Heartbeat
                                   hai::HeartbeatResponse* resp) {
   return ServeRpc("Heartbeat", [&]() -> Status {
     FF_RETURN_IF_ERROR(AuthenticateAgent(*ctx));
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     auto it = nodes_.find(req->node());
     if (it == nodes_.end()) {
       return NotFound("node '" + req->node() + "' is not in " + options_.cluster);
@@ -662,11 +669,29 @@ grpc::Status HaiServer::Heartbeat(grpc::ServerContext* ctx, const hai::Heartbeat
       if (run.index() != t.run() || run.exit_codes().count(t.rank()) > 0) continue;
       RecordExit(job->second, t.rank(), t.exit_code());
     }
+    if (req->wait_ms() > 0 && req->generation() == node.generation) {
+      // Nothing new for this node: hold the call until there is, or the wait is over.
+      const auto wait = std::chrono::milliseconds(
+          std::min<int64_t>(req->wait_ms(), options_.heartbeat_timeout_ms / 2));
+      work_cv_.wait_for(lock, wait, [&] {
+        return shutting_down_ || node.generation != req->generation() || ctx->IsCancelled();
+      });
+      node.last_heartbeat = std::chrono::steady_clock::now();
+    }
     for (hai::Task& t : TasksFor(req->node()))
       *resp->add_tasks() = std::move(t);
     resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+    resp->set_generation(node.generation);
     return Status::Ok();
   });
+}
+
+void HaiServer::Touch(const hai::Job& job) {
+  if (job.runs().empty()) return;
+  for (const std::string& n : job.runs(job.runs_size() - 1).nodes()) {
+    if (auto it = nodes_.find(n); it != nodes_.end()) ++it->second.generation;
+  }
+  work_cv_.notify_all();
 }
 
 std::vector<hai::Task> HaiServer::TasksFor(const std::string& node) const {
@@ -731,6 +756,7 @@ void HaiServer::RecordExit(hai::Job& job, int rank, int code) {
     // A gang fails as a whole: the other ranks are killed.
     run.set_end_reason("rank " + std::to_string(rank) + " exited with code " +
                        std::to_string(code));
+    Touch(job);
   }
   spdlog::info("job {} run {}: rank {} exited with {}", job.id(), run.index(), rank, code);
   FinishRunIfDone(job);
@@ -818,6 +844,7 @@ void HaiServer::CheckLostNodes() {
       }
       if (!here) continue;
       EndRun(job, "node " + name + " lost");
+      Touch(job);
       FinishRunIfDone(job);
       (void)Save(job);
     }
@@ -863,32 +890,45 @@ void HaiServer::ScheduleRound() {
       scheduler::MakePlacementPolicy(options_.policy, {.locality_wait = options_.locality_wait_s}),
       sched);
   scheduler::Decision d = round.Decide(state, queue, NowMs() / 1000);
+  std::vector<const hai::Job*> changed;
   for (scheduler::JobId v : d.suspends) {
     hai::Job& job = jobs_.at(v);
     job.set_state(hai::SUSPENDING);
-    (void)Save(job);
+    changed.push_back(&job);
+    Touch(job);
     spdlog::info("job {}: suspending it for a higher-priority job", v);
   }
-  for (const scheduler::Decision::Start& s : d.starts)
-    StartRun(jobs_.at(s.job), s.placement);
+  InUse in_use = ComputeInUse();
+  for (const scheduler::Decision::Start& s : d.starts) {
+    hai::Job& job = jobs_.at(s.job);
+    StartRun(job, s.placement, in_use);
+    changed.push_back(&job);
+    Touch(job);
+  }
+  // The round's decisions in one synced write.
+  if (Status st = store_->PutJobs(changed); !st.ok()) spdlog::error("{}", st.message());
   for (const auto& [id, reason] : d.pending)
     jobs_.at(id).set_pending_reason(reason);
 }
 
-void HaiServer::StartRun(hai::Job& job, const Placement& placement) {
-  // GPUs already handed out on each node, and master ports in use per host.
-  std::map<std::string, std::set<int>> used_gpus;
-  std::map<std::string, std::set<int>> used_ports;
+HaiServer::InUse HaiServer::ComputeInUse() const {
+  InUse in_use;
   for (const auto& [id, other] : jobs_) {
     if (!Active(other)) continue;
     const hai::Run& run = other.runs(other.runs_size() - 1);
-    used_ports[run.master_addr()].insert(run.master_port());
+    in_use.ports[run.master_addr()].insert(run.master_port());
     for (int i = 0; i < run.nodes_size(); ++i) {
       std::stringstream ss(run.gpus(i));
       for (std::string g; std::getline(ss, g, ',');)
-        used_gpus[run.nodes(i)].insert(std::stoi(g));
+        in_use.gpus[run.nodes(i)].insert(std::stoi(g));
     }
   }
+  return in_use;
+}
+
+void HaiServer::StartRun(hai::Job& job, const Placement& placement, InUse& in_use) {
+  auto& used_gpus = in_use.gpus;
+  auto& used_ports = in_use.ports;
   hai::Run* run = job.add_runs();
   run->set_index(job.runs_size() - 1);
   for (int n : placement.nodes) {
@@ -898,6 +938,7 @@ void HaiServer::StartRun(hai::Job& job, const Placement& placement) {
     int given = 0;
     for (int g = 0; g < node.gpus && given < placement.gpus_per_node; ++g) {
       if (used_gpus[node.name].contains(g)) continue;
+      used_gpus[node.name].insert(g);
       gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
       ++given;
     }
@@ -908,12 +949,12 @@ void HaiServer::StartRun(hai::Job& job, const Placement& placement) {
   int port = static_cast<int>(options_.master_port_base);
   while (used_ports[run->master_addr()].contains(port))
     ++port;
+  used_ports[run->master_addr()].insert(port);
   run->set_master_port(port);
   run->set_start_ms(NowMs());
   job.set_state(hai::RUNNING);
   job.set_pending_reason("");
   job.set_message("");
-  (void)Save(job);
   std::string where;
   for (const std::string& n : run->nodes())
     where += (where.empty() ? "" : ",") + n;

@@ -77,7 +77,9 @@ class HaiServer final : public hai::Hai::Service {
     hai::Node record;  // persisted part: drained, drain_reason
     std::chrono::steady_clock::time_point last_heartbeat;
     std::set<std::tuple<int64_t, int, int>> reported_running;  // (job, run, rank)
+    uint64_t generation = 1;  // bumped whenever the node's work changes (long polls wake)
   };
+  void Touch(const hai::Job& job);  // mu_ held: the job's nodes have new work
 
   HaiServer(const HaiOptions& options, scheduler::Topology topology, std::unique_ptr<Store> store,
             Metrics* metrics);
@@ -91,13 +93,20 @@ class HaiServer final : public hai::Hai::Service {
   Status ValidateSpec(const hai::JobSpec& spec) const;
   Status Save(const hai::Job& job);  // mu_ held
 
-  void CheckLostNodes();                                                // mu_ held
-  void ScheduleRound();                                                 // mu_ held
-  void StartRun(hai::Job& job, const scheduler::Placement& placement);  // mu_ held
-  void RecordExit(hai::Job& job, int rank, int code);                   // mu_ held
-  void EndRun(hai::Job& job, const std::string& reason);                // mu_ held
-  void FinishRunIfDone(hai::Job& job);                                  // mu_ held
-  std::vector<hai::Task> TasksFor(const std::string& node) const;       // mu_ held
+  void CheckLostNodes();  // mu_ held
+  void ScheduleRound();   // mu_ held
+  // GPUs handed out per node and master ports in use per host, over the active runs.
+  struct InUse {
+    std::map<std::string, std::set<int>> gpus;
+    std::map<std::string, std::set<int>> ports;
+  };
+  InUse ComputeInUse() const;  // mu_ held
+  // Adds a run (not saved: the caller saves).
+  void StartRun(hai::Job& job, const scheduler::Placement& placement, InUse& in_use);  // mu_ held
+  void RecordExit(hai::Job& job, int rank, int code);                                  // mu_ held
+  void EndRun(hai::Job& job, const std::string& reason);                               // mu_ held
+  void FinishRunIfDone(hai::Job& job);                                                 // mu_ held
+  std::vector<hai::Task> TasksFor(const std::string& node) const;                      // mu_ held
   scheduler::JobRequest RequestOf(const hai::Job& job) const;
   void UpdateGauges();  // mu_ held
 
@@ -109,6 +118,8 @@ class HaiServer final : public hai::Hai::Service {
   Metrics* metrics_;
 
   mutable std::mutex mu_;
+  std::condition_variable work_cv_;  // with mu_: a node's generation changed, or stopping
+  bool shutting_down_ = false;       // under mu_
   std::map<int64_t, hai::Job> jobs_;
   std::map<std::string, hai::User> users_;            // by name
   std::map<std::string, std::string> user_by_token_;  // token hash -> name

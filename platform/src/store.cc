@@ -1,6 +1,7 @@
 #include "store.h"
 
 #include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
 
 #include <cstdio>
 
@@ -46,6 +47,19 @@ Status Store::Put(const std::string& key, const google::protobuf::Message& value
 Status Store::PutJob(const hai::Job& job) {
   return Put(JobKey(job.id()), job);
 }
+Status Store::PutJobs(const std::vector<const hai::Job*>& jobs) {
+  if (jobs.empty()) return Status::Ok();
+  rocksdb::WriteBatch batch;
+  for (const hai::Job* job : jobs) {
+    std::string bytes;
+    if (!job->SerializeToString(&bytes)) return Internal("cannot serialise job");
+    batch.Put(JobKey(job->id()), bytes);
+  }
+  rocksdb::WriteOptions options;
+  options.sync = true;
+  return FromRocks(db_->Write(options, &batch), "write " + std::to_string(jobs.size()) + " jobs");
+}
+
 Status Store::PutUser(const hai::User& user) {
   return Put("user/" + user.name(), user);
 }

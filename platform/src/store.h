@@ -20,6 +20,8 @@ class Store {
   ~Store();
 
   Status PutJob(const hai::Job& job);
+  // Several jobs in one synced write (a scheduling round's changes).
+  Status PutJobs(const std::vector<const hai::Job*>& jobs);
   Status PutUser(const hai::User& user);
   Status PutNode(const hai::Node& node);
 
