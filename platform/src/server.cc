@@ -854,10 +854,18 @@ void HaiServer::CheckLostNodes() {
 void HaiServer::ScheduleRound() {
   ClusterState state(topology_);
   std::set<std::pair<int64_t, int>> active_runs;
+  // Nodes of suspending jobs: the scheduler counts them free (their jobs are leaving, and must
+  // not be chosen as victims again), but nothing starts there until the processes are gone.
+  std::map<int, int64_t> leaving;  // node index -> a suspending job on it
   for (const auto& [id, job] : jobs_) {
     if (!Active(job)) continue;
     const hai::Run& run = job.runs(job.runs_size() - 1);
     active_runs.insert({id, run.index()});
+    if (job.state() == hai::SUSPENDING) {
+      for (const std::string& n : run.nodes())
+        leaving[topology_.FindNode(n)] = id;
+      continue;
+    }
     Placement p{{}, job.spec().gpus_per_node()};
     for (const std::string& n : run.nodes())
       p.nodes.push_back(topology_.FindNode(n));
@@ -896,11 +904,22 @@ void HaiServer::ScheduleRound() {
     job.set_state(hai::SUSPENDING);
     changed.push_back(&job);
     Touch(job);
+    for (const std::string& n : job.runs(job.runs_size() - 1).nodes())
+      leaving[topology_.FindNode(n)] = v;
     spdlog::info("job {}: suspending it for a higher-priority job", v);
   }
   InUse in_use = ComputeInUse();
   for (const scheduler::Decision::Start& s : d.starts) {
     hai::Job& job = jobs_.at(s.job);
+    int64_t blocker = -1;
+    for (int n : s.placement.nodes) {
+      if (auto it = leaving.find(n); it != leaving.end()) blocker = it->second;
+    }
+    if (blocker >= 0) {
+      d.pending[s.job] = "placed; starts once job " + std::to_string(blocker) +
+                         " (suspending) has checkpointed and left its nodes";
+      continue;
+    }
     StartRun(job, s.placement, in_use);
     changed.push_back(&job);
     Touch(job);

@@ -261,6 +261,9 @@ print("result=%d" % total, flush=True)
   json job = Show(low, alice_);
   ASSERT_GE(job["runs"].size(), 2u);
   EXPECT_EQ(job["runs"][0]["end_reason"], "suspended");
+  // The high job started only once the low job had left the nodes (no two jobs on one GPU).
+  EXPECT_GE(std::stoll(Show(high, bob_)["runs"][0]["start_ms"].get<std::string>()),
+            std::stoll(job["runs"][0]["end_ms"].get<std::string>()));
   std::string log = Logs(low, alice_, 2);
   EXPECT_THAT(log, HasSubstr("checkpointed step="));
   EXPECT_THAT(log, HasSubstr("restart=1"));
