@@ -65,21 +65,22 @@ void AgentOptions::Bind(ConfigSection& s) {
   s.Check(kill_grace_ms >= 0, "kill_grace_ms", "must not be negative");
 }
 
-Result<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& options) {
+Result<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& options, Metrics* metrics) {
   FF_ASSIGN_OR_RETURN(std::string token, ReadTokenFile(options.token_file, /*create=*/false));
   std::error_code ec;
   for (const char* sub : {"logs", "run"}) {
     fs::create_directories(fs::path(options.state_dir) / sub, ec);
     if (ec) return IoError("cannot create " + options.state_dir + "/" + sub + ": " + ec.message());
   }
-  std::unique_ptr<Agent> agent(new Agent(options, std::move(token)));
+  std::unique_ptr<Agent> agent(new Agent(options, std::move(token), metrics));
   agent->LoadState();
   return agent;
 }
 
-Agent::Agent(const AgentOptions& options, std::string token)
+Agent::Agent(const AgentOptions& options, std::string token, Metrics* metrics)
     : options_(options),
       token_(std::move(token)),
+      metrics_(metrics),
       stub_(hai::Hai::NewStub(MakeChannel(options.server))),
       interval_ms_(options.heartbeat_interval_ms) {}
 
@@ -131,6 +132,14 @@ void Agent::PollLoop() {
       for (const auto& [k, t] : tasks_)
         after += t.exited;
       if (dirty_) SaveState();
+      if (metrics_) {
+        metrics_->Gauge("hai_agent_tasks_running", "Job processes running on this node")
+            .Set(static_cast<double>(tasks_.size() - after));
+        if (after > before) {
+          metrics_->Counter("hai_agent_task_exits_total", "Job processes that ended")
+              .Increment(static_cast<double>(after - before));
+        }
+      }
       // A task ended: report it now rather than when the long poll returns.
       if (after > before && inflight_) inflight_->TryCancel();
     }

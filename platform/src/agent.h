@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "common/config.h"
+#include "monitoring/metrics.h"
 #include "platform/proto/hai.grpc.pb.h"
 
 namespace ff::platform {
@@ -36,7 +37,9 @@ struct AgentOptions {
 
 class Agent final : public hai::HaiAgent::Service {
  public:
-  static Result<std::unique_ptr<Agent>> Create(const AgentOptions& options);
+  // `metrics` (optional, not owned) gets hai_agent_tasks_running and hai_agent_task_exits_total.
+  static Result<std::unique_ptr<Agent>> Create(const AgentOptions& options,
+                                               Metrics* metrics = nullptr);
   ~Agent() override;
 
   // Starts heartbeating; `address` is where this agent's log service listens.
@@ -57,7 +60,7 @@ class Agent final : public hai::HaiAgent::Service {
     int64_t kill_deadline_ms = 0;     // SIGKILL after this once SIGTERM was sent
   };
 
-  explicit Agent(const AgentOptions& options, std::string token);
+  Agent(const AgentOptions& options, std::string token, Metrics* metrics);
   void PollLoop();       // watches the tasks: exits, grace periods
   void HeartbeatLoop();  // long-polls hai-server
   bool HeartbeatOnce();  // false when the server could not be reached
@@ -72,6 +75,7 @@ class Agent final : public hai::HaiAgent::Service {
 
   const AgentOptions options_;
   const std::string token_;
+  Metrics* metrics_;
   std::string address_;
   std::unique_ptr<hai::Hai::Stub> stub_;
 

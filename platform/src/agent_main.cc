@@ -24,7 +24,7 @@ struct AgentConfig {
 
 ff::Status Serve(AgentConfig& config, ff::DaemonContext& context) {
   ff::Metrics metrics(context.name());
-  FF_ASSIGN_OR_RETURN(auto agent, ff::platform::Agent::Create(config.agent));
+  FF_ASSIGN_OR_RETURN(auto agent, ff::platform::Agent::Create(config.agent, &metrics));
   FF_RETURN_IF_ERROR(metrics.Serve(config.metrics));
   FF_ASSIGN_OR_RETURN(auto server, ff::RpcServer::Start(config.server, {agent.get()}));
   agent->Start(server->address());

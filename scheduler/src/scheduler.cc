@@ -252,7 +252,9 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
         head = job;
         reservation = options_.backfill ? EarliestStart(*job, work, now, one_leaf) : -1;
       }
-      if (one_leaf) why += " (after " + FormatDuration(until - now) + " more it takes any leaves)";
+      if (one_leaf && why.find("under one leaf switch") != std::string::npos) {
+        why += " (after " + FormatDuration(until - now) + " more it takes any leaves)";
+      }
       wait(why);
       continue;
     }
