@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -111,11 +112,13 @@ class PlatformTest : public ::testing::Test {
   CliResult Hai(std::vector<std::string> args, const std::string& token,
                 const std::string& server = "") {
     args.insert(args.begin(), FF_HAI_PATH);
-    auto proc = test::Subprocess::Start(
-        args, {.env = {{"HAI_SERVER", server.empty() ? server_address_ : server},
-                       {"HAI_TOKEN", token},
-                       {"HOME", dir_.path()}},
-               .output_dir = dir_.path()});
+    auto proc =
+        test::Subprocess::Start(args, {.env = {{"HAI_SERVER", server.empty()  ? server_address_
+                                                              : server == " " ? ""
+                                                                              : server},
+                                               {"HAI_TOKEN", token},
+                                               {"HOME", dir_.path()}},
+                                       .output_dir = dir_.path()});
     EXPECT_TRUE(proc.ok()) << proc.status();
     if (!proc.ok()) return {};
     auto code = proc->Wait(60s);
@@ -269,6 +272,41 @@ print("result=%d" % total, flush=True)
   EXPECT_THAT(log, HasSubstr("restart=1"));
   EXPECT_THAT(log, Not(HasSubstr("start step=0 restart=1")));  // resumed, not restarted
   EXPECT_THAT(log, HasSubstr("result=1830"));                  // 1 + 2 + ... + 60
+}
+
+TEST_F(PlatformTest, DemoTrainingJobOverHFReduceSuspendsAndResumes) {
+  // The C++ side of the suspend protocol (platform/include/platform/hai_job.h) in a real
+  // data-parallel job: two ranks average gradients with HFReduce, agree on the epoch to stop at,
+  // checkpoint and resume.
+  int64_t id = Submit(
+      alice_, {"--nodes", "2", "--gpus-per-node", "2", "--", FF_HAI_DEMO_TRAIN_PATH " 30 0.1"});
+  ASSERT_TRUE(
+      WaitUntil([&] { return Logs(id, alice_).find("epoch 3:") != std::string::npos; }, 30s));
+  ASSERT_EQ(Hai({"suspend", std::to_string(id)}, alice_).code, 0);
+  ASSERT_TRUE(WaitForState(id, alice_, "SUCCEEDED", 60s));
+  json job = Show(id, alice_);
+  ASSERT_EQ(job["runs"].size(), 2u);
+  EXPECT_EQ(job["runs"][0]["end_reason"], "suspended");
+  EXPECT_EQ(job["runs"][0]["exit_codes"]["0"], 0);  // it left by itself, within the grace
+  std::string log = Logs(id, alice_);
+  EXPECT_THAT(log, HasSubstr("; suspending"));
+  EXPECT_THAT(log, Not(HasSubstr("starting at epoch 0 (restart 1)")));
+  EXPECT_THAT(log, HasSubstr("(restart 1)"));
+  EXPECT_THAT(log, HasSubstr("epoch 30: loss"));
+  EXPECT_THAT(log, HasSubstr("trained w = 1.0"));  // converged towards (1, 2, ..., 8)
+}
+
+TEST_F(PlatformTest, CliReadsServerAndTokenFromItsConfigFile) {
+  std::filesystem::create_directories(dir_.File(".hai"));
+  test::WriteFile(dir_.File(".hai/config.toml"),
+                  "server = \"" + server_address_ + "\"\ntoken = \"" + alice_ + "\"\n");
+  CliResult r = Hai({"whoami"}, "", " ");  // HAI_SERVER / HAI_TOKEN empty: the file decides
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "alice\n");
+  test::WriteFile(dir_.File(".hai/config.toml"), "sever = \"typo\"\n");
+  r = Hai({"whoami"}, "", " ");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("sever"));
 }
 
 TEST_F(PlatformTest, AJobThatIgnoresTheSignalIsKilledAfterTheGrace) {
