@@ -1,23 +1,18 @@
-// hai-server's durable records in RocksDB: jobs (with their runs), users, node drain state.
-// Every write is synced before it returns, so what the server acknowledged survives a crash.
+// hai-server's durable records (on ProtoDb: every write synced before it returns): jobs with
+// their runs, users, node drain state.
 #pragma once
 
 #include <memory>
 #include <vector>
 
-#include "common/result.h"
+#include "common/proto_db.h"
 #include "platform/proto/hai.pb.h"
-
-namespace rocksdb {
-class DB;
-}
 
 namespace ff::platform {
 
 class Store {
  public:
   static Result<std::unique_ptr<Store>> Open(const std::string& path);
-  ~Store();
 
   Status PutJob(const hai::Job& job);
   // Several jobs in one synced write (a scheduling round's changes).
@@ -25,17 +20,13 @@ class Store {
   Status PutUser(const hai::User& user);
   Status PutNode(const hai::Node& node);
 
-  Result<std::vector<hai::Job>> LoadJobs();
-  Result<std::vector<hai::User>> LoadUsers();
-  Result<std::vector<hai::Node>> LoadNodes();
+  Result<std::vector<hai::Job>> LoadJobs() { return db_->Scan<hai::Job>("job/"); }
+  Result<std::vector<hai::User>> LoadUsers() { return db_->Scan<hai::User>("user/"); }
+  Result<std::vector<hai::Node>> LoadNodes() { return db_->Scan<hai::Node>("node/"); }
 
  private:
-  explicit Store(rocksdb::DB* db);
-  Status Put(const std::string& key, const google::protobuf::Message& value);
-  template <typename T>
-  Result<std::vector<T>> Load(const std::string& prefix);
-
-  std::unique_ptr<rocksdb::DB> db_;
+  explicit Store(std::unique_ptr<ProtoDb> db) : db_(std::move(db)) {}
+  std::unique_ptr<ProtoDb> db_;
 };
 
 }  // namespace ff::platform

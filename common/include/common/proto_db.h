@@ -1,0 +1,59 @@
+// A RocksDB database of protobuf records under string keys, for daemons' durable state
+// (hai-server's jobs, fs3-mgmtd's chains). Every write is synced before it returns, so what a
+// daemon acknowledged survives a crash; several records can go in one atomic, synced batch.
+#pragma once
+
+#include <google/protobuf/message.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/result.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace ff {
+
+class ProtoDb {
+ public:
+  // Opens (creating if missing) the database in directory `path`. kUnavailable names the path
+  // and RocksDB's reason (e.g. another process holds its lock).
+  static Result<std::unique_ptr<ProtoDb>> Open(const std::string& path);
+  ~ProtoDb();
+
+  Status Put(const std::string& key, const google::protobuf::Message& value);
+  // All of them or none.
+  Status PutBatch(const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs);
+  Status Delete(const std::string& key);
+  // kNotFound when absent; kDataLoss when the record does not parse as `out`'s type.
+  Status Get(const std::string& key, google::protobuf::Message* out) const;
+
+  // Every record whose key starts with `prefix`, in key order.
+  template <typename T>
+  Result<std::vector<T>> Scan(const std::string& prefix) const {
+    std::vector<T> out;
+    Status st = ScanRaw(prefix, [&](const std::string& key, const std::string& bytes) {
+      T value;
+      if (!value.ParseFromString(bytes)) return DataLoss("record " + key + " is corrupt");
+      out.push_back(std::move(value));
+      return Status::Ok();
+    });
+    if (!st.ok()) return st;
+    return out;
+  }
+
+ private:
+  explicit ProtoDb(rocksdb::DB* db, std::string path);
+  Status ScanRaw(const std::string& prefix,
+                 const std::function<Status(const std::string&, const std::string&)>& fn) const;
+
+  std::unique_ptr<rocksdb::DB> db_;
+  std::string path_;
+};
+
+}  // namespace ff

@@ -1,0 +1,72 @@
+#include "common/proto_db.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+
+namespace ff {
+namespace {
+
+Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return Status::Ok();
+  return IoError(what + ": " + s.ToString());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ProtoDb>> ProtoDb::Open(const std::string& path) {
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(options, path, &db);
+  if (!s.ok()) return Unavailable("cannot open the database at " + path + ": " + s.ToString());
+  return std::unique_ptr<ProtoDb>(new ProtoDb(db, path));
+}
+
+ProtoDb::ProtoDb(rocksdb::DB* db, std::string path) : db_(db), path_(std::move(path)) {}
+
+ProtoDb::~ProtoDb() = default;
+
+Status ProtoDb::Put(const std::string& key, const google::protobuf::Message& value) {
+  return PutBatch({{key, &value}});
+}
+
+Status ProtoDb::PutBatch(
+    const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs) {
+  if (kvs.empty()) return Status::Ok();
+  rocksdb::WriteBatch batch;
+  for (const auto& [key, value] : kvs) {
+    std::string bytes;
+    if (!value->SerializeToString(&bytes)) return Internal("cannot serialise " + key);
+    batch.Put(key, bytes);
+  }
+  rocksdb::WriteOptions options;
+  options.sync = true;
+  return FromRocks(db_->Write(options, &batch), "write to " + path_);
+}
+
+Status ProtoDb::Delete(const std::string& key) {
+  rocksdb::WriteOptions options;
+  options.sync = true;
+  return FromRocks(db_->Delete(options, key), "delete " + key + " in " + path_);
+}
+
+Status ProtoDb::Get(const std::string& key, google::protobuf::Message* out) const {
+  std::string bytes;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &bytes);
+  if (s.IsNotFound()) return NotFound("no record " + key);
+  FF_RETURN_IF_ERROR(FromRocks(s, "read " + key + " in " + path_));
+  if (!out->ParseFromString(bytes)) return DataLoss("record " + key + " is corrupt");
+  return Status::Ok();
+}
+
+Status ProtoDb::ScanRaw(
+    const std::string& prefix,
+    const std::function<Status(const std::string&, const std::string&)>& fn) const {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    FF_RETURN_IF_ERROR(fn(it->key().ToString(), it->value().ToString()));
+  }
+  return FromRocks(it->status(), "scan " + prefix + " in " + path_);
+}
+
+}  // namespace ff

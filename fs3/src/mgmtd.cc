@@ -1,0 +1,449 @@
+#include "mgmtd.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include "common/rpc_status.h"
+
+namespace ff::fs3 {
+namespace {
+
+constexpr uint64_t kMinChunkSize = 4096;
+constexpr uint64_t kMaxChunkSize = uint64_t{1} << 30;
+constexpr uint32_t kMaxReplication = 16;
+
+std::string ChainKey(ChainId id) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "chain/%010u", id);
+  return buf;
+}
+
+std::string TargetKey(TargetId id) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "target/%020llu", static_cast<unsigned long long>(id));
+  return buf;
+}
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+fs3rpc::ChainInfo ToProto(const Chain& c) {
+  fs3rpc::ChainInfo out;
+  out.set_id(c.id);
+  out.set_version(c.version);
+  for (const ChainTarget& t : c.targets) {
+    fs3rpc::ChainTargetInfo* ct = out.add_targets();
+    ct->set_target(t.target);
+    ct->set_state(std::string(Name(t.state)));
+  }
+  return out;
+}
+
+Chain FromProto(const fs3rpc::ChainInfo& c) {
+  Chain out{c.id(), c.version(), {}};
+  for (const fs3rpc::ChainTargetInfo& t : c.targets()) {
+    out.targets.push_back(
+        {t.target(), ParsePublicState(t.state()).value_or(PublicState::kOffline)});
+  }
+  return out;
+}
+
+}  // namespace
+
+void MgmtdOptions::Bind(ConfigSection& s) {
+  s.Required("data_dir", data_dir);
+  s.Optional("lease_ms", lease_ms);
+  s.Check(lease_ms >= 100, "lease_ms", "must be at least 100");
+  s.Optional("check_interval_ms", check_interval_ms);
+  s.Check(check_interval_ms > 0 && check_interval_ms < lease_ms, "check_interval_ms",
+          "must be positive and below lease_ms");
+}
+
+Result<std::unique_ptr<Mgmtd>> Mgmtd::Create(const MgmtdOptions& options, Metrics* metrics) {
+  std::error_code ec;
+  std::filesystem::create_directories(options.data_dir, ec);
+  if (ec) return IoError("cannot create data_dir " + options.data_dir + ": " + ec.message());
+  FF_ASSIGN_OR_RETURN(auto db, ProtoDb::Open(options.data_dir + "/db"));
+  std::unique_ptr<Mgmtd> m(new Mgmtd(options, std::move(db), metrics));
+  FF_RETURN_IF_ERROR(m->Load());
+  return m;
+}
+
+Mgmtd::Mgmtd(const MgmtdOptions& options, std::unique_ptr<ProtoDb> db, Metrics* metrics)
+    : options_(options),
+      db_(std::move(db)),
+      metrics_(metrics),
+      started_(std::chrono::steady_clock::now()) {}
+
+Mgmtd::~Mgmtd() {
+  Stop();
+}
+
+Status Mgmtd::Load() {
+  Status st = db_->Get("cluster", &cluster_);
+  if (!st.ok() && st.code() != StatusCode::kNotFound) return st;
+  FF_ASSIGN_OR_RETURN(auto chains, db_->Scan<fs3rpc::ChainInfo>("chain/"));
+  for (const auto& c : chains)
+    chains_[c.id()] = FromProto(c);
+  FF_ASSIGN_OR_RETURN(auto targets, db_->Scan<fs3rpc::TargetRecord>("target/"));
+  for (auto& t : targets)
+    targets_[t.id()] = t;
+  FF_ASSIGN_OR_RETURN(auto nodes, db_->Scan<fs3rpc::NodeRecord>("node/"));
+  for (auto& n : nodes)
+    nodes_[n.name()].record = n;
+  spdlog::info("routing version {}: {} chains, {} targets, {} storage services known",
+               cluster_.routing_version(), chains_.size(), targets_.size(), nodes_.size());
+  return Status::Ok();
+}
+
+void Mgmtd::Start() {
+  loop_ = std::thread([this] {
+    std::unique_lock lock(mu_);
+    while (!stopping_) {
+      changed_.wait_for(lock, std::chrono::milliseconds(options_.check_interval_ms));
+      if (stopping_) break;
+      lock.unlock();
+      Check();
+      lock.lock();
+    }
+  });
+}
+
+void Mgmtd::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+LocalState Mgmtd::LocalOf(TargetId id) const {
+  auto t = targets_.find(id);
+  if (t == targets_.end() || t->second.admin_offline()) return LocalState::kOffline;
+  auto n = nodes_.find(t->second.node());
+  const auto now = std::chrono::steady_clock::now();
+  const auto lease = std::chrono::milliseconds(options_.lease_ms);
+  if (n == nodes_.end() || !n->second.heard || now - n->second.last_heartbeat >= lease) {
+    return LocalState::kOffline;
+  }
+  auto r = reported_.find(id);
+  return r == reported_.end() ? LocalState::kOffline : r->second;
+}
+
+void Mgmtd::Check() {
+  std::lock_guard lock(mu_);
+  if (!cluster_.initialized()) return;
+  // After a restart, services get one lease to report before their targets count as down.
+  const auto now = std::chrono::steady_clock::now();
+  const bool grace = now - started_ < std::chrono::milliseconds(options_.lease_ms);
+  std::vector<ChainId> changed;
+  for (auto& [id, chain] : chains_) {
+    std::map<TargetId, LocalState> local;
+    bool unknown = false;
+    for (const ChainTarget& t : chain.targets) {
+      auto rec = targets_.find(t.target);
+      auto node = rec == targets_.end() ? nodes_.end() : nodes_.find(rec->second.node());
+      if (grace && node != nodes_.end() && !node->second.heard) unknown = true;
+      local[t.target] = LocalOf(t.target);
+    }
+    if (unknown) continue;
+    Chain before = chain;
+    if (UpdateChain(chain, local)) {
+      changed.push_back(id);
+      std::string from, to;
+      for (const ChainTarget& t : before.targets)
+        from += std::to_string(t.target) + ":" + std::string(Name(t.state)) + " ";
+      for (const ChainTarget& t : chain.targets)
+        to += std::to_string(t.target) + ":" + std::string(Name(t.state)) + " ";
+      spdlog::info("chain {} v{}: {}-> {}", id, chain.version, from, to);
+    }
+  }
+  if (!changed.empty()) {
+    if (Status st = Commit(changed, {}); !st.ok()) spdlog::error("{}", st.message());
+  }
+  UpdateGauges();
+}
+
+Status Mgmtd::Commit(const std::vector<ChainId>& chains, const std::vector<TargetId>& targets) {
+  cluster_.set_routing_version(cluster_.routing_version() + 1);
+  std::vector<fs3rpc::ChainInfo> chain_protos;
+  chain_protos.reserve(chains.size());
+  std::vector<std::pair<std::string, const google::protobuf::Message*>> kvs;
+  kvs.emplace_back("cluster", &cluster_);
+  for (ChainId id : chains)
+    chain_protos.push_back(ToProto(chains_.at(id)));
+  for (const fs3rpc::ChainInfo& c : chain_protos)
+    kvs.emplace_back(ChainKey(c.id()), &c);
+  for (TargetId id : targets)
+    kvs.emplace_back(TargetKey(id), &targets_.at(id));
+  Status st = db_->PutBatch(kvs);
+  changed_.notify_all();
+  return st;
+}
+
+void Mgmtd::Fill(fs3rpc::RoutingInfo* out) const {
+  out->set_version(cluster_.routing_version());
+  out->set_initialized(cluster_.initialized());
+  out->set_chunk_size(cluster_.chunk_size());
+  out->set_replication(cluster_.replication());
+  std::map<TargetId, std::pair<ChainId, PublicState>> in_chain;
+  for (const auto& [id, chain] : chains_) {
+    *out->add_chains() = ToProto(chain);
+    for (const ChainTarget& t : chain.targets)
+      in_chain[t.target] = {id, t.state};
+  }
+  for (const auto& [id, rec] : targets_) {
+    fs3rpc::TargetInfo* t = out->add_targets();
+    t->set_id(id);
+    t->set_node(rec.node());
+    t->set_path(rec.path());
+    t->set_admin_offline(rec.admin_offline());
+    t->set_local_state(std::string(Name(LocalOf(id))));
+    if (auto it = in_chain.find(id); it != in_chain.end()) {
+      t->set_chain(it->second.first);
+      t->set_public_state(std::string(Name(it->second.second)));
+    }
+  }
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [name, n] : nodes_) {
+    fs3rpc::NodeInfo* ni = out->add_nodes();
+    ni->set_name(name);
+    ni->set_address(n.record.address());
+    ni->set_state(!n.heard ? "unknown"
+                  : now - n.last_heartbeat < std::chrono::milliseconds(options_.lease_ms) ? "up"
+                                                                                          : "down");
+    ni->set_last_heartbeat_ms(n.last_heartbeat_ms);
+    for (const auto& [id, rec] : targets_) {
+      if (rec.node() == name) ni->add_targets(id);
+    }
+  }
+}
+
+void Mgmtd::UpdateGauges() {
+  if (!metrics_) return;
+  metrics_->Gauge("fs3_mgmtd_routing_version", "Version of the routing table")
+      .Set(static_cast<double>(cluster_.routing_version()));
+  std::map<std::string, int> by_state;
+  for (const auto& [id, chain] : chains_) {
+    for (const ChainTarget& t : chain.targets)
+      ++by_state[std::string(Name(t.state))];
+  }
+  for (auto s : {PublicState::kServing, PublicState::kSyncing, PublicState::kWaiting,
+                 PublicState::kLastSrv, PublicState::kOffline}) {
+    std::string name(Name(s));
+    metrics_->Gauge("fs3_mgmtd_targets", "Chain targets by public state", {{"state", name}})
+        .Set(by_state[name]);
+  }
+  metrics_->Gauge("fs3_mgmtd_chains", "Chains").Set(static_cast<double>(chains_.size()));
+}
+
+// ---- RPCs -------------------------------------------------------------------------------------
+
+grpc::Status Mgmtd::Heartbeat(grpc::ServerContext*, const fs3rpc::HeartbeatRequest* req,
+                              fs3rpc::HeartbeatResponse* resp) {
+  return ServeRpc("Heartbeat", [&]() -> Status {
+    if (req->node().empty() || req->node().size() > 256) {
+      return InvalidArgument("a storage service needs a name of 1..256 bytes");
+    }
+    std::set<TargetId> seen;
+    for (const fs3rpc::ReportedTarget& t : req->targets()) {
+      if (t.id() == 0) return InvalidArgument("target id 0 is reserved");
+      if (!seen.insert(t.id()).second) {
+        return InvalidArgument("target " + std::to_string(t.id()) + " is reported twice");
+      }
+      if (!ParseLocalState(t.local_state())) {
+        return InvalidArgument("target " + std::to_string(t.id()) + ": unknown local state '" +
+                               t.local_state() + "'");
+      }
+    }
+    std::lock_guard lock(mu_);
+    for (const fs3rpc::ReportedTarget& t : req->targets()) {
+      auto it = targets_.find(t.id());
+      if (it != targets_.end() && it->second.node() != req->node()) {
+        return FailedPrecondition("target " + std::to_string(t.id()) + " belongs to " +
+                                  it->second.node() + ", not " + req->node());
+      }
+    }
+    NodeRuntime& node = nodes_[req->node()];
+    std::vector<TargetId> new_targets;
+    const bool new_address = node.record.address() != req->address();
+    if (new_address) {
+      node.record.set_name(req->node());
+      node.record.set_address(req->address());
+      FF_RETURN_IF_ERROR(db_->Put("node/" + req->node(), node.record));
+    }
+    if (!node.heard) spdlog::info("storage service {} at {} is up", req->node(), req->address());
+    node.heard = true;
+    node.last_heartbeat = std::chrono::steady_clock::now();
+    node.last_heartbeat_ms = WallMs();
+    for (const auto& [id, rec] : targets_) {
+      if (rec.node() == req->node() && !seen.contains(id)) reported_[id] = LocalState::kOffline;
+    }
+    for (const fs3rpc::ReportedTarget& t : req->targets()) {
+      reported_[t.id()] = *ParseLocalState(t.local_state());
+      auto it = targets_.find(t.id());
+      if (it == targets_.end() || it->second.path() != t.path()) {
+        fs3rpc::TargetRecord& rec = targets_[t.id()];
+        rec.set_id(t.id());
+        rec.set_node(req->node());
+        rec.set_path(t.path());
+        new_targets.push_back(t.id());
+      }
+    }
+    if (!new_targets.empty() || new_address) FF_RETURN_IF_ERROR(Commit({}, new_targets));
+    resp->set_lease_ms(options_.lease_ms);
+    resp->set_routing_version(cluster_.routing_version());
+    return Status::Ok();
+  });
+}
+
+grpc::Status Mgmtd::GetRouting(grpc::ServerContext* ctx, const fs3rpc::GetRoutingRequest* req,
+                               fs3rpc::RoutingInfo* resp) {
+  return ServeRpc("GetRouting", [&]() -> Status {
+    std::unique_lock lock(mu_);
+    if (req->wait_ms() > 0 && req->known_version() == cluster_.routing_version()) {
+      changed_.wait_for(lock, std::chrono::milliseconds(std::min<int64_t>(req->wait_ms(), 30000)),
+                        [&] {
+                          return stopping_ || ctx->IsCancelled() ||
+                                 cluster_.routing_version() != req->known_version();
+                        });
+    }
+    Fill(resp);
+    return Status::Ok();
+  });
+}
+
+grpc::Status Mgmtd::InitCluster(grpc::ServerContext*, const fs3rpc::InitRequest* req,
+                                fs3rpc::RoutingInfo* resp) {
+  return ServeRpc("InitCluster", [&]() -> Status {
+    const uint64_t size = req->chunk_size();
+    if (size < kMinChunkSize || size > kMaxChunkSize || (size & (size - 1)) != 0) {
+      return InvalidArgument("the chunk size must be a power of two from 4 KiB to 1 GiB (got " +
+                             std::to_string(size) + ")");
+    }
+    if (req->replication() < 1 || req->replication() > kMaxReplication) {
+      return InvalidArgument("the replication factor must be 1.." +
+                             std::to_string(kMaxReplication));
+    }
+    std::lock_guard lock(mu_);
+    if (cluster_.initialized()) {
+      return FailedPrecondition("the cluster is already initialised (chunk size " +
+                                std::to_string(cluster_.chunk_size()) + ", replication " +
+                                std::to_string(cluster_.replication()) + ")");
+    }
+    // Chains of `replication` targets on distinct services: the i-th target of every service
+    // in turn, so that each chain spreads over services.
+    std::map<std::string, std::vector<TargetId>> by_node;
+    for (const auto& [id, rec] : targets_) {
+      if (LocalOf(id) != LocalState::kOffline) by_node[rec.node()].push_back(id);
+    }
+    if (by_node.size() < req->replication()) {
+      return FailedPrecondition("replication " + std::to_string(req->replication()) + " needs " +
+                                std::to_string(req->replication()) +
+                                " storage services with live targets; " +
+                                std::to_string(by_node.size()) + " have registered");
+    }
+    std::vector<std::pair<TargetId, std::string>> order;
+    for (std::size_t round = 0;; ++round) {
+      bool any = false;
+      for (const auto& [node, ids] : by_node) {
+        if (round < ids.size()) {
+          order.emplace_back(ids[round], node);
+          any = true;
+        }
+      }
+      if (!any) break;
+    }
+    std::vector<ChainId> made;
+    ChainId next = 1;
+    for (std::size_t i = 0; i + req->replication() <= order.size(); i += req->replication()) {
+      Chain chain{next, 1, {}};
+      std::set<std::string> nodes;
+      for (std::size_t k = i; k < i + req->replication(); ++k) {
+        chain.targets.push_back({order[k].first, PublicState::kServing});
+        nodes.insert(order[k].second);
+      }
+      if (nodes.size() < req->replication()) break;  // the rest would double up on a service
+      chains_[next] = chain;
+      made.push_back(next++);
+    }
+    if (made.empty()) return FailedPrecondition("no chain can be built from the targets");
+    cluster_.set_initialized(true);
+    cluster_.set_chunk_size(size);
+    cluster_.set_replication(req->replication());
+    FF_RETURN_IF_ERROR(Commit(made, {}));
+    spdlog::info("cluster initialised: {} chains of {} targets, chunk size {}", made.size(),
+                 req->replication(), size);
+    Fill(resp);
+    return Status::Ok();
+  });
+}
+
+grpc::Status Mgmtd::SetTargetOffline(grpc::ServerContext*, const fs3rpc::TargetRef* req,
+                                     fs3rpc::RoutingInfo* resp) {
+  return ServeRpc("SetTargetOffline", [&]() -> Status {
+    {
+      std::lock_guard lock(mu_);
+      auto it = targets_.find(req->id());
+      if (it == targets_.end()) return NotFound("no target " + std::to_string(req->id()));
+      it->second.set_admin_offline(true);
+      FF_RETURN_IF_ERROR(Commit({}, {req->id()}));
+      spdlog::info("target {} taken offline by an admin", req->id());
+    }
+    Check();
+    std::lock_guard lock(mu_);
+    Fill(resp);
+    return Status::Ok();
+  });
+}
+
+grpc::Status Mgmtd::AddTarget(grpc::ServerContext*, const fs3rpc::AddTargetRequest* req,
+                              fs3rpc::RoutingInfo* resp) {
+  return ServeRpc("AddTarget", [&]() -> Status {
+    {
+      std::lock_guard lock(mu_);
+      if (!cluster_.initialized()) return FailedPrecondition("initialise the cluster first");
+      auto t = targets_.find(req->target());
+      if (t == targets_.end()) {
+        return NotFound("no target " + std::to_string(req->target()) +
+                        " has registered (its storage service must heartbeat first)");
+      }
+      auto c = chains_.find(req->chain());
+      if (c == chains_.end()) return NotFound("no chain " + std::to_string(req->chain()));
+      for (const auto& [id, chain] : chains_) {
+        for (const ChainTarget& ct : chain.targets) {
+          if (ct.target == req->target()) {
+            return AlreadyExists("target " + std::to_string(req->target()) + " is in chain " +
+                                 std::to_string(id));
+          }
+        }
+      }
+      for (const ChainTarget& ct : c->second.targets) {
+        if (targets_.at(ct.target).node() == t->second.node()) {
+          return FailedPrecondition("chain " + std::to_string(req->chain()) +
+                                    " already has a target on " + t->second.node());
+        }
+      }
+      // It joins at the end, offline; the next pass makes it waiting, then syncing.
+      t->second.set_admin_offline(false);
+      c->second.targets.push_back({req->target(), PublicState::kOffline});
+      ++c->second.version;
+      FF_RETURN_IF_ERROR(Commit({req->chain()}, {req->target()}));
+      spdlog::info("target {} added to chain {}", req->target(), req->chain());
+    }
+    Check();
+    std::lock_guard lock(mu_);
+    Fill(resp);
+    return Status::Ok();
+  });
+}
+
+}  // namespace ff::fs3

@@ -1,0 +1,82 @@
+// fs3-mgmtd: the cluster manager. Storage services heartbeat to hold a lease; the manager keeps
+// the chain table and every target's public state (fs3/chain.h), publishes a versioned routing
+// table, and persists what it decides in RocksDB (ProtoDb).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "common/config.h"
+#include "common/proto_db.h"
+#include "fs3/chain.h"
+#include "fs3/proto/mgmtd.grpc.pb.h"
+#include "monitoring/metrics.h"
+
+namespace ff::fs3 {
+
+struct MgmtdOptions {
+  std::string data_dir;
+  int64_t lease_ms = 10000;         // a service not heard from this long is down
+  int64_t check_interval_ms = 200;  // how often leases and chains are re-evaluated
+
+  void Bind(ConfigSection& s);
+};
+
+class Mgmtd final : public fs3rpc::Mgmtd::Service {
+ public:
+  static Result<std::unique_ptr<Mgmtd>> Create(const MgmtdOptions& options, Metrics* metrics);
+  ~Mgmtd() override;
+  void Start();
+  void Stop();
+  // One pass: expire leases, update chains. The loop calls it; tests may too.
+  void Check();
+
+  grpc::Status Heartbeat(grpc::ServerContext*, const fs3rpc::HeartbeatRequest*,
+                         fs3rpc::HeartbeatResponse*) override;
+  grpc::Status GetRouting(grpc::ServerContext*, const fs3rpc::GetRoutingRequest*,
+                          fs3rpc::RoutingInfo*) override;
+  grpc::Status InitCluster(grpc::ServerContext*, const fs3rpc::InitRequest*,
+                           fs3rpc::RoutingInfo*) override;
+  grpc::Status SetTargetOffline(grpc::ServerContext*, const fs3rpc::TargetRef*,
+                                fs3rpc::RoutingInfo*) override;
+  grpc::Status AddTarget(grpc::ServerContext*, const fs3rpc::AddTargetRequest*,
+                         fs3rpc::RoutingInfo*) override;
+
+ private:
+  struct NodeRuntime {
+    fs3rpc::NodeRecord record;
+    bool heard = false;  // since this process started
+    std::chrono::steady_clock::time_point last_heartbeat;
+    int64_t last_heartbeat_ms = 0;
+  };
+
+  Mgmtd(const MgmtdOptions& options, std::unique_ptr<ProtoDb> db, Metrics* metrics);
+  Status Load();
+  LocalState LocalOf(TargetId id) const;  // mu_ held
+  // Persists the cluster record, the given chains and targets in one batch and bumps the
+  // routing version; wakes long polls. mu_ held.
+  Status Commit(const std::vector<ChainId>& chains, const std::vector<TargetId>& targets);
+  void Fill(fs3rpc::RoutingInfo* out) const;  // mu_ held
+  void UpdateGauges();                        // mu_ held
+
+  const MgmtdOptions options_;
+  std::unique_ptr<ProtoDb> db_;
+  Metrics* metrics_;
+  const std::chrono::steady_clock::time_point started_;
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_;  // with mu_: the routing version moved, or stopping
+  fs3rpc::ClusterRecord cluster_;
+  std::map<ChainId, Chain> chains_;
+  std::map<TargetId, fs3rpc::TargetRecord> targets_;
+  std::map<TargetId, LocalState> reported_;  // last reported local state
+  std::map<std::string, NodeRuntime> nodes_;
+  bool stopping_ = false;
+  std::thread loop_;
+};
+
+}  // namespace ff::fs3

@@ -1,0 +1,202 @@
+// fs3: the admin CLI of the fs3 filesystem.
+//
+//   fs3 init --chunk-size 4MiB --replication 3   build chains from the registered targets
+//   fs3 nodes | fs3 targets | fs3 chains         listings with states (--json for scripts)
+//   fs3 routing                                  the whole routing table (JSON)
+//   fs3 target offline ID                        take a target out of service
+//   fs3 target add ID --chain C                  add a registered target to a chain (it syncs)
+//
+// fs3-mgmtd's address comes from --mgmtd or $FS3_MGMTD. Exit code 0 only on success; errors are
+// one line on stderr.
+#include <google/protobuf/util/json_util.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <ctime>
+
+#include "common/rpc_client.h"
+#include "fs3/proto/mgmtd.grpc.pb.h"
+
+namespace ff::fs3 {
+namespace {
+
+[[noreturn]] void Die(const std::string& m, int code = 1) {
+  std::fprintf(stderr, "fs3: %s\n", m.c_str());
+  std::exit(code);
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+// "4MiB", "1M", "64k", "4096" -> bytes.
+uint64_t ParseSize(const std::string& s) {
+  std::size_t used = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(s, &used);
+  } catch (...) {
+    Die("'" + s + "' is not a size (e.g. 4096, 64KiB, 4MiB)", 2);
+  }
+  std::string unit = s.substr(used);
+  for (char& c : unit)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  uint64_t mult = unit.empty() || unit == "b"                    ? 1
+                  : unit == "k" || unit == "kib" || unit == "kb" ? 1024
+                  : unit == "m" || unit == "mib" || unit == "mb" ? 1024 * 1024
+                  : unit == "g" || unit == "gib" || unit == "gb" ? 1024ull * 1024 * 1024
+                                                                 : 0;
+  if (mult == 0) Die("unknown size unit in '" + s + "'", 2);
+  return v * mult;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app("fs3 administration", "fs3");
+  app.require_subcommand(1);
+  app.fallthrough();
+  std::string mgmtd;
+  bool json = false;
+  app.add_option("--mgmtd", mgmtd, "fs3-mgmtd host:port (else $FS3_MGMTD)");
+  app.add_flag("--json", json, "Print JSON");
+  auto* init =
+      app.add_subcommand("init", "Initialise the cluster: chains from the registered targets");
+  std::string chunk_size = "4MiB";
+  uint32_t replication = 3;
+  init->add_option("--chunk-size", chunk_size, "Chunk size (power of two)")->capture_default_str();
+  init->add_option("--replication,-r", replication, "Targets per chain")->capture_default_str();
+  auto* nodes = app.add_subcommand("nodes", "Storage services and their leases");
+  auto* targets = app.add_subcommand("targets", "Storage targets with states");
+  auto* chains = app.add_subcommand("chains", "Chains: version and targets, head first");
+  auto* routing = app.add_subcommand("routing", "The whole routing table (JSON)");
+  auto* target = app.add_subcommand("target", "Change a target");
+  target->require_subcommand(1);
+  uint64_t target_id = 0;
+  uint32_t chain_id = 0;
+  auto* offline = target->add_subcommand("offline", "Take a target out of service");
+  offline->add_option("id", target_id, "Target id")->required();
+  auto* add = target->add_subcommand("add", "Add a registered target to a chain");
+  add->add_option("id", target_id, "Target id")->required();
+  add->add_option("--chain", chain_id, "Chain id")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (mgmtd.empty() && std::getenv("FS3_MGMTD")) mgmtd = std::getenv("FS3_MGMTD");
+  if (mgmtd.empty()) Die("no fs3-mgmtd address: --mgmtd or $FS3_MGMTD");
+  auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd));
+  fs3rpc::RoutingInfo info;
+  auto call = [&](const std::string& what, auto&& fn, bool idempotent) {
+    CallOptions o = CallOptions::Idempotent(std::chrono::seconds(10));
+    o.idempotent = idempotent;
+    Status st = CallRpc("fs3-mgmtd " + what, o, fn);
+    if (st.ok()) return;
+    if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
+      Die("cannot reach fs3-mgmtd at " + mgmtd + " (" + st.message() + ")");
+    }
+    std::string m = st.message();
+    if (auto c = m.find(": "); c != std::string::npos) m = m.substr(c + 2);
+    Die(m);
+  };
+  if (*init) {
+    fs3rpc::InitRequest req;
+    req.set_chunk_size(ParseSize(chunk_size));
+    req.set_replication(replication);
+    call(
+        "InitCluster", [&](grpc::ClientContext* c) { return stub->InitCluster(c, req, &info); },
+        false);
+  } else if (*offline) {
+    fs3rpc::TargetRef req;
+    req.set_id(target_id);
+    call(
+        "SetTargetOffline",
+        [&](grpc::ClientContext* c) { return stub->SetTargetOffline(c, req, &info); }, true);
+  } else if (*add) {
+    fs3rpc::AddTargetRequest req;
+    req.set_target(target_id);
+    req.set_chain(chain_id);
+    call(
+        "AddTarget", [&](grpc::ClientContext* c) { return stub->AddTarget(c, req, &info); }, false);
+  } else {
+    fs3rpc::GetRoutingRequest req;
+    call(
+        "GetRouting", [&](grpc::ClientContext* c) { return stub->GetRouting(c, req, &info); },
+        true);
+  }
+  if (*routing || (json && !*nodes && !*targets && !*chains)) {
+    std::printf("%s\n", ToJson(info).c_str());
+    return 0;
+  }
+  if (*nodes) {
+    if (json) {
+      std::printf("[");
+      for (int i = 0; i < info.nodes_size(); ++i)
+        std::printf("%s%s", i ? "," : "", ToJson(info.nodes(i)).c_str());
+      std::printf("]\n");
+      return 0;
+    }
+    std::printf("%-16s %-22s %-8s %s\n", "SERVICE", "ADDRESS", "LEASE", "TARGETS");
+    for (const auto& n : info.nodes()) {
+      std::string t;
+      for (uint64_t id : n.targets())
+        t += (t.empty() ? "" : ",") + std::to_string(id);
+      std::printf("%-16s %-22s %-8s %s\n", n.name().c_str(), n.address().c_str(), n.state().c_str(),
+                  t.c_str());
+    }
+    return 0;
+  }
+  if (*targets) {
+    if (json) {
+      std::printf("[");
+      for (int i = 0; i < info.targets_size(); ++i)
+        std::printf("%s%s", i ? "," : "", ToJson(info.targets(i)).c_str());
+      std::printf("]\n");
+      return 0;
+    }
+    std::printf("%-8s %-16s %-6s %-10s %-11s %s\n", "TARGET", "SERVICE", "CHAIN", "PUBLIC", "LOCAL",
+                "PATH");
+    for (const auto& t : info.targets()) {
+      std::printf("%-8llu %-16s %-6s %-10s %-11s %s%s\n", static_cast<unsigned long long>(t.id()),
+                  t.node().c_str(), t.chain() ? std::to_string(t.chain()).c_str() : "-",
+                  t.public_state().empty() ? "-" : t.public_state().c_str(),
+                  t.local_state().c_str(), t.path().c_str(),
+                  t.admin_offline() ? "  (taken offline)" : "");
+    }
+    return 0;
+  }
+  if (*chains || *init || *offline || *add) {
+    if (json) {
+      std::printf("[");
+      for (int i = 0; i < info.chains_size(); ++i)
+        std::printf("%s%s", i ? "," : "", ToJson(info.chains(i)).c_str());
+      std::printf("]\n");
+      return 0;
+    }
+    if (*init) {
+      std::printf("initialised: chunk size %llu, replication %u, %d chains\n",
+                  static_cast<unsigned long long>(info.chunk_size()), info.replication(),
+                  info.chains_size());
+    }
+    std::printf("%-6s %-8s %s\n", "CHAIN", "VERSION", "TARGETS (head first)");
+    for (const auto& c : info.chains()) {
+      std::string t;
+      for (const auto& ct : c.targets())
+        t += (t.empty() ? "" : "  ") + std::to_string(ct.target()) + ":" + ct.state();
+      std::printf("%-6u %-8llu %s\n", c.id(), static_cast<unsigned long long>(c.version()),
+                  t.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ff::fs3
+
+int main(int argc, char** argv) {
+  return ff::fs3::Main(argc, argv);
+}
