@@ -1,0 +1,62 @@
+// One storage target's chunks: content in files under the target's directory, metadata
+// (committed and pending versions, chain version, length, CRC32C per chunk and per 4 KiB block)
+// in a RocksDB beside them. A write makes a pending version (the committed content with the
+// update applied, written to its own file and synced); Commit makes it the committed one. Reads
+// verify the blocks they return against their checksums. Callers serialise operations on one
+// chunk (the storage service holds a per-chunk lock); different chunks may be used concurrently.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/proto_db.h"
+#include "fs3/proto/storage.pb.h"
+
+namespace ff::fs3 {
+
+constexpr uint32_t kBlockSize = 4096;
+
+class ChunkStore {
+ public:
+  // Opens (creating) the target at `dir`: <dir>/meta (RocksDB) and <dir>/chunks.
+  static Result<std::unique_ptr<ChunkStore>> Open(const std::string& dir);
+
+  // kNotFound when the chunk does not exist.
+  Result<fs3rpc::ChunkMetaRecord> Meta(const fs3rpc::ChunkId& id) const;
+
+  // Stores version `version` of the chunk as pending: with `full`, `data` is the whole content;
+  // else `data` at `offset` over the committed content, which must be version - 1 (else
+  // kFailedPrecondition "version mismatch"). A pending version already stored with this version
+  // number is kept (a retry). Returns the pending metadata.
+  Result<fs3rpc::ChunkMetaRecord> Prepare(const fs3rpc::ChunkId& id, uint64_t version,
+                                          uint32_t offset, const std::string& data, bool full,
+                                          uint64_t chain_version);
+  // Makes pending `version` the committed one (idempotent once done).
+  Status Commit(const fs3rpc::ChunkId& id, uint64_t version);
+  // Drops the chunk (content and metadata). Absent is fine.
+  Status Remove(const fs3rpc::ChunkId& id);
+
+  // Bytes [offset, offset + length) of the committed (or, with `pending`, the pending) content,
+  // cut at its end. kDataLoss when a block fails its checksum.
+  Result<std::string> Read(const fs3rpc::ChunkId& id, uint32_t offset, uint32_t length,
+                           bool pending = false) const;
+
+  Result<std::vector<fs3rpc::ChunkMetaRecord>> List() const;
+  // The chunk of `inode` with the highest index; kNotFound when it has none.
+  Result<fs3rpc::ChunkMetaRecord> LastChunk(uint64_t inode) const;
+
+  const std::string& dir() const { return dir_; }
+
+  static std::string Key(const fs3rpc::ChunkId& id);  // "c/" + inode and index, big-endian
+
+ private:
+  ChunkStore(std::string dir, std::unique_ptr<ProtoDb> db)
+      : dir_(std::move(dir)), db_(std::move(db)) {}
+  std::string Path(const fs3rpc::ChunkId& id, bool pending) const;
+
+  std::string dir_;
+  std::unique_ptr<ProtoDb> db_;
+};
+
+}  // namespace ff::fs3

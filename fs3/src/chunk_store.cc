@@ -1,0 +1,198 @@
+#include "fs3/chunk_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+
+#include "common/files.h"
+#include "fs3/crc32c.h"
+
+namespace ff::fs3 {
+namespace {
+
+std::vector<uint32_t> BlockCrcs(const std::string& content) {
+  std::vector<uint32_t> out;
+  for (std::size_t off = 0; off < content.size(); off += kBlockSize) {
+    out.push_back(Crc32c(std::string_view(content).substr(off, kBlockSize)));
+  }
+  return out;
+}
+
+Status WriteFileSynced(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::FromErrno(errno, "create " + tmp);
+  std::size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n = write(fd, content.data() + done, content.size() - done);
+    if (n < 0) {
+      int e = errno;
+      close(fd);
+      return Status::FromErrno(e, "write " + tmp);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (fdatasync(fd) != 0) {
+    int e = errno;
+    close(fd);
+    return Status::FromErrno(e, "sync " + tmp);
+  }
+  close(fd);
+  if (rename(tmp.c_str(), path.c_str()) != 0) return Status::FromErrno(errno, "rename " + tmp);
+  return Status::Ok();
+}
+
+std::string IdName(const fs3rpc::ChunkId& id) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%016llx-%08x", static_cast<unsigned long long>(id.inode()),
+                id.index());
+  return buf;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir + "/chunks", ec);
+  if (ec) return IoError("cannot create " + dir + "/chunks: " + ec.message());
+  FF_ASSIGN_OR_RETURN(auto db, ProtoDb::Open(dir + "/meta"));
+  return std::unique_ptr<ChunkStore>(new ChunkStore(dir, std::move(db)));
+}
+
+std::string ChunkStore::Key(const fs3rpc::ChunkId& id) {
+  std::string k = "c/";
+  for (int s = 56; s >= 0; s -= 8)
+    k += static_cast<char>((id.inode() >> s) & 0xff);
+  for (int s = 24; s >= 0; s -= 8)
+    k += static_cast<char>((id.index() >> s) & 0xff);
+  return k;
+}
+
+std::string ChunkStore::Path(const fs3rpc::ChunkId& id, bool pending) const {
+  return dir_ + "/chunks/" + IdName(id) + (pending ? ".p" : ".c");
+}
+
+Result<fs3rpc::ChunkMetaRecord> ChunkStore::Meta(const fs3rpc::ChunkId& id) const {
+  fs3rpc::ChunkMetaRecord meta;
+  Status st = db_->Get(Key(id), &meta);
+  if (st.code() == StatusCode::kNotFound) return NotFound("no chunk " + IdName(id));
+  FF_RETURN_IF_ERROR(st);
+  return meta;
+}
+
+Result<fs3rpc::ChunkMetaRecord> ChunkStore::Prepare(const fs3rpc::ChunkId& id, uint64_t version,
+                                                    uint32_t offset, const std::string& data,
+                                                    bool full, uint64_t chain_version) {
+  fs3rpc::ChunkMetaRecord meta;
+  if (auto m = Meta(id); m.ok()) {
+    meta = *m;
+  } else if (m.status().code() != StatusCode::kNotFound) {
+    return m.status();
+  } else {
+    *meta.mutable_id() = id;
+  }
+  if (meta.pending_version() == version && version != 0) return meta;  // a retry
+  std::string content;
+  if (full) {
+    content = data;
+  } else {
+    if (meta.committed_version() + 1 != version) {
+      return FailedPrecondition("version mismatch on chunk " + IdName(id) + ": committed " +
+                                std::to_string(meta.committed_version()) + ", update makes " +
+                                std::to_string(version));
+    }
+    if (meta.committed_version() > 0) {
+      FF_ASSIGN_OR_RETURN(content, Read(id, 0, meta.length()));
+    }
+    if (content.size() < offset + data.size()) content.resize(offset + data.size(), '\0');
+    content.replace(offset, data.size(), data);
+  }
+  FF_RETURN_IF_ERROR(WriteFileSynced(Path(id, true), content));
+  meta.set_pending_version(version);
+  meta.set_pending_length(static_cast<uint32_t>(content.size()));
+  meta.set_pending_crc32c(Crc32c(content));
+  meta.clear_pending_block_crcs();
+  for (uint32_t c : BlockCrcs(content))
+    meta.add_pending_block_crcs(c);
+  meta.set_chain_version(chain_version);
+  FF_RETURN_IF_ERROR(db_->Put(Key(id), meta));
+  return meta;
+}
+
+Status ChunkStore::Commit(const fs3rpc::ChunkId& id, uint64_t version) {
+  FF_ASSIGN_OR_RETURN(fs3rpc::ChunkMetaRecord meta, Meta(id));
+  if (meta.committed_version() >= version && meta.pending_version() == 0) return Status::Ok();
+  if (meta.pending_version() != version) {
+    return FailedPrecondition("chunk " + IdName(id) + " has no pending version " +
+                              std::to_string(version) + " (pending " +
+                              std::to_string(meta.pending_version()) + ")");
+  }
+  if (rename(Path(id, true).c_str(), Path(id, false).c_str()) != 0) {
+    return Status::FromErrno(errno, "commit " + Path(id, true));
+  }
+  meta.set_committed_version(version);
+  meta.set_length(meta.pending_length());
+  meta.set_crc32c(meta.pending_crc32c());
+  *meta.mutable_block_crcs() = meta.pending_block_crcs();
+  meta.set_pending_version(0);
+  meta.set_pending_length(0);
+  meta.set_pending_crc32c(0);
+  meta.clear_pending_block_crcs();
+  return db_->Put(Key(id), meta);
+}
+
+Status ChunkStore::Remove(const fs3rpc::ChunkId& id) {
+  unlink(Path(id, true).c_str());
+  unlink(Path(id, false).c_str());
+  return db_->Delete(Key(id));
+}
+
+Result<std::string> ChunkStore::Read(const fs3rpc::ChunkId& id, uint32_t offset, uint32_t length,
+                                     bool pending) const {
+  FF_ASSIGN_OR_RETURN(fs3rpc::ChunkMetaRecord meta, Meta(id));
+  const uint32_t size = pending ? meta.pending_length() : meta.length();
+  const auto& crcs = pending ? meta.pending_block_crcs() : meta.block_crcs();
+  if (offset >= size || length == 0) return std::string();
+  const uint32_t end = std::min<uint64_t>(size, uint64_t{offset} + length);
+  // Whole blocks around the range, so that each can be checked.
+  const uint32_t first = offset / kBlockSize * kBlockSize;
+  const uint32_t last =
+      std::min<uint64_t>(size, (uint64_t{end} + kBlockSize - 1) / kBlockSize * kBlockSize);
+  const std::string path = Path(id, pending);
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "open " + path);
+  std::string buf(last - first, '\0');
+  ssize_t n = pread(fd, buf.data(), buf.size(), first);
+  int e = errno;
+  close(fd);
+  if (n < 0) return Status::FromErrno(e, "read " + path);
+  if (static_cast<std::size_t>(n) != buf.size()) {
+    return DataLoss("chunk " + IdName(id) + " is shorter on disk than its metadata says");
+  }
+  for (uint32_t b = first; b < last; b += kBlockSize) {
+    const uint32_t i = b / kBlockSize;
+    std::string_view block = std::string_view(buf).substr(b - first, kBlockSize);
+    if (static_cast<int>(i) >= crcs.size() || Crc32c(block) != crcs[static_cast<int>(i)]) {
+      return DataLoss("chunk " + IdName(id) + " fails its checksum at byte " + std::to_string(b));
+    }
+  }
+  return buf.substr(offset - first, end - offset);
+}
+
+Result<std::vector<fs3rpc::ChunkMetaRecord>> ChunkStore::List() const {
+  return db_->Scan<fs3rpc::ChunkMetaRecord>("c/");
+}
+
+Result<fs3rpc::ChunkMetaRecord> ChunkStore::LastChunk(uint64_t inode) const {
+  fs3rpc::ChunkId id;
+  id.set_inode(inode);
+  std::string prefix = Key(id).substr(0, 10);  // "c/" + the inode
+  FF_ASSIGN_OR_RETURN(auto chunks, db_->Scan<fs3rpc::ChunkMetaRecord>(prefix));
+  if (chunks.empty()) return NotFound("inode " + std::to_string(inode) + " has no chunks here");
+  return chunks.back();
+}
+
+}  // namespace ff::fs3

@@ -1,0 +1,127 @@
+// A target's chunk store on a real directory and RocksDB.
+#include "fs3/chunk_store.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+
+#include "fs3/crc32c.h"
+#include "tests/support/subprocess.h"
+
+namespace ff::fs3 {
+namespace {
+
+using ::testing::HasSubstr;
+
+fs3rpc::ChunkId Id(uint64_t inode, uint32_t index) {
+  fs3rpc::ChunkId id;
+  id.set_inode(inode);
+  id.set_index(index);
+  return id;
+}
+
+std::string Random(std::size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s)
+    c = static_cast<char>(rng());
+  return s;
+}
+
+TEST(Crc32cTest, KnownValuesAndContinuation) {
+  EXPECT_EQ(Crc32c("123456789"), 0xe3069283u);
+  EXPECT_EQ(Crc32c(""), 0u);
+  std::string data = Random(10000, 1);
+  EXPECT_EQ(
+      Crc32c(std::string_view(data).substr(3000), Crc32c(std::string_view(data).substr(0, 3000))),
+      Crc32c(data));
+}
+
+class ChunkStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = ChunkStore::Open(dir_.File("target"));
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_ = std::move(*s);
+  }
+  test::TempDir dir_;
+  std::unique_ptr<ChunkStore> store_;
+};
+
+TEST_F(ChunkStoreTest, PrepareCommitReadAndVersions) {
+  auto id = Id(7, 0);
+  EXPECT_EQ(store_->Meta(id).status().code(), StatusCode::kNotFound);
+  std::string first = Random(10000, 2);
+  ASSERT_TRUE(store_->Prepare(id, 1, 0, first, false, 3).ok());
+  // Pending is not committed: reads see nothing yet, the pending read sees it.
+  EXPECT_EQ(store_->Meta(id)->committed_version(), 0u);
+  EXPECT_EQ(*store_->Read(id, 0, 10000, /*pending=*/true), first);
+  ASSERT_TRUE(store_->Commit(id, 1).ok());
+  ASSERT_TRUE(store_->Commit(id, 1).ok());  // idempotent
+  auto meta = store_->Meta(id);
+  EXPECT_EQ(meta->committed_version(), 1u);
+  EXPECT_EQ(meta->length(), 10000u);
+  EXPECT_EQ(meta->crc32c(), Crc32c(first));
+  EXPECT_EQ(meta->chain_version(), 3u);
+  EXPECT_EQ(*store_->Read(id, 0, 20000), first);                   // cut at the end
+  EXPECT_EQ(*store_->Read(id, 4090, 20), first.substr(4090, 20));  // across a block boundary
+  // An update over the committed version, past its end (the gap reads as zeros).
+  ASSERT_TRUE(store_->Prepare(id, 2, 12000, "tail", false, 3).ok());
+  ASSERT_TRUE(store_->Commit(id, 2).ok());
+  std::string want = first + std::string(2000, '\0') + "tail";
+  EXPECT_EQ(*store_->Read(id, 0, 1 << 20), want);
+  // An update for the wrong base version is refused and changes nothing.
+  auto bad = store_->Prepare(id, 5, 0, "x", false, 3);
+  EXPECT_EQ(bad.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(bad.status().message(), HasSubstr("version mismatch"));
+  EXPECT_EQ(store_->Meta(id)->committed_version(), 2u);
+  EXPECT_EQ(store_->Commit(id, 9).code(), StatusCode::kFailedPrecondition);
+  // A full replace at any version (resync).
+  ASSERT_TRUE(store_->Prepare(id, 9, 0, "whole", true, 4).ok());
+  ASSERT_TRUE(store_->Commit(id, 9).ok());
+  EXPECT_EQ(*store_->Read(id, 0, 100), "whole");
+}
+
+TEST_F(ChunkStoreTest, CorruptionIsDetectedNotReturned) {
+  auto id = Id(1, 3);
+  std::string data = Random(3 * kBlockSize, 3);
+  ASSERT_TRUE(store_->Prepare(id, 1, 0, data, false, 1).ok());
+  ASSERT_TRUE(store_->Commit(id, 1).ok());
+  // Flip a byte in the second block on disk.
+  std::string path = dir_.File("target/chunks/0000000000000001-00000003.c");
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.is_open());
+  f.seekp(kBlockSize + 10);
+  f.put(static_cast<char>(data[kBlockSize + 10] ^ 1));
+  f.close();
+  EXPECT_EQ(*store_->Read(id, 0, 100), data.substr(0, 100));  // the first block is fine
+  auto r = store_->Read(id, kBlockSize, 100);
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(r.status().message(), HasSubstr("fails its checksum at byte 4096"));
+}
+
+TEST_F(ChunkStoreTest, ChunksOfAFileFormOneRangeAndSurviveReopening) {
+  for (uint32_t i : {5u, 0u, 300u, 2u}) {
+    ASSERT_TRUE(store_->Prepare(Id(42, i), 1, 0, "c" + std::to_string(i), false, 1).ok());
+    ASSERT_TRUE(store_->Commit(Id(42, i), 1).ok());
+  }
+  ASSERT_TRUE(store_->Prepare(Id(43, 0), 1, 0, "other", false, 1).ok());
+  ASSERT_TRUE(store_->Commit(Id(43, 0), 1).ok());
+  EXPECT_EQ(store_->LastChunk(42)->id().index(), 300u);
+  EXPECT_EQ(store_->LastChunk(44).status().code(), StatusCode::kNotFound);
+  store_.reset();
+  auto again = ChunkStore::Open(dir_.File("target"));
+  ASSERT_TRUE(again.ok());
+  auto list = (*again)->List();
+  ASSERT_EQ(list->size(), 5u);
+  EXPECT_EQ((*list)[0].id().index(), 0u);  // sorted by (inode, index)
+  EXPECT_EQ((*list)[3].id().index(), 300u);
+  EXPECT_EQ((*list)[4].id().inode(), 43u);
+  ASSERT_TRUE((*again)->Remove(Id(42, 300)).ok());
+  EXPECT_EQ((*again)->LastChunk(42)->id().index(), 5u);
+}
+
+}  // namespace
+}  // namespace ff::fs3
