@@ -94,7 +94,6 @@ Result<fs3rpc::ChunkMetaRecord> ChunkStore::Prepare(const fs3rpc::ChunkId& id, u
   } else {
     *meta.mutable_id() = id;
   }
-  if (meta.pending_version() == version && version != 0) return meta;  // a retry
   std::string content;
   if (full) {
     content = data;

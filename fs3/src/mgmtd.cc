@@ -141,9 +141,10 @@ LocalState Mgmtd::LocalOf(TargetId id) const {
 void Mgmtd::Check() {
   std::lock_guard lock(mu_);
   if (!cluster_.initialized()) return;
-  // After a restart, services get one lease to report before their targets count as down.
+  // After a restart, services get two leases to report before their targets count as down
+  // (their clients reconnect with backoff).
   const auto now = std::chrono::steady_clock::now();
-  const bool grace = now - started_ < std::chrono::milliseconds(options_.lease_ms);
+  const bool grace = now - started_ < std::chrono::milliseconds(2 * options_.lease_ms);
   std::vector<ChainId> changed;
   for (auto& [id, chain] : chains_) {
     std::map<TargetId, LocalState> local;

@@ -61,7 +61,7 @@ class MgmtdTest : public ::testing::Test {
             }
             fs3rpc::HeartbeatResponse resp;
             grpc::ClientContext c;
-            c.set_deadline(std::chrono::system_clock::now() + 1s);
+            c.set_deadline(std::chrono::system_clock::now() + 300ms);
             stub->Heartbeat(&c, req, &resp);
           }
         }

@@ -27,8 +27,9 @@ class ChunkStore {
 
   // Stores version `version` of the chunk as pending: with `full`, `data` is the whole content;
   // else `data` at `offset` over the committed content, which must be version - 1 (else
-  // kFailedPrecondition "version mismatch"). A pending version already stored with this version
-  // number is kept (a retry). Returns the pending metadata.
+  // kFailedPrecondition "version mismatch"). Replaces any pending version (the chain head
+  // serialises writes, so an older pending one belongs to a write that was abandoned). Returns the
+  // pending metadata.
   Result<fs3rpc::ChunkMetaRecord> Prepare(const fs3rpc::ChunkId& id, uint64_t version,
                                           uint32_t offset, const std::string& data, bool full,
                                           uint64_t chain_version);

@@ -1,0 +1,66 @@
+// libfs3client, data part: reads and writes of file data straight to the storage targets.
+//
+// A file (inode) is cut into chunks of the cluster's chunk size; chunk i of inode n lives on
+// chain (n + i) mod chains (files striped over every chain). Writes go to the chain's head;
+// reads to a serving replica, rotated across replicas and tried in turn. Stale routing (the
+// chain moved on), dead targets and heads that changed are retried with a refreshed routing
+// table until `retry_timeout`; a request fails only when no replica can serve it. A write keeps
+// its request id across retries, so it is applied once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "fs3/proto/mgmtd.grpc.pb.h"
+#include "fs3/proto/storage.grpc.pb.h"
+
+namespace ff::fs3 {
+
+struct ClientOptions {
+  std::string mgmtd;  // fs3-mgmtd host:port
+  std::chrono::milliseconds retry_timeout{std::chrono::seconds(60)};
+  std::chrono::milliseconds rpc_timeout{std::chrono::seconds(10)};
+};
+
+struct ReadOp {
+  uint64_t inode = 0;
+  uint64_t offset = 0;
+  uint32_t length = 0;
+};
+
+class StorageClient {
+ public:
+  static Result<std::unique_ptr<StorageClient>> Create(const ClientOptions& options);
+
+  // Writes `data` at `offset` of file `inode` (across as many chunks as it spans).
+  Status Write(uint64_t inode, uint64_t offset, std::string_view data);
+  // Up to `length` bytes at `offset`; holes and the end of chunks read as zeros up to the
+  // chunk's written length (callers know file lengths from metadata).
+  Result<std::string> Read(uint64_t inode, uint64_t offset, uint32_t length);
+  // Many reads at once (issued concurrently); results in order.
+  Result<std::vector<std::string>> ReadBatch(const std::vector<ReadOp>& ops);
+
+  uint64_t chunk_size() const;
+  Status RefreshRouting();
+
+ private:
+  explicit StorageClient(const ClientOptions& options);
+  Status WriteChunk(uint64_t inode, uint32_t index, uint32_t offset, std::string_view data);
+  Result<std::string> ReadChunk(uint64_t inode, uint32_t index, uint32_t offset, uint32_t length);
+  fs3rpc::Storage::Stub* Stub(const std::string& address);
+
+  const ClientOptions options_;
+  std::unique_ptr<fs3rpc::Mgmtd::Stub> mgmtd_;
+  mutable std::mutex mu_;
+  fs3rpc::RoutingInfo routing_;
+  std::map<std::string, std::unique_ptr<fs3rpc::Storage::Stub>> stubs_;
+  std::atomic<uint64_t> next_request_;
+  std::atomic<uint64_t> rotate_{0};
+};
+
+}  // namespace ff::fs3

@@ -1,0 +1,217 @@
+#include "fs3/client.h"
+
+#include <future>
+#include <random>
+#include <thread>
+
+#include "common/rpc_client.h"
+#include "fs3/chain.h"
+
+namespace ff::fs3 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Errors after which another attempt (with fresh routing) may succeed.
+bool Retryable(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kAborted:      // stale chain version, not the head
+    case StatusCode::kUnavailable:  // service down, fenced, chunk changing
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kFailedPrecondition:  // target not serving / not writable any more
+    case StatusCode::kNotFound:            // target moved
+    case StatusCode::kDataLoss:            // a corrupt replica: try another
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StorageClient>> StorageClient::Create(const ClientOptions& options) {
+  std::unique_ptr<StorageClient> c(new StorageClient(options));
+  FF_RETURN_IF_ERROR(c->RefreshRouting());
+  if (!c->routing_.initialized()) return FailedPrecondition("the fs3 cluster is not initialised");
+  return c;
+}
+
+StorageClient::StorageClient(const ClientOptions& options)
+    : options_(options),
+      mgmtd_(fs3rpc::Mgmtd::NewStub(MakeChannel(options.mgmtd))),
+      next_request_(std::random_device{}() * uint64_t{0x100000000}) {}
+
+uint64_t StorageClient::chunk_size() const {
+  std::lock_guard lock(mu_);
+  return routing_.chunk_size();
+}
+
+Status StorageClient::RefreshRouting() {
+  fs3rpc::GetRoutingRequest req;
+  fs3rpc::RoutingInfo info;
+  FF_RETURN_IF_ERROR(
+      CallRpc("fs3-mgmtd GetRouting", CallOptions::Idempotent(options_.rpc_timeout),
+              [&](grpc::ClientContext* c) { return mgmtd_->GetRouting(c, req, &info); }));
+  std::lock_guard lock(mu_);
+  if (info.version() >= routing_.version()) routing_ = std::move(info);
+  return Status::Ok();
+}
+
+fs3rpc::Storage::Stub* StorageClient::Stub(const std::string& address) {
+  std::lock_guard lock(mu_);
+  auto& s = stubs_[address];
+  if (!s) s = fs3rpc::Storage::NewStub(MakeChannel(address));
+  return s.get();
+}
+
+Status StorageClient::Write(uint64_t inode, uint64_t offset, std::string_view data) {
+  const uint64_t size = chunk_size();
+  while (!data.empty()) {
+    const auto index = static_cast<uint32_t>(offset / size);
+    const auto in_chunk = static_cast<uint32_t>(offset % size);
+    const std::size_t n = std::min<uint64_t>(data.size(), size - in_chunk);
+    FF_RETURN_IF_ERROR(WriteChunk(inode, index, in_chunk, data.substr(0, n)));
+    data.remove_prefix(n);
+    offset += n;
+  }
+  return Status::Ok();
+}
+
+Status StorageClient::WriteChunk(uint64_t inode, uint32_t index, uint32_t offset,
+                                 std::string_view data) {
+  fs3rpc::WriteRequest req;
+  req.set_request_id(next_request_++);
+  req.mutable_chunk()->set_inode(inode);
+  req.mutable_chunk()->set_index(index);
+  req.set_offset(offset);
+  req.set_data(std::string(data));
+  const auto deadline = Clock::now() + options_.retry_timeout;
+  Status last = Unavailable("no attempt");
+  for (int attempt = 0;; ++attempt) {
+    std::string address;
+    {
+      std::lock_guard lock(mu_);
+      if (routing_.chains_size() == 0) return FailedPrecondition("the routing table has no chains");
+      const auto& chain =
+          routing_.chains(static_cast<int>((inode + index) % routing_.chains_size()));
+      req.set_chain(chain.id());
+      req.set_chain_version(chain.version());
+      req.clear_target();
+      for (const auto& t : chain.targets()) {
+        if (t.state() == "serving" || t.state() == "syncing") {
+          req.set_target(t.target());
+          break;
+        }
+      }
+      std::string node;
+      for (const auto& t : routing_.targets()) {
+        if (t.id() == req.target()) node = t.node();
+      }
+      for (const auto& n : routing_.nodes()) {
+        if (n.name() == node) address = n.address();
+      }
+    }
+    if (req.target() != 0 && !address.empty()) {
+      fs3rpc::WriteResponse resp;
+      CallOptions o;
+      o.deadline = options_.rpc_timeout + std::chrono::seconds(30);  // the chain may be recovering
+      o.max_attempts = 1;
+      fs3rpc::Storage::Stub* stub = Stub(address);
+      last = CallRpc("fs3-storage Write", o,
+                     [&](grpc::ClientContext* c) { return stub->Write(c, req, &resp); });
+      if (last.ok()) return Status::Ok();
+      if (!Retryable(last)) return last;
+    } else {
+      last = Unavailable("chain has no writable target");
+    }
+    if (Clock::now() > deadline) {
+      return Unavailable("write of chunk " + std::to_string(index) + " of inode " +
+                         std::to_string(inode) + " failed: " + last.message());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(500, 20 * (attempt + 1))));
+    (void)RefreshRouting();
+  }
+}
+
+Result<std::string> StorageClient::Read(uint64_t inode, uint64_t offset, uint32_t length) {
+  const uint64_t size = chunk_size();
+  std::string out;
+  while (length > 0) {
+    const auto index = static_cast<uint32_t>(offset / size);
+    const auto in_chunk = static_cast<uint32_t>(offset % size);
+    const auto n = static_cast<uint32_t>(std::min<uint64_t>(length, size - in_chunk));
+    FF_ASSIGN_OR_RETURN(std::string part, ReadChunk(inode, index, in_chunk, n));
+    part.resize(n, '\0');
+    out += part;
+    offset += n;
+    length -= n;
+  }
+  return out;
+}
+
+Result<std::string> StorageClient::ReadChunk(uint64_t inode, uint32_t index, uint32_t offset,
+                                             uint32_t length) {
+  fs3rpc::ReadRequest req;
+  req.mutable_chunk()->set_inode(inode);
+  req.mutable_chunk()->set_index(index);
+  req.set_offset(offset);
+  req.set_length(length);
+  const auto deadline = Clock::now() + options_.retry_timeout;
+  Status last = Unavailable("no serving replica");
+  for (int attempt = 0;; ++attempt) {
+    std::vector<std::pair<uint64_t, std::string>> replicas;
+    {
+      std::lock_guard lock(mu_);
+      if (routing_.chains_size() == 0) return FailedPrecondition("the routing table has no chains");
+      const auto& chain =
+          routing_.chains(static_cast<int>((inode + index) % routing_.chains_size()));
+      std::map<std::string, std::string> address_of;
+      for (const auto& n : routing_.nodes())
+        address_of[n.name()] = n.address();
+      std::map<uint64_t, std::string> node_of;
+      for (const auto& t : routing_.targets())
+        node_of[t.id()] = t.node();
+      for (const auto& t : chain.targets()) {
+        if (t.state() == "serving")
+          replicas.emplace_back(t.target(), address_of[node_of[t.target()]]);
+      }
+    }
+    // Spread reads over the replicas; on failure try the next one.
+    const std::size_t start = replicas.empty() ? 0 : rotate_++ % replicas.size();
+    for (std::size_t k = 0; k < replicas.size(); ++k) {
+      const auto& [target, address] = replicas[(start + k) % replicas.size()];
+      req.set_target(target);
+      fs3rpc::ReadResponse resp;
+      fs3rpc::Storage::Stub* stub = Stub(address);
+      last = CallRpc("fs3-storage Read", CallOptions::Idempotent(options_.rpc_timeout),
+                     [&](grpc::ClientContext* c) { return stub->Read(c, req, &resp); });
+      if (last.ok()) return std::move(*resp.mutable_data());
+      if (!Retryable(last)) return last;
+    }
+    if (Clock::now() > deadline) {
+      return Unavailable("read of chunk " + std::to_string(index) + " of inode " +
+                         std::to_string(inode) + ": no replica could serve it (" + last.message() +
+                         ")");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(500, 20 * (attempt + 1))));
+    (void)RefreshRouting();
+  }
+}
+
+Result<std::vector<std::string>> StorageClient::ReadBatch(const std::vector<ReadOp>& ops) {
+  std::vector<std::future<Result<std::string>>> pending;
+  pending.reserve(ops.size());
+  for (const ReadOp& op : ops) {
+    pending.push_back(std::async(std::launch::async,
+                                 [this, op] { return Read(op.inode, op.offset, op.length); }));
+  }
+  std::vector<std::string> out;
+  for (auto& f : pending) {
+    auto r = f.get();
+    if (!r.ok()) return r.status();
+    out.push_back(std::move(*r));
+  }
+  return out;
+}
+
+}  // namespace ff::fs3

@@ -1,0 +1,123 @@
+// fs3-storage: one per storage node, serving its targets (one per disk) with CRAQ.
+//
+// Writes enter at a chain's head, which serialises them per chunk (a lock per chunk), stores the
+// new version as pending and forwards it to its successor; the tail commits and answers, and each
+// replica commits as the answer travels back. A successor that lacks the base version gets the
+// whole chunk instead. Retried requests (same request id) are applied once. Reads are served by
+// any serving replica; one holding a pending version asks the tail which version is committed
+// (CRAQ's apportioned query). A target that returns after a failure rejoins at the tail as
+// syncing: its predecessor diffs chunk metadata and sends full-chunk replaces (and removals),
+// then tells it the sync is done.
+//
+// Leases: the service heartbeats to fs3-mgmtd; when it cannot renew within half the lease it
+// refuses I/O (fenced) until it can, so a partitioned service never serves stale data. After a
+// restart it waits until mgmtd has marked its targets offline before heartbeating, so every
+// target goes through recovery.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "common/config.h"
+#include "fs3/chain.h"
+#include "fs3/chunk_store.h"
+#include "fs3/proto/mgmtd.grpc.pb.h"
+#include "fs3/proto/storage.grpc.pb.h"
+#include "monitoring/metrics.h"
+
+namespace ff::fs3 {
+
+struct StorageTargetOptions {
+  uint64_t id = 0;
+  std::string path;
+  void Bind(ConfigSection& s);
+};
+
+struct StorageOptions {
+  std::string node;       // this service's name
+  std::string mgmtd;      // fs3-mgmtd host:port
+  std::string advertise;  // address others reach this service at; default: the bound one
+  std::vector<StorageTargetOptions> targets;
+  int64_t forward_timeout_ms = 30000;  // how long a write keeps retrying a failed successor
+
+  void Bind(ConfigSection& s);
+};
+
+class StorageService final : public fs3rpc::Storage::Service {
+ public:
+  static Result<std::unique_ptr<StorageService>> Create(const StorageOptions& options,
+                                                        Metrics* metrics);
+  ~StorageService() override;
+  void Start(const std::string& address);
+  void Stop();
+
+  grpc::Status Write(grpc::ServerContext*, const fs3rpc::WriteRequest*,
+                     fs3rpc::WriteResponse*) override;
+  grpc::Status Read(grpc::ServerContext*, const fs3rpc::ReadRequest*,
+                    fs3rpc::ReadResponse*) override;
+  grpc::Status QueryVersion(grpc::ServerContext*, const fs3rpc::QueryVersionRequest*,
+                            fs3rpc::QueryVersionResponse*) override;
+  grpc::Status DumpMeta(grpc::ServerContext*, const fs3rpc::DumpMetaRequest*,
+                        fs3rpc::DumpMetaResponse*) override;
+  grpc::Status SyncDone(grpc::ServerContext*, const fs3rpc::SyncDoneRequest*,
+                        fs3rpc::SyncDoneResponse*) override;
+  grpc::Status LastChunk(grpc::ServerContext*, const fs3rpc::LastChunkRequest*,
+                         fs3rpc::ChunkMetaRecord*) override;
+  grpc::Status SpaceInfo(grpc::ServerContext*, const fs3rpc::SpaceInfoRequest*,
+                         fs3rpc::SpaceInfoResponse*) override;
+
+ private:
+  // Where a target sits in its chain, from the routing table.
+  struct Position {
+    uint32_t chain = 0;
+    uint64_t chain_version = 0;
+    PublicState state = PublicState::kOffline;
+    std::string successor;  // address of the next writable target's service ("" at the tail)
+    uint64_t successor_target = 0;
+    std::string tail;  // address of the chain's tail service
+    uint64_t tail_target = 0;
+    bool head = false;
+  };
+
+  StorageService(const StorageOptions& options, Metrics* metrics);
+  Status DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteResponse* resp);
+  Result<Position> Locate(uint64_t target, uint64_t chain_version_hint);
+  Status CheckServing() const;
+  std::mutex& ChunkLock(uint64_t target, const fs3rpc::ChunkId& id);
+  fs3rpc::Storage::Stub* Peer(const std::string& address);
+  Status RefreshRouting(bool wait, uint64_t known);
+  void HeartbeatLoop();
+  void RoutingLoop();
+  void SyncLoop();
+  Status SyncSuccessor(uint64_t target, const Position& pos);
+
+  const StorageOptions options_;
+  Metrics* metrics_;
+  std::string address_;
+  std::map<uint64_t, std::unique_ptr<ChunkStore>> stores_;
+  std::unique_ptr<fs3rpc::Mgmtd::Stub> mgmtd_;
+
+  mutable std::mutex mu_;
+  std::condition_variable routing_changed_;
+  fs3rpc::RoutingInfo routing_;
+  std::map<uint64_t, LocalState> local_;  // per target
+  std::map<std::string, std::unique_ptr<fs3rpc::Storage::Stub>> peers_;
+  std::map<uint64_t, std::pair<uint64_t, uint32_t>> done_;     // request id -> (version, length)
+  std::set<std::tuple<uint32_t, uint64_t, uint64_t>> synced_;  // (chain, version, successor)
+  int64_t lease_ms_ = 10000;
+  std::chrono::steady_clock::time_point renewed_{};
+  bool registered_ = false;
+  bool fetched_ = false;  // the routing table was fetched at least once
+
+  std::array<std::mutex, 1024> chunk_locks_;
+  std::atomic<bool> stopping_{false};
+  std::thread heartbeat_, routing_thread_, sync_;
+};
+
+}  // namespace ff::fs3

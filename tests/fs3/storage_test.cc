@@ -1,0 +1,387 @@
+// fs3 storage end to end: fs3-mgmtd and three fs3-storage services (chains of 3) as processes
+// on loopback with real RocksDB and chunk files, driven by the client library.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "common/net.h"
+#include "common/rpc_client.h"
+#include "fs3/client.h"
+#include "fs3/crc32c.h"
+#include "tests/support/subprocess.h"
+
+namespace ff::fs3 {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+constexpr uint64_t kChunk = 64 * 1024;
+constexpr int kServices = 3;
+
+std::string Random(std::size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s)
+    c = static_cast<char>(rng());
+  return s;
+}
+
+class StorageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto port = FindFreePort();
+    ASSERT_TRUE(port.ok());
+    mgmtd_address_ = "127.0.0.1:" + std::to_string(*port);
+    test::WriteFile(dir_.File("mgmtd.toml"),
+                    "[server]\nlisten = \"" + mgmtd_address_ +
+                        "\"\n[metrics]\nenabled = false\n[mgmtd]\ndata_dir = \"" +
+                        dir_.File("mgmtd") + "\"\nlease_ms = 1500\ncheck_interval_ms = 100\n");
+    StartMgmtd();
+    for (int i = 0; i < kServices; ++i) {
+      auto p = FindFreePort();
+      ASSERT_TRUE(p.ok());
+      std::string name = "s" + std::to_string(i);
+      std::string config = "[server]\nlisten = \"127.0.0.1:" + std::to_string(*p) +
+                           "\"\n[metrics]\nenabled = false\n[storage]\nnode = \"" + name +
+                           "\"\nmgmtd = \"" + mgmtd_address_ + "\"\n";
+      for (int t = 1; t <= 2; ++t) {
+        config += "[[storage.targets]]\nid = " + std::to_string((i + 1) * 10 + t) + "\npath = \"" +
+                  dir_.File(name + "-t" + std::to_string(t)) + "\"\n";
+      }
+      test::WriteFile(dir_.File(name + ".toml"), config);
+      StartStorage(i);
+    }
+    ASSERT_TRUE(WaitUntil([&] { return CountNodes("up") == kServices; }, 20s));
+    auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd_address_));
+    fs3rpc::InitRequest init;
+    init.set_chunk_size(kChunk);
+    init.set_replication(3);
+    fs3rpc::RoutingInfo info;
+    grpc::ClientContext c;
+    ASSERT_TRUE(stub->InitCluster(&c, init, &info).ok());
+    ASSERT_EQ(info.chains_size(), 2);
+    ClientOptions o;
+    o.mgmtd = mgmtd_address_;
+    auto client = StorageClient::Create(o);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = std::move(*client);
+    ASSERT_TRUE(WaitUntil([&] { return AllServing(); }, 20s));
+  }
+
+  void StartMgmtd() {
+    std::string ready = dir_.File("mgmtd.ready");
+    std::remove(ready.c_str());
+    auto proc = test::Subprocess::Start(
+        {FF_FS3_MGMTD_PATH, "--config", dir_.File("mgmtd.toml"), "--ready-file", ready},
+        {.env = {}, .output_dir = dir_.path()});
+    ASSERT_TRUE(proc.ok());
+    mgmtd_ = std::make_unique<test::Subprocess>(std::move(*proc));
+    ASSERT_TRUE(test::WaitForFile(ready, 20s).has_value()) << mgmtd_->Stderr();
+  }
+
+  void StartStorage(int i) {
+    std::string name = "s" + std::to_string(i);
+    std::string ready = dir_.File(name + ".ready");
+    std::remove(ready.c_str());
+    auto proc = test::Subprocess::Start(
+        {FF_FS3_STORAGE_PATH, "--config", dir_.File(name + ".toml"), "--ready-file", ready},
+        {.env = {}, .output_dir = dir_.path()});
+    ASSERT_TRUE(proc.ok());
+    storage_[i] = std::make_unique<test::Subprocess>(std::move(*proc));
+    ASSERT_TRUE(test::WaitForFile(ready, 20s).has_value()) << storage_[i]->Stderr();
+  }
+
+  fs3rpc::RoutingInfo Routing() {
+    auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd_address_));
+    fs3rpc::RoutingInfo info;
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + 5s);
+    stub->GetRouting(&c, {}, &info);
+    return info;
+  }
+
+  int CountNodes(const std::string& state) {
+    int n = 0;
+    const fs3rpc::RoutingInfo r = Routing();
+    for (const auto& node : r.nodes())
+      n += node.state() == state;
+    return n;
+  }
+
+  bool AllServing() {
+    auto r = Routing();
+    if (r.chains_size() == 0) return false;
+    for (const auto& c : r.chains()) {
+      for (const auto& t : c.targets()) {
+        if (t.state() != "serving") return false;
+      }
+    }
+    return true;
+  }
+
+  // The chain of targets (head first) as "11 21 31".
+  std::string Order(int chain) {
+    std::string s;
+    const fs3rpc::RoutingInfo r = Routing();
+    for (const auto& t : r.chains(chain).targets())
+      s += (s.empty() ? "" : " ") + std::to_string(t.target());
+    return s;
+  }
+
+  // Reads a chunk directly from one target.
+  grpc::Status ReadFrom(uint64_t target, uint64_t inode, uint32_t index, uint32_t offset,
+                        uint32_t length, std::string* data) {
+    auto r = Routing();
+    std::string node, address;
+    for (const auto& t : r.targets()) {
+      if (t.id() == target) node = t.node();
+    }
+    for (const auto& n : r.nodes()) {
+      if (n.name() == node) address = n.address();
+    }
+    auto stub = fs3rpc::Storage::NewStub(MakeChannel(address));
+    fs3rpc::ReadRequest req;
+    req.set_target(target);
+    req.mutable_chunk()->set_inode(inode);
+    req.mutable_chunk()->set_index(index);
+    req.set_offset(offset);
+    req.set_length(length);
+    fs3rpc::ReadResponse resp;
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + 5s);
+    grpc::Status st = stub->Read(&c, req, &resp);
+    *data = resp.data();
+    return st;
+  }
+
+  static bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+    auto until = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < until) {
+      if (done()) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return done();
+  }
+
+  test::TempDir dir_;
+  std::string mgmtd_address_;
+  std::unique_ptr<test::Subprocess> mgmtd_;
+  std::map<int, std::unique_ptr<test::Subprocess>> storage_;
+  std::unique_ptr<StorageClient> client_;
+};
+
+TEST_F(StorageTest, RandomDataAcrossManyChunksReadsBack) {
+  std::map<uint64_t, std::pair<uint64_t, std::string>> files;  // inode -> (offset, data)
+  files[1] = {0, Random(5 * kChunk + 1234, 1)};
+  files[2] = {kChunk - 100, Random(3 * kChunk, 2)};  // starts and ends mid-chunk
+  files[3] = {10, Random(777, 3)};
+  for (const auto& [inode, fd] : files)
+    ASSERT_TRUE(client_->Write(inode, fd.first, fd.second).ok());
+  for (const auto& [inode, fd] : files) {
+    auto back = client_->Read(inode, fd.first, static_cast<uint32_t>(fd.second.size()));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(*back == fd.second) << "inode " << inode;
+  }
+  // An overwrite in the middle, then every replica holds the same bytes.
+  std::string patch = Random(3000, 9);
+  ASSERT_TRUE(client_->Write(1, 2 * kChunk - 1000, patch).ok());
+  files[1].second.replace(2 * kChunk - 1000, patch.size(), patch);
+  auto back = client_->Read(1, 0, static_cast<uint32_t>(files[1].second.size()));
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(*back == files[1].second);
+  auto batch = client_->ReadBatch({{1, 100, 50}, {2, kChunk, 4096}, {3, 10, 777}});
+  ASSERT_TRUE(batch.ok());
+  EXPECT_EQ((*batch)[0], files[1].second.substr(100, 50));
+  EXPECT_EQ((*batch)[1], files[2].second.substr(100, 4096));
+  EXPECT_EQ((*batch)[2], files[3].second);
+}
+
+TEST_F(StorageTest, KillingHeadMiddleAndTailLosesNoAcknowledgedWrite) {
+  std::mutex mu;
+  std::map<uint64_t, std::string> acked;  // offset in inode 7 -> data
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  // Each write and its record happen under `mu`, so a check (which holds it) sees no write in
+  // flight; the kills and recoveries happen while writes are in flight.
+  std::thread writer([&] {
+    for (uint64_t i = 0; !stop; ++i) {
+      uint64_t offset = (i % 40) * 20000;  // overwrites too, across chunk boundaries
+      std::string data = Random(20000, 100 + i);
+      std::lock_guard lock(mu);
+      if (client_->Write(7, offset, data).ok()) {
+        acked[offset] = data;
+      } else {
+        ++failures;
+      }
+    }
+  });
+  auto check = [&] {
+    std::lock_guard lock(mu);
+    for (const auto& [offset, data] : acked) {
+      auto back = client_->Read(7, offset, static_cast<uint32_t>(data.size()));
+      ASSERT_TRUE(back.ok()) << back.status();
+      ASSERT_EQ(Crc32c(*back), Crc32c(data)) << "offset " << offset;
+    }
+  };
+  // Head, then middle, then tail of chain 1 (as it stands at each step).
+  for (int position : {0, 1, 2}) {
+    std::this_thread::sleep_for(700ms);
+    const fs3rpc::RoutingInfo now = Routing();
+    const auto& order = now.chains(0).targets();
+    uint64_t victim_target = order[position].target();
+    int victim = static_cast<int>(victim_target / 10) - 1;
+    SCOPED_TRACE("killing s" + std::to_string(victim) + " (position " + std::to_string(position) +
+                 " of chain 1: " + Order(0) + ")");
+    storage_[victim]->Signal(SIGKILL);
+    storage_[victim]->Wait(5s);
+    ASSERT_TRUE(WaitUntil([&] { return CountNodes("down") == 1; }, 20s));
+    std::this_thread::sleep_for(500ms);  // writes go on without it
+    StartStorage(victim);
+    ASSERT_TRUE(WaitUntil([&] { return AllServing(); }, 60s)) << Order(0) << " / " << Order(1);
+    check();
+  }
+  stop = true;
+  writer.join();
+  check();
+  EXPECT_EQ(failures.load(), 0);
+  std::lock_guard lock(mu);
+  EXPECT_EQ(acked.size(), 40u);
+  // Every replica of every chunk holds the same committed data.
+  for (uint32_t index = 0; index < 40 * 20000 / kChunk + 1; ++index) {
+    const fs3rpc::RoutingInfo r = Routing();
+    const auto& chain = r.chains(static_cast<int>((7 + index) % 2));
+    std::string first;
+    for (int k = 0; k < chain.targets_size(); ++k) {
+      std::string data;
+      ASSERT_TRUE(ReadFrom(chain.targets(k).target(), 7, index, 0, kChunk, &data).ok());
+      if (k == 0) first = data;
+      EXPECT_EQ(Crc32c(data), Crc32c(first))
+          << "chunk " << index << " target " << chain.targets(k).target();
+    }
+  }
+}
+
+TEST_F(StorageTest, ACorruptChunkIsDetectedAndServedFromAnotherReplica) {
+  std::string data = Random(kChunk, 5);
+  ASSERT_TRUE(client_->Write(9, 0, data).ok());
+  // Chunk 0 of inode 9 is on chain (9 + 0) % 2 = 1: the second chain. Corrupt its head's copy.
+  const fs3rpc::RoutingInfo routing = Routing();
+  const auto& chain = routing.chains(1);
+  uint64_t target = chain.targets(0).target();
+  std::string path = dir_.File("s" + std::to_string(target / 10 - 1) + "-t" +
+                               std::to_string(target % 10) + "/chunks/0000000000000009-00000000.c");
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.is_open()) << path;
+    f.seekp(100);
+    f.put(static_cast<char>(data[100] ^ 0x40));
+  }
+  std::string got;
+  grpc::Status st = ReadFrom(target, 9, 0, 0, 4096, &got);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_THAT(st.error_message(), HasSubstr("fails its checksum"));
+  for (int i = 0; i < 6; ++i) {  // whichever replica the client starts with
+    auto back = client_->Read(9, 0, kChunk);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(*back == data);
+  }
+}
+
+TEST_F(StorageTest, BadRequestsGetPreciseErrorsAndChangeNothing) {
+  std::string data = Random(1000, 6);
+  ASSERT_TRUE(client_->Write(4, 0, data).ok());
+  auto r = Routing();
+  const auto& chain = r.chains(0);  // chunk 0 of inode 4 lives on chain (4 + 0) % 2 = 0
+  uint64_t head = chain.targets(0).target();
+  std::string address;
+  for (const auto& n : r.nodes()) {
+    if (n.name() == "s" + std::to_string(head / 10 - 1)) address = n.address();
+  }
+  auto stub = fs3rpc::Storage::NewStub(MakeChannel(address));
+  auto write = [&](const std::function<void(fs3rpc::WriteRequest&)>& change) {
+    fs3rpc::WriteRequest w;
+    w.set_request_id(12345);
+    w.set_chain(chain.id());
+    w.set_chain_version(chain.version());
+    w.set_target(head);
+    w.mutable_chunk()->set_inode(4);
+    w.set_data("zzz");
+    change(w);
+    fs3rpc::WriteResponse resp;
+    grpc::ClientContext c;
+    return stub->Write(&c, w, &resp);
+  };
+  grpc::Status st = write([&](auto& w) { w.set_chain_version(chain.version() - 1); });
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_THAT(st.error_message(), HasSubstr("stale chain version"));
+  st = write([](auto& w) { w.set_offset(kChunk - 1); });
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("beyond the chunk size 65536"));
+  st = write([](auto& w) { w.set_target(999); });
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  st = write([](auto& w) { w.clear_chunk(); });
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  st = write([&](auto& w) { w.set_target(chain.targets(1).target()); });  // not on this service
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  {
+    // A client write sent to the middle of the chain, on its own service: not the head.
+    uint64_t middle = chain.targets(1).target();
+    std::string middle_address;
+    for (const auto& n : r.nodes()) {
+      if (n.name() == "s" + std::to_string(middle / 10 - 1)) middle_address = n.address();
+    }
+    auto middle_stub = fs3rpc::Storage::NewStub(MakeChannel(middle_address));
+    fs3rpc::WriteRequest w;
+    w.set_request_id(777);
+    w.set_chain(chain.id());
+    w.set_chain_version(chain.version());
+    w.set_target(middle);
+    w.mutable_chunk()->set_inode(4);
+    w.set_data("zzz");
+    fs3rpc::WriteResponse resp;
+    grpc::ClientContext c;
+    st = middle_stub->Write(&c, w, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::ABORTED);
+    EXPECT_THAT(st.error_message(), HasSubstr("is not the head of chain"));
+  }
+  std::string got;
+  st = ReadFrom(head, 4, 0, 0, 0xffffffffu, &got);  // huge length
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  auto back = client_->Read(4, 0, 1000);
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(*back == data);  // nothing changed
+}
+
+TEST_F(StorageTest, IoContinuesAcrossAManagerRestart) {
+  ASSERT_TRUE(client_->Write(5, 0, "before").ok());
+  mgmtd_->Signal(SIGKILL);
+  mgmtd_->Wait(5s);
+  // Without the manager the services cannot renew their leases and stop serving within half a
+  // lease (no split brain); a write in that time waits, and completes once the manager is back.
+  std::this_thread::sleep_for(1000ms);
+  Status during;
+  std::thread writer([&] { during = client_->Write(5, 6, "-during"); });
+  std::this_thread::sleep_for(300ms);
+  StartMgmtd();
+  writer.join();
+  ASSERT_TRUE(during.ok()) << during;
+  ASSERT_TRUE(WaitUntil([&] { return CountNodes("up") == kServices; }, 20s));
+  ASSERT_TRUE(client_->Write(5, 13, "-after").ok());
+  auto back = client_->Read(5, 0, 19);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, "before-during-after");
+  EXPECT_TRUE(AllServing());
+}
+
+}  // namespace
+}  // namespace ff::fs3
