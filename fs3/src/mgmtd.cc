@@ -61,6 +61,8 @@ void MgmtdOptions::Bind(ConfigSection& s) {
   s.Required("data_dir", data_dir);
   s.Optional("lease_ms", lease_ms);
   s.Check(lease_ms >= 100, "lease_ms", "must be at least 100");
+  s.Optional("restart_grace_ms", restart_grace_ms);
+  s.Check(restart_grace_ms >= 0, "restart_grace_ms", "must not be negative");
   s.Optional("check_interval_ms", check_interval_ms);
   s.Check(check_interval_ms > 0 && check_interval_ms < lease_ms, "check_interval_ms",
           "must be positive and below lease_ms");
@@ -141,10 +143,12 @@ LocalState Mgmtd::LocalOf(TargetId id) const {
 void Mgmtd::Check() {
   std::lock_guard lock(mu_);
   if (!cluster_.initialized()) return;
-  // After a restart, services get two leases to report before their targets count as down
+  // After a restart, services get a grace period to report before their targets count as down
   // (their clients reconnect with backoff).
   const auto now = std::chrono::steady_clock::now();
-  const bool grace = now - started_ < std::chrono::milliseconds(2 * options_.lease_ms);
+  const int64_t grace_ms =
+      options_.restart_grace_ms > 0 ? options_.restart_grace_ms : 3 * options_.lease_ms;
+  const bool grace = now - started_ < std::chrono::milliseconds(grace_ms);
   std::vector<ChainId> changed;
   for (auto& [id, chain] : chains_) {
     std::map<TargetId, LocalState> local;

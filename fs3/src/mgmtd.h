@@ -22,6 +22,9 @@ struct MgmtdOptions {
   std::string data_dir;
   int64_t lease_ms = 10000;         // a service not heard from this long is down
   int64_t check_interval_ms = 200;  // how often leases and chains are re-evaluated
+  // After a restart, how long services have to report before their targets count as down
+  // (0: three leases). Their gRPC clients reconnect with backoff, so give them time.
+  int64_t restart_grace_ms = 0;
 
   void Bind(ConfigSection& s);
 };

@@ -33,10 +33,10 @@ class MgmtdTest : public ::testing::Test {
     auto port = FindFreePort();
     ASSERT_TRUE(port.ok());
     address_ = "127.0.0.1:" + std::to_string(*port);
-    test::WriteFile(dir_.File("mgmtd.toml"), "[server]\nlisten = \"" + address_ +
-                                                 "\"\n[metrics]\nenabled = false\n" +
-                                                 "[mgmtd]\ndata_dir = \"" + dir_.File("mgmtd") +
-                                                 "\"\nlease_ms = 1000\ncheck_interval_ms = 50\n");
+    test::WriteFile(dir_.File("mgmtd.toml"),
+                    "[server]\nlisten = \"" + address_ + "\"\n[metrics]\nenabled = false\n" +
+                        "[mgmtd]\ndata_dir = \"" + dir_.File("mgmtd") +
+                        "\"\nlease_ms = 1000\ncheck_interval_ms = 50\nrestart_grace_ms = 10000\n");
     StartMgmtd();
     for (const char* s : {"s0", "s1", "s2"}) {
       std::string name = s;
@@ -202,7 +202,7 @@ TEST_F(MgmtdTest, RoutingSurvivesAKilledManagerAndServicesReRegister) {
   ASSERT_TRUE(WaitUntil([&] { return Nodes("up") == 3; }, 10s));
   // Past the lease, with everyone back, nothing changed.
   std::this_thread::sleep_for(1500ms);
-  EXPECT_EQ(Routing()["chains"], before["chains"]);
+  EXPECT_EQ(Routing()["chains"], before["chains"]) << mgmtd_->Stderr();
 }
 
 TEST_F(MgmtdTest, BadRequestsAreRefusedAndChangeNothing) {

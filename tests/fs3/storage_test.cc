@@ -45,7 +45,8 @@ class StorageTest : public ::testing::Test {
     test::WriteFile(dir_.File("mgmtd.toml"),
                     "[server]\nlisten = \"" + mgmtd_address_ +
                         "\"\n[metrics]\nenabled = false\n[mgmtd]\ndata_dir = \"" +
-                        dir_.File("mgmtd") + "\"\nlease_ms = 1500\ncheck_interval_ms = 100\n");
+                        dir_.File("mgmtd") +
+                        "\"\nlease_ms = 1500\ncheck_interval_ms = 100\nrestart_grace_ms = 10000\n");
     StartMgmtd();
     for (int i = 0; i < kServices; ++i) {
       auto p = FindFreePort();
