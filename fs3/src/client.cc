@@ -41,6 +41,11 @@ StorageClient::StorageClient(const ClientOptions& options)
       mgmtd_(fs3rpc::Mgmtd::NewStub(MakeChannel(options.mgmtd))),
       next_request_(std::random_device{}() * uint64_t{0x100000000}) {}
 
+uint64_t StorageClient::peak_inflight_read_bytes() const {
+  std::lock_guard lock(credit_mu_);
+  return peak_;
+}
+
 uint64_t StorageClient::chunk_size() const {
   std::lock_guard lock(mu_);
   return routing_.chunk_size();
@@ -156,6 +161,28 @@ Result<std::string> StorageClient::ReadChunk(uint64_t inode, uint32_t index, uin
   req.mutable_chunk()->set_index(index);
   req.set_offset(offset);
   req.set_length(length);
+  // Request-to-send: wait until the reply fits under the client's in-flight budget.
+  const uint64_t grant = std::min<uint64_t>(
+      std::max<uint32_t>(length, 1), std::max<uint64_t>(1, options_.max_inflight_read_bytes));
+  {
+    std::unique_lock lock(credit_mu_);
+    credit_cv_.wait(lock, [&] {
+      return inflight_ + grant <= options_.max_inflight_read_bytes || inflight_ == 0;
+    });
+    inflight_ += grant;
+    peak_ = std::max(peak_, inflight_);
+  }
+  struct Release {
+    StorageClient* c;
+    uint64_t n;
+    ~Release() {
+      {
+        std::lock_guard lock(c->credit_mu_);
+        c->inflight_ -= n;
+      }
+      c->credit_cv_.notify_all();
+    }
+  } release{this, grant};
   const auto deadline = Clock::now() + options_.retry_timeout;
   Status last = Unavailable("no serving replica");
   for (int attempt = 0;; ++attempt) {

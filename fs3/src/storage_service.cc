@@ -111,6 +111,20 @@ Status StorageService::RefreshRouting(bool wait, uint64_t known) {
       }
     }
   }
+  if (metrics_) {
+    for (const fs3rpc::ChainInfo& c : routing_.chains()) {
+      for (const fs3rpc::ChainTargetInfo& t : c.targets()) {
+        if (!stores_.contains(t.target())) continue;
+        for (auto ps : {PublicState::kServing, PublicState::kSyncing, PublicState::kWaiting,
+                        PublicState::kLastSrv, PublicState::kOffline}) {
+          metrics_
+              ->Gauge("fs3_storage_target_state", "1 for the public state a target is in",
+                      {{"target", std::to_string(t.target())}, {"state", std::string(Name(ps))}})
+              .Set(t.state() == Name(ps) ? 1 : 0);
+        }
+      }
+    }
+  }
   routing_changed_.notify_all();
   return Status::Ok();
 }
@@ -257,7 +271,17 @@ fs3rpc::Storage::Stub* StorageService::Peer(const std::string& address) {
 
 grpc::Status StorageService::Write(grpc::ServerContext*, const fs3rpc::WriteRequest* req,
                                    fs3rpc::WriteResponse* resp) {
-  return ServeRpc("Write", [&] { return DoWrite(*req, resp); });
+  const auto start = Clock::now();
+  grpc::Status st = ServeRpc("Write", [&] { return DoWrite(*req, resp); });
+  if (metrics_) {
+    metrics_
+        ->Histogram("fs3_storage_write_seconds", "Write latency, through the rest of the chain",
+                    Metrics::LatencyBuckets(), {{"role", req->forwarded() ? "replica" : "head"}})
+        .Observe(std::chrono::duration<double>(Clock::now() - start).count());
+    if (!st.ok())
+      metrics_->Counter("fs3_storage_write_errors_total", "Writes refused or failed").Increment();
+  }
+  return st;
 }
 
 Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteResponse* resp) {
@@ -380,8 +404,21 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
 
 // ---- reads -------------------------------------------------------------------------------------
 
-grpc::Status StorageService::Read(grpc::ServerContext*, const fs3rpc::ReadRequest* req,
+grpc::Status StorageService::Read(grpc::ServerContext* ctx, const fs3rpc::ReadRequest* req,
                                   fs3rpc::ReadResponse* resp) {
+  const auto start = Clock::now();
+  grpc::Status st = DoRead(ctx, req, resp);
+  if (metrics_) {
+    metrics_->Histogram("fs3_storage_read_seconds", "Read latency", Metrics::LatencyBuckets())
+        .Observe(std::chrono::duration<double>(Clock::now() - start).count());
+    if (!st.ok())
+      metrics_->Counter("fs3_storage_read_errors_total", "Reads refused or failed").Increment();
+  }
+  return st;
+}
+
+grpc::Status StorageService::DoRead(grpc::ServerContext*, const fs3rpc::ReadRequest* req,
+                                    fs3rpc::ReadResponse* resp) {
   return ServeRpc("Read", [&]() -> Status {
     FF_RETURN_IF_ERROR(CheckServing());
     auto it = stores_.find(req->target());

@@ -87,6 +87,7 @@ class StorageService final : public fs3rpc::Storage::Service {
 
   StorageService(const StorageOptions& options, Metrics* metrics);
   Status DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteResponse* resp);
+  grpc::Status DoRead(grpc::ServerContext*, const fs3rpc::ReadRequest*, fs3rpc::ReadResponse*);
   Result<Position> Locate(uint64_t target, uint64_t chain_version_hint);
   Status CheckServing() const;
   std::mutex& ChunkLock(uint64_t target, const fs3rpc::ChunkId& id);

@@ -17,6 +17,7 @@
 #include "common/rpc_client.h"
 #include "fs3/client.h"
 #include "fs3/crc32c.h"
+#include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
 
 namespace ff::fs3 {
@@ -53,7 +54,7 @@ class StorageTest : public ::testing::Test {
       ASSERT_TRUE(p.ok());
       std::string name = "s" + std::to_string(i);
       std::string config = "[server]\nlisten = \"127.0.0.1:" + std::to_string(*p) +
-                           "\"\n[metrics]\nenabled = false\n[storage]\nnode = \"" + name +
+                           "\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[storage]\nnode = \"" + name +
                            "\"\nmgmtd = \"" + mgmtd_address_ + "\"\n";
       for (int t = 1; t <= 2; ++t) {
         config += "[[storage.targets]]\nid = " + std::to_string((i + 1) * 10 + t) + "\npath = \"" +
@@ -99,7 +100,9 @@ class StorageTest : public ::testing::Test {
         {.env = {}, .output_dir = dir_.path()});
     ASSERT_TRUE(proc.ok());
     storage_[i] = std::make_unique<test::Subprocess>(std::move(*proc));
-    ASSERT_TRUE(test::WaitForFile(ready, 20s).has_value()) << storage_[i]->Stderr();
+    auto endpoints = test::WaitForFile(ready, 20s);
+    ASSERT_TRUE(endpoints.has_value()) << storage_[i]->Stderr();
+    metrics_[i] = nlohmann::json::parse(*endpoints)["metrics"];
   }
 
   fs3rpc::RoutingInfo Routing() {
@@ -178,6 +181,7 @@ class StorageTest : public ::testing::Test {
   std::string mgmtd_address_;
   std::unique_ptr<test::Subprocess> mgmtd_;
   std::map<int, std::unique_ptr<test::Subprocess>> storage_;
+  std::map<int, std::string> metrics_;  // each storage service's /metrics address
   std::unique_ptr<StorageClient> client_;
 };
 
@@ -200,6 +204,16 @@ TEST_F(StorageTest, RandomDataAcrossManyChunksReadsBack) {
   auto back = client_->Read(1, 0, static_cast<uint32_t>(files[1].second.size()));
   ASSERT_TRUE(back.ok());
   EXPECT_TRUE(*back == files[1].second);
+  // Every service shows its I/O and its targets' states.
+  for (int i = 0; i < kServices; ++i) {
+    auto page = test::HttpGet(metrics_[i], "/metrics");
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_THAT(page->body, HasSubstr("fs3_storage_write_bytes_total"));
+    EXPECT_THAT(page->body, HasSubstr("fs3_storage_write_seconds_bucket"));
+    EXPECT_THAT(page->body, HasSubstr("fs3_storage_read_seconds_count"));
+    EXPECT_THAT(page->body, HasSubstr("fs3_storage_target_state{state=\"serving\",target=\"" +
+                                      std::to_string((i + 1) * 10 + 1) + "\"} 1"));
+  }
   auto batch = client_->ReadBatch({{1, 100, 50}, {2, kChunk, 4096}, {3, 10, 777}});
   ASSERT_TRUE(batch.ok());
   EXPECT_EQ((*batch)[0], files[1].second.substr(100, 50));
@@ -270,6 +284,25 @@ TEST_F(StorageTest, KillingHeadMiddleAndTailLosesNoAcknowledgedWrite) {
           << "chunk " << index << " target " << chain.targets(k).target();
     }
   }
+}
+
+TEST_F(StorageTest, BatchedReadsArePacedByTheClient) {
+  std::string data = Random(32 * kChunk, 11);
+  ASSERT_TRUE(client_->Write(8, 0, data).ok());
+  ClientOptions o;
+  o.mgmtd = mgmtd_address_;
+  o.max_inflight_read_bytes = 2 * kChunk;  // two chunk-sized replies at a time
+  auto paced = StorageClient::Create(o);
+  ASSERT_TRUE(paced.ok());
+  std::vector<ReadOp> ops;
+  for (uint32_t i = 0; i < 32; ++i)
+    ops.push_back({8, i * kChunk, static_cast<uint32_t>(kChunk)});
+  auto out = (*paced)->ReadBatch(ops);
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (uint32_t i = 0; i < 32; ++i)
+    ASSERT_TRUE((*out)[i] == data.substr(i * kChunk, kChunk)) << i;
+  EXPECT_GT((*paced)->peak_inflight_read_bytes(), 0u);
+  EXPECT_LE((*paced)->peak_inflight_read_bytes(), 2 * kChunk);
 }
 
 TEST_F(StorageTest, ACorruptChunkIsDetectedAndServedFromAnotherReplica) {

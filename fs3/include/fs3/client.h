@@ -6,10 +6,16 @@
 // chain moved on), dead targets and heads that changed are retried with a refreshed routing
 // table until `retry_timeout`; a request fails only when no replica can serve it. A write keeps
 // its request id across retries, so it is applied once.
+//
+// Incast control (request-to-send): reads are granted by the client, which issues a read only
+// when the bytes it may bring back fit under `max_inflight_read_bytes`; targets reply only to
+// reads they were sent, so a batch over many targets never floods the client's link.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,6 +31,7 @@ struct ClientOptions {
   std::string mgmtd;  // fs3-mgmtd host:port
   std::chrono::milliseconds retry_timeout{std::chrono::seconds(60)};
   std::chrono::milliseconds rpc_timeout{std::chrono::seconds(10)};
+  uint64_t max_inflight_read_bytes = uint64_t{64} << 20;
 };
 
 struct ReadOp {
@@ -46,6 +53,8 @@ class StorageClient {
   Result<std::vector<std::string>> ReadBatch(const std::vector<ReadOp>& ops);
 
   uint64_t chunk_size() const;
+  // The most read bytes that were in flight at once (for tests and tuning).
+  uint64_t peak_inflight_read_bytes() const;
   Status RefreshRouting();
 
  private:
@@ -61,6 +70,10 @@ class StorageClient {
   std::map<std::string, std::unique_ptr<fs3rpc::Storage::Stub>> stubs_;
   std::atomic<uint64_t> next_request_;
   std::atomic<uint64_t> rotate_{0};
+  // Read credits (request-to-send).
+  mutable std::mutex credit_mu_;
+  std::condition_variable credit_cv_;
+  uint64_t inflight_ = 0, peak_ = 0;
 };
 
 }  // namespace ff::fs3
