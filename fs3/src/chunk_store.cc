@@ -109,6 +109,38 @@ Result<fs3rpc::ChunkMetaRecord> ChunkStore::Prepare(const fs3rpc::ChunkId& id, u
     if (content.size() < offset + data.size()) content.resize(offset + data.size(), '\0');
     content.replace(offset, data.size(), data);
   }
+  return StorePending(std::move(meta), version, content, chain_version);
+}
+
+Result<fs3rpc::ChunkMetaRecord> ChunkStore::PrepareTruncate(const fs3rpc::ChunkId& id,
+                                                            uint64_t version, uint32_t length,
+                                                            uint64_t chain_version) {
+  fs3rpc::ChunkMetaRecord meta;
+  if (auto m = Meta(id); m.ok()) {
+    meta = *m;
+  } else if (m.status().code() != StatusCode::kNotFound) {
+    return m.status();
+  } else {
+    *meta.mutable_id() = id;
+  }
+  if (meta.committed_version() + 1 != version) {
+    return FailedPrecondition("version mismatch on chunk " + IdName(id) + ": committed " +
+                              std::to_string(meta.committed_version()) + ", update makes " +
+                              std::to_string(version));
+  }
+  std::string content;
+  if (meta.committed_version() > 0) {
+    FF_ASSIGN_OR_RETURN(content, Read(id, 0, std::min(meta.length(), length)));
+  }
+  content.resize(length, '\0');
+  return StorePending(std::move(meta), version, content, chain_version);
+}
+
+Result<fs3rpc::ChunkMetaRecord> ChunkStore::StorePending(fs3rpc::ChunkMetaRecord meta,
+                                                         uint64_t version,
+                                                         const std::string& content,
+                                                         uint64_t chain_version) {
+  const fs3rpc::ChunkId id = meta.id();
   FF_RETURN_IF_ERROR(WriteFileSynced(Path(id, true), content));
   meta.set_pending_version(version);
   meta.set_pending_length(static_cast<uint32_t>(content.size()));

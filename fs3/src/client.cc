@@ -85,11 +85,37 @@ Status StorageClient::Write(uint64_t inode, uint64_t offset, std::string_view da
 Status StorageClient::WriteChunk(uint64_t inode, uint32_t index, uint32_t offset,
                                  std::string_view data) {
   fs3rpc::WriteRequest req;
-  req.set_request_id(next_request_++);
   req.mutable_chunk()->set_inode(inode);
   req.mutable_chunk()->set_index(index);
   req.set_offset(offset);
   req.set_data(std::string(data));
+  return SendToHead(req);
+}
+
+Status StorageClient::TruncateChunk(uint64_t inode, uint32_t index, uint32_t length) {
+  if (length > chunk_size()) {
+    return InvalidArgument("a chunk holds at most " + std::to_string(chunk_size()) + " bytes");
+  }
+  fs3rpc::WriteRequest req;
+  req.mutable_chunk()->set_inode(inode);
+  req.mutable_chunk()->set_index(index);
+  req.set_offset(length);
+  req.set_truncate(true);
+  return SendToHead(req);
+}
+
+Status StorageClient::RemoveChunk(uint64_t inode, uint32_t index) {
+  fs3rpc::WriteRequest req;
+  req.mutable_chunk()->set_inode(inode);
+  req.mutable_chunk()->set_index(index);
+  req.set_remove(true);
+  return SendToHead(req);
+}
+
+Status StorageClient::SendToHead(fs3rpc::WriteRequest& req) {
+  req.set_request_id(next_request_++);
+  const uint64_t inode = req.chunk().inode();
+  const uint32_t index = req.chunk().index();
   const auto deadline = Clock::now() + options_.retry_timeout;
   Status last = Unavailable("no attempt");
   for (int attempt = 0;; ++attempt) {

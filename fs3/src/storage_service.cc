@@ -298,6 +298,9 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
     chunk_size = routing_.chunk_size();
   }
   if (!req.has_chunk()) return InvalidArgument("the request names no chunk");
+  if (req.truncate() && (req.remove() || !req.data().empty() || req.full_replace())) {
+    return InvalidArgument("a truncate carries no data (its new length is the offset)");
+  }
   if (!req.remove() && uint64_t{req.offset()} + req.data().size() > chunk_size) {
     return InvalidArgument("offset " + std::to_string(req.offset()) + " + length " +
                            std::to_string(req.data().size()) + " is beyond the chunk size " +
@@ -339,7 +342,11 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
     version = (meta.ok() ? meta->committed_version() : 0) + 1;
   }
   uint32_t length = 0;
-  if (!req.remove()) {
+  if (req.truncate() && !req.full_replace()) {
+    FF_ASSIGN_OR_RETURN(
+        auto pending, store.PrepareTruncate(req.chunk(), version, req.offset(), pos.chain_version));
+    length = pending.pending_length();
+  } else if (!req.remove()) {
     FF_ASSIGN_OR_RETURN(auto pending, store.Prepare(req.chunk(), version, req.offset(), req.data(),
                                                     req.full_replace(), pos.chain_version));
     length = pending.pending_length();
@@ -366,6 +373,7 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
       // The successor lacks the base version: send the whole chunk.
       FF_ASSIGN_OR_RETURN(std::string whole, store.Read(req.chunk(), 0, length, /*pending=*/true));
       fwd.set_full_replace(true);
+      fwd.set_truncate(false);
       fwd.set_offset(0);
       fwd.set_data(std::move(whole));
       continue;

@@ -286,6 +286,31 @@ TEST_F(StorageTest, KillingHeadMiddleAndTailLosesNoAcknowledgedWrite) {
   }
 }
 
+TEST_F(StorageTest, TruncateAndRemoveReachEveryReplica) {
+  std::string data = Random(kChunk, 12);
+  ASSERT_TRUE(client_->Write(6, 0, data).ok());
+  ASSERT_TRUE(client_->Write(6, kChunk, "second chunk").ok());
+  ASSERT_TRUE(client_->TruncateChunk(6, 0, 1000).ok());
+  const fs3rpc::RoutingInfo r = Routing();
+  for (const auto& t : r.chains(0).targets()) {  // chunk 0 of inode 6: chain (6 + 0) % 2 = 0
+    std::string got;
+    ASSERT_TRUE(ReadFrom(t.target(), 6, 0, 0, kChunk, &got).ok());
+    EXPECT_TRUE(got == data.substr(0, 1000)) << t.target();
+  }
+  ASSERT_TRUE(client_->TruncateChunk(6, 0, 3000).ok());  // zero-extends
+  auto back = client_->Read(6, 0, 3000);
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(*back == data.substr(0, 1000) + std::string(2000, '\0'));
+  ASSERT_TRUE(client_->RemoveChunk(6, 1).ok());
+  for (const auto& t : r.chains(1).targets()) {
+    std::string got = "x";
+    ASSERT_TRUE(ReadFrom(t.target(), 6, 1, 0, 100, &got).ok());
+    EXPECT_EQ(got, "") << t.target();  // gone: reads as a hole
+  }
+  ASSERT_TRUE(client_->RemoveChunk(6, 1).ok());  // again: fine
+  EXPECT_EQ(client_->TruncateChunk(6, 0, kChunk + 1).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(StorageTest, BatchedReadsArePacedByTheClient) {
   std::string data = Random(32 * kChunk, 11);
   ASSERT_TRUE(client_->Write(8, 0, data).ok());

@@ -33,6 +33,10 @@ class ChunkStore {
   Result<fs3rpc::ChunkMetaRecord> Prepare(const fs3rpc::ChunkId& id, uint64_t version,
                                           uint32_t offset, const std::string& data, bool full,
                                           uint64_t chain_version);
+  // Stores version `version` as pending: the committed content (version - 1) cut or zero-extended
+  // to `length` bytes.
+  Result<fs3rpc::ChunkMetaRecord> PrepareTruncate(const fs3rpc::ChunkId& id, uint64_t version,
+                                                  uint32_t length, uint64_t chain_version);
   // Makes pending `version` the committed one (idempotent once done).
   Status Commit(const fs3rpc::ChunkId& id, uint64_t version);
   // Drops the chunk (content and metadata). Absent is fine.
@@ -55,6 +59,8 @@ class ChunkStore {
   ChunkStore(std::string dir, std::unique_ptr<ProtoDb> db)
       : dir_(std::move(dir)), db_(std::move(db)) {}
   std::string Path(const fs3rpc::ChunkId& id, bool pending) const;
+  Result<fs3rpc::ChunkMetaRecord> StorePending(fs3rpc::ChunkMetaRecord meta, uint64_t version,
+                                               const std::string& content, uint64_t chain_version);
 
   std::string dir_;
   std::unique_ptr<ProtoDb> db_;

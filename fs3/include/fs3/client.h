@@ -49,6 +49,10 @@ class StorageClient {
   // Up to `length` bytes at `offset`; holes and the end of chunks read as zeros up to the
   // chunk's written length (callers know file lengths from metadata).
   Result<std::string> Read(uint64_t inode, uint64_t offset, uint32_t length);
+  // Cuts (or zero-extends) chunk `index` of `inode` to `length` bytes, on every replica.
+  Status TruncateChunk(uint64_t inode, uint32_t index, uint32_t length);
+  // Removes chunk `index` of `inode` from every replica (absent is fine).
+  Status RemoveChunk(uint64_t inode, uint32_t index);
   // Many reads at once (issued concurrently); results in order.
   Result<std::vector<std::string>> ReadBatch(const std::vector<ReadOp>& ops);
 
@@ -60,6 +64,8 @@ class StorageClient {
  private:
   explicit StorageClient(const ClientOptions& options);
   Status WriteChunk(uint64_t inode, uint32_t index, uint32_t offset, std::string_view data);
+  // Sends `req` (chunk, offset, data or flags set) to its chain's head, retrying.
+  Status SendToHead(fs3rpc::WriteRequest& req);
   Result<std::string> ReadChunk(uint64_t inode, uint32_t index, uint32_t offset, uint32_t length);
   fs3rpc::Storage::Stub* Stub(const std::string& address);
 
