@@ -62,13 +62,6 @@ Status StorageClient::RefreshRouting() {
   return Status::Ok();
 }
 
-fs3rpc::Storage::Stub* StorageClient::Stub(const std::string& address) {
-  std::lock_guard lock(mu_);
-  auto& s = stubs_[address];
-  if (!s) s = fs3rpc::Storage::NewStub(MakeChannel(address));
-  return s.get();
-}
-
 Status StorageClient::Write(uint64_t inode, uint64_t offset, std::string_view data) {
   const uint64_t size = chunk_size();
   while (!data.empty()) {
@@ -144,12 +137,8 @@ Status StorageClient::SendToHead(fs3rpc::WriteRequest& req) {
     }
     if (req.target() != 0 && !address.empty()) {
       fs3rpc::WriteResponse resp;
-      CallOptions o;
-      o.deadline = options_.rpc_timeout + std::chrono::seconds(30);  // the chain may be recovering
-      o.max_attempts = 1;
-      fs3rpc::Storage::Stub* stub = Stub(address);
-      last = CallRpc("fs3-storage Write", o,
-                     [&](grpc::ClientContext* c) { return stub->Write(c, req, &resp); });
+      // The chain may be recovering behind the head: allow for its forward timeout.
+      last = transport_.Write(address, req, &resp, options_.rpc_timeout + std::chrono::seconds(30));
       if (last.ok()) return Status::Ok();
       if (!Retryable(last)) return last;
     } else {
@@ -235,9 +224,7 @@ Result<std::string> StorageClient::ReadChunk(uint64_t inode, uint32_t index, uin
       const auto& [target, address] = replicas[(start + k) % replicas.size()];
       req.set_target(target);
       fs3rpc::ReadResponse resp;
-      fs3rpc::Storage::Stub* stub = Stub(address);
-      last = CallRpc("fs3-storage Read", CallOptions::Idempotent(options_.rpc_timeout),
-                     [&](grpc::ClientContext* c) { return stub->Read(c, req, &resp); });
+      last = transport_.Read(address, req, &resp, options_.rpc_timeout);
       if (last.ok()) return std::move(*resp.mutable_data());
       if (!Retryable(last)) return last;
     }

@@ -13,7 +13,7 @@ namespace ff::fs3 {
 namespace {
 
 constexpr uint64_t kMinChunkSize = 4096;
-constexpr uint64_t kMaxChunkSize = uint64_t{1} << 30;
+constexpr uint64_t kMaxChunkSize = uint64_t{64} << 20;
 constexpr uint32_t kMaxReplication = 16;
 
 std::string ChainKey(ChainId id) {
@@ -331,7 +331,7 @@ grpc::Status Mgmtd::InitCluster(grpc::ServerContext*, const fs3rpc::InitRequest*
   return ServeRpc("InitCluster", [&]() -> Status {
     const uint64_t size = req->chunk_size();
     if (size < kMinChunkSize || size > kMaxChunkSize || (size & (size - 1)) != 0) {
-      return InvalidArgument("the chunk size must be a power of two from 4 KiB to 1 GiB (got " +
+      return InvalidArgument("the chunk size must be a power of two from 4 KiB to 64 MiB (got " +
                              std::to_string(size) + ")");
     }
     if (req->replication() < 1 || req->replication() > kMaxReplication) {

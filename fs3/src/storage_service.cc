@@ -261,16 +261,42 @@ std::mutex& StorageService::ChunkLock(uint64_t target, const fs3rpc::ChunkId& id
 }
 
 fs3rpc::Storage::Stub* StorageService::Peer(const std::string& address) {
-  std::lock_guard lock(mu_);
-  auto& stub = peers_[address];
-  if (!stub) stub = fs3rpc::Storage::NewStub(MakeChannel(address));
-  return stub.get();
+  return transport_.Stub(address);
 }
 
 // ---- writes ------------------------------------------------------------------------------------
 
 grpc::Status StorageService::Write(grpc::ServerContext*, const fs3rpc::WriteRequest* req,
                                    fs3rpc::WriteResponse* resp) {
+  return TimedWrite(*req, resp);
+}
+
+grpc::Status StorageService::WriteStream(grpc::ServerContext*,
+                                         grpc::ServerReader<fs3rpc::WritePiece>* reader,
+                                         fs3rpc::WriteResponse* resp) {
+  fs3rpc::WritePiece piece;
+  if (!reader->Read(&piece) || !piece.has_header()) {
+    return ToGrpcStatus(InvalidArgument("a write stream starts with the request"));
+  }
+  fs3rpc::WriteRequest req = piece.header();
+  uint64_t limit;
+  {
+    std::lock_guard lock(mu_);
+    limit = routing_.chunk_size();
+  }
+  while (reader->Read(&piece)) {
+    if (req.data().size() + piece.data().size() > limit) {
+      return ToGrpcStatus(InvalidArgument("the streamed data is larger than the chunk size " +
+                                          std::to_string(limit)));
+    }
+    req.mutable_data()->append(piece.data());
+  }
+  return TimedWrite(req, resp);
+}
+
+grpc::Status StorageService::TimedWrite(const fs3rpc::WriteRequest& request,
+                                        fs3rpc::WriteResponse* resp) {
+  const fs3rpc::WriteRequest* req = &request;
   const auto start = Clock::now();
   grpc::Status st = ServeRpc("Write", [&] { return DoWrite(*req, resp); });
   if (metrics_) {
@@ -360,12 +386,7 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
     fwd.set_target(pos.successor_target);
     fwd.set_chain_version(pos.chain_version);
     fs3rpc::WriteResponse down;
-    CallOptions o;
-    o.deadline = std::chrono::seconds(10);
-    o.max_attempts = 1;
-    fs3rpc::Storage::Stub* peer = Peer(pos.successor);
-    Status st = CallRpc("fs3-storage Write", o,
-                        [&](grpc::ClientContext* c) { return peer->Write(c, fwd, &down); });
+    Status st = transport_.Write(pos.successor, fwd, &down, std::chrono::seconds(10));
     if (st.ok()) break;
     if (st.code() == StatusCode::kFailedPrecondition &&
         st.message().find("version mismatch") != std::string::npos && !fwd.full_replace() &&
@@ -423,6 +444,26 @@ grpc::Status StorageService::Read(grpc::ServerContext* ctx, const fs3rpc::ReadRe
       metrics_->Counter("fs3_storage_read_errors_total", "Reads refused or failed").Increment();
   }
   return st;
+}
+
+grpc::Status StorageService::ReadStream(grpc::ServerContext* ctx, const fs3rpc::ReadRequest* req,
+                                        grpc::ServerWriter<fs3rpc::ReadResponse>* writer) {
+  fs3rpc::ReadResponse whole;
+  grpc::Status st = Read(ctx, req, &whole);
+  if (!st.ok()) return st;
+  constexpr std::size_t kPiece = std::size_t{1} << 20;
+  std::size_t off = 0;
+  do {
+    fs3rpc::ReadResponse piece;
+    if (off == 0) {
+      piece.set_version(whole.version());
+      piece.set_chunk_length(whole.chunk_length());
+    }
+    piece.set_data(whole.data().substr(off, kPiece));
+    if (!writer->Write(piece)) break;
+    off += kPiece;
+  } while (off < whole.data().size());
+  return grpc::Status::OK;
 }
 
 grpc::Status StorageService::DoRead(grpc::ServerContext*, const fs3rpc::ReadRequest* req,
@@ -598,8 +639,12 @@ Status StorageService::SyncSuccessor(uint64_t target, const Position& pos) {
   std::size_t sent = 0, removed = 0;
   auto send = [&](fs3rpc::WriteRequest& w) {
     fs3rpc::WriteResponse r;
-    return CallRpc("fs3-storage Write", CallOptions::Idempotent(std::chrono::seconds(10)),
-                   [&](grpc::ClientContext* c) { return peer->Write(c, w, &r); });
+    Status st;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      st = transport_.Write(pos.successor, w, &r, std::chrono::seconds(10));
+      if (st.ok() || st.code() != StatusCode::kUnavailable) break;
+    }
+    return st;
   };
   for (const auto& listed : ours) {
     std::lock_guard chunk_lock(ChunkLock(target, listed.id()));

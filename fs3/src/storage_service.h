@@ -29,6 +29,7 @@
 #include "fs3/chunk_store.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
 #include "fs3/proto/storage.grpc.pb.h"
+#include "fs3/transport.h"
 #include "monitoring/metrics.h"
 
 namespace ff::fs3 {
@@ -59,8 +60,12 @@ class StorageService final : public fs3rpc::Storage::Service {
 
   grpc::Status Write(grpc::ServerContext*, const fs3rpc::WriteRequest*,
                      fs3rpc::WriteResponse*) override;
+  grpc::Status WriteStream(grpc::ServerContext*, grpc::ServerReader<fs3rpc::WritePiece>*,
+                           fs3rpc::WriteResponse*) override;
   grpc::Status Read(grpc::ServerContext*, const fs3rpc::ReadRequest*,
                     fs3rpc::ReadResponse*) override;
+  grpc::Status ReadStream(grpc::ServerContext*, const fs3rpc::ReadRequest*,
+                          grpc::ServerWriter<fs3rpc::ReadResponse>*) override;
   grpc::Status QueryVersion(grpc::ServerContext*, const fs3rpc::QueryVersionRequest*,
                             fs3rpc::QueryVersionResponse*) override;
   grpc::Status DumpMeta(grpc::ServerContext*, const fs3rpc::DumpMetaRequest*,
@@ -88,6 +93,7 @@ class StorageService final : public fs3rpc::Storage::Service {
   StorageService(const StorageOptions& options, Metrics* metrics);
   Status DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteResponse* resp);
   grpc::Status DoRead(grpc::ServerContext*, const fs3rpc::ReadRequest*, fs3rpc::ReadResponse*);
+  grpc::Status TimedWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteResponse* resp);
   Result<Position> Locate(uint64_t target, uint64_t chain_version_hint);
   Status CheckServing() const;
   std::mutex& ChunkLock(uint64_t target, const fs3rpc::ChunkId& id);
@@ -103,12 +109,12 @@ class StorageService final : public fs3rpc::Storage::Service {
   std::string address_;
   std::map<uint64_t, std::unique_ptr<ChunkStore>> stores_;
   std::unique_ptr<fs3rpc::Mgmtd::Stub> mgmtd_;
+  GrpcTransport transport_;  // chunk data to successors
 
   mutable std::mutex mu_;
   std::condition_variable routing_changed_;
   fs3rpc::RoutingInfo routing_;
-  std::map<uint64_t, LocalState> local_;  // per target
-  std::map<std::string, std::unique_ptr<fs3rpc::Storage::Stub>> peers_;
+  std::map<uint64_t, LocalState> local_;                       // per target
   std::map<uint64_t, std::pair<uint64_t, uint32_t>> done_;     // request id -> (version, length)
   std::set<std::tuple<uint32_t, uint64_t, uint64_t>> synced_;  // (chain, version, successor)
   int64_t lease_ms_ = 10000;

@@ -17,6 +17,7 @@
 #include "common/rpc_client.h"
 #include "fs3/client.h"
 #include "fs3/crc32c.h"
+#include "fs3/transport.h"
 #include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
 
@@ -309,6 +310,44 @@ TEST_F(StorageTest, TruncateAndRemoveReachEveryReplica) {
   }
   ASSERT_TRUE(client_->RemoveChunk(6, 1).ok());  // again: fine
   EXPECT_EQ(client_->TruncateChunk(6, 0, kChunk + 1).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(StorageTest, LargeTransfersAreStreamedInPieces) {
+  // A transport that streams anything over 1,000 bytes, in 4 KiB pieces.
+  GrpcTransport streaming(GrpcTransportOptions{.stream_threshold = 1000, .piece_bytes = 4096});
+  const fs3rpc::RoutingInfo r = Routing();
+  const auto& chain = r.chains(1);  // chunk 0 of inode 11: chain (11 + 0) % 2 = 1
+  uint64_t head = chain.targets(0).target();
+  std::string address;
+  for (const auto& n : r.nodes()) {
+    if (n.name() == "s" + std::to_string(head / 10 - 1)) address = n.address();
+  }
+  std::string data = Random(kChunk, 13);
+  fs3rpc::WriteRequest w;
+  w.set_request_id(4242);
+  w.set_chain(chain.id());
+  w.set_chain_version(chain.version());
+  w.set_target(head);
+  w.mutable_chunk()->set_inode(11);
+  w.set_data(data);
+  fs3rpc::WriteResponse wr;
+  ASSERT_TRUE(streaming.Write(address, w, &wr, 10s).ok());
+  EXPECT_EQ(wr.length(), kChunk);
+  fs3rpc::ReadRequest rq;
+  rq.set_target(head);
+  rq.mutable_chunk()->set_inode(11);
+  rq.set_length(kChunk);
+  fs3rpc::ReadResponse rr;
+  ASSERT_TRUE(streaming.Read(address, rq, &rr, 10s).ok());
+  EXPECT_TRUE(rr.data() == data);
+  EXPECT_EQ(rr.chunk_length(), kChunk);
+  auto back = client_->Read(11, 0, kChunk);  // the replicas agree
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(*back == data);
+  // More streamed data than a chunk holds is refused.
+  w.set_request_id(4243);
+  w.set_data(data + "x");
+  EXPECT_EQ(streaming.Write(address, w, &wr, 10s).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(StorageTest, BatchedReadsArePacedByTheClient) {

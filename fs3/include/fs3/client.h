@@ -24,6 +24,7 @@
 #include "common/result.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
 #include "fs3/proto/storage.grpc.pb.h"
+#include "fs3/transport.h"
 
 namespace ff::fs3 {
 
@@ -67,13 +68,12 @@ class StorageClient {
   // Sends `req` (chunk, offset, data or flags set) to its chain's head, retrying.
   Status SendToHead(fs3rpc::WriteRequest& req);
   Result<std::string> ReadChunk(uint64_t inode, uint32_t index, uint32_t offset, uint32_t length);
-  fs3rpc::Storage::Stub* Stub(const std::string& address);
 
   const ClientOptions options_;
   std::unique_ptr<fs3rpc::Mgmtd::Stub> mgmtd_;
   mutable std::mutex mu_;
   fs3rpc::RoutingInfo routing_;
-  std::map<std::string, std::unique_ptr<fs3rpc::Storage::Stub>> stubs_;
+  GrpcTransport transport_;
   std::atomic<uint64_t> next_request_;
   std::atomic<uint64_t> rotate_{0};
   // Read credits (request-to-send).
