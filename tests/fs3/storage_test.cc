@@ -1,11 +1,13 @@
 // fs3 storage end to end: fs3-mgmtd and three fs3-storage services (chains of 3) as processes
 // on loopback with real RocksDB and chunk files, driven by the client library.
 #include <gmock/gmock.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -145,8 +147,9 @@ class StorageTest : public ::testing::Test {
 
   // Reads a chunk directly from one target.
   grpc::Status ReadFrom(uint64_t target, uint64_t inode, uint32_t index, uint32_t offset,
-                        uint32_t length, std::string* data) {
-    auto r = Routing();
+                        uint32_t length, std::string* data,
+                        const fs3rpc::RoutingInfo* routing = nullptr) {
+    const fs3rpc::RoutingInfo r = routing ? *routing : Routing();
     std::string node, address;
     for (const auto& t : r.targets()) {
       if (t.id() == target) node = t.node();
@@ -455,6 +458,37 @@ TEST_F(StorageTest, BadRequestsGetPreciseErrorsAndChangeNothing) {
   std::string got;
   st = ReadFrom(head, 4, 0, 0, 0xffffffffu, &got);  // huge length
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  {
+    // A truncated message: the first bytes of a valid request, cut in the middle of its data.
+    fs3rpc::WriteRequest w;
+    w.set_request_id(99);
+    w.set_chain(chain.id());
+    w.set_chain_version(chain.version());
+    w.set_target(head);
+    w.mutable_chunk()->set_inode(4);
+    w.set_data(std::string(500, 'q'));
+    std::string bytes = w.SerializeAsString();
+    bytes.resize(bytes.size() - 100);
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1), reply;
+    grpc::GenericStub generic(MakeChannel(address));
+    grpc::ClientContext c;
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+    grpc::Status result;
+    generic.UnaryCall(&c, "/fs3rpc.Storage/Write", grpc::StubOptions(), &request, &reply,
+                      [&](grpc::Status s) {
+                        std::lock_guard lock(m);
+                        result = s;
+                        done = true;
+                        cv.notify_all();
+                      });
+    std::unique_lock lock(m);
+    cv.wait(lock, [&] { return done; });
+    EXPECT_FALSE(result.ok());
+    EXPECT_NE(result.error_code(), grpc::StatusCode::UNAVAILABLE);
+  }
   auto back = client_->Read(4, 0, 1000);
   ASSERT_TRUE(back.ok());
   EXPECT_TRUE(*back == data);  // nothing changed
@@ -462,11 +496,20 @@ TEST_F(StorageTest, BadRequestsGetPreciseErrorsAndChangeNothing) {
 
 TEST_F(StorageTest, IoContinuesAcrossAManagerRestart) {
   ASSERT_TRUE(client_->Write(5, 0, "before").ok());
+  const fs3rpc::RoutingInfo cached = Routing();
   mgmtd_->Signal(SIGKILL);
   mgmtd_->Wait(5s);
   // Without the manager the services cannot renew their leases and stop serving within half a
   // lease (no split brain); a write in that time waits, and completes once the manager is back.
   std::this_thread::sleep_for(1000ms);
+  {
+    // Past half a lease without renewal, a service refuses I/O rather than risk serving stale data.
+    const fs3rpc::RoutingInfo& r = cached;
+    std::string got;
+    grpc::Status fenced = ReadFrom(r.chains(1).targets(0).target(), 5, 0, 0, 6, &got, &r);
+    EXPECT_EQ(fenced.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(fenced.error_message(), HasSubstr("could not renew its lease"));
+  }
   Status during;
   std::thread writer([&] { during = client_->Write(5, 6, "-during"); });
   std::this_thread::sleep_for(300ms);
