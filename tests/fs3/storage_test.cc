@@ -313,6 +313,29 @@ TEST_F(StorageTest, TruncateAndRemoveReachEveryReplica) {
   }
   ASSERT_TRUE(client_->RemoveChunk(6, 1).ok());  // again: fine
   EXPECT_EQ(client_->TruncateChunk(6, 0, kChunk + 1).code(), StatusCode::kInvalidArgument);
+  // What metadata asks to settle a file's length, and a target's space.
+  ASSERT_TRUE(client_->Write(6, 4 * kChunk + 10, "end").ok());  // chunk 4: chain (6 + 4) % 2 = 0
+  const auto& tail = r.chains(0).targets(2);
+  std::string address;
+  for (const auto& n : r.nodes()) {
+    if (n.name() == "s" + std::to_string(tail.target() / 10 - 1)) address = n.address();
+  }
+  auto stub = fs3rpc::Storage::NewStub(MakeChannel(address));
+  fs3rpc::LastChunkRequest lq;
+  lq.set_target(tail.target());
+  lq.set_inode(6);
+  fs3rpc::ChunkMetaRecord last;
+  grpc::ClientContext c1;
+  ASSERT_TRUE(stub->LastChunk(&c1, lq, &last).ok());
+  EXPECT_EQ(last.id().index(), 4u);
+  EXPECT_EQ(last.length(), 13u);
+  fs3rpc::SpaceInfoRequest sq;
+  sq.set_target(tail.target());
+  fs3rpc::SpaceInfoResponse space;
+  grpc::ClientContext c2;
+  ASSERT_TRUE(stub->SpaceInfo(&c2, sq, &space).ok());
+  EXPECT_GT(space.capacity_bytes(), 0u);
+  EXPECT_GE(space.chunks(), 2u);  // chunks 0 and 4 of inode 6
 }
 
 TEST_F(StorageTest, LargeTransfersAreStreamedInPieces) {
