@@ -376,6 +376,32 @@ TEST_F(StorageTest, LargeTransfersAreStreamedInPieces) {
   EXPECT_EQ(streaming.Write(address, w, &wr, 10s).code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(StorageTest, ResyncRemovesWhatThePredecessorNoLongerHas) {
+  // Chunk 0 of inode 20 (chain 0) and chunk 1 (chain 1) exist on every replica.
+  ASSERT_TRUE(client_->Write(20, 0, Random(2 * kChunk, 14)).ok());
+  const fs3rpc::RoutingInfo before = Routing();
+  uint64_t tail = before.chains(0).targets(2).target();
+  int victim = static_cast<int>(tail / 10) - 1;
+  storage_[victim]->Signal(SIGKILL);
+  storage_[victim]->Wait(5s);
+  ASSERT_TRUE(WaitUntil([&] { return CountNodes("down") == 1; }, 20s));
+  // While it is away, chunk 0 is removed and chunk 1 rewritten.
+  ASSERT_TRUE(client_->RemoveChunk(20, 0).ok());
+  std::string fresh = Random(kChunk, 15);
+  ASSERT_TRUE(client_->Write(20, kChunk, fresh).ok());
+  StartStorage(victim);
+  ASSERT_TRUE(WaitUntil([&] { return AllServing(); }, 60s));
+  // The returned targets hold exactly what their predecessors hold.
+  std::string got = "x";
+  ASSERT_TRUE(ReadFrom(tail, 20, 0, 0, kChunk, &got).ok());
+  EXPECT_EQ(got, "");
+  const fs3rpc::RoutingInfo after = Routing();
+  for (const auto& t : after.chains(1).targets()) {
+    ASSERT_TRUE(ReadFrom(t.target(), 20, 1, 0, kChunk, &got).ok());
+    EXPECT_TRUE(got == fresh) << t.target();
+  }
+}
+
 TEST_F(StorageTest, BatchedReadsArePacedByTheClient) {
   std::string data = Random(32 * kChunk, 11);
   ASSERT_TRUE(client_->Write(8, 0, data).ok());
