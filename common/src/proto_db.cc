@@ -35,6 +35,10 @@ Status ProtoDb::PutBatch(
   if (kvs.empty()) return Status::Ok();
   rocksdb::WriteBatch batch;
   for (const auto& [key, value] : kvs) {
+    if (value == nullptr) {
+      batch.Delete(key);
+      continue;
+    }
     std::string bytes;
     if (!value->SerializeToString(&bytes)) return Internal("cannot serialise " + key);
     batch.Put(key, bytes);
@@ -57,6 +61,19 @@ Status ProtoDb::Get(const std::string& key, google::protobuf::Message* out) cons
   FF_RETURN_IF_ERROR(FromRocks(s, "read " + key + " in " + path_));
   if (!out->ParseFromString(bytes)) return DataLoss("record " + key + " is corrupt");
   return Status::Ok();
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> ProtoDb::ScanKeys(
+    const std::string& prefix, const std::string& after, std::size_t limit) const {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  it->Seek(after.empty() ? prefix : after);
+  if (!after.empty() && it->Valid() && it->key() == rocksdb::Slice(after)) it->Next();
+  for (; it->Valid() && it->key().starts_with(prefix) && out.size() < limit; it->Next()) {
+    out.emplace_back(it->key().ToString(), it->value().ToString());
+  }
+  FF_RETURN_IF_ERROR(FromRocks(it->status(), "scan " + prefix + " in " + path_));
+  return out;
 }
 
 Status ProtoDb::ScanRaw(

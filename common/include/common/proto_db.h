@@ -27,11 +27,17 @@ class ProtoDb {
   ~ProtoDb();
 
   Status Put(const std::string& key, const google::protobuf::Message& value);
-  // All of them or none.
+  // All of them or none; a null value deletes its key.
   Status PutBatch(const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs);
   Status Delete(const std::string& key);
   // kNotFound when absent; kDataLoss when the record does not parse as `out`'s type.
   Status Get(const std::string& key, google::protobuf::Message* out) const;
+
+  // Up to `limit` (key, serialized record) pairs whose key starts with `prefix` and sorts after
+  // `after` ("" from the first), in key order.
+  Result<std::vector<std::pair<std::string, std::string>>> ScanKeys(const std::string& prefix,
+                                                                    const std::string& after,
+                                                                    std::size_t limit) const;
 
   // Every record whose key starts with `prefix`, in key order.
   template <typename T>

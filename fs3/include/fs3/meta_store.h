@@ -1,0 +1,100 @@
+// fs3's namespace: inodes and directory entries in RocksDB, every operation one atomic, synced
+// batch (operations are serialised by the store, so a batch is a transaction), with POSIX
+// semantics: permission checks by uid / gid / supplementary groups / mode bits / sticky bit,
+// nanosecond timestamps updated as POSIX says, link counts, unlink of open files (the inode
+// lives until its last session closes, then goes to the garbage list whose chunks a collector
+// deletes), rename with replace / RENAME_NOREPLACE / RENAME_EXCHANGE and no directory moved under
+// itself, idempotent create (a retried request returns what it created).
+//
+// Errors carry the POSIX errno's code (kNotFound = ENOENT, kAlreadyExists = EEXIST, ...).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/proto_db.h"
+#include "fs3/proto/meta.pb.h"
+
+namespace ff::fs3 {
+
+constexpr uint64_t kRootIno = 1;
+constexpr std::size_t kMaxNameBytes = 255;
+
+// Who asks: the calling process's credentials.
+struct Caller {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<uint32_t> groups;  // supplementary
+  bool root() const { return uid == 0; }
+};
+
+struct DirEntry {
+  std::string name;
+  uint64_t ino = 0;
+  fs3rpc::InodeType type = fs3rpc::INODE_FILE;
+};
+
+enum RenameFlags : uint32_t {
+  kRenameNoReplace = 1,  // RENAME_NOREPLACE
+  kRenameExchange = 2,   // RENAME_EXCHANGE
+};
+
+class MetaStore {
+ public:
+  // Opens (creating, with a root directory owned by root, mode 0755) the namespace at `path`.
+  // `default_layout` is the root's layout; directories pass theirs to what is created in them.
+  static Result<std::unique_ptr<MetaStore>> Open(const std::string& path,
+                                                 const fs3rpc::Layout& default_layout);
+
+  Result<fs3rpc::Inode> GetAttr(uint64_t ino) const;
+  Result<fs3rpc::Inode> Lookup(const Caller& c, uint64_t parent, const std::string& name) const;
+
+  Result<fs3rpc::Inode> Mkdir(const Caller& c, uint64_t parent, const std::string& name,
+                              uint32_t mode);
+  // A regular file (or, with `type`, a FIFO / socket / device node with `rdev`). With
+  // `request_id` != 0, a retry of the same request returns the inode it created.
+  Result<fs3rpc::Inode> Create(const Caller& c, uint64_t parent, const std::string& name,
+                               uint32_t mode, uint64_t request_id = 0,
+                               fs3rpc::InodeType type = fs3rpc::INODE_FILE, uint64_t rdev = 0);
+  Result<fs3rpc::Inode> Symlink(const Caller& c, uint64_t parent, const std::string& name,
+                                const std::string& target);
+  Result<std::string> Readlink(uint64_t ino) const;
+  Result<fs3rpc::Inode> Link(const Caller& c, uint64_t ino, uint64_t parent,
+                             const std::string& name);
+  Status Unlink(const Caller& c, uint64_t parent, const std::string& name);
+  Status Rmdir(const Caller& c, uint64_t parent, const std::string& name);
+  Status Rename(const Caller& c, uint64_t src_parent, const std::string& src_name,
+                uint64_t dst_parent, const std::string& dst_name, uint32_t flags = 0);
+
+  // Up to `limit` entries after `cursor` (a name; "" from the start), in name order.
+  Result<std::vector<DirEntry>> Readdir(const Caller& c, uint64_t ino, const std::string& cursor,
+                                        std::size_t limit) const;
+
+  // Sessions: an open file keeps its inode after unlink until it is closed.
+  Status OpenSession(uint64_t ino);
+  // Closes a session; `size` (if set) is the file's settled length.
+  Status CloseSession(uint64_t ino, std::optional<uint64_t> size);
+
+  // Inodes whose data awaits deletion (unlinked, no sessions); Forget removes one from the list.
+  Result<std::vector<uint64_t>> Garbage() const;
+  Status Forget(uint64_t ino);
+
+  // Whether `c` may access `inode` with `mask` (4 read, 2 write, 1 execute/search).
+  static bool Permitted(const Caller& c, const fs3rpc::Inode& inode, uint32_t mask);
+
+ private:
+  class Txn;
+  explicit MetaStore(std::unique_ptr<ProtoDb> db) : db_(std::move(db)) {}
+  // One link to `inode` is gone: with none left (and no open session) the inode goes, and a
+  // file's data is queued for deletion.
+  static void DropLink(Txn& t, fs3rpc::Inode inode, int64_t now);
+
+  std::unique_ptr<ProtoDb> db_;
+  mutable std::mutex mu_;  // serialises operations: each is one batch
+};
+
+}  // namespace ff::fs3

@@ -1,0 +1,625 @@
+#include "fs3/meta_store.h"
+
+#include <sys/stat.h>
+#include <time.h>
+
+#include <map>
+
+namespace ff::fs3 {
+namespace {
+
+using fs3rpc::Dentry;
+using fs3rpc::Inode;
+using fs3rpc::InodeType;
+
+std::string BE8(uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    s[i] = static_cast<char>((v >> (56 - 8 * i)) & 0xff);
+  return s;
+}
+
+std::string InodeKey(uint64_t ino) {
+  return "i/" + BE8(ino);
+}
+std::string DirPrefix(uint64_t parent) {
+  return "d/" + BE8(parent);
+}
+std::string DentryKey(uint64_t parent, const std::string& name) {
+  return DirPrefix(parent) + name;
+}
+std::string GarbageKey(uint64_t ino) {
+  return "g/" + BE8(ino);
+}
+
+int64_t NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+Status Err(StatusCode code, std::string m) {
+  return Status(code, std::move(m));
+}
+
+// ENOENT for an empty name, EINVAL for '/', ENAMETOOLONG past 255 bytes; "." and ".." are the
+// caller's to treat.
+Status CheckName(const std::string& name) {
+  if (name.empty()) return Err(StatusCode::kNotFound, "empty name");
+  if (name.size() > kMaxNameBytes) {
+    return Err(StatusCode::kNameTooLong, "name longer than " + std::to_string(kMaxNameBytes));
+  }
+  if (name.find('/') != std::string::npos || name.find('\0') != std::string::npos) {
+    return InvalidArgument("a name may not contain '/' or NUL");
+  }
+  return Status::Ok();
+}
+
+bool Dot(const std::string& name) {
+  return name == "." || name == "..";
+}
+
+}  // namespace
+
+// Reads see the operation's own writes; Commit applies them in one synced batch.
+class MetaStore::Txn {
+ public:
+  explicit Txn(ProtoDb& db) : db_(db) {}
+
+  Result<Inode> GetInode(uint64_t ino) {
+    const std::string key = InodeKey(ino);
+    if (auto it = inodes_.find(key); it != inodes_.end()) {
+      if (!it->second) return Err(StatusCode::kNotFound, "no inode " + std::to_string(ino));
+      return *it->second;
+    }
+    Inode inode;
+    Status st = db_.Get(key, &inode);
+    if (st.code() == StatusCode::kNotFound) {
+      return Err(StatusCode::kNotFound, "no inode " + std::to_string(ino));
+    }
+    FF_RETURN_IF_ERROR(st);
+    return inode;
+  }
+  Result<Inode> GetDir(uint64_t ino) {
+    FF_ASSIGN_OR_RETURN(Inode inode, GetInode(ino));
+    if (inode.type() != fs3rpc::INODE_DIR) {
+      return Err(StatusCode::kNotADirectory,
+                 "inode " + std::to_string(ino) + " is not a directory");
+    }
+    return inode;
+  }
+  std::optional<Dentry> GetDentry(uint64_t parent, const std::string& name) {
+    const std::string key = DentryKey(parent, name);
+    if (auto it = dentries_.find(key); it != dentries_.end()) return it->second;
+    Dentry d;
+    if (db_.Get(key, &d).ok()) return d;
+    return std::nullopt;
+  }
+  Result<bool> DirEmpty(uint64_t ino) {
+    for (const auto& [key, d] : dentries_) {
+      if (key.rfind(DirPrefix(ino), 0) == 0 && d) return false;
+    }
+    FF_ASSIGN_OR_RETURN(auto rows, db_.ScanKeys(DirPrefix(ino), "", 64));
+    for (const auto& [key, bytes] : rows) {
+      auto it = dentries_.find(key);
+      if (it == dentries_.end() || it->second) return false;  // not deleted in this operation
+    }
+    return true;
+  }
+  void PutInode(const Inode& inode) { inodes_[InodeKey(inode.ino())] = inode; }
+  void DeleteInode(uint64_t ino) { inodes_[InodeKey(ino)] = std::nullopt; }
+  void PutDentry(uint64_t parent, const std::string& name, const Dentry& d) {
+    dentries_[DentryKey(parent, name)] = d;
+  }
+  void DeleteDentry(uint64_t parent, const std::string& name) {
+    dentries_[DentryKey(parent, name)] = std::nullopt;
+  }
+  void AddGarbage(uint64_t ino) { garbage_.push_back(ino); }
+  Result<uint64_t> NextIno() {
+    if (!counter_) {
+      fs3rpc::Counter c;
+      Status st = db_.Get("m/next_ino", &c);
+      if (!st.ok() && st.code() != StatusCode::kNotFound) return st;
+      counter_ = std::max<uint64_t>(c.value(), kRootIno + 1);
+    }
+    return (*counter_)++;
+  }
+
+  Status Commit() {
+    std::vector<std::pair<std::string, const google::protobuf::Message*>> kvs;
+    for (const auto& [key, inode] : inodes_)
+      kvs.emplace_back(key, inode ? &*inode : nullptr);
+    for (const auto& [key, d] : dentries_)
+      kvs.emplace_back(key, d ? &*d : nullptr);
+    fs3rpc::Counter next;
+    if (counter_) {
+      next.set_value(*counter_);
+      kvs.emplace_back("m/next_ino", &next);
+    }
+    fs3rpc::Counter marker;
+    for (uint64_t ino : garbage_)
+      kvs.emplace_back(GarbageKey(ino), &marker);
+    return db_.PutBatch(kvs);
+  }
+
+ private:
+  ProtoDb& db_;
+  std::map<std::string, std::optional<Inode>> inodes_;
+  std::map<std::string, std::optional<Dentry>> dentries_;
+  std::vector<uint64_t> garbage_;
+  std::optional<uint64_t> counter_;
+};
+
+bool MetaStore::Permitted(const Caller& c, const Inode& inode, uint32_t mask) {
+  const uint32_t mode = inode.mode();
+  if (c.root()) {
+    // Root may read and write anything; execute needs some execute bit (or a directory).
+    return (mask & 1) == 0 || inode.type() == fs3rpc::INODE_DIR || (mode & 0111) != 0;
+  }
+  uint32_t bits;
+  if (c.uid == inode.uid()) {
+    bits = (mode >> 6) & 7;
+  } else if (c.gid == inode.gid() ||
+             std::find(c.groups.begin(), c.groups.end(), inode.gid()) != c.groups.end()) {
+    bits = (mode >> 3) & 7;
+  } else {
+    bits = mode & 7;
+  }
+  return (bits & mask) == mask;
+}
+
+Result<std::unique_ptr<MetaStore>> MetaStore::Open(const std::string& path,
+                                                   const fs3rpc::Layout& default_layout) {
+  FF_ASSIGN_OR_RETURN(auto db, ProtoDb::Open(path));
+  std::unique_ptr<MetaStore> m(new MetaStore(std::move(db)));
+  Inode root;
+  Status st = m->db_->Get(InodeKey(kRootIno), &root);
+  if (st.code() == StatusCode::kNotFound) {
+    root.set_ino(kRootIno);
+    root.set_type(fs3rpc::INODE_DIR);
+    root.set_mode(0755);
+    root.set_nlink(2);
+    root.set_parent(kRootIno);
+    const int64_t now = NowNs();
+    root.set_atime_ns(now);
+    root.set_mtime_ns(now);
+    root.set_ctime_ns(now);
+    *root.mutable_layout() = default_layout;
+    FF_RETURN_IF_ERROR(m->db_->Put(InodeKey(kRootIno), root));
+  } else if (!st.ok()) {
+    return st;
+  }
+  return m;
+}
+
+Result<Inode> MetaStore::GetAttr(uint64_t ino) const {
+  std::lock_guard lock(mu_);
+  Txn t(*db_);
+  return t.GetInode(ino);
+}
+
+Result<Inode> MetaStore::Lookup(const Caller& c, uint64_t parent, const std::string& name) const {
+  std::lock_guard lock(mu_);
+  Txn t(*db_);
+  FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
+  if (!Permitted(c, dir, 1)) return PermissionDenied("no search permission on the directory");
+  if (name == ".") return dir;
+  if (name == "..") return t.GetInode(dir.parent());
+  FF_RETURN_IF_ERROR(CheckName(name));
+  auto d = t.GetDentry(parent, name);
+  if (!d) return Err(StatusCode::kNotFound, "no entry '" + name + "'");
+  return t.GetInode(d->ino());
+}
+
+namespace {
+
+// The sticky bit: only the entry's owner, the directory's owner or root may remove or rename it.
+bool StickyDenies(const Caller& c, const Inode& dir, const Inode& victim) {
+  return (dir.mode() & S_ISVTX) != 0 && !c.root() && c.uid != victim.uid() && c.uid != dir.uid();
+}
+
+}  // namespace
+
+Result<Inode> MetaStore::Create(const Caller& c, uint64_t parent, const std::string& name,
+                                uint32_t mode, uint64_t request_id, InodeType type, uint64_t rdev) {
+  std::lock_guard lock(mu_);
+  Txn t(*db_);
+  FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
+  if (Dot(name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
+  FF_RETURN_IF_ERROR(CheckName(name));
+  if (auto d = t.GetDentry(parent, name)) {
+    if (request_id != 0) {
+      auto existing = t.GetInode(d->ino());
+      if (existing.ok() && existing->create_request() == request_id) return *existing;  // a retry
+    }
+    return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
+  }
+  if (!Permitted(c, dir, 3)) return PermissionDenied("no write permission on the directory");
+  if (type == fs3rpc::INODE_DIR || type == fs3rpc::INODE_SYMLINK) {
+    return InvalidArgument("use mkdir or symlink for that type");
+  }
+  const int64_t now = NowNs();
+  Inode inode;
+  FF_ASSIGN_OR_RETURN(uint64_t ino, t.NextIno());
+  inode.set_ino(ino);
+  inode.set_type(type);
+  inode.set_mode(mode & 07777);
+  inode.set_uid(c.uid);
+  inode.set_gid((dir.mode() & S_ISGID) ? dir.gid() : c.gid);
+  inode.set_nlink(type == fs3rpc::INODE_DIR ? 2 : 1);
+  inode.set_atime_ns(now);
+  inode.set_mtime_ns(now);
+  inode.set_ctime_ns(now);
+  inode.set_rdev(rdev);
+  inode.set_create_request(request_id);
+  *inode.mutable_layout() = dir.layout();
+  inode.set_parent(parent);
+  Dentry d;
+  d.set_ino(ino);
+  d.set_type(type);
+  t.PutInode(inode);
+  t.PutDentry(parent, name, d);
+  dir.set_mtime_ns(now);
+  dir.set_ctime_ns(now);
+  t.PutInode(dir);
+  FF_RETURN_IF_ERROR(t.Commit());
+  return inode;
+}
+
+Result<Inode> MetaStore::Mkdir(const Caller& c, uint64_t parent, const std::string& name,
+                               uint32_t mode) {
+  std::lock_guard lock(mu_);
+  Txn t(*db_);
+  FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
+  if (Dot(name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
+  FF_RETURN_IF_ERROR(CheckName(name));
+  if (t.GetDentry(parent, name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
+  if (!Permitted(c, dir, 3)) return PermissionDenied("no write permission on the directory");
+  const int64_t now = NowNs();
+  Inode inode;
+  FF_ASSIGN_OR_RETURN(uint64_t ino, t.NextIno());
+  inode.set_ino(ino);
+  inode.set_type(fs3rpc::INODE_DIR);
+  uint32_t m = mode & 07777;
+  if (dir.mode() & S_ISGID) m |= S_ISGID;  // setgid directories pass it on
+  inode.set_mode(m);
+  inode.set_uid(c.uid);
+  inode.set_gid((dir.mode() & S_ISGID) ? dir.gid() : c.gid);
+  inode.set_nlink(2);
+  inode.set_atime_ns(now);
+  inode.set_mtime_ns(now);
+  inode.set_ctime_ns(now);
+  *inode.mutable_layout() = dir.layout();
+  inode.set_parent(parent);
+  Dentry d;
+  d.set_ino(ino);
+  d.set_type(fs3rpc::INODE_DIR);
+  t.PutInode(inode);
+  t.PutDentry(parent, name, d);
+  dir.set_nlink(dir.nlink() + 1);
+  dir.set_mtime_ns(now);
+  dir.set_ctime_ns(now);
+  t.PutInode(dir);
+  FF_RETURN_IF_ERROR(t.Commit());
+  return inode;
+}
+
+Result<Inode> MetaStore::Symlink(const Caller& c, uint64_t parent, const std::string& name,
+                                 const std::string& target) {
+  if (target.empty()) return Err(StatusCode::kNotFound, "empty symlink target");
+  if (target.size() > 4096) return Err(StatusCode::kNameTooLong, "symlink target over 4096 bytes");
+  std::lock_guard lock(mu_);
+  Txn t(*db_);
+  FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
+  if (Dot(name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
+  FF_RETURN_IF_ERROR(CheckName(name));
+  if (t.GetDentry(parent, name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
+  if (!Permitted(c, dir, 3)) return PermissionDenied("no write permission on the directory");
+  const int64_t now = NowNs();
+  Inode inode;
+  FF_ASSIGN_OR_RETURN(uint64_t ino, t.NextIno());
+  inode.set_ino(ino);
+  inode.set_type(fs3rpc::INODE_SYMLINK);
+  inode.set_mode(0777);
+  inode.set_uid(c.uid);
+  inode.set_gid((dir.mode() & S_ISGID) ? dir.gid() : c.gid);
+  inode.set_nlink(1);
+  inode.set_size(target.size());
+  inode.set_symlink(target);
+  inode.set_atime_ns(now);
+  inode.set_mtime_ns(now);
+  inode.set_ctime_ns(now);
+  inode.set_parent(parent);
+  Dentry d;
+  d.set_ino(ino);
+  d.set_type(fs3rpc::INODE_SYMLINK);
+  t.PutInode(inode);
+  t.PutDentry(parent, name, d);
+  dir.set_mtime_ns(now);
+  dir.set_ctime_ns(now);
+  t.PutInode(dir);
+  FF_RETURN_IF_ERROR(t.Commit());
+  return inode;
+}
+
+Result<std::string> MetaStore::Readlink(uint64_t ino) const {
+  std::lock_guard lock(mu_);
+  Txn t(*db_);
+  FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
+  if (inode.type() != fs3rpc::INODE_SYMLINK) return InvalidArgument("not a symbolic link");
+  return inode.symlink();
+}
+
+Result<Inode> MetaStore::Link(const Caller& c, uint64_t ino, uint64_t parent,
+                              const std::string& name) {
+  std::lock_guard lock(mu_);
+  Txn t(*db_);
+  FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
+  if (inode.type() == fs3rpc::INODE_DIR) {
+    return Err(StatusCode::kNotPermitted, "hard links to directories are not allowed");
+  }
+  if (inode.nlink() == 0) return Err(StatusCode::kNotFound, "the file was unlinked");
+  FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
+  if (Dot(name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
+  FF_RETURN_IF_ERROR(CheckName(name));
+  if (t.GetDentry(parent, name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
+  if (!Permitted(c, dir, 3)) return PermissionDenied("no write permission on the directory");
+  const int64_t now = NowNs();
+  inode.set_nlink(inode.nlink() + 1);
+  inode.set_ctime_ns(now);
+  t.PutInode(inode);
+  Dentry d;
+  d.set_ino(ino);
+  d.set_type(inode.type());
+  t.PutDentry(parent, name, d);
+  dir.set_mtime_ns(now);
+  dir.set_ctime_ns(now);
+  t.PutInode(dir);
+  FF_RETURN_IF_ERROR(t.Commit());
+  return inode;
+}
+
+void MetaStore::DropLink(Txn& t, Inode inode, int64_t now) {
+  if (inode.type() == fs3rpc::INODE_DIR) {
+    t.DeleteInode(inode.ino());
+    return;
+  }
+  inode.set_nlink(inode.nlink() - 1);
+  inode.set_ctime_ns(now);
+  if (inode.nlink() > 0 || inode.sessions() > 0) {
+    t.PutInode(inode);  // still linked, or open: it lives on
+    return;
+  }
+  t.DeleteInode(inode.ino());
+  if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(inode.ino());
+}
+
+Status MetaStore::Unlink(const Caller& c, uint64_t parent, const std::string& name) {
+  std::lock_guard lock(mu_);
+  Txn t(*db_);
+  FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
+  if (Dot(name)) return Err(StatusCode::kIsADirectory, "'" + name + "' is a directory");
+  FF_RETURN_IF_ERROR(CheckName(name));
+  auto d = t.GetDentry(parent, name);
+  if (!d) return Err(StatusCode::kNotFound, "no entry '" + name + "'");
+  FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(d->ino()));
+  if (inode.type() == fs3rpc::INODE_DIR) {
+    return Err(StatusCode::kIsADirectory, "'" + name + "' is a directory");
+  }
+  if (!Permitted(c, dir, 3)) return PermissionDenied("no write permission on the directory");
+  if (StickyDenies(c, dir, inode)) {
+    return Err(StatusCode::kNotPermitted, "sticky directory: not the owner of '" + name + "'");
+  }
+  const int64_t now = NowNs();
+  t.DeleteDentry(parent, name);
+  DropLink(t, inode, now);
+  dir.set_mtime_ns(now);
+  dir.set_ctime_ns(now);
+  t.PutInode(dir);
+  return t.Commit();
+}
+
+Status MetaStore::Rmdir(const Caller& c, uint64_t parent, const std::string& name) {
+  std::lock_guard lock(mu_);
+  Txn t(*db_);
+  FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
+  if (name == ".") return InvalidArgument("cannot remove '.'");
+  if (name == "..") return Err(StatusCode::kNotEmpty, "cannot remove '..'");
+  FF_RETURN_IF_ERROR(CheckName(name));
+  auto d = t.GetDentry(parent, name);
+  if (!d) return Err(StatusCode::kNotFound, "no entry '" + name + "'");
+  FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(d->ino()));
+  if (inode.type() != fs3rpc::INODE_DIR) {
+    return Err(StatusCode::kNotADirectory, "'" + name + "' is not a directory");
+  }
+  if (!Permitted(c, dir, 3)) return PermissionDenied("no write permission on the directory");
+  if (StickyDenies(c, dir, inode)) {
+    return Err(StatusCode::kNotPermitted, "sticky directory: not the owner of '" + name + "'");
+  }
+  FF_ASSIGN_OR_RETURN(bool empty, t.DirEmpty(inode.ino()));
+  if (!empty) return Err(StatusCode::kNotEmpty, "'" + name + "' is not empty");
+  const int64_t now = NowNs();
+  t.DeleteDentry(parent, name);
+  t.DeleteInode(inode.ino());
+  dir.set_nlink(dir.nlink() - 1);
+  dir.set_mtime_ns(now);
+  dir.set_ctime_ns(now);
+  t.PutInode(dir);
+  return t.Commit();
+}
+
+Status MetaStore::Rename(const Caller& c, uint64_t src_parent, const std::string& src_name,
+                         uint64_t dst_parent, const std::string& dst_name, uint32_t flags) {
+  if ((flags & kRenameNoReplace) && (flags & kRenameExchange)) {
+    return InvalidArgument("RENAME_NOREPLACE and RENAME_EXCHANGE together");
+  }
+  if (Dot(src_name) || Dot(dst_name)) return Err(StatusCode::kBusy, "cannot rename '.' or '..'");
+  FF_RETURN_IF_ERROR(CheckName(src_name));
+  FF_RETURN_IF_ERROR(CheckName(dst_name));
+  std::lock_guard lock(mu_);
+  Txn t(*db_);
+  FF_ASSIGN_OR_RETURN(Inode sdir, t.GetDir(src_parent));
+  FF_ASSIGN_OR_RETURN(Inode ddir, t.GetDir(dst_parent));
+  auto sd = t.GetDentry(src_parent, src_name);
+  if (!sd) return Err(StatusCode::kNotFound, "no entry '" + src_name + "'");
+  FF_ASSIGN_OR_RETURN(Inode src, t.GetInode(sd->ino()));
+  if (!Permitted(c, sdir, 3) || !Permitted(c, ddir, 3)) {
+    return PermissionDenied("no write permission on a directory");
+  }
+  if (StickyDenies(c, sdir, src)) {
+    return Err(StatusCode::kNotPermitted, "sticky directory: not the owner of '" + src_name + "'");
+  }
+  auto dd = t.GetDentry(dst_parent, dst_name);
+  if (src_parent == dst_parent && src_name == dst_name) return Status::Ok();
+  if ((flags & kRenameNoReplace) && dd) {
+    return Err(StatusCode::kAlreadyExists, "'" + dst_name + "' exists");
+  }
+  if ((flags & kRenameExchange) && !dd) {
+    return Err(StatusCode::kNotFound, "no entry '" + dst_name + "' to exchange with");
+  }
+  // No directory may move under itself.
+  auto under = [&](uint64_t dir_ino, uint64_t ancestor) -> Result<bool> {
+    for (uint64_t at = dir_ino;;) {
+      if (at == ancestor) return true;
+      if (at == kRootIno) return false;
+      FF_ASSIGN_OR_RETURN(Inode i, t.GetInode(at));
+      at = i.parent();
+    }
+  };
+  if (src.type() == fs3rpc::INODE_DIR && src_parent != dst_parent) {
+    FF_ASSIGN_OR_RETURN(bool loop, under(dst_parent, src.ino()));
+    if (loop) return InvalidArgument("cannot move a directory under itself");
+  }
+  const int64_t now = NowNs();
+  // A directory that changes parent moves a link count with it.
+  auto reparent = [&](Inode& dir_inode, Inode& from, Inode& to) {
+    if (dir_inode.type() != fs3rpc::INODE_DIR || from.ino() == to.ino()) return;
+    from.set_nlink(from.nlink() - 1);
+    to.set_nlink(to.nlink() + 1);
+    dir_inode.set_parent(to.ino());
+  };
+  Inode* dparent = src_parent == dst_parent ? &sdir : &ddir;
+  if (dd) {
+    FF_ASSIGN_OR_RETURN(Inode dst, t.GetInode(dd->ino()));
+    if (flags & kRenameExchange) {
+      if (dst.type() == fs3rpc::INODE_DIR && src_parent != dst_parent) {
+        FF_ASSIGN_OR_RETURN(bool loop, under(src_parent, dst.ino()));
+        if (loop) return InvalidArgument("cannot move a directory under itself");
+      }
+      if (StickyDenies(c, ddir, dst)) {
+        return Err(StatusCode::kNotPermitted,
+                   "sticky directory: not the owner of '" + dst_name + "'");
+      }
+      t.PutDentry(src_parent, src_name, *dd);
+      t.PutDentry(dst_parent, dst_name, *sd);
+      reparent(src, sdir, *dparent);
+      reparent(dst, *dparent, sdir);
+      src.set_ctime_ns(now);
+      dst.set_ctime_ns(now);
+      t.PutInode(src);
+      t.PutInode(dst);
+    } else {
+      if (dst.ino() == src.ino()) return Status::Ok();  // two links to one inode: nothing to do
+      if (StickyDenies(c, ddir, dst)) {
+        return Err(StatusCode::kNotPermitted,
+                   "sticky directory: not the owner of '" + dst_name + "'");
+      }
+      if (src.type() == fs3rpc::INODE_DIR) {
+        if (dst.type() != fs3rpc::INODE_DIR) {
+          return Err(StatusCode::kNotADirectory, "'" + dst_name + "' is not a directory");
+        }
+        FF_ASSIGN_OR_RETURN(bool empty, t.DirEmpty(dst.ino()));
+        if (!empty) return Err(StatusCode::kNotEmpty, "'" + dst_name + "' is not empty");
+        dparent->set_nlink(dparent->nlink() - 1);  // the replaced directory's ".."
+      } else if (dst.type() == fs3rpc::INODE_DIR) {
+        return Err(StatusCode::kIsADirectory, "'" + dst_name + "' is a directory");
+      }
+      DropLink(t, dst, now);
+      t.DeleteDentry(src_parent, src_name);
+      t.PutDentry(dst_parent, dst_name, *sd);
+      reparent(src, sdir, *dparent);
+      src.set_ctime_ns(now);
+      t.PutInode(src);
+    }
+  } else {
+    t.DeleteDentry(src_parent, src_name);
+    t.PutDentry(dst_parent, dst_name, *sd);
+    reparent(src, sdir, *dparent);
+    src.set_ctime_ns(now);
+    t.PutInode(src);
+  }
+  sdir.set_mtime_ns(now);
+  sdir.set_ctime_ns(now);
+  t.PutInode(sdir);
+  if (src_parent != dst_parent) {
+    ddir.set_mtime_ns(now);
+    ddir.set_ctime_ns(now);
+    t.PutInode(ddir);
+  }
+  return t.Commit();
+}
+
+Result<std::vector<DirEntry>> MetaStore::Readdir(const Caller& c, uint64_t ino,
+                                                 const std::string& cursor,
+                                                 std::size_t limit) const {
+  std::lock_guard lock(mu_);
+  Txn t(*db_);
+  FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(ino));
+  if (!Permitted(c, dir, 4)) return PermissionDenied("no read permission on the directory");
+  const std::string prefix = DirPrefix(ino);
+  FF_ASSIGN_OR_RETURN(auto rows,
+                      db_->ScanKeys(prefix, cursor.empty() ? "" : prefix + cursor, limit));
+  std::vector<DirEntry> out;
+  for (const auto& [key, bytes] : rows) {
+    Dentry d;
+    if (!d.ParseFromString(bytes)) return DataLoss("corrupt directory entry");
+    out.push_back({key.substr(prefix.size()), d.ino(), d.type()});
+  }
+  return out;
+}
+
+Status MetaStore::OpenSession(uint64_t ino) {
+  std::lock_guard lock(mu_);
+  Txn t(*db_);
+  FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
+  inode.set_sessions(inode.sessions() + 1);
+  t.PutInode(inode);
+  return t.Commit();
+}
+
+Status MetaStore::CloseSession(uint64_t ino, std::optional<uint64_t> size) {
+  std::lock_guard lock(mu_);
+  Txn t(*db_);
+  FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
+  if (inode.sessions() == 0)
+    return FailedPrecondition("inode " + std::to_string(ino) + " is not open");
+  inode.set_sessions(inode.sessions() - 1);
+  if (size) inode.set_size(*size);
+  if (inode.sessions() == 0 && inode.nlink() == 0) {
+    t.DeleteInode(ino);  // unlinked while open: its data goes now
+    if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(ino);
+  } else {
+    t.PutInode(inode);
+  }
+  return t.Commit();
+}
+
+Result<std::vector<uint64_t>> MetaStore::Garbage() const {
+  std::lock_guard lock(mu_);
+  FF_ASSIGN_OR_RETURN(auto rows, db_->ScanKeys("g/", "", SIZE_MAX));
+  std::vector<uint64_t> out;
+  for (const auto& [key, bytes] : rows) {
+    uint64_t ino = 0;
+    for (std::size_t i = 2; i < 10 && i < key.size(); ++i)
+      ino = (ino << 8) | static_cast<unsigned char>(key[i]);
+    out.push_back(ino);
+  }
+  return out;
+}
+
+Status MetaStore::Forget(uint64_t ino) {
+  std::lock_guard lock(mu_);
+  return db_->Delete(GarbageKey(ino));
+}
+
+}  // namespace ff::fs3

@@ -1,0 +1,225 @@
+// fs3's namespace on a real RocksDB: POSIX semantics operation by operation.
+#include "fs3/meta_store.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "tests/support/subprocess.h"
+
+namespace ff::fs3 {
+namespace {
+
+using ::testing::ElementsAre;
+
+class MetaStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Reopen(); }
+  void Reopen() {
+    store_.reset();
+    fs3rpc::Layout layout;
+    layout.set_chunk_size(1 << 20);
+    layout.set_stripe(4);
+    auto s = MetaStore::Open(dir_.File("meta"), layout);
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_ = std::move(*s);
+  }
+  std::vector<std::string> Names(uint64_t dir) {
+    std::vector<std::string> out;
+    auto entries = store_->Readdir(root_, dir, "", 100000);
+    EXPECT_TRUE(entries.ok()) << entries.status();
+    for (const auto& e : *entries)
+      out.push_back(e.name);
+    return out;
+  }
+  StatusCode Code(const Status& s) { return s.code(); }
+  template <typename T>
+  StatusCode Code(const Result<T>& r) {
+    return r.status().code();
+  }
+
+  test::TempDir dir_;
+  std::unique_ptr<MetaStore> store_;
+  Caller root_{0, 0, {}};
+  Caller alice_{1000, 1000, {}};
+  Caller bob_{1001, 1001, {}};
+};
+
+TEST_F(MetaStoreTest, CreateLookupReaddirAndLayoutInheritance) {
+  auto d = store_->Mkdir(root_, kRootIno, "data", 0755);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->nlink(), 2u);
+  EXPECT_EQ(d->layout().stripe(), 4u);  // inherited
+  auto f = store_->Create(root_, d->ino(), "a.bin", 0644);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->type(), fs3rpc::INODE_FILE);
+  EXPECT_EQ(f->layout().chunk_size(), 1u << 20);
+  EXPECT_EQ(store_->Lookup(root_, d->ino(), "a.bin")->ino(), f->ino());
+  EXPECT_EQ(store_->Lookup(root_, d->ino(), "..")->ino(), kRootIno);
+  EXPECT_EQ(store_->GetAttr(kRootIno)->nlink(), 3u);
+  EXPECT_EQ(Code(store_->Create(root_, d->ino(), "a.bin", 0644)), StatusCode::kAlreadyExists);
+  EXPECT_EQ(Code(store_->Lookup(root_, d->ino(), "missing")), StatusCode::kNotFound);
+  EXPECT_EQ(Code(store_->Mkdir(root_, f->ino(), "x", 0755)), StatusCode::kNotADirectory);
+  // Readdir in name order, resumable.
+  for (const char* n : {"c", "b", "d"})
+    ASSERT_TRUE(store_->Create(root_, d->ino(), n, 0644).ok());
+  EXPECT_THAT(Names(d->ino()), ElementsAre("a.bin", "b", "c", "d"));
+  auto page = store_->Readdir(root_, d->ino(), "b", 2);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].name, "c");
+  EXPECT_EQ((*page)[1].name, "d");
+  // Everything survives reopening.
+  Reopen();
+  EXPECT_THAT(Names(d->ino()), ElementsAre("a.bin", "b", "c", "d"));
+  auto again = store_->Create(root_, d->ino(), "e", 0644);
+  ASSERT_TRUE(again.ok());
+  EXPECT_GT(again->ino(), f->ino());  // inode numbers are never reused
+}
+
+TEST_F(MetaStoreTest, BadNamesGetTheRightErrnoAndChangeNothing) {
+  EXPECT_EQ(Code(store_->Create(root_, kRootIno, "a/b", 0644)), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Code(store_->Create(root_, kRootIno, "", 0644)), StatusCode::kNotFound);
+  EXPECT_EQ(Code(store_->Create(root_, kRootIno, std::string(256, 'x'), 0644)),
+            StatusCode::kNameTooLong);
+  EXPECT_EQ(Code(store_->Mkdir(root_, kRootIno, "..", 0755)), StatusCode::kAlreadyExists);
+  EXPECT_EQ(Code(store_->Create(root_, 999, "x", 0644)), StatusCode::kNotFound);  // no parent
+  EXPECT_TRUE(Names(kRootIno).empty());
+}
+
+TEST_F(MetaStoreTest, RetriedCreateReturnsWhatItCreated) {
+  EXPECT_EQ(Code(store_->Create(alice_, kRootIno, "f", 0644, 76)), StatusCode::kPermissionDenied);
+  auto first = store_->Create(root_, kRootIno, "f", 0644, /*request_id=*/77);
+  ASSERT_TRUE(first.ok());
+  auto retry = store_->Create(root_, kRootIno, "f", 0644, /*request_id=*/77);
+  ASSERT_TRUE(retry.ok());  // not EEXIST: the same request
+  EXPECT_EQ(retry->ino(), first->ino());
+  EXPECT_EQ(Code(store_->Create(root_, kRootIno, "f", 0644, /*request_id=*/78)),
+            StatusCode::kAlreadyExists);
+}
+
+TEST_F(MetaStoreTest, UnlinkWhileOpenKeepsTheInodeUntilClose) {
+  auto f = store_->Create(root_, kRootIno, "f", 0644);
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE(store_->OpenSession(f->ino()).ok());
+  ASSERT_TRUE(store_->Unlink(root_, kRootIno, "f").ok());
+  EXPECT_EQ(Code(store_->Lookup(root_, kRootIno, "f")), StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetAttr(f->ino())->nlink(), 0u);  // still there for its reader
+  EXPECT_TRUE(store_->Garbage()->empty());
+  ASSERT_TRUE(store_->CloseSession(f->ino(), 4096).ok());
+  EXPECT_EQ(Code(store_->GetAttr(f->ino())), StatusCode::kNotFound);
+  EXPECT_THAT(*store_->Garbage(), ElementsAre(f->ino()));  // its chunks are to be deleted
+  ASSERT_TRUE(store_->Forget(f->ino()).ok());
+  EXPECT_TRUE(store_->Garbage()->empty());
+  // Hard links keep the inode; a symlink is just a name.
+  auto g = store_->Create(root_, kRootIno, "g", 0644);
+  ASSERT_TRUE(store_->Link(root_, g->ino(), kRootIno, "g2").ok());
+  EXPECT_EQ(store_->GetAttr(g->ino())->nlink(), 2u);
+  ASSERT_TRUE(store_->Unlink(root_, kRootIno, "g").ok());
+  EXPECT_EQ(store_->GetAttr(g->ino())->nlink(), 1u);
+  auto s = store_->Symlink(root_, kRootIno, "s", "/some/where");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(*store_->Readlink(s->ino()), "/some/where");
+  EXPECT_EQ(Code(store_->Readlink(g->ino())), StatusCode::kInvalidArgument);
+  auto d = store_->Mkdir(root_, kRootIno, "dir", 0755);
+  EXPECT_EQ(Code(store_->Link(root_, d->ino(), kRootIno, "dir2")), StatusCode::kNotPermitted);
+  EXPECT_EQ(Code(store_->Unlink(root_, kRootIno, "dir")), StatusCode::kIsADirectory);
+  EXPECT_EQ(Code(store_->Rmdir(root_, kRootIno, "g2")), StatusCode::kNotADirectory);
+}
+
+TEST_F(MetaStoreTest, RmdirOnlyEmptyDirectories) {
+  auto d = store_->Mkdir(root_, kRootIno, "d", 0755);
+  ASSERT_TRUE(store_->Create(root_, d->ino(), "f", 0644).ok());
+  EXPECT_EQ(Code(store_->Rmdir(root_, kRootIno, "d")), StatusCode::kNotEmpty);
+  ASSERT_TRUE(store_->Unlink(root_, d->ino(), "f").ok());
+  ASSERT_TRUE(store_->Rmdir(root_, kRootIno, "d").ok());
+  EXPECT_EQ(store_->GetAttr(kRootIno)->nlink(), 2u);
+  EXPECT_EQ(Code(store_->Rmdir(root_, kRootIno, "d")), StatusCode::kNotFound);
+}
+
+TEST_F(MetaStoreTest, RenameEveryCase) {
+  auto a = store_->Mkdir(root_, kRootIno, "a", 0755);
+  auto b = store_->Mkdir(root_, kRootIno, "b", 0755);
+  auto f = store_->Create(root_, a->ino(), "f", 0644);
+  auto g = store_->Create(root_, b->ino(), "g", 0644);
+  // Simple move across directories.
+  ASSERT_TRUE(store_->Rename(root_, a->ino(), "f", b->ino(), "f2").ok());
+  EXPECT_THAT(Names(a->ino()), ElementsAre());
+  EXPECT_THAT(Names(b->ino()), ElementsAre("f2", "g"));
+  // Replacing a file: the old one loses its link and its data goes.
+  ASSERT_TRUE(store_->Rename(root_, b->ino(), "f2", b->ino(), "g").ok());
+  EXPECT_EQ(store_->Lookup(root_, b->ino(), "g")->ino(), f->ino());
+  EXPECT_EQ(Code(store_->GetAttr(g->ino())), StatusCode::kNotFound);
+  EXPECT_THAT(*store_->Garbage(), ElementsAre(g->ino()));
+  // RENAME_NOREPLACE refuses an existing target.
+  ASSERT_TRUE(store_->Create(root_, b->ino(), "h", 0644).ok());
+  EXPECT_EQ(Code(store_->Rename(root_, b->ino(), "g", b->ino(), "h", kRenameNoReplace)),
+            StatusCode::kAlreadyExists);
+  // Directories: over an empty directory yes, over a non-empty one no, not over a file, a file
+  // not over a directory.
+  auto d1 = store_->Mkdir(root_, a->ino(), "d1", 0755);
+  auto d2 = store_->Mkdir(root_, b->ino(), "d2", 0755);
+  EXPECT_EQ(Code(store_->Rename(root_, a->ino(), "d1", b->ino(), "h")), StatusCode::kNotADirectory);
+  EXPECT_EQ(Code(store_->Rename(root_, b->ino(), "h", b->ino(), "d2")), StatusCode::kIsADirectory);
+  ASSERT_TRUE(store_->Create(root_, d2->ino(), "inside", 0644).ok());
+  EXPECT_EQ(Code(store_->Rename(root_, a->ino(), "d1", b->ino(), "d2")), StatusCode::kNotEmpty);
+  ASSERT_TRUE(store_->Unlink(root_, d2->ino(), "inside").ok());
+  ASSERT_TRUE(store_->Rename(root_, a->ino(), "d1", b->ino(), "d2").ok());
+  EXPECT_EQ(store_->Lookup(root_, b->ino(), "d2")->ino(), d1->ino());
+  EXPECT_EQ(store_->GetAttr(a->ino())->nlink(), 2u);  // lost d1's ".."
+  EXPECT_EQ(store_->GetAttr(b->ino())->nlink(), 3u);  // has d1 (d2 is gone)
+  EXPECT_EQ(store_->Lookup(root_, d1->ino(), "..")->ino(), b->ino());
+  // Never a directory under itself.
+  auto deep = store_->Mkdir(root_, d1->ino(), "deep", 0755);
+  EXPECT_EQ(Code(store_->Rename(root_, b->ino(), "d2", deep->ino(), "x")),
+            StatusCode::kInvalidArgument);
+  // RENAME_EXCHANGE swaps a directory and a file across parents.
+  ASSERT_TRUE(store_->Rename(root_, b->ino(), "d2", kRootIno, "a", kRenameExchange).ok());
+  EXPECT_EQ(store_->Lookup(root_, kRootIno, "a")->ino(), d1->ino());
+  EXPECT_EQ(store_->Lookup(root_, b->ino(), "d2")->ino(), a->ino());
+  EXPECT_EQ(store_->Lookup(root_, d1->ino(), "..")->ino(), kRootIno);
+  EXPECT_EQ(Code(store_->Rename(root_, kRootIno, "a", kRootIno, "nope", kRenameExchange)),
+            StatusCode::kNotFound);
+  // Renaming onto itself changes nothing.
+  ASSERT_TRUE(store_->Rename(root_, kRootIno, "b", kRootIno, "b").ok());
+}
+
+TEST_F(MetaStoreTest, PermissionsAndTheStickyBit) {
+  auto shared = store_->Mkdir(root_, kRootIno, "tmp", 01777);  // sticky, world-writable
+  auto mine = store_->Create(alice_, shared->ino(), "alice.txt", 0644);
+  ASSERT_TRUE(mine.ok());
+  EXPECT_EQ(mine->uid(), 1000u);
+  // Bob may create here but not remove or rename Alice's file.
+  ASSERT_TRUE(store_->Create(bob_, shared->ino(), "bob.txt", 0644).ok());
+  EXPECT_EQ(Code(store_->Unlink(bob_, shared->ino(), "alice.txt")), StatusCode::kNotPermitted);
+  EXPECT_EQ(Code(store_->Rename(bob_, shared->ino(), "alice.txt", shared->ino(), "x")),
+            StatusCode::kNotPermitted);
+  ASSERT_TRUE(store_->Unlink(alice_, shared->ino(), "alice.txt").ok());
+  ASSERT_TRUE(store_->Unlink(root_, shared->ino(), "bob.txt").ok());  // root may
+  // A private directory: no entry for others.
+  auto home = store_->Mkdir(alice_, shared->ino(), "alice", 0700);
+  EXPECT_EQ(Code(store_->Create(bob_, home->ino(), "x", 0644)), StatusCode::kPermissionDenied);
+  EXPECT_EQ(Code(store_->Lookup(bob_, home->ino(), "x")), StatusCode::kPermissionDenied);
+  EXPECT_EQ(Code(store_->Readdir(bob_, home->ino(), "", 10)), StatusCode::kPermissionDenied);
+  // Group permission through a supplementary group.
+  auto team = store_->Mkdir(root_, kRootIno, "team", 0770);
+  Caller member{1002, 1002, {0}};
+  EXPECT_TRUE(store_->Create(member, team->ino(), "ok", 0644).ok());
+  EXPECT_EQ(Code(store_->Create(bob_, team->ino(), "no", 0644)), StatusCode::kPermissionDenied);
+}
+
+TEST_F(MetaStoreTest, TimestampsFollowPosix) {
+  auto d = store_->Mkdir(root_, kRootIno, "d", 0755);
+  const int64_t before = d->mtime_ns();
+  auto f = store_->Create(root_, d->ino(), "f", 0644);
+  auto after_create = store_->GetAttr(d->ino());
+  EXPECT_GT(after_create->mtime_ns(), before);  // the directory changed
+  EXPECT_EQ(after_create->ctime_ns(), after_create->mtime_ns());
+  const int64_t file_ctime = f->ctime_ns();
+  ASSERT_TRUE(store_->Link(root_, f->ino(), d->ino(), "f2").ok());
+  EXPECT_GT(store_->GetAttr(f->ino())->ctime_ns(), file_ctime);     // link count changed
+  EXPECT_EQ(store_->GetAttr(f->ino())->mtime_ns(), f->mtime_ns());  // content did not
+}
+
+}  // namespace
+}  // namespace ff::fs3
