@@ -221,5 +221,72 @@ TEST_F(MetaStoreTest, TimestampsFollowPosix) {
   EXPECT_EQ(store_->GetAttr(f->ino())->mtime_ns(), f->mtime_ns());  // content did not
 }
 
+TEST_F(MetaStoreTest, SetattrFollowsPosixRules) {
+  auto f = store_->Create(alice_, store_->Mkdir(root_, kRootIno, "home", 0777)->ino(), "f", 0644);
+  ASSERT_TRUE(f.ok());
+  // chmod: the owner (setgid dropped when not in the group), not others.
+  SetAttr chmod;
+  chmod.mode = 02755;
+  auto m = store_->SetAttributes(alice_, f->ino(), chmod);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->mode(), 02755u);  // alice is in the file's group: setgid stays
+  EXPECT_EQ(Code(store_->SetAttributes(bob_, f->ino(), chmod)), StatusCode::kNotPermitted);
+  // chown: uid by root only; gid by the owner to one of their groups.
+  SetAttr to_bob;
+  to_bob.uid = 1001;
+  EXPECT_EQ(Code(store_->SetAttributes(alice_, f->ino(), to_bob)), StatusCode::kNotPermitted);
+  Caller alice_in_team{1000, 1000, {2000}};
+  SetAttr group;
+  group.gid = 2000;
+  ASSERT_TRUE(store_->SetAttributes(alice_in_team, f->ino(), group).ok());
+  EXPECT_EQ(store_->GetAttr(f->ino())->mode(), 0755u);  // chown cleared setgid on a file
+  group.gid = 3000;
+  EXPECT_EQ(Code(store_->SetAttributes(alice_in_team, f->ino(), group)), StatusCode::kNotPermitted);
+  auto dropped = store_->SetAttributes(alice_, f->ino(), chmod);  // not in group 2000 now
+  ASSERT_TRUE(dropped.ok());
+  EXPECT_EQ(dropped->mode(), 0755u);
+  ASSERT_TRUE(store_->SetAttributes(root_, f->ino(), to_bob).ok());
+  EXPECT_EQ(store_->GetAttr(f->ino())->uid(), 1001u);
+  // truncate needs write permission; it moves mtime and ctime.
+  SetAttr size;
+  size.size = 12345;
+  EXPECT_EQ(Code(store_->SetAttributes(alice_, f->ino(), size)), StatusCode::kPermissionDenied);
+  const int64_t before = store_->GetAttr(f->ino())->mtime_ns();
+  auto t = store_->SetAttributes(bob_, f->ino(), size);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->size(), 12345u);
+  EXPECT_GT(t->mtime_ns(), before);
+  // Explicit times: the owner only.
+  SetAttr times;
+  times.mtime_ns = 42;
+  EXPECT_EQ(Code(store_->SetAttributes(alice_, f->ino(), times)), StatusCode::kNotPermitted);
+  EXPECT_EQ(store_->SetAttributes(bob_, f->ino(), times)->mtime_ns(), 42);
+  SetAttr dir_size;
+  dir_size.size = 1;
+  EXPECT_EQ(Code(store_->SetAttributes(root_, kRootIno, dir_size)), StatusCode::kIsADirectory);
+}
+
+TEST_F(MetaStoreTest, ExtendedAttributes) {
+  auto f = store_->Create(root_, kRootIno, "f", 0644);
+  ASSERT_TRUE(store_->SetXattr(root_, f->ino(), "user.tag", "v1").ok());
+  ASSERT_TRUE(store_->SetXattr(root_, f->ino(), "trusted.secret", "s").ok());
+  EXPECT_EQ(*store_->GetXattr(alice_, f->ino(), "user.tag"), "v1");  // readable by others (0644)
+  EXPECT_EQ(Code(store_->SetXattr(alice_, f->ino(), "user.tag", "x")),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(Code(store_->GetXattr(alice_, f->ino(), "trusted.secret")), StatusCode::kNotPermitted);
+  EXPECT_THAT(*store_->ListXattrs(alice_, f->ino()), ElementsAre("user.tag"));
+  EXPECT_THAT(*store_->ListXattrs(root_, f->ino()), ElementsAre("trusted.secret", "user.tag"));
+  EXPECT_EQ(Code(store_->SetXattr(root_, f->ino(), "user.tag", "v2", kXattrCreate)),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(Code(store_->SetXattr(root_, f->ino(), "user.new", "v", kXattrReplace)),
+            StatusCode::kNoAttribute);
+  EXPECT_EQ(Code(store_->SetXattr(root_, f->ino(), "nonamespace", "v")), StatusCode::kNotSupported);
+  EXPECT_EQ(Code(store_->SetXattr(root_, f->ino(), "user.big", std::string(70000, 'x'))),
+            StatusCode::kOutOfRange);
+  ASSERT_TRUE(store_->RemoveXattr(root_, f->ino(), "user.tag").ok());
+  EXPECT_EQ(Code(store_->GetXattr(root_, f->ino(), "user.tag")), StatusCode::kNoAttribute);
+  EXPECT_EQ(Code(store_->RemoveXattr(root_, f->ino(), "user.tag")), StatusCode::kNoAttribute);
+}
+
 }  // namespace
 }  // namespace ff::fs3

@@ -43,6 +43,21 @@ enum RenameFlags : uint32_t {
   kRenameExchange = 2,   // RENAME_EXCHANGE
 };
 
+// setattr: the fields to change.
+struct SetAttr {
+  std::optional<uint32_t> mode;
+  std::optional<uint32_t> uid, gid;
+  std::optional<uint64_t> size;
+  std::optional<int64_t> atime_ns, mtime_ns;  // explicit times
+  bool atime_now = false, mtime_now = false;  // utimensat(UTIME_NOW)
+};
+
+enum XattrFlags : uint32_t {
+  kXattrCreate = 1,   // XATTR_CREATE: fail if it exists
+  kXattrReplace = 2,  // XATTR_REPLACE: fail if it does not
+};
+constexpr std::size_t kMaxXattrValueBytes = 64 * 1024;
+
 class MetaStore {
  public:
   // Opens (creating, with a root directory owned by root, mode 0755) the namespace at `path`.
@@ -69,6 +84,19 @@ class MetaStore {
   Status Rmdir(const Caller& c, uint64_t parent, const std::string& name);
   Status Rename(const Caller& c, uint64_t src_parent, const std::string& src_name,
                 uint64_t dst_parent, const std::string& dst_name, uint32_t flags = 0);
+
+  // chmod / chown / truncate / utimens with POSIX's rules: mode by the owner or root (setgid
+  // dropped when the owner is not in the group); uid by root only; gid by root or the owner to
+  // one of their groups (clearing setuid/setgid on files); size needs write permission; explicit
+  // times need ownership, "now" needs ownership or write permission. ctime always moves.
+  Result<fs3rpc::Inode> SetAttributes(const Caller& c, uint64_t ino, const SetAttr& attr);
+
+  // Extended attributes, any namespace ("user.", "trusted." root only, "security.", "system.").
+  Status SetXattr(const Caller& c, uint64_t ino, const std::string& name, const std::string& value,
+                  uint32_t flags = 0);
+  Result<std::string> GetXattr(const Caller& c, uint64_t ino, const std::string& name) const;
+  Result<std::vector<std::string>> ListXattrs(const Caller& c, uint64_t ino) const;
+  Status RemoveXattr(const Caller& c, uint64_t ino, const std::string& name);
 
   // Up to `limit` entries after `cursor` (a name; "" from the start), in name order.
   Result<std::vector<DirEntry>> Readdir(const Caller& c, uint64_t ino, const std::string& cursor,
