@@ -3,6 +3,8 @@
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 
+#include <filesystem>
+
 namespace ff {
 namespace {
 
@@ -14,6 +16,9 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
 }  // namespace
 
 Result<std::unique_ptr<ProtoDb>> ProtoDb::Open(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  if (ec) return IoError("cannot create the folder of " + path + ": " + ec.message());
   rocksdb::Options options;
   options.create_if_missing = true;
   rocksdb::DB* db = nullptr;

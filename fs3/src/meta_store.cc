@@ -268,13 +268,19 @@ Result<Inode> MetaStore::Create(const Caller& c, uint64_t parent, const std::str
 }
 
 Result<Inode> MetaStore::Mkdir(const Caller& c, uint64_t parent, const std::string& name,
-                               uint32_t mode) {
+                               uint32_t mode, uint64_t request_id) {
   std::lock_guard lock(mu_);
   Txn t(*db_);
   FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
   if (Dot(name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
   FF_RETURN_IF_ERROR(CheckName(name));
-  if (t.GetDentry(parent, name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
+  if (auto d = t.GetDentry(parent, name)) {
+    if (request_id != 0) {
+      auto existing = t.GetInode(d->ino());
+      if (existing.ok() && existing->create_request() == request_id) return *existing;  // a retry
+    }
+    return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
+  }
   if (!Permitted(c, dir, 3)) return PermissionDenied("no write permission on the directory");
   const int64_t now = NowNs();
   Inode inode;
@@ -290,6 +296,7 @@ Result<Inode> MetaStore::Mkdir(const Caller& c, uint64_t parent, const std::stri
   inode.set_atime_ns(now);
   inode.set_mtime_ns(now);
   inode.set_ctime_ns(now);
+  inode.set_create_request(request_id);
   *inode.mutable_layout() = dir.layout();
   inode.set_parent(parent);
   Dentry d;

@@ -21,8 +21,8 @@ namespace ff {
 
 class ProtoDb {
  public:
-  // Opens (creating if missing) the database in directory `path`. kUnavailable names the path
-  // and RocksDB's reason (e.g. another process holds its lock).
+  // Opens (creating it, and its parent folders, if missing) the database in directory `path`.
+  // kUnavailable names the path and RocksDB's reason (e.g. another process holds its lock).
   static Result<std::unique_ptr<ProtoDb>> Open(const std::string& path);
   ~ProtoDb();
 

@@ -69,7 +69,7 @@ class MetaStore {
   Result<fs3rpc::Inode> Lookup(const Caller& c, uint64_t parent, const std::string& name) const;
 
   Result<fs3rpc::Inode> Mkdir(const Caller& c, uint64_t parent, const std::string& name,
-                              uint32_t mode);
+                              uint32_t mode, uint64_t request_id = 0);
   // A regular file (or, with `type`, a FIFO / socket / device node with `rdev`). With
   // `request_id` != 0, a retry of the same request returns the inode it created.
   Result<fs3rpc::Inode> Create(const Caller& c, uint64_t parent, const std::string& name,

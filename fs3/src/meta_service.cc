@@ -1,0 +1,236 @@
+#include "meta_service.h"
+
+#include <chrono>
+
+#include "common/rpc_status.h"
+
+namespace ff::fs3 {
+namespace {
+
+constexpr std::size_t kRememberedRequests = 100000;
+
+Caller CallerOf(const fs3rpc::Credentials& c) {
+  return Caller{c.uid(), c.gid(), {c.groups().begin(), c.groups().end()}};
+}
+
+}  // namespace
+
+void MetaOptions::Bind(ConfigSection& s) {
+  s.Required("data_dir", data_dir);
+  s.Optional("chunk_size", chunk_size);
+  s.Check(chunk_size >= 4096 && (chunk_size & (chunk_size - 1)) == 0, "chunk_size",
+          "must be a power of two of at least 4096");
+  s.Optional("stripe", stripe);
+  s.Check(stripe >= 1, "stripe", "must be at least 1");
+}
+
+Result<std::unique_ptr<MetaService>> MetaService::Create(const MetaOptions& options,
+                                                         Metrics* metrics) {
+  fs3rpc::Layout layout;
+  layout.set_chunk_size(options.chunk_size);
+  layout.set_stripe(options.stripe);
+  FF_ASSIGN_OR_RETURN(auto store, MetaStore::Open(options.data_dir + "/meta", layout));
+  return std::unique_ptr<MetaService>(new MetaService(std::move(store), metrics));
+}
+
+grpc::Status MetaService::Serve(const char* op, const std::function<Status()>& body) {
+  const auto start = std::chrono::steady_clock::now();
+  grpc::Status st = ServeRpc(op, body);
+  if (metrics_) {
+    metrics_
+        ->Histogram("fs3_meta_op_seconds", "Metadata operation latency", Metrics::LatencyBuckets(),
+                    {{"op", op}})
+        .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return st;
+}
+
+Status MetaService::Once(uint64_t request_id, const std::function<Status()>& body) {
+  if (request_id != 0) {
+    std::lock_guard lock(done_mu_);
+    if (auto it = done_.find(request_id); it != done_.end() && it->second.ok()) return it->second;
+  }
+  Status st = body();
+  if (request_id != 0 && st.ok()) {
+    std::lock_guard lock(done_mu_);
+    done_[request_id] = st;
+    done_order_.push_back(request_id);
+    if (done_order_.size() > kRememberedRequests) {
+      done_.erase(done_order_.front());
+      done_order_.pop_front();
+    }
+  }
+  return st;
+}
+
+grpc::Status MetaService::Lookup(grpc::ServerContext*, const fs3rpc::NameRequest* r,
+                                 fs3rpc::Inode* out) {
+  return Serve("lookup", [&]() -> Status {
+    FF_ASSIGN_OR_RETURN(*out, store_->Lookup(CallerOf(r->cred()), r->parent(), r->name()));
+    return Status::Ok();
+  });
+}
+
+grpc::Status MetaService::GetAttr(grpc::ServerContext*, const fs3rpc::InoRequest* r,
+                                  fs3rpc::Inode* out) {
+  return Serve("getattr", [&]() -> Status {
+    FF_ASSIGN_OR_RETURN(*out, store_->GetAttr(r->ino()));
+    return Status::Ok();
+  });
+}
+
+grpc::Status MetaService::Make(grpc::ServerContext*, const fs3rpc::MakeRequest* r,
+                               fs3rpc::Inode* out) {
+  return Serve("make", [&]() -> Status {
+    const Caller c = CallerOf(r->cred());
+    switch (r->type()) {
+      case fs3rpc::INODE_DIR: {
+        FF_ASSIGN_OR_RETURN(*out,
+                            store_->Mkdir(c, r->parent(), r->name(), r->mode(), r->request_id()));
+        return Status::Ok();
+      }
+      case fs3rpc::INODE_SYMLINK:
+        return Once(r->request_id(), [&]() -> Status {
+          FF_ASSIGN_OR_RETURN(*out,
+                              store_->Symlink(c, r->parent(), r->name(), r->symlink_target()));
+          return Status::Ok();
+        });
+      default: {
+        if (!fs3rpc::InodeType_IsValid(r->type())) return InvalidArgument("unknown inode type");
+        FF_ASSIGN_OR_RETURN(*out, store_->Create(c, r->parent(), r->name(), r->mode(),
+                                                 r->request_id(), r->type(), r->rdev()));
+        return Status::Ok();
+      }
+    }
+  });
+}
+
+grpc::Status MetaService::Link(grpc::ServerContext*, const fs3rpc::LinkRequest* r,
+                               fs3rpc::Inode* out) {
+  return Serve("link", [&] {
+    return Once(r->request_id(), [&]() -> Status {
+      FF_ASSIGN_OR_RETURN(*out,
+                          store_->Link(CallerOf(r->cred()), r->ino(), r->parent(), r->name()));
+      return Status::Ok();
+    });
+  });
+}
+
+grpc::Status MetaService::Readlink(grpc::ServerContext*, const fs3rpc::InoRequest* r,
+                                   fs3rpc::XattrReply* out) {
+  return Serve("readlink", [&]() -> Status {
+    FF_ASSIGN_OR_RETURN(*out->mutable_value(), store_->Readlink(r->ino()));
+    return Status::Ok();
+  });
+}
+
+grpc::Status MetaService::Unlink(grpc::ServerContext*, const fs3rpc::NameRequest* r,
+                                 fs3rpc::Empty*) {
+  return Serve("unlink", [&] {
+    return Once(r->request_id(),
+                [&] { return store_->Unlink(CallerOf(r->cred()), r->parent(), r->name()); });
+  });
+}
+
+grpc::Status MetaService::Rmdir(grpc::ServerContext*, const fs3rpc::NameRequest* r,
+                                fs3rpc::Empty*) {
+  return Serve("rmdir", [&] {
+    return Once(r->request_id(),
+                [&] { return store_->Rmdir(CallerOf(r->cred()), r->parent(), r->name()); });
+  });
+}
+
+grpc::Status MetaService::Rename(grpc::ServerContext*, const fs3rpc::RenameRequest* r,
+                                 fs3rpc::Empty*) {
+  return Serve("rename", [&] {
+    return Once(r->request_id(), [&] {
+      return store_->Rename(CallerOf(r->cred()), r->src_parent(), r->src_name(), r->dst_parent(),
+                            r->dst_name(), r->flags());
+    });
+  });
+}
+
+grpc::Status MetaService::Readdir(grpc::ServerContext*, const fs3rpc::ReaddirRequest* r,
+                                  fs3rpc::ReaddirReply* out) {
+  return Serve("readdir", [&]() -> Status {
+    const std::size_t limit = r->limit() == 0 ? 1024 : std::min<uint32_t>(r->limit(), 65536);
+    FF_ASSIGN_OR_RETURN(auto entries,
+                        store_->Readdir(CallerOf(r->cred()), r->ino(), r->cursor(), limit));
+    for (const DirEntry& e : entries) {
+      auto* d = out->add_entries();
+      d->set_name(e.name);
+      d->set_ino(e.ino);
+      d->set_type(e.type);
+    }
+    return Status::Ok();
+  });
+}
+
+grpc::Status MetaService::SetAttr(grpc::ServerContext*, const fs3rpc::SetAttrRequest* r,
+                                  fs3rpc::Inode* out) {
+  return Serve("setattr", [&]() -> Status {
+    fs3::SetAttr a;
+    if (r->has_mode()) a.mode = r->mode();
+    if (r->has_uid()) a.uid = r->uid();
+    if (r->has_gid()) a.gid = r->gid();
+    if (r->has_size()) a.size = r->size();
+    if (r->has_atime_ns()) a.atime_ns = r->atime_ns();
+    if (r->has_mtime_ns()) a.mtime_ns = r->mtime_ns();
+    a.atime_now = r->atime_now();
+    a.mtime_now = r->mtime_now();
+    FF_ASSIGN_OR_RETURN(*out, store_->SetAttributes(CallerOf(r->cred()), r->ino(), a));
+    return Status::Ok();
+  });
+}
+
+grpc::Status MetaService::SetXattr(grpc::ServerContext*, const fs3rpc::XattrRequest* r,
+                                   fs3rpc::Empty*) {
+  return Serve("setxattr", [&] {
+    return store_->SetXattr(CallerOf(r->cred()), r->ino(), r->name(), r->value(), r->flags());
+  });
+}
+
+grpc::Status MetaService::GetXattr(grpc::ServerContext*, const fs3rpc::XattrRequest* r,
+                                   fs3rpc::XattrReply* out) {
+  return Serve("getxattr", [&]() -> Status {
+    FF_ASSIGN_OR_RETURN(*out->mutable_value(),
+                        store_->GetXattr(CallerOf(r->cred()), r->ino(), r->name()));
+    return Status::Ok();
+  });
+}
+
+grpc::Status MetaService::ListXattrs(grpc::ServerContext*, const fs3rpc::InoRequest* r,
+                                     fs3rpc::XattrReply* out) {
+  return Serve("listxattr", [&]() -> Status {
+    FF_ASSIGN_OR_RETURN(auto names, store_->ListXattrs(CallerOf(r->cred()), r->ino()));
+    for (std::string& n : names)
+      out->add_names(std::move(n));
+    return Status::Ok();
+  });
+}
+
+grpc::Status MetaService::RemoveXattr(grpc::ServerContext*, const fs3rpc::XattrRequest* r,
+                                      fs3rpc::Empty*) {
+  return Serve("removexattr",
+               [&] { return store_->RemoveXattr(CallerOf(r->cred()), r->ino(), r->name()); });
+}
+
+grpc::Status MetaService::Open(grpc::ServerContext*, const fs3rpc::InoRequest* r,
+                               fs3rpc::Inode* out) {
+  return Serve("open", [&]() -> Status {
+    FF_RETURN_IF_ERROR(store_->OpenSession(r->ino()));
+    FF_ASSIGN_OR_RETURN(*out, store_->GetAttr(r->ino()));
+    return Status::Ok();
+  });
+}
+
+grpc::Status MetaService::Close(grpc::ServerContext*, const fs3rpc::CloseRequest* r,
+                                fs3rpc::Empty*) {
+  return Serve("close", [&] {
+    std::optional<uint64_t> size;
+    if (r->has_size()) size = r->size();
+    return store_->CloseSession(r->ino(), size);
+  });
+}
+
+}  // namespace ff::fs3

@@ -1,0 +1,209 @@
+// fs3-meta as a real process over its RocksDB: the namespace API, its errors, and crashes.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "common/net.h"
+#include "common/rpc_client.h"
+#include "common/rpc_status.h"
+#include "fs3/proto/meta.grpc.pb.h"
+#include "tests/support/subprocess.h"
+
+namespace ff {
+namespace {
+
+using namespace std::chrono_literals;
+
+class MetaServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto port = FindFreePort();
+    ASSERT_TRUE(port.ok());
+    address_ = "127.0.0.1:" + std::to_string(*port);
+    test::WriteFile(dir_.File("meta.toml"),
+                    "[server]\nlisten = \"" + address_ +
+                        "\"\n[metrics]\nenabled = false\n[meta]\ndata_dir = \"" +
+                        dir_.File("meta") + "\"\n");
+    Start();
+    stub_ = fs3rpc::Meta::NewStub(MakeChannel(address_));
+  }
+
+  void Start() {
+    std::string ready = dir_.File("meta.ready");
+    std::remove(ready.c_str());
+    auto proc = test::Subprocess::Start(
+        {FF_FS3_META_PATH, "--config", dir_.File("meta.toml"), "--ready-file", ready},
+        {.env = {}, .output_dir = dir_.path()});
+    ASSERT_TRUE(proc.ok());
+    meta_ = std::make_unique<test::Subprocess>(std::move(*proc));
+    ASSERT_TRUE(test::WaitForFile(ready, 20s).has_value()) << meta_->Stderr();
+  }
+
+  template <typename Req, typename Resp, typename Fn>
+  Status Call(Fn fn, const Req& req, Resp* resp) {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + 5s);
+    return FromGrpcStatus((stub_.get()->*fn)(&c, req, resp));
+  }
+
+  Result<fs3rpc::Inode> Make(uint64_t parent, const std::string& name, fs3rpc::InodeType type,
+                             uint64_t request_id = 0) {
+    fs3rpc::MakeRequest r;
+    r.set_parent(parent);
+    r.set_name(name);
+    r.set_mode(type == fs3rpc::INODE_DIR ? 0755 : 0644);
+    r.set_type(type);
+    r.set_request_id(request_id);
+    if (type == fs3rpc::INODE_SYMLINK) r.set_symlink_target("target");
+    fs3rpc::Inode out;
+    Status st = Call(&fs3rpc::Meta::Stub::Make, r, &out);
+    if (!st.ok()) return st;
+    return out;
+  }
+
+  Status Lookup(uint64_t parent, const std::string& name) {
+    fs3rpc::NameRequest r;
+    r.set_parent(parent);
+    r.set_name(name);
+    fs3rpc::Inode out;
+    return Call(&fs3rpc::Meta::Stub::Lookup, r, &out);
+  }
+
+  test::TempDir dir_;
+  std::string address_;
+  std::unique_ptr<test::Subprocess> meta_;
+  std::unique_ptr<fs3rpc::Meta::Stub> stub_;
+};
+
+TEST_F(MetaServiceTest, NamespaceOperationsOverRpc) {
+  auto d = Make(1, "data", fs3rpc::INODE_DIR);
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto f = Make(d->ino(), "f", fs3rpc::INODE_FILE, /*request_id=*/5);
+  ASSERT_TRUE(f.ok());
+  // A retried create answers with the same inode, not EEXIST.
+  auto again = Make(d->ino(), "f", fs3rpc::INODE_FILE, 5);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->ino(), f->ino());
+  ASSERT_TRUE(Make(d->ino(), "fifo", fs3rpc::INODE_FIFO).ok());
+  ASSERT_TRUE(Make(d->ino(), "link", fs3rpc::INODE_SYMLINK).ok());
+  fs3rpc::ReaddirRequest rr;
+  rr.set_ino(d->ino());
+  fs3rpc::ReaddirReply entries;
+  ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::Readdir, rr, &entries).ok());
+  ASSERT_EQ(entries.entries_size(), 3);
+  EXPECT_EQ(entries.entries(0).name(), "f");
+  EXPECT_EQ(entries.entries(1).type(), fs3rpc::INODE_FIFO);
+  fs3rpc::RenameRequest mv;
+  mv.set_src_parent(d->ino());
+  mv.set_src_name("f");
+  mv.set_dst_parent(1);
+  mv.set_dst_name("g");
+  mv.set_request_id(9);
+  fs3rpc::Empty e;
+  ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::Rename, mv, &e).ok());
+  ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::Rename, mv, &e).ok());  // a retry: same answer
+  EXPECT_TRUE(Lookup(1, "g").ok());
+  fs3rpc::XattrRequest x;
+  x.set_ino(f->ino());
+  x.set_name("user.k");
+  x.set_value("v");
+  ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::SetXattr, x, &e).ok());
+  fs3rpc::XattrReply xv;
+  ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::GetXattr, x, &xv).ok());
+  EXPECT_EQ(xv.value(), "v");
+}
+
+TEST_F(MetaServiceTest, BadInputGetsTheRightErrnoAndChangesNothing) {
+  auto file = Make(1, "file", fs3rpc::INODE_FILE);
+  ASSERT_TRUE(file.ok());
+  EXPECT_EQ(Make(1, "a/b", fs3rpc::INODE_FILE).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Make(1, "", fs3rpc::INODE_DIR).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Make(1, std::string(300, 'n'), fs3rpc::INODE_FILE).status().code(),
+            StatusCode::kNameTooLong);
+  EXPECT_EQ(Make(12345, "x", fs3rpc::INODE_FILE).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Make(file->ino(), "x", fs3rpc::INODE_FILE).status().code(), StatusCode::kNotADirectory);
+  fs3rpc::NameRequest rm;
+  rm.set_parent(1);
+  rm.set_name("file");
+  fs3rpc::Empty e;
+  EXPECT_EQ(Call(&fs3rpc::Meta::Stub::Rmdir, rm, &e).code(), StatusCode::kNotADirectory);
+  fs3rpc::MakeRequest bad;
+  bad.set_parent(1);
+  bad.set_name("weird");
+  bad.set_type(static_cast<fs3rpc::InodeType>(42));
+  fs3rpc::Inode out;
+  EXPECT_EQ(Call(&fs3rpc::Meta::Stub::Make, bad, &out).code(), StatusCode::kInvalidArgument);
+  fs3rpc::ReaddirRequest rr;
+  rr.set_ino(1);
+  fs3rpc::ReaddirReply entries;
+  ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::Readdir, rr, &entries).ok());
+  EXPECT_EQ(entries.entries_size(), 1);  // only "file"
+}
+
+TEST_F(MetaServiceTest, KilledDuringAStormEveryAcknowledgedOperationSurvives) {
+  std::mutex mu;
+  std::set<std::string> present, absent;  // names in / (acknowledged)
+  std::atomic<bool> stop{false};
+  std::thread storm([&] {
+    for (int i = 0; !stop; ++i) {
+      const std::string f = "f" + std::to_string(i), g = "g" + std::to_string(i);
+      if (!Make(1, f, fs3rpc::INODE_FILE, 1000 + i).ok()) continue;
+      {
+        std::lock_guard lock(mu);
+        present.insert(f);
+      }
+      fs3rpc::RenameRequest mv;
+      mv.set_src_parent(1);
+      mv.set_src_name(f);
+      mv.set_dst_parent(1);
+      mv.set_dst_name(g);
+      fs3rpc::Empty e;
+      if (i % 2 == 0 && Call(&fs3rpc::Meta::Stub::Rename, mv, &e).ok()) {
+        std::lock_guard lock(mu);
+        present.erase(f);
+        absent.insert(f);
+        present.insert(g);
+      }
+      fs3rpc::NameRequest rm;
+      rm.set_parent(1);
+      rm.set_name(i % 2 == 0 ? g : f);
+      if (i % 3 == 0 && Call(&fs3rpc::Meta::Stub::Unlink, rm, &e).ok()) {
+        std::lock_guard lock(mu);
+        present.erase(rm.name());
+        absent.insert(rm.name());
+      }
+    }
+  });
+  std::this_thread::sleep_for(700ms);
+  meta_->Signal(SIGKILL);
+  meta_->Wait(5s);
+  stop = true;
+  storm.join();
+  Start();
+  fs3rpc::InoRequest root;
+  root.set_ino(1);
+  fs3rpc::Inode attrs;
+  for (int i = 0; i < 100 && !Call(&fs3rpc::Meta::Stub::GetAttr, root, &attrs).ok(); ++i) {
+    std::this_thread::sleep_for(100ms);  // the channel reconnects to the new process
+  }
+  std::lock_guard lock(mu);
+  ASSERT_GT(present.size() + absent.size(), 20u);
+  for (const std::string& n : present) {
+    Status st = Lookup(1, n);
+    EXPECT_TRUE(st.ok()) << n << " was acknowledged and is gone: " << st;
+  }
+  for (const std::string& n : absent)
+    EXPECT_EQ(Lookup(1, n).code(), StatusCode::kNotFound) << n << " came back";
+  // The root's link count is consistent (no directories were made): 2.
+  ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::GetAttr, root, &attrs).ok());
+  EXPECT_EQ(attrs.nlink(), 2u);
+}
+
+}  // namespace
+}  // namespace ff
