@@ -148,35 +148,55 @@ TEST_F(MetaServiceTest, BadInputGetsTheRightErrnoAndChangesNothing) {
 
 TEST_F(MetaServiceTest, KilledDuringAStormEveryAcknowledgedOperationSurvives) {
   std::mutex mu;
-  std::set<std::string> present, absent;  // names in / (acknowledged)
+  std::set<std::string> present, absent;  // names in / whose state is known
+  std::set<std::string> unknown;          // touched by a call whose answer was lost in the kill
   std::atomic<bool> stop{false};
+  // Runs one mutating call on `names`; returns whether it is known to have happened.
+  auto run = [&](const std::vector<std::string>& names, const std::function<Status()>& call) {
+    Status st = call();
+    if (!st.ok() &&
+        (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded ||
+         st.code() == StatusCode::kCancelled)) {
+      std::lock_guard lock(mu);
+      for (const auto& n : names) {
+        unknown.insert(n);
+        present.erase(n);
+        absent.erase(n);
+      }
+    }
+    return st.ok();
+  };
   std::thread storm([&] {
     for (int i = 0; !stop; ++i) {
       const std::string f = "f" + std::to_string(i), g = "g" + std::to_string(i);
-      if (!Make(1, f, fs3rpc::INODE_FILE, 1000 + i).ok()) continue;
+      if (!run({f}, [&] { return Make(1, f, fs3rpc::INODE_FILE, 1000 + i).status(); })) continue;
       {
         std::lock_guard lock(mu);
         present.insert(f);
       }
-      fs3rpc::RenameRequest mv;
-      mv.set_src_parent(1);
-      mv.set_src_name(f);
-      mv.set_dst_parent(1);
-      mv.set_dst_name(g);
       fs3rpc::Empty e;
-      if (i % 2 == 0 && Call(&fs3rpc::Meta::Stub::Rename, mv, &e).ok()) {
-        std::lock_guard lock(mu);
-        present.erase(f);
-        absent.insert(f);
-        present.insert(g);
+      if (i % 2 == 0) {
+        fs3rpc::RenameRequest mv;
+        mv.set_src_parent(1);
+        mv.set_src_name(f);
+        mv.set_dst_parent(1);
+        mv.set_dst_name(g);
+        if (run({f, g}, [&] { return Call(&fs3rpc::Meta::Stub::Rename, mv, &e); })) {
+          std::lock_guard lock(mu);
+          present.erase(f);
+          absent.insert(f);
+          present.insert(g);
+        }
       }
-      fs3rpc::NameRequest rm;
-      rm.set_parent(1);
-      rm.set_name(i % 2 == 0 ? g : f);
-      if (i % 3 == 0 && Call(&fs3rpc::Meta::Stub::Unlink, rm, &e).ok()) {
-        std::lock_guard lock(mu);
-        present.erase(rm.name());
-        absent.insert(rm.name());
+      if (i % 3 == 0) {
+        fs3rpc::NameRequest rm;
+        rm.set_parent(1);
+        rm.set_name(i % 2 == 0 ? g : f);
+        if (run({rm.name()}, [&] { return Call(&fs3rpc::Meta::Stub::Unlink, rm, &e); })) {
+          std::lock_guard lock(mu);
+          present.erase(rm.name());
+          absent.insert(rm.name());
+        }
       }
     }
   });
