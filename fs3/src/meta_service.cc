@@ -233,4 +233,14 @@ grpc::Status MetaService::Close(grpc::ServerContext*, const fs3rpc::CloseRequest
   });
 }
 
+grpc::Status MetaService::Fsck(grpc::ServerContext*, const fs3rpc::FsckRequest* r,
+                               fs3rpc::FsckReply* out) {
+  return Serve("fsck", [&]() -> Status {
+    FF_ASSIGN_OR_RETURN(auto problems, store_->Fsck(r->repair()));
+    for (std::string& p : problems)
+      out->add_problems(std::move(p));
+    return Status::Ok();
+  });
+}
+
 }  // namespace ff::fs3

@@ -49,6 +49,7 @@ class MetaService final : public fs3rpc::Meta::Service {
                            fs3rpc::Empty*) override;
   grpc::Status Open(grpc::ServerContext*, const fs3rpc::InoRequest*, fs3rpc::Inode*) override;
   grpc::Status Close(grpc::ServerContext*, const fs3rpc::CloseRequest*, fs3rpc::Empty*) override;
+  grpc::Status Fsck(grpc::ServerContext*, const fs3rpc::FsckRequest*, fs3rpc::FsckReply*) override;
 
  private:
   MetaService(std::unique_ptr<MetaStore> store, Metrics* metrics)

@@ -5,6 +5,7 @@
 //   fs3 routing                                  the whole routing table (JSON)
 //   fs3 target offline ID                        take a target out of service
 //   fs3 target add ID --chain C                  add a registered target to a chain (it syncs)
+//   fs3 fsck [--repair] --meta HOST:PORT         check the namespace (exit 1 on problems)
 //
 // fs3-mgmtd's address comes from --mgmtd or $FS3_MGMTD. Exit code 0 only on success; errors are
 // one line on stderr.
@@ -15,6 +16,7 @@
 #include <ctime>
 
 #include "common/rpc_client.h"
+#include "fs3/proto/meta.grpc.pb.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
 
 namespace ff::fs3 {
@@ -82,10 +84,40 @@ int Main(int argc, char** argv) {
   auto* add = target->add_subcommand("add", "Add a registered target to a chain");
   add->add_option("id", target_id, "Target id")->required();
   add->add_option("--chain", chain_id, "Chain id")->required();
+  auto* fsck = app.add_subcommand("fsck", "Check the namespace (fs3-meta) for inconsistencies");
+  std::string meta;
+  bool repair = false;
+  fsck->add_option("--meta", meta, "fs3-meta host:port (else $FS3_META)");
+  fsck->add_flag("--repair", repair, "Fix what is found");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (*fsck) {
+    if (meta.empty() && std::getenv("FS3_META")) meta = std::getenv("FS3_META");
+    if (meta.empty()) Die("no fs3-meta address: --meta or $FS3_META");
+    auto stub = fs3rpc::Meta::NewStub(MakeChannel(meta));
+    fs3rpc::FsckRequest req;
+    req.set_repair(repair);
+    fs3rpc::FsckReply reply;
+    Status st = CallRpc("fs3-meta Fsck", CallOptions::Idempotent(std::chrono::seconds(60)),
+                        [&](grpc::ClientContext* c) { return stub->Fsck(c, req, &reply); });
+    if (!st.ok()) {
+      if (st.code() == StatusCode::kUnavailable) Die("cannot reach fs3-meta at " + meta);
+      Die(st.message());
+    }
+    if (json) {
+      std::printf("%s\n", ToJson(reply).c_str());
+    } else if (reply.problems().empty()) {
+      std::printf("fs3 fsck: clean\n");
+    } else {
+      for (const std::string& p : reply.problems())
+        std::printf("%s\n", p.c_str());
+      std::printf("fs3 fsck: %d problem(s)%s\n", reply.problems_size(),
+                  repair ? ", repaired" : "; run with --repair to fix them");
+    }
+    return reply.problems().empty() || repair ? 0 : 1;
   }
   if (mgmtd.empty() && std::getenv("FS3_MGMTD")) mgmtd = std::getenv("FS3_MGMTD");
   if (mgmtd.empty()) Die("no fs3-mgmtd address: --mgmtd or $FS3_MGMTD");

@@ -220,6 +220,12 @@ TEST_F(MetaServiceTest, KilledDuringAStormEveryAcknowledgedOperationSurvives) {
   }
   for (const std::string& n : absent)
     EXPECT_EQ(Lookup(1, n).code(), StatusCode::kNotFound) << n << " came back";
+  // fs3 fsck (the admin CLI, against the restarted service) reports a clean namespace.
+  auto fsck = test::Subprocess::Start({FF_FS3_PATH, "fsck", "--meta", address_},
+                                      {.env = {}, .output_dir = dir_.path()});
+  ASSERT_TRUE(fsck.ok());
+  EXPECT_EQ(fsck->Wait(30s), 0) << fsck->Stdout() << fsck->Stderr();
+  EXPECT_EQ(fsck->Stdout(), "fs3 fsck: clean\n");
   // The root's link count is consistent (no directories were made): 2.
   ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::GetAttr, root, &attrs).ok());
   EXPECT_EQ(attrs.nlink(), 2u);

@@ -288,5 +288,48 @@ TEST_F(MetaStoreTest, ExtendedAttributes) {
   EXPECT_EQ(Code(store_->RemoveXattr(root_, f->ino(), "user.tag")), StatusCode::kNoAttribute);
 }
 
+TEST_F(MetaStoreTest, FsckFindsAndRepairsInconsistencies) {
+  auto d = store_->Mkdir(root_, kRootIno, "d", 0755);
+  auto f = store_->Create(root_, d->ino(), "f", 0644);
+  ASSERT_TRUE(store_->Link(root_, f->ino(), kRootIno, "f2").ok());
+  ASSERT_TRUE(store_->Symlink(root_, kRootIno, "s", "d/f").ok());
+  EXPECT_TRUE(store_->Fsck(false)->empty());  // a clean namespace
+  // Damage it behind the store's back: a dangling entry, a wrong link count, an orphan.
+  store_.reset();
+  {
+    auto db = ProtoDb::Open(dir_.File("meta"));
+    ASSERT_TRUE(db.ok());
+    auto key = [](const std::string& prefix, uint64_t v) {
+      std::string s = prefix;
+      for (int i = 7; i >= 0; --i)
+        s += static_cast<char>((v >> (8 * i)) & 0xff);
+      return s;
+    };
+    fs3rpc::Dentry ghost;
+    ghost.set_ino(424242);
+    ASSERT_TRUE((*db)->Put(key("d/", kRootIno) + "ghost", ghost).ok());
+    fs3rpc::Inode file = *f;
+    file.set_nlink(7);
+    ASSERT_TRUE((*db)->Put(key("i/", f->ino()), file).ok());
+    fs3rpc::Inode orphan = *f;
+    orphan.set_ino(900);
+    orphan.set_nlink(1);
+    ASSERT_TRUE((*db)->Put(key("i/", 900), orphan).ok());
+  }
+  Reopen();
+  auto found = store_->Fsck(false);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->size(), 4u);  // + the inode counter is behind the orphan's number
+  auto repaired = store_->Fsck(true);
+  ASSERT_TRUE(repaired.ok());
+  EXPECT_EQ(repaired->size(), 4u);
+  EXPECT_TRUE(store_->Fsck(false)->empty());
+  EXPECT_EQ(store_->GetAttr(f->ino())->nlink(), 2u);
+  EXPECT_EQ(Code(store_->Lookup(root_, kRootIno, "ghost")), StatusCode::kNotFound);
+  EXPECT_THAT(*store_->Garbage(), ElementsAre(900u));
+  auto next = store_->Create(root_, kRootIno, "new", 0644);
+  EXPECT_GT(next->ino(), 900u);
+}
+
 }  // namespace
 }  // namespace ff::fs3

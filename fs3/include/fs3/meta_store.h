@@ -111,6 +111,12 @@ class MetaStore {
   Result<std::vector<uint64_t>> Garbage() const;
   Status Forget(uint64_t ino);
 
+  // fsck: checks that directory entries, inodes, link counts, parents, sessions and the inode
+  // counter agree; returns one line per problem found. With `repair`, fixes what it finds
+  // (dangling entries removed, link counts and entry types corrected, unreachable or orphaned
+  // inodes queued for deletion) in one batch.
+  Result<std::vector<std::string>> Fsck(bool repair);
+
   // Whether `c` may access `inode` with `mask` (4 read, 2 write, 1 execute/search).
   static bool Permitted(const Caller& c, const fs3rpc::Inode& inode, uint32_t mask);
 
