@@ -1,6 +1,5 @@
 #include "fs3/client.h"
 
-#include <future>
 #include <random>
 #include <thread>
 
@@ -239,15 +238,23 @@ Result<std::string> StorageClient::ReadChunk(uint64_t inode, uint32_t index, uin
 }
 
 Result<std::vector<std::string>> StorageClient::ReadBatch(const std::vector<ReadOp>& ops) {
-  std::vector<std::future<Result<std::string>>> pending;
-  pending.reserve(ops.size());
-  for (const ReadOp& op : ops) {
-    pending.push_back(std::async(std::launch::async,
-                                 [this, op] { return Read(op.inode, op.offset, op.length); }));
+  // A few workers pull ranges; the read credits (request-to-send) bound the bytes in flight.
+  std::vector<Result<std::string>> results(ops.size(), Result<std::string>(std::string()));
+  std::atomic<std::size_t> next{0};
+  const std::size_t workers = std::min<std::size_t>(ops.size(), 16);
+  std::vector<std::thread> threads;
+  for (std::size_t w = 0; w < workers; ++w) {
+    threads.emplace_back([&] {
+      for (std::size_t i; (i = next++) < ops.size();) {
+        results[i] = Read(ops[i].inode, ops[i].offset, ops[i].length);
+      }
+    });
   }
+  for (auto& t : threads)
+    t.join();
   std::vector<std::string> out;
-  for (auto& f : pending) {
-    auto r = f.get();
+  out.reserve(ops.size());
+  for (auto& r : results) {
     if (!r.ok()) return r.status();
     out.push_back(std::move(*r));
   }

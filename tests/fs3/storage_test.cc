@@ -19,6 +19,7 @@
 #include "common/rpc_client.h"
 #include "fs3/client.h"
 #include "fs3/crc32c.h"
+#include "fs3/fs.h"
 #include "fs3/transport.h"
 #include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
@@ -400,6 +401,62 @@ TEST_F(StorageTest, ResyncRemovesWhatThePredecessorNoLongerHas) {
     ASSERT_TRUE(ReadFrom(t.target(), 20, 1, 0, kChunk, &got).ok());
     EXPECT_TRUE(got == fresh) << t.target();
   }
+}
+
+TEST_F(StorageTest, NativeClientReadsFilesByPathInBatches) {
+  // fs3-meta beside the storage cluster.
+  auto port = FindFreePort();
+  ASSERT_TRUE(port.ok());
+  const std::string meta_address = "127.0.0.1:" + std::to_string(*port);
+  test::WriteFile(dir_.File("meta.toml"),
+                  "[server]\nlisten = \"" + meta_address +
+                      "\"\n[metrics]\nenabled = false\n[meta]\ndata_dir = \"" + dir_.File("meta") +
+                      "\"\n");
+  auto meta = test::Subprocess::Start({FF_FS3_META_PATH, "--config", dir_.File("meta.toml"),
+                                       "--ready-file", dir_.File("meta.ready")},
+                                      {.env = {}, .output_dir = dir_.path()});
+  ASSERT_TRUE(meta.ok());
+  ASSERT_TRUE(test::WaitForFile(dir_.File("meta.ready"), 20s).has_value()) << meta->Stderr();
+  auto fs = FileSystem::Connect({.meta = meta_address, .mgmtd = mgmtd_address_, .caller = {}});
+  ASSERT_TRUE(fs.ok()) << fs.status();
+  ASSERT_TRUE((*fs)->Mkdir("/data").ok());
+  auto a = (*fs)->Create("/data/a");
+  auto b = (*fs)->Create("/data/b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  const std::string da = Random(300 * 1024, 21), db = Random(10240, 22);
+  ASSERT_TRUE((*fs)->Write(*a, 0, da).ok());
+  ASSERT_TRUE((*fs)->Write(*b, 0, db).ok());
+  EXPECT_EQ((*fs)->Stat("/data/a")->size(), da.size());
+  auto entries = (*fs)->List("/data");
+  ASSERT_TRUE(entries.ok());
+  ASSERT_EQ(entries->size(), 2u);
+  // Open by path, then one batched, asynchronous read of ranges of both into caller buffers.
+  auto fa = (*fs)->Open("/data/a");
+  auto fb = (*fs)->Open("/data/b");
+  ASSERT_TRUE(fa.ok() && fb.ok());
+  std::vector<std::string> bufs = {std::string(4096, 'x'), std::string(100 * 1024, 'x'),
+                                   std::string(10000, 'x'), std::string(100, 'x')};
+  auto done = (*fs)->ReadBatchAsync({{fa->ino, 0, 4096, bufs[0].data()},
+                                     {fa->ino, 200 * 1024, 100 * 1024, bufs[1].data()},
+                                     {fb->ino, 5000, 10000, bufs[2].data()},
+                                     {fb->ino, 20000, 100, bufs[3].data()}});
+  auto counts = done.get();
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  EXPECT_THAT(*counts, ::testing::ElementsAre(4096u, 100u * 1024, 5240u, 0u));
+  EXPECT_TRUE(bufs[0] == da.substr(0, 4096));
+  EXPECT_TRUE(bufs[1] == da.substr(200 * 1024, 100 * 1024));
+  EXPECT_TRUE(bufs[2].substr(0, 5240) == db.substr(5000));
+  EXPECT_EQ(bufs[2].substr(5240), std::string(10000 - 5240, 'x'));  // past the end: untouched
+  EXPECT_EQ((*fs)->Open("/data/missing").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*fs)->Open("relative").status().code(), StatusCode::kInvalidArgument);
+  // Permissions apply to the caller.
+  ASSERT_TRUE((*fs)->Mkdir("/private", 0700).ok());
+  ASSERT_TRUE((*fs)->Create("/private/secret").ok());
+  auto alice = FileSystem::Connect(
+      {.meta = meta_address, .mgmtd = mgmtd_address_, .caller = {1000, 1000, {}}});
+  ASSERT_TRUE(alice.ok());
+  EXPECT_EQ((*alice)->Open("/private/secret").status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ((*alice)->Open("/data/a")->size, da.size());
 }
 
 TEST_F(StorageTest, BatchedReadsArePacedByTheClient) {

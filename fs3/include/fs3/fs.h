@@ -1,0 +1,79 @@
+// libfs3client's native API: the filesystem by path, without a FUSE mount, for data loaders.
+//
+//   auto fs = FileSystem::Connect({.meta = "host:8002", .mgmtd = "host:8000", .caller = {uid,
+//   gid}}); auto f = fs->Open("/datasets/shard-0001.bin"); std::vector<ReadRange> ranges =
+//   {{f->ino, 0, 4096, buf0}, {g->ino, 1 << 20, 4096, buf1}, ...};
+//   std::future<Result<std::vector<uint32_t>>> done = fs->ReadBatchAsync(ranges);  // bytes per
+//   range
+//
+// Names resolve through fs3-meta with the caller's credentials (permissions apply; symbolic links
+// are followed, at most 40); data moves straight between the client and the storage targets,
+// reads paced by request-to-send credits.
+#pragma once
+
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fs3/client.h"
+#include "fs3/meta_store.h"
+#include "fs3/proto/meta.grpc.pb.h"
+
+namespace ff::fs3 {
+
+struct FsOptions {
+  std::string meta;   // fs3-meta host:port
+  std::string mgmtd;  // fs3-mgmtd host:port
+  Caller caller;      // whose permissions apply
+  uint64_t max_inflight_read_bytes = uint64_t{64} << 20;
+};
+
+struct File {
+  uint64_t ino = 0;
+  uint64_t size = 0;  // as of Open
+};
+
+// One range of a batched read: `length` bytes at `offset` of file `ino` into `buffer`.
+struct ReadRange {
+  uint64_t ino = 0;
+  uint64_t offset = 0;
+  uint32_t length = 0;
+  char* buffer = nullptr;
+};
+
+class FileSystem {
+ public:
+  static Result<std::unique_ptr<FileSystem>> Connect(const FsOptions& options);
+
+  Result<fs3rpc::Inode> Stat(const std::string& path);
+  Status Mkdir(const std::string& path, uint32_t mode = 0755);
+  // Creates (or truncates to nothing, when it exists and `exclusive` is false) a regular file.
+  Result<File> Create(const std::string& path, uint32_t mode = 0644, bool exclusive = true);
+  Result<File> Open(const std::string& path);
+  // Writes and extends the recorded length as needed.
+  Status Write(File& file, uint64_t offset, std::string_view data);
+  Result<std::vector<DirEntry>> List(const std::string& path);
+  Status Unlink(const std::string& path);
+
+  // Reads every range concurrently into its buffer; each result is the bytes read (short at the
+  // end of a file, whose tail is not touched). Fails as a whole with the first error.
+  std::future<Result<std::vector<uint32_t>>> ReadBatchAsync(std::vector<ReadRange> ranges);
+  Result<std::vector<uint32_t>> ReadBatch(std::vector<ReadRange> ranges) {
+    return ReadBatchAsync(std::move(ranges)).get();
+  }
+
+ private:
+  FileSystem(const FsOptions& options, std::unique_ptr<StorageClient> data);
+  // The inode a path names (following symbolic links), or its parent and last name.
+  Result<fs3rpc::Inode> Resolve(const std::string& path, int depth = 0);
+  Result<std::pair<uint64_t, std::string>> ResolveParent(const std::string& path);
+  fs3rpc::Credentials Cred() const;
+
+  const FsOptions options_;
+  std::unique_ptr<fs3rpc::Meta::Stub> meta_;
+  std::unique_ptr<StorageClient> data_;
+  std::atomic<uint64_t> next_request_;
+};
+
+}  // namespace ff::fs3

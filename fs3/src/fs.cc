@@ -1,0 +1,232 @@
+#include "fs3/fs.h"
+
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "common/rpc_client.h"
+
+namespace ff::fs3 {
+namespace {
+
+constexpr int kMaxSymlinkDepth = 40;
+
+std::vector<std::string> Components(const std::string& path) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  while (i < path.size()) {
+    std::size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    if (j > i) out.push_back(path.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<FileSystem>> FileSystem::Connect(const FsOptions& options) {
+  ClientOptions co;
+  co.mgmtd = options.mgmtd;
+  co.max_inflight_read_bytes = options.max_inflight_read_bytes;
+  FF_ASSIGN_OR_RETURN(auto data, StorageClient::Create(co));
+  return std::unique_ptr<FileSystem>(new FileSystem(options, std::move(data)));
+}
+
+FileSystem::FileSystem(const FsOptions& options, std::unique_ptr<StorageClient> data)
+    : options_(options),
+      meta_(fs3rpc::Meta::NewStub(MakeChannel(options.meta))),
+      data_(std::move(data)),
+      next_request_(std::random_device{}() * uint64_t{0x100000000}) {}
+
+fs3rpc::Credentials FileSystem::Cred() const {
+  fs3rpc::Credentials c;
+  c.set_uid(options_.caller.uid);
+  c.set_gid(options_.caller.gid);
+  for (uint32_t g : options_.caller.groups)
+    c.add_groups(g);
+  return c;
+}
+
+Result<fs3rpc::Inode> FileSystem::Resolve(const std::string& path, int depth) {
+  if (path.empty() || path[0] != '/') return InvalidArgument("paths are absolute: '" + path + "'");
+  fs3rpc::InoRequest root;
+  root.set_ino(kRootIno);
+  fs3rpc::Inode at;
+  FF_RETURN_IF_ERROR(CallRpc("fs3-meta GetAttr", CallOptions::Idempotent(),
+                             [&](grpc::ClientContext* c) { return meta_->GetAttr(c, root, &at); }));
+  const auto parts = Components(path);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    fs3rpc::NameRequest r;
+    *r.mutable_cred() = Cred();
+    r.set_parent(at.ino());
+    r.set_name(parts[i]);
+    fs3rpc::Inode next;
+    FF_RETURN_IF_ERROR(CallRpc("fs3-meta Lookup", CallOptions::Idempotent(),
+                               [&](grpc::ClientContext* c) { return meta_->Lookup(c, r, &next); }));
+    if (next.type() == fs3rpc::INODE_SYMLINK) {
+      if (depth >= kMaxSymlinkDepth)
+        return Status(StatusCode::kSymlinkLoop, "too many symbolic links");
+      std::string rest;
+      for (std::size_t k = i + 1; k < parts.size(); ++k)
+        rest += "/" + parts[k];
+      std::string base;
+      for (std::size_t k = 0; k < i; ++k)
+        base += "/" + parts[k];
+      const std::string target =
+          next.symlink()[0] == '/' ? next.symlink() : base + "/" + next.symlink();
+      return Resolve(target + rest, depth + 1);
+    }
+    at = next;
+  }
+  return at;
+}
+
+Result<std::pair<uint64_t, std::string>> FileSystem::ResolveParent(const std::string& path) {
+  auto parts = Components(path);
+  if (parts.empty()) return InvalidArgument("'" + path + "' names no entry");
+  std::string parent;
+  for (std::size_t k = 0; k + 1 < parts.size(); ++k)
+    parent += "/" + parts[k];
+  FF_ASSIGN_OR_RETURN(fs3rpc::Inode dir, Resolve(parent.empty() ? "/" : parent));
+  return std::make_pair(dir.ino(), parts.back());
+}
+
+Result<fs3rpc::Inode> FileSystem::Stat(const std::string& path) {
+  return Resolve(path);
+}
+
+Status FileSystem::Mkdir(const std::string& path, uint32_t mode) {
+  FF_ASSIGN_OR_RETURN(auto where, ResolveParent(path));
+  fs3rpc::MakeRequest r;
+  *r.mutable_cred() = Cred();
+  r.set_parent(where.first);
+  r.set_name(where.second);
+  r.set_mode(mode);
+  r.set_type(fs3rpc::INODE_DIR);
+  r.set_request_id(next_request_++);
+  fs3rpc::Inode out;
+  return CallRpc("fs3-meta Make", CallOptions::Idempotent(),
+                 [&](grpc::ClientContext* c) { return meta_->Make(c, r, &out); });
+}
+
+Result<File> FileSystem::Create(const std::string& path, uint32_t mode, bool exclusive) {
+  FF_ASSIGN_OR_RETURN(auto where, ResolveParent(path));
+  fs3rpc::MakeRequest r;
+  *r.mutable_cred() = Cred();
+  r.set_parent(where.first);
+  r.set_name(where.second);
+  r.set_mode(mode);
+  r.set_type(fs3rpc::INODE_FILE);
+  r.set_request_id(next_request_++);
+  fs3rpc::Inode out;
+  Status st = CallRpc("fs3-meta Make", CallOptions::Idempotent(),
+                      [&](grpc::ClientContext* c) { return meta_->Make(c, r, &out); });
+  if (st.code() == StatusCode::kAlreadyExists && !exclusive) {
+    FF_ASSIGN_OR_RETURN(out, Resolve(path));
+    fs3rpc::SetAttrRequest trunc;
+    *trunc.mutable_cred() = Cred();
+    trunc.set_ino(out.ino());
+    trunc.set_size(0);
+    FF_RETURN_IF_ERROR(
+        CallRpc("fs3-meta SetAttr", CallOptions::Idempotent(),
+                [&](grpc::ClientContext* c) { return meta_->SetAttr(c, trunc, &out); }));
+    return File{out.ino(), 0};
+  }
+  FF_RETURN_IF_ERROR(st);
+  return File{out.ino(), 0};
+}
+
+Result<File> FileSystem::Open(const std::string& path) {
+  FF_ASSIGN_OR_RETURN(fs3rpc::Inode inode, Resolve(path));
+  if (inode.type() == fs3rpc::INODE_DIR)
+    return Status(StatusCode::kIsADirectory, path + " is a directory");
+  if (!MetaStore::Permitted(options_.caller, inode, 4))
+    return PermissionDenied("cannot read " + path);
+  return File{inode.ino(), inode.size()};
+}
+
+Status FileSystem::Write(File& file, uint64_t offset, std::string_view data) {
+  FF_RETURN_IF_ERROR(data_->Write(file.ino, offset, data));
+  if (offset + data.size() > file.size) {
+    fs3rpc::SetAttrRequest r;
+    *r.mutable_cred() = Cred();
+    r.set_ino(file.ino);
+    r.set_size(offset + data.size());
+    fs3rpc::Inode out;
+    FF_RETURN_IF_ERROR(CallRpc("fs3-meta SetAttr", CallOptions::Idempotent(),
+                               [&](grpc::ClientContext* c) { return meta_->SetAttr(c, r, &out); }));
+    file.size = offset + data.size();
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<DirEntry>> FileSystem::List(const std::string& path) {
+  FF_ASSIGN_OR_RETURN(fs3rpc::Inode dir, Resolve(path));
+  std::vector<DirEntry> out;
+  std::string cursor;
+  for (;;) {
+    fs3rpc::ReaddirRequest r;
+    *r.mutable_cred() = Cred();
+    r.set_ino(dir.ino());
+    r.set_cursor(cursor);
+    r.set_limit(1024);
+    fs3rpc::ReaddirReply page;
+    FF_RETURN_IF_ERROR(
+        CallRpc("fs3-meta Readdir", CallOptions::Idempotent(),
+                [&](grpc::ClientContext* c) { return meta_->Readdir(c, r, &page); }));
+    for (const auto& e : page.entries())
+      out.push_back({e.name(), e.ino(), e.type()});
+    if (page.entries_size() < 1024) return out;
+    cursor = page.entries(page.entries_size() - 1).name();
+  }
+}
+
+Status FileSystem::Unlink(const std::string& path) {
+  FF_ASSIGN_OR_RETURN(auto where, ResolveParent(path));
+  fs3rpc::NameRequest r;
+  *r.mutable_cred() = Cred();
+  r.set_parent(where.first);
+  r.set_name(where.second);
+  r.set_request_id(next_request_++);
+  fs3rpc::Empty e;
+  return CallRpc("fs3-meta Unlink", CallOptions::Idempotent(),
+                 [&](grpc::ClientContext* c) { return meta_->Unlink(c, r, &e); });
+}
+
+std::future<Result<std::vector<uint32_t>>> FileSystem::ReadBatchAsync(
+    std::vector<ReadRange> ranges) {
+  return std::async(
+      std::launch::async, [this, ranges = std::move(ranges)]() -> Result<std::vector<uint32_t>> {
+        // Lengths bound what is read: one getattr per distinct file.
+        std::map<uint64_t, uint64_t> size_of;
+        for (const ReadRange& r : ranges) {
+          if (size_of.contains(r.ino)) continue;
+          fs3rpc::InoRequest q;
+          q.set_ino(r.ino);
+          fs3rpc::Inode inode;
+          FF_RETURN_IF_ERROR(
+              CallRpc("fs3-meta GetAttr", CallOptions::Idempotent(),
+                      [&](grpc::ClientContext* c) { return meta_->GetAttr(c, q, &inode); }));
+          size_of[r.ino] = inode.size();
+        }
+        std::vector<ReadOp> ops;
+        std::vector<uint32_t> counts;
+        for (const ReadRange& r : ranges) {
+          const uint64_t size = size_of[r.ino];
+          const uint32_t n =
+              r.offset >= size
+                  ? 0
+                  : static_cast<uint32_t>(std::min<uint64_t>(r.length, size - r.offset));
+          counts.push_back(n);
+          ops.push_back({r.ino, r.offset, n});
+        }
+        FF_ASSIGN_OR_RETURN(auto data, data_->ReadBatch(ops));
+        for (std::size_t i = 0; i < ranges.size(); ++i) {
+          std::memcpy(ranges[i].buffer, data[i].data(), counts[i]);
+        }
+        return counts;
+      });
+}
+
+}  // namespace ff::fs3
