@@ -83,29 +83,33 @@ Result<fs3rpc::ChunkMetaRecord> ChunkStore::Meta(const fs3rpc::ChunkId& id) cons
   return meta;
 }
 
+Result<fs3rpc::ChunkMetaRecord> ChunkStore::MetaOrNew(const fs3rpc::ChunkId& id) const {
+  auto m = Meta(id);
+  if (m.ok() || m.status().code() != StatusCode::kNotFound) return m;
+  fs3rpc::ChunkMetaRecord meta;
+  *meta.mutable_id() = id;
+  return meta;
+}
+
+Result<std::string> ChunkStore::Base(const fs3rpc::ChunkMetaRecord& meta, uint64_t version) const {
+  if (meta.committed_version() + 1 != version) {
+    return FailedPrecondition("version mismatch on chunk " + IdName(meta.id()) + ": committed " +
+                              std::to_string(meta.committed_version()) + ", update makes " +
+                              std::to_string(version));
+  }
+  if (meta.committed_version() == 0) return std::string();
+  return Read(meta.id(), 0, meta.length());
+}
+
 Result<fs3rpc::ChunkMetaRecord> ChunkStore::Prepare(const fs3rpc::ChunkId& id, uint64_t version,
                                                     uint32_t offset, const std::string& data,
                                                     bool full, uint64_t chain_version) {
-  fs3rpc::ChunkMetaRecord meta;
-  if (auto m = Meta(id); m.ok()) {
-    meta = *m;
-  } else if (m.status().code() != StatusCode::kNotFound) {
-    return m.status();
-  } else {
-    *meta.mutable_id() = id;
-  }
+  FF_ASSIGN_OR_RETURN(fs3rpc::ChunkMetaRecord meta, MetaOrNew(id));
   std::string content;
   if (full) {
     content = data;
   } else {
-    if (meta.committed_version() + 1 != version) {
-      return FailedPrecondition("version mismatch on chunk " + IdName(id) + ": committed " +
-                                std::to_string(meta.committed_version()) + ", update makes " +
-                                std::to_string(version));
-    }
-    if (meta.committed_version() > 0) {
-      FF_ASSIGN_OR_RETURN(content, Read(id, 0, meta.length()));
-    }
+    FF_ASSIGN_OR_RETURN(content, Base(meta, version));
     if (content.size() < offset + data.size()) content.resize(offset + data.size(), '\0');
     content.replace(offset, data.size(), data);
   }
@@ -115,23 +119,8 @@ Result<fs3rpc::ChunkMetaRecord> ChunkStore::Prepare(const fs3rpc::ChunkId& id, u
 Result<fs3rpc::ChunkMetaRecord> ChunkStore::PrepareTruncate(const fs3rpc::ChunkId& id,
                                                             uint64_t version, uint32_t length,
                                                             uint64_t chain_version) {
-  fs3rpc::ChunkMetaRecord meta;
-  if (auto m = Meta(id); m.ok()) {
-    meta = *m;
-  } else if (m.status().code() != StatusCode::kNotFound) {
-    return m.status();
-  } else {
-    *meta.mutable_id() = id;
-  }
-  if (meta.committed_version() + 1 != version) {
-    return FailedPrecondition("version mismatch on chunk " + IdName(id) + ": committed " +
-                              std::to_string(meta.committed_version()) + ", update makes " +
-                              std::to_string(version));
-  }
-  std::string content;
-  if (meta.committed_version() > 0) {
-    FF_ASSIGN_OR_RETURN(content, Read(id, 0, std::min(meta.length(), length)));
-  }
+  FF_ASSIGN_OR_RETURN(fs3rpc::ChunkMetaRecord meta, MetaOrNew(id));
+  FF_ASSIGN_OR_RETURN(std::string content, Base(meta, version));
   content.resize(length, '\0');
   return StorePending(std::move(meta), version, content, chain_version);
 }

@@ -1,41 +1,13 @@
 // fs3-meta: fs3's namespace service.
 //
-//   fs3-meta --config deploy/config/fs3-meta.toml [--set key=value ...]
-#include "common/daemon.h"
-#include "common/rpc_server.h"
+//   fs3-meta --config deploy/config/fs3-meta.toml [--set key=value ...] [--listen HOST:PORT]
 #include "meta_service.h"
-#include "monitoring/metrics.h"
-
-namespace {
-
-struct MetaConfig {
-  ff::RpcServerOptions server;
-  ff::MetricsOptions metrics;
-  ff::LogOptions log;
-  ff::fs3::MetaOptions meta;
-
-  void Bind(ff::ConfigSection& s) {
-    s.Section("server", server);
-    s.Section("metrics", metrics);
-    s.Section("log", log);
-    s.Section("meta", meta);
-  }
-};
-
-ff::Status Serve(MetaConfig& config, ff::DaemonContext& context) {
-  ff::Metrics metrics(context.name());
-  FF_ASSIGN_OR_RETURN(auto service, ff::fs3::MetaService::Create(config.meta, &metrics));
-  FF_RETURN_IF_ERROR(metrics.Serve(config.metrics));
-  FF_ASSIGN_OR_RETURN(auto server, ff::RpcServer::Start(config.server, {service.get()}));
-  FF_RETURN_IF_ERROR(context.Ready({{"rpc", server->address()}, {"metrics", metrics.address()}}));
-  context.WaitForShutdown();
-  server->Shutdown();
-  return ff::Status::Ok();
-}
-
-}  // namespace
+#include "monitoring/service_daemon.h"
 
 int main(int argc, char** argv) {
-  ff::DaemonSpec<MetaConfig> spec{"fs3-meta", "fs3 metadata service", nullptr, Serve};
-  return ff::RunDaemon(argc, argv, spec);
+  using ff::fs3::MetaOptions;
+  using ff::fs3::MetaService;
+  ff::ServiceDaemon<MetaOptions, MetaService> daemon{"fs3-meta", "fs3 metadata service"};
+  daemon.make = [](MetaOptions& o, ff::Metrics& m) { return MetaService::Create(o, &m); };
+  return daemon.Run(argc, argv);
 }

@@ -17,6 +17,7 @@
 namespace ff::fs3 {
 
 struct MetaOptions {
+  static constexpr const char* kSection = "meta";  // its section in the config file
   std::string data_dir;
   uint64_t chunk_size = 4 << 20;  // the root directory's layout, inherited below it
   uint32_t stripe = 16;

@@ -221,8 +221,9 @@ bool StickyDenies(const Caller& c, const Inode& dir, const Inode& victim) {
 
 }  // namespace
 
-Result<Inode> MetaStore::Create(const Caller& c, uint64_t parent, const std::string& name,
-                                uint32_t mode, uint64_t request_id, InodeType type, uint64_t rdev) {
+Result<Inode> MetaStore::MakeEntry(const Caller& c, uint64_t parent, const std::string& name,
+                                   InodeType type, uint32_t mode, uint64_t request_id,
+                                   uint64_t rdev, const std::string& symlink) {
   std::lock_guard lock(mu_);
   Txn t(*db_);
   FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
@@ -236,30 +237,36 @@ Result<Inode> MetaStore::Create(const Caller& c, uint64_t parent, const std::str
     return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
   }
   if (!Permitted(c, dir, 3)) return PermissionDenied("no write permission on the directory");
-  if (type == fs3rpc::INODE_DIR || type == fs3rpc::INODE_SYMLINK) {
-    return InvalidArgument("use mkdir or symlink for that type");
-  }
+  const bool is_dir = type == fs3rpc::INODE_DIR;
   const int64_t now = NowNs();
   Inode inode;
   FF_ASSIGN_OR_RETURN(uint64_t ino, t.NextIno());
   inode.set_ino(ino);
   inode.set_type(type);
-  inode.set_mode(mode & 07777);
+  uint32_t m = type == fs3rpc::INODE_SYMLINK ? 0777 : mode & 07777;
+  if (is_dir && (dir.mode() & S_ISGID)) m |= S_ISGID;  // setgid directories pass it on
+  inode.set_mode(m);
   inode.set_uid(c.uid);
   inode.set_gid((dir.mode() & S_ISGID) ? dir.gid() : c.gid);
-  inode.set_nlink(type == fs3rpc::INODE_DIR ? 2 : 1);
+  inode.set_nlink(is_dir ? 2 : 1);
   inode.set_atime_ns(now);
   inode.set_mtime_ns(now);
   inode.set_ctime_ns(now);
   inode.set_rdev(rdev);
   inode.set_create_request(request_id);
-  *inode.mutable_layout() = dir.layout();
+  if (type == fs3rpc::INODE_SYMLINK) {
+    inode.set_symlink(symlink);
+    inode.set_size(symlink.size());
+  } else {
+    *inode.mutable_layout() = dir.layout();
+  }
   inode.set_parent(parent);
   Dentry d;
   d.set_ino(ino);
   d.set_type(type);
   t.PutInode(inode);
   t.PutDentry(parent, name, d);
+  if (is_dir) dir.set_nlink(dir.nlink() + 1);
   dir.set_mtime_ns(now);
   dir.set_ctime_ns(now);
   t.PutInode(dir);
@@ -267,87 +274,24 @@ Result<Inode> MetaStore::Create(const Caller& c, uint64_t parent, const std::str
   return inode;
 }
 
+Result<Inode> MetaStore::Create(const Caller& c, uint64_t parent, const std::string& name,
+                                uint32_t mode, uint64_t request_id, InodeType type, uint64_t rdev) {
+  if (type == fs3rpc::INODE_DIR || type == fs3rpc::INODE_SYMLINK) {
+    return InvalidArgument("use mkdir or symlink for that type");
+  }
+  return MakeEntry(c, parent, name, type, mode, request_id, rdev, "");
+}
+
 Result<Inode> MetaStore::Mkdir(const Caller& c, uint64_t parent, const std::string& name,
                                uint32_t mode, uint64_t request_id) {
-  std::lock_guard lock(mu_);
-  Txn t(*db_);
-  FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
-  if (Dot(name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
-  FF_RETURN_IF_ERROR(CheckName(name));
-  if (auto d = t.GetDentry(parent, name)) {
-    if (request_id != 0) {
-      auto existing = t.GetInode(d->ino());
-      if (existing.ok() && existing->create_request() == request_id) return *existing;  // a retry
-    }
-    return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
-  }
-  if (!Permitted(c, dir, 3)) return PermissionDenied("no write permission on the directory");
-  const int64_t now = NowNs();
-  Inode inode;
-  FF_ASSIGN_OR_RETURN(uint64_t ino, t.NextIno());
-  inode.set_ino(ino);
-  inode.set_type(fs3rpc::INODE_DIR);
-  uint32_t m = mode & 07777;
-  if (dir.mode() & S_ISGID) m |= S_ISGID;  // setgid directories pass it on
-  inode.set_mode(m);
-  inode.set_uid(c.uid);
-  inode.set_gid((dir.mode() & S_ISGID) ? dir.gid() : c.gid);
-  inode.set_nlink(2);
-  inode.set_atime_ns(now);
-  inode.set_mtime_ns(now);
-  inode.set_ctime_ns(now);
-  inode.set_create_request(request_id);
-  *inode.mutable_layout() = dir.layout();
-  inode.set_parent(parent);
-  Dentry d;
-  d.set_ino(ino);
-  d.set_type(fs3rpc::INODE_DIR);
-  t.PutInode(inode);
-  t.PutDentry(parent, name, d);
-  dir.set_nlink(dir.nlink() + 1);
-  dir.set_mtime_ns(now);
-  dir.set_ctime_ns(now);
-  t.PutInode(dir);
-  FF_RETURN_IF_ERROR(t.Commit());
-  return inode;
+  return MakeEntry(c, parent, name, fs3rpc::INODE_DIR, mode, request_id, 0, "");
 }
 
 Result<Inode> MetaStore::Symlink(const Caller& c, uint64_t parent, const std::string& name,
                                  const std::string& target) {
   if (target.empty()) return Err(StatusCode::kNotFound, "empty symlink target");
   if (target.size() > 4096) return Err(StatusCode::kNameTooLong, "symlink target over 4096 bytes");
-  std::lock_guard lock(mu_);
-  Txn t(*db_);
-  FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
-  if (Dot(name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
-  FF_RETURN_IF_ERROR(CheckName(name));
-  if (t.GetDentry(parent, name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
-  if (!Permitted(c, dir, 3)) return PermissionDenied("no write permission on the directory");
-  const int64_t now = NowNs();
-  Inode inode;
-  FF_ASSIGN_OR_RETURN(uint64_t ino, t.NextIno());
-  inode.set_ino(ino);
-  inode.set_type(fs3rpc::INODE_SYMLINK);
-  inode.set_mode(0777);
-  inode.set_uid(c.uid);
-  inode.set_gid((dir.mode() & S_ISGID) ? dir.gid() : c.gid);
-  inode.set_nlink(1);
-  inode.set_size(target.size());
-  inode.set_symlink(target);
-  inode.set_atime_ns(now);
-  inode.set_mtime_ns(now);
-  inode.set_ctime_ns(now);
-  inode.set_parent(parent);
-  Dentry d;
-  d.set_ino(ino);
-  d.set_type(fs3rpc::INODE_SYMLINK);
-  t.PutInode(inode);
-  t.PutDentry(parent, name, d);
-  dir.set_mtime_ns(now);
-  dir.set_ctime_ns(now);
-  t.PutInode(dir);
-  FF_RETURN_IF_ERROR(t.Commit());
-  return inode;
+  return MakeEntry(c, parent, name, fs3rpc::INODE_SYMLINK, 0777, 0, 0, target);
 }
 
 Result<std::string> MetaStore::Readlink(uint64_t ino) const {

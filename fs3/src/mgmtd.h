@@ -19,6 +19,7 @@
 namespace ff::fs3 {
 
 struct MgmtdOptions {
+  static constexpr const char* kSection = "mgmtd";  // its section in the config file
   std::string data_dir;
   int64_t lease_ms = 10000;         // a service not heard from this long is down
   int64_t check_interval_ms = 200;  // how often leases and chains are re-evaluated

@@ -96,6 +96,13 @@ Status StorageService::RefreshRouting(bool wait, uint64_t known) {
   fetched_ = true;
   if (info.version() < routing_.version()) return Status::Ok();
   routing_ = std::move(info);
+  // Where each target's service answers, derived once per routing version (requests use it).
+  std::map<std::string, std::string> address_of;
+  for (const auto& n : routing_.nodes())
+    address_of[n.name()] = n.address();
+  target_address_.clear();
+  for (const auto& t : routing_.targets())
+    target_address_[t.id()] = address_of[t.node()];
   for (const fs3rpc::ChainInfo& c : routing_.chains()) {
     for (const fs3rpc::ChainTargetInfo& t : c.targets()) {
       auto it = local_.find(t.target());
@@ -212,12 +219,6 @@ Result<StorageService::Position> StorageService::Locate(uint64_t target, uint64_
   for (int attempt = 0; attempt < 2; ++attempt) {
     {
       std::lock_guard lock(mu_);
-      std::map<uint64_t, std::string> node_of;
-      std::map<std::string, std::string> address_of;
-      for (const auto& t : routing_.targets())
-        node_of[t.id()] = t.node();
-      for (const auto& n : routing_.nodes())
-        address_of[n.name()] = n.address();
       for (const fs3rpc::ChainInfo& c : routing_.chains()) {
         Chain chain;
         chain.id = c.id();
@@ -239,13 +240,13 @@ Result<StorageService::Position> StorageService::Locate(uint64_t target, uint64_
         for (int j = me + 1; j < static_cast<int>(chain.targets.size()); ++j) {
           if (Writable(chain.targets[j].state)) {
             p.successor_target = chain.targets[j].target;
-            p.successor = address_of[node_of[p.successor_target]];
+            p.successor = AddressOf(p.successor_target);
             break;
           }
         }
         if (int tail = chain.Tail(); tail >= 0) {
           p.tail_target = chain.targets[tail].target;
-          p.tail = address_of[node_of[p.tail_target]];
+          p.tail = AddressOf(p.tail_target);
         }
         return p;
       }
@@ -253,6 +254,11 @@ Result<StorageService::Position> StorageService::Locate(uint64_t target, uint64_
     if (attempt == 0) (void)RefreshRouting(false, 0);
   }
   return FailedPrecondition("target " + std::to_string(target) + " is in no chain");
+}
+
+std::string StorageService::AddressOf(uint64_t target) const {
+  auto it = target_address_.find(target);
+  return it == target_address_.end() ? std::string() : it->second;
 }
 
 std::mutex& StorageService::ChunkLock(uint64_t target, const fs3rpc::ChunkId& id) {

@@ -41,8 +41,9 @@ struct StorageTargetOptions {
 };
 
 struct StorageOptions {
-  std::string node;       // this service's name
-  std::string mgmtd;      // fs3-mgmtd host:port
+  static constexpr const char* kSection = "storage";  // its section in the config file
+  std::string node;                                   // this service's name
+  std::string mgmtd;                                  // fs3-mgmtd host:port
   std::string advertise;  // address others reach this service at; default: the bound one
   std::vector<StorageTargetOptions> targets;
   int64_t forward_timeout_ms = 30000;  // how long a write keeps retrying a failed successor
@@ -114,8 +115,10 @@ class StorageService final : public fs3rpc::Storage::Service {
   mutable std::mutex mu_;
   std::condition_variable routing_changed_;
   fs3rpc::RoutingInfo routing_;
-  std::map<uint64_t, LocalState> local_;                       // per target
-  std::map<uint64_t, std::pair<uint64_t, uint32_t>> done_;     // request id -> (version, length)
+  std::map<uint64_t, std::string> target_address_;          // from routing_: target -> its service
+  std::string AddressOf(uint64_t target) const;             // mu_ held
+  std::map<uint64_t, LocalState> local_;                    // per target
+  std::map<uint64_t, std::pair<uint64_t, uint32_t>> done_;  // request id -> (version, length)
   std::set<std::tuple<uint32_t, uint64_t, uint64_t>> synced_;  // (chain, version, successor)
   int64_t lease_ms_ = 10000;
   std::chrono::steady_clock::time_point renewed_{};

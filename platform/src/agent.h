@@ -23,8 +23,9 @@
 namespace ff::platform {
 
 struct AgentOptions {
-  std::string node;    // this node's name in cluster.toml
-  std::string server;  // hai-server host:port
+  static constexpr const char* kSection = "agent";  // its section in the config file
+  std::string node;                                 // this node's name in cluster.toml
+  std::string server;                               // hai-server host:port
   std::string token_file;
   std::string state_dir;
   std::string advertise;  // address hai-server uses to read logs; default: the bound address

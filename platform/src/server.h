@@ -24,7 +24,8 @@
 namespace ff::platform {
 
 struct HaiOptions {
-  std::string data_dir;  // RocksDB and the bootstrap admin token
+  static constexpr const char* kSection = "hai";  // its section in the config file
+  std::string data_dir;                           // RocksDB and the bootstrap admin token
   std::string cluster = "deploy/config/cluster-small.toml";
   std::string agent_token_file;  // shared with the agents; created if missing
   std::string checkpoint_root = "/tmp/hai-checkpoints";  // HAI_CHECKPOINT_DIR = <root>/<user>/<job>

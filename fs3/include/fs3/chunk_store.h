@@ -59,6 +59,10 @@ class ChunkStore {
   ChunkStore(std::string dir, std::unique_ptr<ProtoDb> db)
       : dir_(std::move(dir)), db_(std::move(db)) {}
   std::string Path(const fs3rpc::ChunkId& id, bool pending) const;
+  // The chunk's metadata, or fresh metadata for a chunk not written yet.
+  Result<fs3rpc::ChunkMetaRecord> MetaOrNew(const fs3rpc::ChunkId& id) const;
+  // The committed content an update to `version` applies to (it must be version - 1).
+  Result<std::string> Base(const fs3rpc::ChunkMetaRecord& meta, uint64_t version) const;
   Result<fs3rpc::ChunkMetaRecord> StorePending(fs3rpc::ChunkMetaRecord meta, uint64_t version,
                                                const std::string& content, uint64_t chain_version);
 

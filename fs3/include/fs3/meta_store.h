@@ -126,6 +126,10 @@ class MetaStore {
   // One link to `inode` is gone: with none left (and no open session) the inode goes, and a
   // file's data is queued for deletion.
   static void DropLink(Txn& t, fs3rpc::Inode inode, int64_t now);
+  // A new entry `name` in directory `parent` with a fresh inode (mkdir, create, mknod, symlink).
+  Result<fs3rpc::Inode> MakeEntry(const Caller& c, uint64_t parent, const std::string& name,
+                                  fs3rpc::InodeType type, uint32_t mode, uint64_t request_id,
+                                  uint64_t rdev, const std::string& symlink);
 
   std::unique_ptr<ProtoDb> db_;
   mutable std::mutex mu_;  // serialises operations: each is one batch
