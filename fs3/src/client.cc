@@ -261,4 +261,107 @@ Result<std::vector<std::string>> StorageClient::ReadBatch(const std::vector<Read
   return out;
 }
 
+std::vector<std::pair<uint64_t, std::string>> StorageClient::ChainTails() {
+  std::lock_guard lock(mu_);
+  std::map<std::string, std::string> address_of;
+  for (const auto& n : routing_.nodes())
+    address_of[n.name()] = n.address();
+  std::map<uint64_t, std::string> node_of;
+  for (const auto& t : routing_.targets())
+    node_of[t.id()] = t.node();
+  std::vector<std::pair<uint64_t, std::string>> out;
+  for (const auto& chain : routing_.chains()) {
+    uint64_t tail = 0;
+    for (const auto& t : chain.targets()) {
+      if (t.state() == "serving") tail = t.target();
+    }
+    out.emplace_back(tail, tail == 0 ? std::string() : address_of[node_of[tail]]);
+  }
+  return out;
+}
+
+Result<uint64_t> StorageClient::StoredLength(uint64_t inode) {
+  const uint64_t size = chunk_size();
+  const auto deadline = Clock::now() + options_.retry_timeout;
+  for (int attempt = 0;; ++attempt) {
+    uint64_t length = 0;
+    Status last = Status::Ok();
+    for (const auto& [target, address] : ChainTails()) {
+      if (target == 0) {
+        last = Unavailable("a chain has no serving target");
+        break;
+      }
+      fs3rpc::LastChunkRequest req;
+      req.set_target(target);
+      req.set_inode(inode);
+      fs3rpc::ChunkMetaRecord rec;
+      auto* stub = transport_.Stub(address);
+      Status st = CallRpc("fs3-storage LastChunk", CallOptions::Idempotent(options_.rpc_timeout),
+                          [&](grpc::ClientContext* c) { return stub->LastChunk(c, req, &rec); });
+      if (st.code() == StatusCode::kNotFound && st.message().find("no chunks") != std::string::npos)
+        continue;
+      if (!st.ok()) {
+        last = st;
+        break;
+      }
+      length = std::max(length, uint64_t{rec.id().index()} * size + rec.length());
+    }
+    if (last.ok()) return length;
+    if (!Retryable(last) || Clock::now() > deadline) {
+      return Unavailable("length of inode " + std::to_string(inode) + ": " + last.message());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(500, 20 * (attempt + 1))));
+    (void)RefreshRouting();
+  }
+}
+
+Status StorageClient::TruncateData(uint64_t inode, uint64_t length, uint64_t old_length) {
+  const uint64_t size = chunk_size();
+  const uint64_t keep = (length + size - 1) / size;  // chunks that keep data
+  const uint64_t had = (old_length + size - 1) / size;
+  for (uint64_t i = keep; i < had; ++i)
+    FF_RETURN_IF_ERROR(RemoveChunk(inode, static_cast<uint32_t>(i)));
+  if (length % size != 0 && length < old_length) {
+    FF_RETURN_IF_ERROR(TruncateChunk(inode, static_cast<uint32_t>(length / size),
+                                     static_cast<uint32_t>(length % size)));
+  }
+  return Status::Ok();
+}
+
+Status StorageClient::RemoveData(uint64_t inode) {
+  FF_ASSIGN_OR_RETURN(uint64_t length, StoredLength(inode));
+  return TruncateData(inode, 0, length);
+}
+
+Result<StorageClient::Space> StorageClient::SpaceInfo() {
+  std::vector<std::pair<uint64_t, std::string>> targets;
+  uint32_t replication = 1;
+  {
+    std::lock_guard lock(mu_);
+    replication = std::max<uint32_t>(1, routing_.replication());
+    std::map<std::string, std::string> address_of;
+    for (const auto& n : routing_.nodes())
+      address_of[n.name()] = n.address();
+    for (const auto& t : routing_.targets()) {
+      if (t.chain() != 0 && t.public_state() == "serving")
+        targets.emplace_back(t.id(), address_of[t.node()]);
+    }
+  }
+  Space space;
+  for (const auto& [target, address] : targets) {
+    fs3rpc::SpaceInfoRequest req;
+    req.set_target(target);
+    fs3rpc::SpaceInfoResponse resp;
+    auto* stub = transport_.Stub(address);
+    FF_RETURN_IF_ERROR(
+        CallRpc("fs3-storage SpaceInfo", CallOptions::Idempotent(options_.rpc_timeout),
+                [&](grpc::ClientContext* c) { return stub->SpaceInfo(c, req, &resp); }));
+    space.capacity_bytes += resp.capacity_bytes();
+    space.free_bytes += resp.free_bytes();
+  }
+  space.capacity_bytes /= replication;
+  space.free_bytes /= replication;
+  return space;
+}
+
 }  // namespace ff::fs3

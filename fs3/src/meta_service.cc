@@ -1,13 +1,16 @@
 #include "meta_service.h"
 
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 
+#include "common/logging.h"
 #include "common/rpc_status.h"
 
 namespace ff::fs3 {
 namespace {
 
-constexpr std::size_t kRememberedRequests = 100000;
+constexpr uint64_t kRequestMemorySeconds = 3600;  // how long applied request ids are kept
 
 Caller CallerOf(const fs3rpc::Credentials& c) {
   return Caller{c.uid(), c.gid(), {c.groups().begin(), c.groups().end()}};
@@ -22,6 +25,9 @@ void MetaOptions::Bind(ConfigSection& s) {
           "must be a power of two of at least 4096");
   s.Optional("stripe", stripe);
   s.Check(stripe >= 1, "stripe", "must be at least 1");
+  s.Optional("mgmtd", mgmtd);
+  s.Optional("gc_interval_ms", gc_interval_ms);
+  s.Check(gc_interval_ms >= 10, "gc_interval_ms", "must be at least 10");
 }
 
 Result<std::unique_ptr<MetaService>> MetaService::Create(const MetaOptions& options,
@@ -30,7 +36,68 @@ Result<std::unique_ptr<MetaService>> MetaService::Create(const MetaOptions& opti
   layout.set_chunk_size(options.chunk_size);
   layout.set_stripe(options.stripe);
   FF_ASSIGN_OR_RETURN(auto store, MetaStore::Open(options.data_dir + "/meta", layout));
-  return std::unique_ptr<MetaService>(new MetaService(std::move(store), metrics));
+  return std::unique_ptr<MetaService>(new MetaService(options, std::move(store), metrics));
+}
+
+Result<StorageClient*> MetaService::Storage() {
+  if (options_.mgmtd.empty()) return FailedPrecondition("fs3-meta has no mgmtd configured");
+  std::lock_guard lock(storage_mu_);
+  if (!storage_) {
+    ClientOptions o;
+    o.mgmtd = options_.mgmtd;
+    o.retry_timeout = std::chrono::seconds(20);
+    FF_ASSIGN_OR_RETURN(storage_, StorageClient::Create(o));
+  }
+  return storage_.get();
+}
+
+Result<fs3rpc::Inode> MetaService::Settle(uint64_t ino) {
+  FF_ASSIGN_OR_RETURN(fs3rpc::Inode inode, store_->GetAttr(ino));
+  if (inode.type() != fs3rpc::INODE_FILE || options_.mgmtd.empty()) return inode;
+  FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
+  FF_ASSIGN_OR_RETURN(uint64_t length, storage->StoredLength(ino));
+  return store_->SettleLength(ino, length);
+}
+
+void MetaService::Start() {
+  gc_ = std::thread([this] {
+    std::unique_lock lock(gc_mu_);
+    while (!stopping_) {
+      gc_cv_.wait_for(lock, std::chrono::milliseconds(options_.gc_interval_ms));
+      if (stopping_) break;
+      lock.unlock();
+      auto n = CollectGarbage();
+      if (!n.ok()) spdlog::warn("garbage collection: {}", n.status().message());
+      lock.lock();
+    }
+  });
+}
+
+void MetaService::Stop() {
+  {
+    std::lock_guard lock(gc_mu_);
+    stopping_ = true;
+  }
+  gc_cv_.notify_all();
+  if (gc_.joinable()) gc_.join();
+}
+
+Result<std::size_t> MetaService::CollectGarbage() {
+  FF_RETURN_IF_ERROR(store_->PruneRequests(kRequestMemorySeconds).status());
+  FF_ASSIGN_OR_RETURN(auto garbage, store_->Garbage());
+  if (garbage.empty() || options_.mgmtd.empty()) return std::size_t{0};
+  FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
+  std::size_t done = 0;
+  for (uint64_t ino : garbage) {
+    FF_RETURN_IF_ERROR(storage->RemoveData(ino));
+    FF_RETURN_IF_ERROR(store_->Forget(ino));
+    ++done;
+    if (metrics_) {
+      metrics_->Counter("fs3_meta_gc_files_total", "Removed files whose chunks were deleted")
+          .Increment();
+    }
+  }
+  return done;
 }
 
 grpc::Status MetaService::Serve(const char* op, const std::function<Status()>& body) {
@@ -41,24 +108,6 @@ grpc::Status MetaService::Serve(const char* op, const std::function<Status()>& b
         ->Histogram("fs3_meta_op_seconds", "Metadata operation latency", Metrics::LatencyBuckets(),
                     {{"op", op}})
         .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  return st;
-}
-
-Status MetaService::Once(uint64_t request_id, const std::function<Status()>& body) {
-  if (request_id != 0) {
-    std::lock_guard lock(done_mu_);
-    if (auto it = done_.find(request_id); it != done_.end() && it->second.ok()) return it->second;
-  }
-  Status st = body();
-  if (request_id != 0 && st.ok()) {
-    std::lock_guard lock(done_mu_);
-    done_[request_id] = st;
-    done_order_.push_back(request_id);
-    if (done_order_.size() > kRememberedRequests) {
-      done_.erase(done_order_.front());
-      done_order_.pop_front();
-    }
   }
   return st;
 }
@@ -89,16 +138,15 @@ grpc::Status MetaService::Make(grpc::ServerContext*, const fs3rpc::MakeRequest* 
                             store_->Mkdir(c, r->parent(), r->name(), r->mode(), r->request_id()));
         return Status::Ok();
       }
-      case fs3rpc::INODE_SYMLINK:
-        return Once(r->request_id(), [&]() -> Status {
-          FF_ASSIGN_OR_RETURN(*out,
-                              store_->Symlink(c, r->parent(), r->name(), r->symlink_target()));
-          return Status::Ok();
-        });
+      case fs3rpc::INODE_SYMLINK: {
+        FF_ASSIGN_OR_RETURN(
+            *out, store_->Symlink(c, r->parent(), r->name(), r->symlink_target(), r->request_id()));
+        return Status::Ok();
+      }
       default: {
         if (!fs3rpc::InodeType_IsValid(r->type())) return InvalidArgument("unknown inode type");
         FF_ASSIGN_OR_RETURN(*out, store_->Create(c, r->parent(), r->name(), r->mode(),
-                                                 r->request_id(), r->type(), r->rdev()));
+                                                 r->request_id(), r->type(), r->rdev(), r->open()));
         return Status::Ok();
       }
     }
@@ -108,11 +156,9 @@ grpc::Status MetaService::Make(grpc::ServerContext*, const fs3rpc::MakeRequest* 
 grpc::Status MetaService::Link(grpc::ServerContext*, const fs3rpc::LinkRequest* r,
                                fs3rpc::Inode* out) {
   return Serve("link", [&] {
-    return Once(r->request_id(), [&]() -> Status {
-      FF_ASSIGN_OR_RETURN(*out,
-                          store_->Link(CallerOf(r->cred()), r->ino(), r->parent(), r->name()));
-      return Status::Ok();
-    });
+    FF_ASSIGN_OR_RETURN(
+        *out, store_->Link(CallerOf(r->cred()), r->ino(), r->parent(), r->name(), r->request_id()));
+    return Status::Ok();
   });
 }
 
@@ -127,26 +173,22 @@ grpc::Status MetaService::Readlink(grpc::ServerContext*, const fs3rpc::InoReques
 grpc::Status MetaService::Unlink(grpc::ServerContext*, const fs3rpc::NameRequest* r,
                                  fs3rpc::Empty*) {
   return Serve("unlink", [&] {
-    return Once(r->request_id(),
-                [&] { return store_->Unlink(CallerOf(r->cred()), r->parent(), r->name()); });
+    return store_->Unlink(CallerOf(r->cred()), r->parent(), r->name(), r->request_id());
   });
 }
 
 grpc::Status MetaService::Rmdir(grpc::ServerContext*, const fs3rpc::NameRequest* r,
                                 fs3rpc::Empty*) {
   return Serve("rmdir", [&] {
-    return Once(r->request_id(),
-                [&] { return store_->Rmdir(CallerOf(r->cred()), r->parent(), r->name()); });
+    return store_->Rmdir(CallerOf(r->cred()), r->parent(), r->name(), r->request_id());
   });
 }
 
 grpc::Status MetaService::Rename(grpc::ServerContext*, const fs3rpc::RenameRequest* r,
                                  fs3rpc::Empty*) {
   return Serve("rename", [&] {
-    return Once(r->request_id(), [&] {
-      return store_->Rename(CallerOf(r->cred()), r->src_parent(), r->src_name(), r->dst_parent(),
-                            r->dst_name(), r->flags());
-    });
+    return store_->Rename(CallerOf(r->cred()), r->src_parent(), r->src_name(), r->dst_parent(),
+                          r->dst_name(), r->flags(), r->request_id());
   });
 }
 
@@ -173,7 +215,20 @@ grpc::Status MetaService::SetAttr(grpc::ServerContext*, const fs3rpc::SetAttrReq
     if (r->has_mode()) a.mode = r->mode();
     if (r->has_uid()) a.uid = r->uid();
     if (r->has_gid()) a.gid = r->gid();
-    if (r->has_size()) a.size = r->size();
+    if (r->has_size()) {
+      a.size = r->size();
+      // Shrinking: the chunks past the new end go first (so no old data shows through a later
+      // extension), then the length.
+      FF_ASSIGN_OR_RETURN(fs3rpc::Inode before, store_->GetAttr(r->ino()));
+      if (before.type() == fs3rpc::INODE_FILE && !options_.mgmtd.empty() &&
+          r->size() < std::max<uint64_t>(before.size(), 1) &&
+          MetaStore::Permitted(CallerOf(r->cred()), before, 2)) {
+        FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
+        FF_ASSIGN_OR_RETURN(uint64_t stored, storage->StoredLength(r->ino()));
+        FF_RETURN_IF_ERROR(
+            storage->TruncateData(r->ino(), r->size(), std::max(stored, before.size())));
+      }
+    }
     if (r->has_atime_ns()) a.atime_ns = r->atime_ns();
     if (r->has_mtime_ns()) a.mtime_ns = r->mtime_ns();
     a.atime_now = r->atime_now();
@@ -229,7 +284,34 @@ grpc::Status MetaService::Close(grpc::ServerContext*, const fs3rpc::CloseRequest
   return Serve("close", [&] {
     std::optional<uint64_t> size;
     if (r->has_size()) size = r->size();
+    if (r->wrote()) FF_RETURN_IF_ERROR(Settle(r->ino()).status());
     return store_->CloseSession(r->ino(), size);
+  });
+}
+
+grpc::Status MetaService::Sync(grpc::ServerContext*, const fs3rpc::InoRequest* r,
+                               fs3rpc::Inode* out) {
+  return Serve("sync", [&]() -> Status {
+    FF_ASSIGN_OR_RETURN(*out, Settle(r->ino()));
+    return Status::Ok();
+  });
+}
+
+grpc::Status MetaService::Statfs(grpc::ServerContext*, const fs3rpc::Empty*,
+                                 fs3rpc::StatfsReply* out) {
+  return Serve("statfs", [&]() -> Status {
+    FF_ASSIGN_OR_RETURN(uint64_t inodes, store_->InodeCount());
+    out->set_inodes(inodes);
+    FF_ASSIGN_OR_RETURN(fs3rpc::Inode root, store_->GetAttr(kRootIno));
+    out->set_chunk_size(root.layout().chunk_size());
+    if (!options_.mgmtd.empty()) {
+      FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
+      FF_ASSIGN_OR_RETURN(auto space, storage->SpaceInfo());
+      out->set_capacity_bytes(space.capacity_bytes);
+      out->set_free_bytes(space.free_bytes);
+      out->set_chunk_size(storage->chunk_size());
+    }
+    return Status::Ok();
   });
 }
 

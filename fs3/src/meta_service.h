@@ -1,15 +1,18 @@
 // fs3-meta: the namespace service, the MetaStore behind gRPC. Stateless above RocksDB (so it can
 // be restarted at any point). Mutating calls carry a request id: a retry of a call that already
-// succeeded gets the first answer (create and mkdir also across a restart, through the inode's
-// record; the others while this process lives).
+// succeeded gets the first answer, also across a restart (creates through the inode's record,
+// the others through request records kept for an hour).
 #pragma once
 
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "common/config.h"
+#include "fs3/client.h"
 #include "fs3/meta_store.h"
 #include "fs3/proto/meta.grpc.pb.h"
 #include "monitoring/metrics.h"
@@ -21,6 +24,10 @@ struct MetaOptions {
   std::string data_dir;
   uint64_t chunk_size = 4 << 20;  // the root directory's layout, inherited below it
   uint32_t stripe = 16;
+  // fs3-mgmtd's address: with it, fs3-meta settles file lengths from storage on close and fsync,
+  // cuts chunks on truncate, reports space in statfs and deletes removed files' chunks.
+  std::string mgmtd;
+  uint32_t gc_interval_ms = 1000;  // how often the garbage collector looks for removed files
   void Bind(ConfigSection& s);
 };
 
@@ -50,20 +57,34 @@ class MetaService final : public fs3rpc::Meta::Service {
                            fs3rpc::Empty*) override;
   grpc::Status Open(grpc::ServerContext*, const fs3rpc::InoRequest*, fs3rpc::Inode*) override;
   grpc::Status Close(grpc::ServerContext*, const fs3rpc::CloseRequest*, fs3rpc::Empty*) override;
+  grpc::Status Sync(grpc::ServerContext*, const fs3rpc::InoRequest*, fs3rpc::Inode*) override;
+  grpc::Status Statfs(grpc::ServerContext*, const fs3rpc::Empty*, fs3rpc::StatfsReply*) override;
   grpc::Status Fsck(grpc::ServerContext*, const fs3rpc::FsckRequest*, fs3rpc::FsckReply*) override;
 
+  // The garbage collector: deletes the chunks of removed files (with `mgmtd` set).
+  void Start();
+  void Stop();
+  // One pass of the collector; returns how many files' data it deleted.
+  Result<std::size_t> CollectGarbage();
+
  private:
-  MetaService(std::unique_ptr<MetaStore> store, Metrics* metrics)
-      : store_(std::move(store)), metrics_(metrics) {}
-  // Runs a mutating call once per request id (0: no deduplication).
-  Status Once(uint64_t request_id, const std::function<Status()>& body);
+  MetaService(const MetaOptions& options, std::unique_ptr<MetaStore> store, Metrics* metrics)
+      : options_(options), store_(std::move(store)), metrics_(metrics) {}
+  // The storage client (made on first use: the cluster may be initialised after fs3-meta starts).
+  Result<StorageClient*> Storage();
+  // Grows the recorded length of `ino` to what storage holds.
+  Result<fs3rpc::Inode> Settle(uint64_t ino);
   grpc::Status Serve(const char* op, const std::function<Status()>& body);
 
+  const MetaOptions options_;
   std::unique_ptr<MetaStore> store_;
   Metrics* metrics_;
-  std::mutex done_mu_;
-  std::map<uint64_t, Status> done_;  // recent request ids and their outcome
-  std::deque<uint64_t> done_order_;
+  std::mutex storage_mu_;
+  std::unique_ptr<StorageClient> storage_;
+  std::mutex gc_mu_;
+  std::condition_variable gc_cv_;
+  bool stopping_ = false;
+  std::thread gc_;
 };
 
 }  // namespace ff::fs3

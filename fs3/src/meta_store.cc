@@ -33,6 +33,10 @@ std::string GarbageKey(uint64_t ino) {
   return "g/" + BE8(ino);
 }
 
+std::string RequestKey(uint64_t id) {
+  return "r/" + BE8(id);
+}
+
 int64_t NowNs() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -108,7 +112,12 @@ class MetaStore::Txn {
     return true;
   }
   void PutInode(const Inode& inode) { inodes_[InodeKey(inode.ino())] = inode; }
-  void DeleteInode(uint64_t ino) { inodes_[InodeKey(ino)] = std::nullopt; }
+  void DeleteInode(uint64_t ino) {
+    inodes_[InodeKey(ino)] = std::nullopt;
+    --inode_delta_;
+  }
+  void CountNewInode() { ++inode_delta_; }
+  void SetInodeCount(uint64_t n) { inode_count_ = n; }
   void PutDentry(uint64_t parent, const std::string& name, const Dentry& d) {
     dentries_[DentryKey(parent, name)] = d;
   }
@@ -116,6 +125,12 @@ class MetaStore::Txn {
     dentries_[DentryKey(parent, name)] = std::nullopt;
   }
   void AddGarbage(uint64_t ino) { garbage_.push_back(ino); }
+  // Durable request ids: a mutating request already applied is answered, not applied again.
+  bool Done(uint64_t request_id) {
+    fs3rpc::Counter c;
+    return request_id != 0 && db_.Get(RequestKey(request_id), &c).ok();
+  }
+  void MarkDone(uint64_t request_id) { done_ = request_id; }
   Result<uint64_t> NextIno() {
     if (!counter_) {
       fs3rpc::Counter c;
@@ -137,6 +152,23 @@ class MetaStore::Txn {
       next.set_value(*counter_);
       kvs.emplace_back("m/next_ino", &next);
     }
+    fs3rpc::Counter count;
+    if (inode_delta_ != 0 || inode_count_) {
+      if (inode_count_) {
+        count.set_value(*inode_count_);
+      } else {
+        Status st = db_.Get("m/inodes", &count);
+        if (!st.ok() && st.code() != StatusCode::kNotFound) return st;
+        count.set_value(static_cast<uint64_t>(
+            std::max<int64_t>(0, static_cast<int64_t>(count.value()) + inode_delta_)));
+      }
+      kvs.emplace_back("m/inodes", &count);
+    }
+    fs3rpc::Counter when;
+    if (done_ != 0) {
+      when.set_value(static_cast<uint64_t>(NowNs() / 1000000000));
+      kvs.emplace_back(RequestKey(done_), &when);
+    }
     fs3rpc::Counter marker;
     for (uint64_t ino : garbage_)
       kvs.emplace_back(GarbageKey(ino), &marker);
@@ -149,6 +181,9 @@ class MetaStore::Txn {
   std::map<std::string, std::optional<Dentry>> dentries_;
   std::vector<uint64_t> garbage_;
   std::optional<uint64_t> counter_;
+  uint64_t done_ = 0;
+  int64_t inode_delta_ = 0;              // inodes made minus inodes deleted
+  std::optional<uint64_t> inode_count_;  // set outright (fsck)
 };
 
 bool MetaStore::Permitted(const Caller& c, const Inode& inode, uint32_t mask) {
@@ -186,7 +221,9 @@ Result<std::unique_ptr<MetaStore>> MetaStore::Open(const std::string& path,
     root.set_mtime_ns(now);
     root.set_ctime_ns(now);
     *root.mutable_layout() = default_layout;
-    FF_RETURN_IF_ERROR(m->db_->Put(InodeKey(kRootIno), root));
+    fs3rpc::Counter one;
+    one.set_value(1);
+    FF_RETURN_IF_ERROR(m->db_->PutBatch({{InodeKey(kRootIno), &root}, {"m/inodes", &one}}));
   } else if (!st.ok()) {
     return st;
   }
@@ -223,7 +260,7 @@ bool StickyDenies(const Caller& c, const Inode& dir, const Inode& victim) {
 
 Result<Inode> MetaStore::MakeEntry(const Caller& c, uint64_t parent, const std::string& name,
                                    InodeType type, uint32_t mode, uint64_t request_id,
-                                   uint64_t rdev, const std::string& symlink) {
+                                   uint64_t rdev, const std::string& symlink, bool open) {
   std::lock_guard lock(mu_);
   Txn t(*db_);
   FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
@@ -241,6 +278,7 @@ Result<Inode> MetaStore::MakeEntry(const Caller& c, uint64_t parent, const std::
   const int64_t now = NowNs();
   Inode inode;
   FF_ASSIGN_OR_RETURN(uint64_t ino, t.NextIno());
+  t.CountNewInode();
   inode.set_ino(ino);
   inode.set_type(type);
   uint32_t m = type == fs3rpc::INODE_SYMLINK ? 0777 : mode & 07777;
@@ -254,6 +292,7 @@ Result<Inode> MetaStore::MakeEntry(const Caller& c, uint64_t parent, const std::
   inode.set_ctime_ns(now);
   inode.set_rdev(rdev);
   inode.set_create_request(request_id);
+  inode.set_sessions(open ? 1 : 0);
   if (type == fs3rpc::INODE_SYMLINK) {
     inode.set_symlink(symlink);
     inode.set_size(symlink.size());
@@ -275,23 +314,25 @@ Result<Inode> MetaStore::MakeEntry(const Caller& c, uint64_t parent, const std::
 }
 
 Result<Inode> MetaStore::Create(const Caller& c, uint64_t parent, const std::string& name,
-                                uint32_t mode, uint64_t request_id, InodeType type, uint64_t rdev) {
+                                uint32_t mode, uint64_t request_id, InodeType type, uint64_t rdev,
+                                bool open) {
   if (type == fs3rpc::INODE_DIR || type == fs3rpc::INODE_SYMLINK) {
     return InvalidArgument("use mkdir or symlink for that type");
   }
-  return MakeEntry(c, parent, name, type, mode, request_id, rdev, "");
+  if (open && type != fs3rpc::INODE_FILE) return InvalidArgument("only files are opened");
+  return MakeEntry(c, parent, name, type, mode, request_id, rdev, "", open);
 }
 
 Result<Inode> MetaStore::Mkdir(const Caller& c, uint64_t parent, const std::string& name,
                                uint32_t mode, uint64_t request_id) {
-  return MakeEntry(c, parent, name, fs3rpc::INODE_DIR, mode, request_id, 0, "");
+  return MakeEntry(c, parent, name, fs3rpc::INODE_DIR, mode, request_id, 0, "", false);
 }
 
 Result<Inode> MetaStore::Symlink(const Caller& c, uint64_t parent, const std::string& name,
-                                 const std::string& target) {
+                                 const std::string& target, uint64_t request_id) {
   if (target.empty()) return Err(StatusCode::kNotFound, "empty symlink target");
   if (target.size() > 4096) return Err(StatusCode::kNameTooLong, "symlink target over 4096 bytes");
-  return MakeEntry(c, parent, name, fs3rpc::INODE_SYMLINK, 0777, 0, 0, target);
+  return MakeEntry(c, parent, name, fs3rpc::INODE_SYMLINK, 0777, request_id, 0, target, false);
 }
 
 Result<std::string> MetaStore::Readlink(uint64_t ino) const {
@@ -303,9 +344,10 @@ Result<std::string> MetaStore::Readlink(uint64_t ino) const {
 }
 
 Result<Inode> MetaStore::Link(const Caller& c, uint64_t ino, uint64_t parent,
-                              const std::string& name) {
+                              const std::string& name, uint64_t request_id) {
   std::lock_guard lock(mu_);
   Txn t(*db_);
+  if (t.Done(request_id)) return t.GetInode(ino);
   FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
   if (inode.type() == fs3rpc::INODE_DIR) {
     return Err(StatusCode::kNotPermitted, "hard links to directories are not allowed");
@@ -327,6 +369,7 @@ Result<Inode> MetaStore::Link(const Caller& c, uint64_t ino, uint64_t parent,
   dir.set_mtime_ns(now);
   dir.set_ctime_ns(now);
   t.PutInode(dir);
+  t.MarkDone(request_id);
   FF_RETURN_IF_ERROR(t.Commit());
   return inode;
 }
@@ -346,9 +389,11 @@ void MetaStore::DropLink(Txn& t, Inode inode, int64_t now) {
   if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(inode.ino());
 }
 
-Status MetaStore::Unlink(const Caller& c, uint64_t parent, const std::string& name) {
+Status MetaStore::Unlink(const Caller& c, uint64_t parent, const std::string& name,
+                         uint64_t request_id) {
   std::lock_guard lock(mu_);
   Txn t(*db_);
+  if (t.Done(request_id)) return Status::Ok();
   FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
   if (Dot(name)) return Err(StatusCode::kIsADirectory, "'" + name + "' is a directory");
   FF_RETURN_IF_ERROR(CheckName(name));
@@ -368,12 +413,15 @@ Status MetaStore::Unlink(const Caller& c, uint64_t parent, const std::string& na
   dir.set_mtime_ns(now);
   dir.set_ctime_ns(now);
   t.PutInode(dir);
+  t.MarkDone(request_id);
   return t.Commit();
 }
 
-Status MetaStore::Rmdir(const Caller& c, uint64_t parent, const std::string& name) {
+Status MetaStore::Rmdir(const Caller& c, uint64_t parent, const std::string& name,
+                        uint64_t request_id) {
   std::lock_guard lock(mu_);
   Txn t(*db_);
+  if (t.Done(request_id)) return Status::Ok();
   FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
   if (name == ".") return InvalidArgument("cannot remove '.'");
   if (name == "..") return Err(StatusCode::kNotEmpty, "cannot remove '..'");
@@ -397,11 +445,13 @@ Status MetaStore::Rmdir(const Caller& c, uint64_t parent, const std::string& nam
   dir.set_mtime_ns(now);
   dir.set_ctime_ns(now);
   t.PutInode(dir);
+  t.MarkDone(request_id);
   return t.Commit();
 }
 
 Status MetaStore::Rename(const Caller& c, uint64_t src_parent, const std::string& src_name,
-                         uint64_t dst_parent, const std::string& dst_name, uint32_t flags) {
+                         uint64_t dst_parent, const std::string& dst_name, uint32_t flags,
+                         uint64_t request_id) {
   if ((flags & kRenameNoReplace) && (flags & kRenameExchange)) {
     return InvalidArgument("RENAME_NOREPLACE and RENAME_EXCHANGE together");
   }
@@ -410,6 +460,7 @@ Status MetaStore::Rename(const Caller& c, uint64_t src_parent, const std::string
   FF_RETURN_IF_ERROR(CheckName(dst_name));
   std::lock_guard lock(mu_);
   Txn t(*db_);
+  if (t.Done(request_id)) return Status::Ok();
   FF_ASSIGN_OR_RETURN(Inode sdir, t.GetDir(src_parent));
   FF_ASSIGN_OR_RETURN(Inode ddir, t.GetDir(dst_parent));
   auto sd = t.GetDentry(src_parent, src_name);
@@ -508,6 +559,7 @@ Status MetaStore::Rename(const Caller& c, uint64_t src_parent, const std::string
     ddir.set_ctime_ns(now);
     t.PutInode(ddir);
   }
+  t.MarkDone(request_id);
   return t.Commit();
 }
 
@@ -546,7 +598,11 @@ Status MetaStore::CloseSession(uint64_t ino, std::optional<uint64_t> size) {
   if (inode.sessions() == 0)
     return FailedPrecondition("inode " + std::to_string(ino) + " is not open");
   inode.set_sessions(inode.sessions() - 1);
-  if (size) inode.set_size(*size);
+  if (size && *size > inode.size()) {
+    inode.set_size(*size);
+    inode.set_mtime_ns(NowNs());
+    inode.set_ctime_ns(inode.mtime_ns());
+  }
   if (inode.sessions() == 0 && inode.nlink() == 0) {
     t.DeleteInode(ino);  // unlinked while open: its data goes now
     if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(ino);
@@ -554,6 +610,27 @@ Status MetaStore::CloseSession(uint64_t ino, std::optional<uint64_t> size) {
     t.PutInode(inode);
   }
   return t.Commit();
+}
+
+Result<Inode> MetaStore::SettleLength(uint64_t ino, uint64_t length) {
+  std::lock_guard lock(mu_);
+  Txn t(*db_);
+  FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
+  if (inode.type() != fs3rpc::INODE_FILE) return inode;
+  if (length > inode.size()) {
+    inode.set_size(length);
+    t.PutInode(inode);
+    FF_RETURN_IF_ERROR(t.Commit());
+  }
+  return inode;
+}
+
+Result<uint64_t> MetaStore::InodeCount() const {
+  std::lock_guard lock(mu_);
+  fs3rpc::Counter c;
+  Status st = db_->Get("m/inodes", &c);
+  if (!st.ok() && st.code() != StatusCode::kNotFound) return st;
+  return c.value();
 }
 
 Result<std::vector<uint64_t>> MetaStore::Garbage() const {
@@ -567,6 +644,21 @@ Result<std::vector<uint64_t>> MetaStore::Garbage() const {
     out.push_back(ino);
   }
   return out;
+}
+
+Result<std::size_t> MetaStore::PruneRequests(uint64_t max_age_s) {
+  std::lock_guard lock(mu_);
+  const auto now_s = static_cast<uint64_t>(NowNs() / 1000000000);
+  FF_ASSIGN_OR_RETURN(auto rows, db_->ScanKeys("r/", "", SIZE_MAX));
+  std::vector<std::pair<std::string, const google::protobuf::Message*>> old;
+  for (const auto& [key, bytes] : rows) {
+    fs3rpc::Counter when;
+    if (!when.ParseFromString(bytes) || when.value() + max_age_s < now_s) {
+      old.emplace_back(key, nullptr);
+    }
+  }
+  if (!old.empty()) FF_RETURN_IF_ERROR(db_->PutBatch(old));
+  return old.size();
 }
 
 Status MetaStore::Forget(uint64_t ino) {
@@ -800,6 +892,17 @@ Result<std::vector<std::string>> MetaStore::Fsck(bool repair) {
     }
     if (changed && repair) t.PutInode(inode);
   }
+  uint64_t live = 0;
+  for (const auto& [ino, inode] : inodes)
+    live += t.GetInode(ino).ok();
+  fs3rpc::Counter counted;
+  Status counted_st = db_->Get("m/inodes", &counted);
+  if (!counted_st.ok() && counted_st.code() != StatusCode::kNotFound) return counted_st;
+  if (counted.value() != inodes.size()) {  // as found, before any repair
+    problems.push_back("the inode count (" + std::to_string(counted.value()) + ") is not " +
+                       std::to_string(inodes.size()));
+  }
+  t.SetInodeCount(live);
   FF_ASSIGN_OR_RETURN(uint64_t next, t.NextIno());
   if (next <= max_ino) {
     problems.push_back("the inode counter (" + std::to_string(next) + ") is not past inode " +

@@ -319,16 +319,34 @@ TEST_F(MetaStoreTest, FsckFindsAndRepairsInconsistencies) {
   Reopen();
   auto found = store_->Fsck(false);
   ASSERT_TRUE(found.ok());
-  EXPECT_EQ(found->size(), 4u);  // + the inode counter is behind the orphan's number
+  // + the inode counter is behind the orphan's number, + the inode count misses the orphan.
+  EXPECT_EQ(found->size(), 5u);
   auto repaired = store_->Fsck(true);
   ASSERT_TRUE(repaired.ok());
-  EXPECT_EQ(repaired->size(), 4u);
+  EXPECT_EQ(repaired->size(), 5u);
   EXPECT_TRUE(store_->Fsck(false)->empty());
   EXPECT_EQ(store_->GetAttr(f->ino())->nlink(), 2u);
   EXPECT_EQ(Code(store_->Lookup(root_, kRootIno, "ghost")), StatusCode::kNotFound);
   EXPECT_THAT(*store_->Garbage(), ElementsAre(900u));
   auto next = store_->Create(root_, kRootIno, "new", 0644);
   EXPECT_GT(next->ino(), 900u);
+  // Live inodes: root, d, f, s, new (the orphan went to the garbage list).
+  EXPECT_EQ(*store_->InodeCount(), 5u);
+}
+
+TEST_F(MetaStoreTest, RetriedMutationsAreAppliedOnceAcrossRestarts) {
+  ASSERT_TRUE(store_->Create(root_, kRootIno, "a", 0644).ok());
+  ASSERT_TRUE(store_->Create(root_, kRootIno, "b", 0644).ok());
+  ASSERT_TRUE(store_->Rename(root_, kRootIno, "a", kRootIno, "c", 0, 77).ok());
+  ASSERT_TRUE(store_->Unlink(root_, kRootIno, "b", 78).ok());
+  Reopen();  // the answers were lost; the client retries against a restarted service
+  EXPECT_TRUE(store_->Rename(root_, kRootIno, "a", kRootIno, "c", 0, 77).ok());
+  EXPECT_TRUE(store_->Unlink(root_, kRootIno, "b", 78).ok());
+  EXPECT_TRUE(store_->Lookup(root_, kRootIno, "c").ok());
+  // A new request (another id) is judged afresh.
+  EXPECT_EQ(Code(store_->Unlink(root_, kRootIno, "b", 79)), StatusCode::kNotFound);
+  EXPECT_EQ(*store_->PruneRequests(3600), 0u);  // still fresh
+  EXPECT_TRUE(store_->Fsck(false)->empty());
 }
 
 }  // namespace

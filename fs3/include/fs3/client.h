@@ -57,6 +57,20 @@ class StorageClient {
   // Many reads at once (issued concurrently); results in order.
   Result<std::vector<std::string>> ReadBatch(const std::vector<ReadOp>& ops);
 
+  // The length the data of `inode` on storage implies: the end of its last committed chunk,
+  // asked of every chain's tail (0 when it has no chunks).
+  Result<uint64_t> StoredLength(uint64_t inode);
+  // Cuts the data of `inode` to `length`: removes the chunks past it (up to `old_length`, which
+  // the caller takes as at least the stored length) and shortens the one it ends in.
+  Status TruncateData(uint64_t inode, uint64_t length, uint64_t old_length);
+  // Removes every chunk of `inode` (a deleted file's data).
+  Status RemoveData(uint64_t inode);
+  struct Space {
+    uint64_t capacity_bytes = 0;  // usable: raw bytes over all targets / replication
+    uint64_t free_bytes = 0;
+  };
+  Result<Space> SpaceInfo();
+
   uint64_t chunk_size() const;
   // The most read bytes that were in flight at once (for tests and tuning).
   uint64_t peak_inflight_read_bytes() const;
@@ -68,6 +82,8 @@ class StorageClient {
   // Sends `req` (chunk, offset, data or flags set) to its chain's head, retrying.
   Status SendToHead(fs3rpc::WriteRequest& req);
   Result<std::string> ReadChunk(uint64_t inode, uint32_t index, uint32_t offset, uint32_t length);
+  // (target, address) of each chain's tail, for queries of committed state.
+  std::vector<std::pair<uint64_t, std::string>> ChainTails();
 
   const ClientOptions options_;
   std::unique_ptr<fs3rpc::Mgmtd::Stub> mgmtd_;

@@ -71,19 +71,26 @@ class MetaStore {
   Result<fs3rpc::Inode> Mkdir(const Caller& c, uint64_t parent, const std::string& name,
                               uint32_t mode, uint64_t request_id = 0);
   // A regular file (or, with `type`, a FIFO / socket / device node with `rdev`). With
-  // `request_id` != 0, a retry of the same request returns the inode it created.
+  // `request_id` != 0, a retry of the same request returns the inode it created. With `open`,
+  // the file is created with a session open (create + open in one step).
   Result<fs3rpc::Inode> Create(const Caller& c, uint64_t parent, const std::string& name,
                                uint32_t mode, uint64_t request_id = 0,
-                               fs3rpc::InodeType type = fs3rpc::INODE_FILE, uint64_t rdev = 0);
+                               fs3rpc::InodeType type = fs3rpc::INODE_FILE, uint64_t rdev = 0,
+                               bool open = false);
   Result<fs3rpc::Inode> Symlink(const Caller& c, uint64_t parent, const std::string& name,
-                                const std::string& target);
+                                const std::string& target, uint64_t request_id = 0);
   Result<std::string> Readlink(uint64_t ino) const;
+  // Mutations with a `request_id` (!= 0) are applied once: the id is recorded in the same batch,
+  // and a retry (even after a restart) gets success without applying it again.
   Result<fs3rpc::Inode> Link(const Caller& c, uint64_t ino, uint64_t parent,
-                             const std::string& name);
-  Status Unlink(const Caller& c, uint64_t parent, const std::string& name);
-  Status Rmdir(const Caller& c, uint64_t parent, const std::string& name);
+                             const std::string& name, uint64_t request_id = 0);
+  Status Unlink(const Caller& c, uint64_t parent, const std::string& name, uint64_t request_id = 0);
+  Status Rmdir(const Caller& c, uint64_t parent, const std::string& name, uint64_t request_id = 0);
   Status Rename(const Caller& c, uint64_t src_parent, const std::string& src_name,
-                uint64_t dst_parent, const std::string& dst_name, uint32_t flags = 0);
+                uint64_t dst_parent, const std::string& dst_name, uint32_t flags = 0,
+                uint64_t request_id = 0);
+  // Forgets request ids recorded more than `max_age_s` seconds ago; returns how many.
+  Result<std::size_t> PruneRequests(uint64_t max_age_s);
 
   // chmod / chown / truncate / utimens with POSIX's rules: mode by the owner or root (setgid
   // dropped when the owner is not in the group); uid by root only; gid by root or the owner to
@@ -104,8 +111,13 @@ class MetaStore {
 
   // Sessions: an open file keeps its inode after unlink until it is closed.
   Status OpenSession(uint64_t ino);
-  // Closes a session; `size` (if set) is the file's settled length.
+  // Closes a session; `size` (if set) is a length the file has at least (what the closing
+  // client wrote up to): the recorded length grows to it.
   Status CloseSession(uint64_t ino, std::optional<uint64_t> size);
+  // A file's length as its data says (close, fsync): grows the recorded length to `length`.
+  Result<fs3rpc::Inode> SettleLength(uint64_t ino, uint64_t length);
+  // Live inodes (statfs).
+  Result<uint64_t> InodeCount() const;
 
   // Inodes whose data awaits deletion (unlinked, no sessions); Forget removes one from the list.
   Result<std::vector<uint64_t>> Garbage() const;
@@ -129,7 +141,7 @@ class MetaStore {
   // A new entry `name` in directory `parent` with a fresh inode (mkdir, create, mknod, symlink).
   Result<fs3rpc::Inode> MakeEntry(const Caller& c, uint64_t parent, const std::string& name,
                                   fs3rpc::InodeType type, uint32_t mode, uint64_t request_id,
-                                  uint64_t rdev, const std::string& symlink);
+                                  uint64_t rdev, const std::string& symlink, bool open);
 
   std::unique_ptr<ProtoDb> db_;
   mutable std::mutex mu_;  // serialises operations: each is one batch
