@@ -24,6 +24,15 @@ ff_require_package(nlohmann_json nlohmann-json3-dev CONFIG)
 ff_require_package(GTest libgtest-dev CONFIG)
 ff_require_package(benchmark libbenchmark-dev CONFIG)
 
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(FUSE3 QUIET IMPORTED_TARGET fuse3)
+endif()
+if(NOT FUSE3_FOUND)
+  message(FATAL_ERROR "fireflyer: fuse3 not found: install the Debian packages 'libfuse3-dev' "
+                      "and 'pkg-config'")
+endif()
+
 find_program(FF_PROTOC protoc)
 find_program(FF_GRPC_CPP_PLUGIN grpc_cpp_plugin)
 if(NOT FF_PROTOC OR NOT FF_GRPC_CPP_PLUGIN)

@@ -51,12 +51,17 @@ Result<StorageClient*> MetaService::Storage() {
   return storage_.get();
 }
 
-Result<fs3rpc::Inode> MetaService::Settle(uint64_t ino) {
-  FF_ASSIGN_OR_RETURN(fs3rpc::Inode inode, store_->GetAttr(ino));
-  if (inode.type() != fs3rpc::INODE_FILE || options_.mgmtd.empty()) return inode;
-  FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
-  FF_ASSIGN_OR_RETURN(uint64_t length, storage->StoredLength(ino));
-  return store_->SettleLength(ino, length);
+Result<fs3rpc::Inode> MetaService::Settle(uint64_t ino, uint64_t at_least) {
+  uint64_t length = at_least;
+  if (!options_.mgmtd.empty()) {
+    FF_ASSIGN_OR_RETURN(fs3rpc::Inode inode, store_->GetAttr(ino));
+    if (inode.type() == fs3rpc::INODE_FILE) {
+      FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
+      FF_ASSIGN_OR_RETURN(uint64_t stored, storage->StoredLength(ino));
+      length = std::max(length, stored);
+    }
+  }
+  return store_->SettleLength(ino, length, /*written=*/true);
 }
 
 void MetaService::Start() {
@@ -284,15 +289,19 @@ grpc::Status MetaService::Close(grpc::ServerContext*, const fs3rpc::CloseRequest
   return Serve("close", [&] {
     std::optional<uint64_t> size;
     if (r->has_size()) size = r->size();
-    if (r->wrote()) FF_RETURN_IF_ERROR(Settle(r->ino()).status());
+    if (r->wrote()) FF_RETURN_IF_ERROR(Settle(r->ino(), r->size()).status());
     return store_->CloseSession(r->ino(), size);
   });
 }
 
-grpc::Status MetaService::Sync(grpc::ServerContext*, const fs3rpc::InoRequest* r,
+grpc::Status MetaService::Sync(grpc::ServerContext*, const fs3rpc::CloseRequest* r,
                                fs3rpc::Inode* out) {
   return Serve("sync", [&]() -> Status {
-    FF_ASSIGN_OR_RETURN(*out, Settle(r->ino()));
+    if (r->wrote()) {
+      FF_ASSIGN_OR_RETURN(*out, Settle(r->ino(), r->size()));
+    } else {
+      FF_ASSIGN_OR_RETURN(*out, store_->SettleLength(r->ino(), r->size()));
+    }
     return Status::Ok();
   });
 }

@@ -57,7 +57,7 @@ class MetaService final : public fs3rpc::Meta::Service {
                            fs3rpc::Empty*) override;
   grpc::Status Open(grpc::ServerContext*, const fs3rpc::InoRequest*, fs3rpc::Inode*) override;
   grpc::Status Close(grpc::ServerContext*, const fs3rpc::CloseRequest*, fs3rpc::Empty*) override;
-  grpc::Status Sync(grpc::ServerContext*, const fs3rpc::InoRequest*, fs3rpc::Inode*) override;
+  grpc::Status Sync(grpc::ServerContext*, const fs3rpc::CloseRequest*, fs3rpc::Inode*) override;
   grpc::Status Statfs(grpc::ServerContext*, const fs3rpc::Empty*, fs3rpc::StatfsReply*) override;
   grpc::Status Fsck(grpc::ServerContext*, const fs3rpc::FsckRequest*, fs3rpc::FsckReply*) override;
 
@@ -72,8 +72,9 @@ class MetaService final : public fs3rpc::Meta::Service {
       : options_(options), store_(std::move(store)), metrics_(metrics) {}
   // The storage client (made on first use: the cluster may be initialised after fs3-meta starts).
   Result<StorageClient*> Storage();
-  // Grows the recorded length of `ino` to what storage holds.
-  Result<fs3rpc::Inode> Settle(uint64_t ino);
+  // After a write: grows the recorded length of `ino` to `at_least` and to what storage holds,
+  // and moves mtime / ctime.
+  Result<fs3rpc::Inode> Settle(uint64_t ino, uint64_t at_least);
   grpc::Status Serve(const char* op, const std::function<Status()>& body);
 
   const MetaOptions options_;

@@ -612,13 +612,17 @@ Status MetaStore::CloseSession(uint64_t ino, std::optional<uint64_t> size) {
   return t.Commit();
 }
 
-Result<Inode> MetaStore::SettleLength(uint64_t ino, uint64_t length) {
+Result<Inode> MetaStore::SettleLength(uint64_t ino, uint64_t length, bool written) {
   std::lock_guard lock(mu_);
   Txn t(*db_);
   FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
   if (inode.type() != fs3rpc::INODE_FILE) return inode;
-  if (length > inode.size()) {
-    inode.set_size(length);
+  if (length > inode.size() || written) {
+    inode.set_size(std::max(length, inode.size()));
+    if (written) {  // data changed: mtime and ctime move (POSIX: on write)
+      inode.set_mtime_ns(NowNs());
+      inode.set_ctime_ns(inode.mtime_ns());
+    }
     t.PutInode(inode);
     FF_RETURN_IF_ERROR(t.Commit());
   }

@@ -114,8 +114,9 @@ class MetaStore {
   // Closes a session; `size` (if set) is a length the file has at least (what the closing
   // client wrote up to): the recorded length grows to it.
   Status CloseSession(uint64_t ino, std::optional<uint64_t> size);
-  // A file's length as its data says (close, fsync): grows the recorded length to `length`.
-  Result<fs3rpc::Inode> SettleLength(uint64_t ino, uint64_t length);
+  // A file's length as its data says (close, fsync): grows the recorded length to `length`;
+  // `written` (data was written) moves mtime and ctime.
+  Result<fs3rpc::Inode> SettleLength(uint64_t ino, uint64_t length, bool written = false);
   // Live inodes (statfs).
   Result<uint64_t> InodeCount() const;
 

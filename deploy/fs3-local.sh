@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# A one-machine fs3: fs3-mgmtd, N fs3-storage services (one target each), fs3-meta and an
+# fs3-fuse mount, with their state under one folder.
+#
+#   deploy/fs3-local.sh start [DIR]   # default DIR: /tmp/fs3-local; needs build/; mounts DIR/mnt
+#   deploy/fs3-local.sh stop [DIR]    # unmounts, stops everything and removes DIR
+#
+# Environment: FS3_REPLICATION (default 1), FS3_STORAGE_SERVICES (default: the replication),
+# FS3_CHUNK_SIZE (default 4194304), FS3_DATA (default DIR/data: where chunks and RocksDB live),
+# FS3_MOUNT (default DIR/mnt), FF_BUILD_DIR (default build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmd=${1:-}
+dir=${2:-/tmp/fs3-local}
+bin=${FF_BUILD_DIR:-build}/fs3
+replication=${FS3_REPLICATION:-1}
+services=${FS3_STORAGE_SERVICES:-$replication}
+chunk=${FS3_CHUNK_SIZE:-4194304}
+data=${FS3_DATA:-$dir/data}
+mnt=${FS3_MOUNT:-$dir/mnt}
+
+say() { echo "fs3-local: $*" >&2; }
+
+wait_ready() {  # FILE NAME
+  for _ in $(seq 400); do [ -s "$1" ] && return 0; sleep 0.05; done
+  say "$2 did not start; its log:"; cat "$dir/$2.log" >&2; return 1
+}
+
+json_field() {  # FILE KEY
+  sed -E "s/.*\"$2\":\"([^\"]+)\".*/\1/" "$1"
+}
+
+stop() {
+  [ -d "$dir" ] || { say "nothing runs in $dir"; return 0; }
+  if [ -e "$dir/mnt.path" ]; then
+    fusermount3 -u "$(cat "$dir/mnt.path")" 2>/dev/null || umount -l "$(cat "$dir/mnt.path")" 2>/dev/null || true
+  fi
+  for pidfile in "$dir"/*.pid; do
+    [ -e "$pidfile" ] || continue
+    kill -TERM "$(cat "$pidfile")" 2>/dev/null || true
+  done
+  sleep 0.5
+  for pidfile in "$dir"/*.pid; do
+    [ -e "$pidfile" ] || continue
+    kill -KILL "$(cat "$pidfile")" 2>/dev/null || true
+  done
+  rm -rf "$dir"
+  say "stopped; removed $dir"
+}
+
+start_daemon() {  # NAME BINARY ARGS...
+  local name=$1; shift
+  "$@" --ready-file "$dir/$name.ready" >"$dir/$name.log" 2>&1 &
+  echo $! >"$dir/$name.pid"
+  wait_ready "$dir/$name.ready" "$name"
+}
+
+case "$cmd" in
+  start)
+    for b in fs3-mgmtd fs3-storage fs3-meta fs3-fuse fs3; do
+      [ -x "$bin/$b" ] || { say "$bin/$b is missing: build first"; exit 1; }
+    done
+    [ -e "$dir/mgmtd.pid" ] && { say "already running in $dir (stop it first)"; exit 1; }
+    mkdir -p "$dir" "$data" "$mnt"
+    cat >"$dir/mgmtd.toml" <<TOML
+[server]
+listen = "127.0.0.1:0"
+[metrics]
+listen = "127.0.0.1:0"
+[mgmtd]
+data_dir = "$data/mgmtd"
+lease_ms = 3000
+restart_grace_ms = 5000
+TOML
+    start_daemon mgmtd "$bin/fs3-mgmtd" --config "$dir/mgmtd.toml"
+    mgmtd=$(json_field "$dir/mgmtd.ready" rpc)
+    for i in $(seq "$services"); do
+      cat >"$dir/storage$i.toml" <<TOML
+[server]
+listen = "127.0.0.1:0"
+[metrics]
+listen = "127.0.0.1:0"
+[storage]
+node = "storage-$i"
+mgmtd = "$mgmtd"
+  [[storage.targets]]
+  id = $((100 + i))
+  path = "$data/storage$i"
+TOML
+      start_daemon "storage$i" "$bin/fs3-storage" --config "$dir/storage$i.toml"
+    done
+    for _ in $(seq 100); do
+      [ "$("$bin/fs3" --mgmtd "$mgmtd" nodes --json | grep -o '"up"' | wc -l)" -ge "$services" ] && break
+      sleep 0.1
+    done
+    "$bin/fs3" --mgmtd "$mgmtd" init --chunk-size "$chunk" --replication "$replication" >/dev/null
+    cat >"$dir/meta.toml" <<TOML
+[server]
+listen = "127.0.0.1:0"
+[metrics]
+listen = "127.0.0.1:0"
+[meta]
+data_dir = "$data/meta"
+chunk_size = $chunk
+mgmtd = "$mgmtd"
+TOML
+    start_daemon meta "$bin/fs3-meta" --config "$dir/meta.toml"
+    meta=$(json_field "$dir/meta.ready" rpc)
+    cat >"$dir/fuse.toml" <<TOML
+[metrics]
+listen = "127.0.0.1:0"
+[fuse]
+meta = "$meta"
+mgmtd = "$mgmtd"
+TOML
+    echo "$mnt" >"$dir/mnt.path"
+    start_daemon fuse "$bin/fs3-fuse" "$mnt" --config "$dir/fuse.toml"
+    printf 'export FS3_MGMTD=%s\nexport FS3_META=%s\nexport FS3_MOUNT=%s\n' "$mgmtd" "$meta" "$mnt" \
+      >"$dir/env"
+    say "fs3 mounted at $mnt (mgmtd $mgmtd, meta $meta, replication $replication); source $dir/env"
+    ;;
+  stop) stop ;;
+  *) echo "usage: deploy/fs3-local.sh start|stop [DIR]" >&2; exit 64 ;;
+esac

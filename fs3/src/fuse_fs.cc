@@ -1,0 +1,926 @@
+#include "fuse_fs.h"
+
+#include <sys/stat.h>
+#include <sys/xattr.h>
+
+#include <cstring>
+#include <random>
+
+#include "common/rpc_client.h"
+
+namespace ff::fs3 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kReaddirPage = 1024;
+
+fs3rpc::InodeType TypeOfMode(mode_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFDIR:
+      return fs3rpc::INODE_DIR;
+    case S_IFLNK:
+      return fs3rpc::INODE_SYMLINK;
+    case S_IFIFO:
+      return fs3rpc::INODE_FIFO;
+    case S_IFSOCK:
+      return fs3rpc::INODE_SOCKET;
+    case S_IFCHR:
+      return fs3rpc::INODE_CHR;
+    case S_IFBLK:
+      return fs3rpc::INODE_BLK;
+    default:
+      return fs3rpc::INODE_FILE;
+  }
+}
+
+mode_t ModeOfType(fs3rpc::InodeType type) {
+  switch (type) {
+    case fs3rpc::INODE_DIR:
+      return S_IFDIR;
+    case fs3rpc::INODE_SYMLINK:
+      return S_IFLNK;
+    case fs3rpc::INODE_FIFO:
+      return S_IFIFO;
+    case fs3rpc::INODE_SOCKET:
+      return S_IFSOCK;
+    case fs3rpc::INODE_CHR:
+      return S_IFCHR;
+    case fs3rpc::INODE_BLK:
+      return S_IFBLK;
+    default:
+      return S_IFREG;
+  }
+}
+
+timespec Ts(int64_t ns) {
+  return timespec{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+}
+
+int64_t Ns(const timespec& t) {
+  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
+}
+
+FuseFs* Self(fuse_req_t req) {
+  return static_cast<FuseFs*>(fuse_req_userdata(req));
+}
+
+}  // namespace
+
+struct FuseFs::OpenFile {
+  explicit OpenFile(uint64_t i) : ino(i) {}
+  const uint64_t ino;
+  std::mutex mu;
+  int handles = 0;
+  uint64_t size = 0;   // as this mount knows it (fs3-meta's at open, then writes and truncates)
+  bool dirty = false;  // written since the length was last settled at fs3-meta
+  // Write gathering: `wb` holds the bytes for [wb_offset, wb_offset + wb.size()).
+  uint64_t wb_offset = 0;
+  std::string wb;
+  std::future<Status> inflight;  // the buffer being written
+  Status error;                  // a failed background write, reported by flush / fsync
+  // Read-ahead: `ra` holds the bytes of [ra_offset, ra_offset + ra.size()).
+  uint64_t ra_offset = 0;
+  std::string ra;
+  uint64_t last_read_end = 0;
+};
+
+struct FuseFs::Handle {
+  std::shared_ptr<OpenFile> file;
+  bool wrote = false;
+};
+
+struct FuseFs::DirHandle {
+  std::mutex mu;
+  std::vector<DirEntry> entries;  // loaded page by page: offsets stay valid while it is open
+  bool complete = false;
+};
+
+void FuseOptions::Bind(ConfigSection& s) {
+  s.Required("mountpoint", mountpoint);
+  s.Required("meta", meta);
+  s.Required("mgmtd", mgmtd);
+  s.Optional("mount_options", mount_options);
+  s.Optional("attr_timeout_s", attr_timeout_s);
+  s.Optional("entry_timeout_s", entry_timeout_s);
+  s.Optional("negative_timeout_s", negative_timeout_s);
+  s.Check(attr_timeout_s >= 0 && entry_timeout_s >= 0 && negative_timeout_s >= 0, "attr_timeout_s",
+          "timeouts may not be negative");
+  s.Optional("write_buffer_bytes", write_buffer_bytes);
+  s.Check(write_buffer_bytes <= (uint64_t{256} << 20), "write_buffer_bytes",
+          "must be at most 256 MiB");
+  s.Optional("readahead_bytes", readahead_bytes);
+  s.Check(readahead_bytes <= (uint64_t{256} << 20), "readahead_bytes", "must be at most 256 MiB");
+  s.Optional("max_inflight_read_bytes", max_inflight_read_bytes);
+  s.Optional("threads", threads);
+  s.Check(threads >= 1, "threads", "must be at least 1");
+  s.Optional("retry_timeout_s", retry_timeout_s);
+}
+
+FuseFs::FuseFs(const FuseOptions& options, std::unique_ptr<StorageClient> storage, Metrics* metrics)
+    : options_(options),
+      storage_(std::move(storage)),
+      metrics_(metrics),
+      meta_(fs3rpc::Meta::NewStub(MakeChannel(options.meta))),
+      next_request_(std::random_device{}() * uint64_t{0x100000000} + 1) {
+  if (!metrics_) return;
+  for (const char* op :
+       {"lookup",   "getattr",  "setattr",   "readlink",    "mknod",   "mkdir",      "unlink",
+        "rmdir",    "symlink",  "rename",    "link",        "open",    "read",       "write",
+        "flush",    "release",  "fsync",     "opendir",     "readdir", "releasedir", "statfs",
+        "setxattr", "getxattr", "listxattr", "removexattr", "access",  "create"}) {
+    latency_[op] = &metrics_->Histogram("fs3_fuse_op_seconds", "FUSE operation latency",
+                                        Metrics::LatencyBuckets(), {{"op", op}});
+  }
+}
+
+void FuseFs::Observe(const char* op, Clock::time_point start) {
+  auto it = latency_.find(op);
+  if (it != latency_.end()) {
+    it->second->Observe(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+}
+
+template <typename Req, typename Resp, typename Method>
+Status FuseFs::Meta(const char* what, Method method, const Req& req, Resp* resp) {
+  // Every call is safe to retry (reads, or mutations with a request id): keep trying while
+  // fs3-meta restarts.
+  CallOptions o = CallOptions::Idempotent(std::chrono::seconds(10));
+  o.max_attempts = 1 << 20;
+  o.max_backoff = std::chrono::milliseconds(500);
+  o.total_deadline = std::chrono::seconds(options_.retry_timeout_s);
+  return CallRpc(what, o,
+                 [&](grpc::ClientContext* c) { return (meta_.get()->*method)(c, req, resp); });
+}
+
+std::vector<uint32_t> FuseFs::GroupsOf(fuse_req_t req, pid_t pid) {
+  const auto now = Clock::now();
+  {
+    std::lock_guard lock(groups_mu_);
+    if (auto it = groups_.find(pid); it != groups_.end() && it->second.expires > now) {
+      return it->second.groups;
+    }
+  }
+  std::vector<gid_t> list(64);
+  int n = fuse_req_getgroups(req, static_cast<int>(list.size()), list.data());
+  if (n > static_cast<int>(list.size())) {
+    list.resize(n);
+    n = fuse_req_getgroups(req, n, list.data());
+  }
+  std::vector<uint32_t> groups;
+  for (int i = 0; i < n; ++i)
+    groups.push_back(list[i]);
+  std::lock_guard lock(groups_mu_);
+  if (groups_.size() > 4096) groups_.clear();
+  groups_[pid] = {groups, now + std::chrono::seconds(1)};
+  return groups;
+}
+
+fs3rpc::Credentials FuseFs::Cred(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  fs3rpc::Credentials c;
+  c.set_uid(ctx->uid);
+  c.set_gid(ctx->gid);
+  if (ctx->uid != 0) {
+    for (uint32_t g : GroupsOf(req, ctx->pid))
+      c.add_groups(g);
+  }
+  return c;
+}
+
+struct stat FuseFs::ToStat(const fs3rpc::Inode& inode) {
+  struct stat st {};
+  st.st_ino = inode.ino();
+  st.st_mode = ModeOfType(inode.type()) | (inode.mode() & 07777);
+  st.st_nlink = inode.nlink();
+  st.st_uid = inode.uid();
+  st.st_gid = inode.gid();
+  st.st_rdev = inode.rdev();
+  uint64_t size = inode.size();
+  if (inode.type() == fs3rpc::INODE_FILE) {
+    if (auto f = Find(inode.ino())) {
+      std::lock_guard lock(f->mu);
+      size = std::max(size, f->size);  // written here, not yet settled
+    }
+  }
+  st.st_size = static_cast<off_t>(size);
+  st.st_blksize = 1 << 20;
+  st.st_blocks = static_cast<blkcnt_t>((size + 511) / 512);
+  st.st_atim = Ts(inode.atime_ns());
+  st.st_mtim = Ts(inode.mtime_ns());
+  st.st_ctim = Ts(inode.ctime_ns());
+  return st;
+}
+
+void FuseFs::ReplyEntry(fuse_req_t req, const fs3rpc::Inode& inode) {
+  fuse_entry_param e{};
+  e.ino = inode.ino();
+  e.generation = 1;
+  e.attr = ToStat(inode);
+  e.attr_timeout = options_.attr_timeout_s;
+  e.entry_timeout = options_.entry_timeout_s;
+  fuse_reply_entry(req, &e);
+}
+
+void FuseFs::ReplyErr(fuse_req_t req, const Status& st) {
+  int err = st.ToErrno();
+  fuse_reply_err(req, err == 0 ? EIO : err);
+}
+
+// ---- open files ---------------------------------------------------------------------------------
+
+std::shared_ptr<FuseFs::OpenFile> FuseFs::Find(uint64_t ino) {
+  std::lock_guard lock(files_mu_);
+  auto it = files_.find(ino);
+  return it == files_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<FuseFs::OpenFile> FuseFs::Acquire(const fs3rpc::Inode& inode) {
+  std::lock_guard lock(files_mu_);
+  auto& f = files_[inode.ino()];
+  if (!f) f = std::make_shared<OpenFile>(inode.ino());
+  std::lock_guard flock(f->mu);
+  if (f->handles++ == 0) {
+    f->size = inode.size();
+    f->ra.clear();
+  } else {
+    f->size = std::max(f->size, inode.size());
+  }
+  return f;
+}
+
+void FuseFs::ReleaseFile(const std::shared_ptr<OpenFile>& f) {
+  std::lock_guard lock(files_mu_);
+  std::lock_guard flock(f->mu);
+  if (--f->handles == 0) files_.erase(f->ino);
+}
+
+void FuseFs::StartFlush(OpenFile& f, std::unique_lock<std::mutex>&) {
+  if (f.inflight.valid()) {
+    Status st = f.inflight.get();
+    if (!st.ok() && f.error.ok()) f.error = st;
+  }
+  if (f.wb.empty()) return;
+  std::string data = std::move(f.wb);
+  f.wb.clear();
+  const uint64_t offset = f.wb_offset;
+  const uint64_t ino = f.ino;
+  f.inflight = std::async(std::launch::async, [this, ino, offset, data = std::move(data)] {
+    return storage_->Write(ino, offset, data);
+  });
+}
+
+Status FuseFs::FlushData(OpenFile& f, std::unique_lock<std::mutex>& lock) {
+  StartFlush(f, lock);
+  if (f.inflight.valid()) {
+    Status st = f.inflight.get();
+    if (!st.ok() && f.error.ok()) f.error = st;
+  }
+  Status st = f.error;
+  f.error = Status::Ok();
+  return st;
+}
+
+Status FuseFs::Sync(OpenFile& f, std::unique_lock<std::mutex>& lock) {
+  FF_RETURN_IF_ERROR(FlushData(f, lock));
+  if (!f.dirty) return Status::Ok();
+  fs3rpc::CloseRequest r;
+  r.set_ino(f.ino);
+  r.set_size(f.size);
+  r.set_wrote(true);
+  fs3rpc::Inode out;
+  FF_RETURN_IF_ERROR(Meta("fs3-meta Sync", &fs3rpc::Meta::Stub::Sync, r, &out));
+  f.dirty = false;
+  return Status::Ok();
+}
+
+// ---- operations ---------------------------------------------------------------------------------
+
+void FuseFs::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  fs3rpc::NameRequest r;
+  *r.mutable_cred() = Cred(req);
+  r.set_parent(parent);
+  r.set_name(name);
+  fs3rpc::Inode out;
+  Status st = Meta("fs3-meta Lookup", &fs3rpc::Meta::Stub::Lookup, r, &out);
+  if (st.code() == StatusCode::kNotFound && options_.negative_timeout_s > 0) {
+    fuse_entry_param e{};
+    e.entry_timeout = options_.negative_timeout_s;
+    fuse_reply_entry(req, &e);
+    return;
+  }
+  if (!st.ok()) return ReplyErr(req, st);
+  ReplyEntry(req, out);
+}
+
+void FuseFs::GetAttr(fuse_req_t req, fuse_ino_t ino) {
+  fs3rpc::InoRequest r;
+  r.set_ino(ino);
+  fs3rpc::Inode out;
+  Status st = Meta("fs3-meta GetAttr", &fs3rpc::Meta::Stub::GetAttr, r, &out);
+  if (!st.ok()) return ReplyErr(req, st);
+  struct stat s = ToStat(out);
+  fuse_reply_attr(req, &s, options_.attr_timeout_s);
+}
+
+void FuseFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set) {
+  fs3rpc::SetAttrRequest r;
+  *r.mutable_cred() = Cred(req);
+  r.set_ino(ino);
+  if (to_set & FUSE_SET_ATTR_MODE) r.set_mode(attr->st_mode & 07777);
+  if (to_set & FUSE_SET_ATTR_UID) r.set_uid(attr->st_uid);
+  if (to_set & FUSE_SET_ATTR_GID) r.set_gid(attr->st_gid);
+  if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
+    r.set_atime_now(true);
+  } else if (to_set & FUSE_SET_ATTR_ATIME) {
+    r.set_atime_ns(Ns(attr->st_atim));
+  }
+  if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
+    r.set_mtime_now(true);
+  } else if (to_set & FUSE_SET_ATTR_MTIME) {
+    r.set_mtime_ns(Ns(attr->st_mtim));
+  }
+  std::shared_ptr<OpenFile> f;
+  std::unique_lock<std::mutex> lock;
+  if (to_set & FUSE_SET_ATTR_SIZE) {
+    r.set_size(static_cast<uint64_t>(attr->st_size));
+    // What this mount gathered goes to storage (and its length to fs3-meta) before the cut.
+    if ((f = Find(ino))) {
+      lock = std::unique_lock(f->mu);
+      Status st = Sync(*f, lock);
+      if (!st.ok()) return ReplyErr(req, st);
+    }
+  }
+  fs3rpc::Inode out;
+  Status st = Meta("fs3-meta SetAttr", &fs3rpc::Meta::Stub::SetAttr, r, &out);
+  if (!st.ok()) return ReplyErr(req, st);
+  if (f) {
+    f->size = out.size();
+    f->ra.clear();
+    lock.unlock();
+  }
+  struct stat s = ToStat(out);
+  fuse_reply_attr(req, &s, options_.attr_timeout_s);
+}
+
+void FuseFs::Readlink(fuse_req_t req, fuse_ino_t ino) {
+  fs3rpc::InoRequest r;
+  r.set_ino(ino);
+  fs3rpc::XattrReply out;
+  Status st = Meta("fs3-meta Readlink", &fs3rpc::Meta::Stub::Readlink, r, &out);
+  if (!st.ok()) return ReplyErr(req, st);
+  fuse_reply_readlink(req, out.value().c_str());
+}
+
+void FuseFs::Make(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev,
+                  const char* symlink) {
+  fs3rpc::MakeRequest r;
+  *r.mutable_cred() = Cred(req);
+  r.set_parent(parent);
+  r.set_name(name);
+  r.set_mode(mode & 07777);
+  r.set_type(symlink ? fs3rpc::INODE_SYMLINK : TypeOfMode(mode));
+  r.set_rdev(rdev);
+  if (symlink) r.set_symlink_target(symlink);
+  r.set_request_id(NextRequest());
+  fs3rpc::Inode out;
+  Status st = Meta("fs3-meta Make", &fs3rpc::Meta::Stub::Make, r, &out);
+  if (!st.ok()) return ReplyErr(req, st);
+  ReplyEntry(req, out);
+}
+
+void FuseFs::Remove(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
+  fs3rpc::NameRequest r;
+  *r.mutable_cred() = Cred(req);
+  r.set_parent(parent);
+  r.set_name(name);
+  r.set_request_id(NextRequest());
+  fs3rpc::Empty out;
+  Status st = dir ? Meta("fs3-meta Rmdir", &fs3rpc::Meta::Stub::Rmdir, r, &out)
+                  : Meta("fs3-meta Unlink", &fs3rpc::Meta::Stub::Unlink, r, &out);
+  fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
+}
+
+void FuseFs::Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+                    const char* newname, unsigned int flags) {
+  if (flags & ~static_cast<unsigned int>(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
+    fuse_reply_err(req, EINVAL);  // RENAME_WHITEOUT: overlay filesystems only
+    return;
+  }
+  fs3rpc::RenameRequest r;
+  *r.mutable_cred() = Cred(req);
+  r.set_src_parent(parent);
+  r.set_src_name(name);
+  r.set_dst_parent(newparent);
+  r.set_dst_name(newname);
+  uint32_t f = 0;
+  if (flags & RENAME_NOREPLACE) f |= kRenameNoReplace;
+  if (flags & RENAME_EXCHANGE) f |= kRenameExchange;
+  r.set_flags(f);
+  r.set_request_id(NextRequest());
+  fs3rpc::Empty out;
+  Status st = Meta("fs3-meta Rename", &fs3rpc::Meta::Stub::Rename, r, &out);
+  fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
+}
+
+void FuseFs::Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  fs3rpc::LinkRequest r;
+  *r.mutable_cred() = Cred(req);
+  r.set_ino(ino);
+  r.set_parent(newparent);
+  r.set_name(newname);
+  r.set_request_id(NextRequest());
+  fs3rpc::Inode out;
+  Status st = Meta("fs3-meta Link", &fs3rpc::Meta::Stub::Link, r, &out);
+  if (!st.ok()) return ReplyErr(req, st);
+  ReplyEntry(req, out);
+}
+
+void FuseFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  fs3rpc::InoRequest r;
+  *r.mutable_cred() = Cred(req);
+  r.set_ino(ino);
+  fs3rpc::Inode inode;
+  Status st = Meta("fs3-meta Open", &fs3rpc::Meta::Stub::Open, r, &inode);
+  if (!st.ok()) return ReplyErr(req, st);
+  const int acc = fi->flags & O_ACCMODE;
+  const uint32_t mask = (acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Caller caller{ctx->uid, ctx->gid, {}};
+  if (ctx->uid != 0) caller.groups = GroupsOf(req, ctx->pid);
+  if (!MetaStore::Permitted(caller, inode, mask)) {
+    fs3rpc::CloseRequest c;
+    c.set_ino(ino);
+    fs3rpc::Empty e;
+    (void)Meta("fs3-meta Close", &fs3rpc::Meta::Stub::Close, c, &e);
+    fuse_reply_err(req, EACCES);
+    return;
+  }
+  auto* h = new Handle{Acquire(inode), false};
+  fi->fh = reinterpret_cast<uint64_t>(h);
+  fi->keep_cache = 0;  // close-to-open: what another mount wrote is read afresh
+  if (fuse_reply_open(req, fi) == -ENOENT) {  // the caller was interrupted
+    ReleaseFile(h->file);
+    delete h;
+  }
+}
+
+void FuseFs::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+                    fuse_file_info* fi) {
+  fs3rpc::MakeRequest r;
+  *r.mutable_cred() = Cred(req);
+  r.set_parent(parent);
+  r.set_name(name);
+  r.set_mode(mode & 07777);
+  r.set_type(fs3rpc::INODE_FILE);
+  r.set_open(true);
+  r.set_request_id(NextRequest());
+  fs3rpc::Inode inode;
+  Status st = Meta("fs3-meta Make", &fs3rpc::Meta::Stub::Make, r, &inode);
+  if (!st.ok()) return ReplyErr(req, st);
+  auto* h = new Handle{Acquire(inode), false};
+  fi->fh = reinterpret_cast<uint64_t>(h);
+  fuse_entry_param e{};
+  e.ino = inode.ino();
+  e.generation = 1;
+  e.attr = ToStat(inode);
+  e.attr_timeout = options_.attr_timeout_s;
+  e.entry_timeout = options_.entry_timeout_s;
+  if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+    ReleaseFile(h->file);
+    delete h;
+  }
+}
+
+void FuseFs::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  auto* h = reinterpret_cast<Handle*>(fi->fh);
+  OpenFile& f = *h->file;
+  const auto offset = static_cast<uint64_t>(off);
+  std::unique_lock lock(f.mu);
+  if (!f.wb.empty() || f.inflight.valid()) {
+    Status st = FlushData(f, lock);  // read what was written
+    if (!st.ok()) {
+      lock.unlock();
+      return ReplyErr(req, st);
+    }
+  }
+  if (offset >= f.size) {
+    lock.unlock();
+    fuse_reply_buf(req, nullptr, 0);
+    return;
+  }
+  const uint64_t n = std::min<uint64_t>(size, f.size - offset);
+  if (offset >= f.ra_offset && offset + n <= f.ra_offset + f.ra.size()) {
+    f.last_read_end = offset + n;
+    // Replies never go out under a lock (the handle may be released right after); a copy of
+    // what is asked (at most a FUSE read, 1 MiB) is cheap next to the transfer.
+    std::string part = f.ra.substr(offset - f.ra_offset, n);
+    lock.unlock();
+    fuse_reply_buf(req, part.data(), part.size());
+    return;
+  }
+  const bool sequential = offset == f.last_read_end && options_.readahead_bytes > n;
+  const uint64_t fetch =
+      sequential ? std::min<uint64_t>(options_.readahead_bytes, f.size - offset) : n;
+  f.last_read_end = offset + n;
+  lock.unlock();
+  auto data = storage_->Read(ino, offset, static_cast<uint32_t>(fetch));
+  if (!data.ok()) return ReplyErr(req, data.status());
+  if (sequential) {
+    // Kept for the reads that follow (before the reply: the handle lives until it is answered).
+    lock.lock();
+    f.ra_offset = offset;
+    f.ra = *data;
+    lock.unlock();
+  }
+  fuse_reply_buf(req, data->data(), std::min<uint64_t>(n, data->size()));
+}
+
+void FuseFs::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
+                   fuse_file_info* fi) {
+  auto* h = reinterpret_cast<Handle*>(fi->fh);
+  OpenFile& f = *h->file;
+  const auto offset = static_cast<uint64_t>(off);
+  std::unique_lock lock(f.mu);
+  h->wrote = true;
+  f.dirty = true;
+  f.ra.clear();
+  if (options_.write_buffer_bytes == 0) {
+    lock.unlock();
+    Status st = storage_->Write(f.ino, offset, std::string_view(buf, size));
+    if (!st.ok()) return ReplyErr(req, st);
+    lock.lock();
+  } else {
+    const bool follows = !f.wb.empty() && offset == f.wb_offset + f.wb.size();
+    if (!follows || f.wb.size() + size > options_.write_buffer_bytes) {
+      StartFlush(f, lock);
+      if (!f.error.ok()) {
+        Status st = f.error;
+        f.error = Status::Ok();
+        lock.unlock();
+        return ReplyErr(req, st);
+      }
+      f.wb_offset = offset;
+    }
+    if (f.wb.capacity() < options_.write_buffer_bytes) f.wb.reserve(options_.write_buffer_bytes);
+    f.wb.append(buf, size);
+    if (f.wb.size() >= options_.write_buffer_bytes) StartFlush(f, lock);
+  }
+  f.size = std::max<uint64_t>(f.size, offset + size);
+  lock.unlock();
+  fuse_reply_write(req, size);
+}
+
+void FuseFs::Flush(fuse_req_t req, fuse_file_info* fi) {
+  auto* h = reinterpret_cast<Handle*>(fi->fh);
+  std::unique_lock lock(h->file->mu);
+  Status st = Sync(*h->file, lock);
+  lock.unlock();
+  fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
+}
+
+void FuseFs::Fsync(fuse_req_t req, fuse_file_info* fi) {
+  Flush(req, fi);
+}
+
+void FuseFs::Release(fuse_req_t req, fuse_file_info* fi) {
+  auto* h = reinterpret_cast<Handle*>(fi->fh);
+  OpenFile& f = *h->file;
+  std::unique_lock lock(f.mu);
+  Status st = FlushData(f, lock);
+  fs3rpc::CloseRequest r;
+  r.set_ino(f.ino);
+  if (h->wrote) {
+    r.set_size(f.size);
+    r.set_wrote(f.dirty);
+    f.dirty = false;
+  }
+  lock.unlock();
+  fs3rpc::Empty out;
+  Status closed = Meta("fs3-meta Close", &fs3rpc::Meta::Stub::Close, r, &out);
+  ReleaseFile(h->file);
+  delete h;
+  if (st.ok()) st = closed;
+  fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
+}
+
+void FuseFs::Opendir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  fi->fh = reinterpret_cast<uint64_t>(new DirHandle);
+  fi->cache_readdir = 0;
+  if (fuse_reply_open(req, fi) == -ENOENT) delete reinterpret_cast<DirHandle*>(fi->fh);
+}
+
+void FuseFs::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  auto* d = reinterpret_cast<DirHandle*>(fi->fh);
+  // The reply goes after the lock is released: once answered, the kernel may release (and
+  // this process delete) the handle at any moment.
+  std::unique_lock lock(d->mu);
+  std::string buf(size, '\0');
+  std::size_t used = 0;
+  // Offsets: 1 is ".", 2 is "..", k + 3 the entry after entries[k].
+  for (auto next = static_cast<std::size_t>(off);; ++next) {
+    std::string name;
+    struct stat st {};
+    if (next == 0) {
+      name = ".";
+      st.st_ino = ino;
+      st.st_mode = S_IFDIR;
+    } else if (next == 1) {
+      name = "..";
+      st.st_mode = S_IFDIR;
+    } else {
+      const std::size_t k = next - 2;
+      while (k >= d->entries.size() && !d->complete) {
+        fs3rpc::ReaddirRequest r;
+        *r.mutable_cred() = Cred(req);
+        r.set_ino(ino);
+        r.set_cursor(d->entries.empty() ? "" : d->entries.back().name);
+        r.set_limit(kReaddirPage);
+        fs3rpc::ReaddirReply page;
+        Status s = Meta("fs3-meta Readdir", &fs3rpc::Meta::Stub::Readdir, r, &page);
+        if (!s.ok()) {
+          if (used > 0) break;  // what is in the buffer goes; the error comes with the next call
+          lock.unlock();
+          return ReplyErr(req, s);
+        }
+        for (const auto& e : page.entries())
+          d->entries.push_back({e.name(), e.ino(), e.type()});
+        if (page.entries_size() < static_cast<int>(kReaddirPage)) d->complete = true;
+      }
+      if (k >= d->entries.size()) break;
+      name = d->entries[k].name;
+      st.st_ino = d->entries[k].ino;
+      st.st_mode = ModeOfType(d->entries[k].type);
+    }
+    const std::size_t need = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(),
+                                               &st, static_cast<off_t>(next + 1));
+    if (need > size - used) break;
+    used += need;
+  }
+  lock.unlock();
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void FuseFs::Releasedir(fuse_req_t req, fuse_file_info* fi) {
+  delete reinterpret_cast<DirHandle*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void FuseFs::Statfs(fuse_req_t req) {
+  fs3rpc::Empty r;
+  fs3rpc::StatfsReply out;
+  Status st = Meta("fs3-meta Statfs", &fs3rpc::Meta::Stub::Statfs, r, &out);
+  if (!st.ok()) return ReplyErr(req, st);
+  struct statvfs s {};
+  s.f_bsize = 1 << 20;
+  s.f_frsize = 4096;
+  s.f_blocks = out.capacity_bytes() / s.f_frsize;
+  s.f_bfree = out.free_bytes() / s.f_frsize;
+  s.f_bavail = s.f_bfree;
+  s.f_files = std::max<uint64_t>(out.inodes(), uint64_t{1} << 32);
+  s.f_ffree = s.f_files - out.inodes();
+  s.f_favail = s.f_ffree;
+  s.f_namemax = kMaxNameBytes;
+  fuse_reply_statfs(req, &s);
+}
+
+void FuseFs::SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value,
+                      size_t size, int flags) {
+  fs3rpc::XattrRequest r;
+  *r.mutable_cred() = Cred(req);
+  r.set_ino(ino);
+  r.set_name(name);
+  r.set_value(std::string(value, size));
+  uint32_t f = 0;
+  if (flags & XATTR_CREATE) f |= kXattrCreate;
+  if (flags & XATTR_REPLACE) f |= kXattrReplace;
+  r.set_flags(f);
+  fs3rpc::Empty out;
+  Status st = Meta("fs3-meta SetXattr", &fs3rpc::Meta::Stub::SetXattr, r, &out);
+  fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
+}
+
+void FuseFs::GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  fs3rpc::XattrRequest r;
+  *r.mutable_cred() = Cred(req);
+  r.set_ino(ino);
+  r.set_name(name);
+  fs3rpc::XattrReply out;
+  Status st = Meta("fs3-meta GetXattr", &fs3rpc::Meta::Stub::GetXattr, r, &out);
+  if (!st.ok()) return ReplyErr(req, st);
+  if (size == 0) {
+    fuse_reply_xattr(req, out.value().size());
+  } else if (size < out.value().size()) {
+    fuse_reply_err(req, ERANGE);
+  } else {
+    fuse_reply_buf(req, out.value().data(), out.value().size());
+  }
+}
+
+void FuseFs::ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  fs3rpc::InoRequest r;
+  *r.mutable_cred() = Cred(req);
+  r.set_ino(ino);
+  fs3rpc::XattrReply out;
+  Status st = Meta("fs3-meta ListXattrs", &fs3rpc::Meta::Stub::ListXattrs, r, &out);
+  if (!st.ok()) return ReplyErr(req, st);
+  std::string names;
+  for (const std::string& n : out.names()) {
+    names += n;
+    names.push_back('\0');
+  }
+  if (size == 0) {
+    fuse_reply_xattr(req, names.size());
+  } else if (size < names.size()) {
+    fuse_reply_err(req, ERANGE);
+  } else {
+    fuse_reply_buf(req, names.data(), names.size());
+  }
+}
+
+void FuseFs::RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  fs3rpc::XattrRequest r;
+  *r.mutable_cred() = Cred(req);
+  r.set_ino(ino);
+  r.set_name(name);
+  fs3rpc::Empty out;
+  Status st = Meta("fs3-meta RemoveXattr", &fs3rpc::Meta::Stub::RemoveXattr, r, &out);
+  fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
+}
+
+void FuseFs::Access(fuse_req_t req, fuse_ino_t ino, int mask) {
+  fs3rpc::InoRequest r;
+  r.set_ino(ino);
+  fs3rpc::Inode inode;
+  Status st = Meta("fs3-meta GetAttr", &fs3rpc::Meta::Stub::GetAttr, r, &inode);
+  if (!st.ok()) return ReplyErr(req, st);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Caller caller{ctx->uid, ctx->gid, {}};
+  if (ctx->uid != 0) caller.groups = GroupsOf(req, ctx->pid);
+  const auto want = static_cast<uint32_t>(mask & (R_OK | W_OK | X_OK));
+  fuse_reply_err(req, want == 0 || MetaStore::Permitted(caller, inode, want) ? 0 : EACCES);
+}
+
+// ---- the table ----------------------------------------------------------------------------------
+
+struct FuseOps {
+#define FF_TIMED(op, call)           \
+  do {                               \
+    const auto start = Clock::now(); \
+    FuseFs* fs = Self(req);          \
+    fs->call;                        \
+    fs->Observe(op, start);          \
+  } while (0)
+
+  static void Init(void* userdata, fuse_conn_info* conn) {
+    auto* fs = static_cast<FuseFs*>(userdata);
+    conn->max_write = 1 << 20;
+    conn->max_readahead = static_cast<unsigned>(
+        std::min<uint64_t>(std::max<uint64_t>(fs->options_.readahead_bytes, 128 << 10), 1 << 20));
+    if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+    if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
+    conn->want &= ~static_cast<unsigned>(FUSE_CAP_WRITEBACK_CACHE);  // writes gathered here
+    conn->want &= ~static_cast<unsigned>(FUSE_CAP_AUTO_INVAL_DATA);
+    // open(O_TRUNC) and writes by non-owners: the kernel sends setattr (size 0, mode without
+    // setuid / setgid), which carries them to fs3-meta (and the cut to storage).
+    conn->want &= ~static_cast<unsigned>(FUSE_CAP_ATOMIC_O_TRUNC);
+    conn->want &= ~static_cast<unsigned>(FUSE_CAP_HANDLE_KILLPRIV);
+  }
+  static void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+    FF_TIMED("lookup", Lookup(req, parent, name));
+  }
+  static void Forget(fuse_req_t req, fuse_ino_t, uint64_t) {
+    fuse_reply_none(req);
+  }
+  static void ForgetMulti(fuse_req_t req, size_t, fuse_forget_data*) {
+    fuse_reply_none(req);
+  }
+  static void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+    FF_TIMED("getattr", GetAttr(req, ino));
+  }
+  static void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
+                      fuse_file_info*) {
+    FF_TIMED("setattr", SetAttr(req, ino, attr, to_set));
+  }
+  static void Readlink(fuse_req_t req, fuse_ino_t ino) {
+    FF_TIMED("readlink", Readlink(req, ino));
+  }
+  static void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+    FF_TIMED("mknod", Make(req, parent, name, mode, rdev, nullptr));
+  }
+  static void Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+    FF_TIMED("mkdir", Make(req, parent, name, (mode & 07777) | S_IFDIR, 0, nullptr));
+  }
+  static void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+    FF_TIMED("unlink", Remove(req, parent, name, false));
+  }
+  static void Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+    FF_TIMED("rmdir", Remove(req, parent, name, true));
+  }
+  static void Symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+    FF_TIMED("symlink", Make(req, parent, name, S_IFLNK | 0777, 0, link));
+  }
+  static void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+                     const char* newname, unsigned int flags) {
+    FF_TIMED("rename", Rename(req, parent, name, newparent, newname, flags));
+  }
+  static void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+    FF_TIMED("link", Link(req, ino, newparent, newname));
+  }
+  static void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+    FF_TIMED("open", Open(req, ino, fi));
+  }
+  static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+    FF_TIMED("read", Read(req, ino, size, off, fi));
+  }
+  static void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
+                    fuse_file_info* fi) {
+    FF_TIMED("write", Write(req, ino, buf, size, off, fi));
+  }
+  static void Flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+    FF_TIMED("flush", Flush(req, fi));
+  }
+  static void Release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+    FF_TIMED("release", Release(req, fi));
+  }
+  static void Fsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
+    FF_TIMED("fsync", Fsync(req, fi));
+  }
+  static void Opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+    FF_TIMED("opendir", Opendir(req, ino, fi));
+  }
+  static void Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+    FF_TIMED("readdir", Readdir(req, ino, size, off, fi));
+  }
+  static void Releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+    FF_TIMED("releasedir", Releasedir(req, fi));
+  }
+  static void Fsyncdir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) {
+    fuse_reply_err(req, 0);  // every namespace change is durable when it is answered
+  }
+  static void Statfs(fuse_req_t req, fuse_ino_t) {
+    FF_TIMED("statfs", Statfs(req));
+  }
+  static void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value,
+                       size_t size, int flags) {
+    FF_TIMED("setxattr", SetXattr(req, ino, name, value, size, flags));
+  }
+  static void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+    FF_TIMED("getxattr", GetXattr(req, ino, name, size));
+  }
+  static void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+    FF_TIMED("listxattr", ListXattr(req, ino, size));
+  }
+  static void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+    FF_TIMED("removexattr", RemoveXattr(req, ino, name));
+  }
+  static void Access(fuse_req_t req, fuse_ino_t ino, int mask) {
+    FF_TIMED("access", Access(req, ino, mask));
+  }
+  static void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+                     fuse_file_info* fi) {
+    FF_TIMED("create", Create(req, parent, name, mode, fi));
+  }
+#undef FF_TIMED
+};
+
+const fuse_lowlevel_ops& FuseFs::Ops() {
+  static const fuse_lowlevel_ops ops = [] {
+    fuse_lowlevel_ops o{};
+    o.init = FuseOps::Init;
+    o.lookup = FuseOps::Lookup;
+    o.forget = FuseOps::Forget;
+    o.forget_multi = FuseOps::ForgetMulti;
+    o.getattr = FuseOps::GetAttr;
+    o.setattr = FuseOps::SetAttr;
+    o.readlink = FuseOps::Readlink;
+    o.mknod = FuseOps::Mknod;
+    o.mkdir = FuseOps::Mkdir;
+    o.unlink = FuseOps::Unlink;
+    o.rmdir = FuseOps::Rmdir;
+    o.symlink = FuseOps::Symlink;
+    o.rename = FuseOps::Rename;
+    o.link = FuseOps::Link;
+    o.open = FuseOps::Open;
+    o.read = FuseOps::Read;
+    o.write = FuseOps::Write;
+    o.flush = FuseOps::Flush;
+    o.release = FuseOps::Release;
+    o.fsync = FuseOps::Fsync;
+    o.opendir = FuseOps::Opendir;
+    o.readdir = FuseOps::Readdir;
+    o.releasedir = FuseOps::Releasedir;
+    o.fsyncdir = FuseOps::Fsyncdir;
+    o.statfs = FuseOps::Statfs;
+    o.setxattr = FuseOps::SetXattr;
+    o.getxattr = FuseOps::GetXattr;
+    o.listxattr = FuseOps::ListXattr;
+    o.removexattr = FuseOps::RemoveXattr;
+    o.access = FuseOps::Access;
+    o.create = FuseOps::Create;
+    return o;
+  }();
+  return ops;
+}
+
+}  // namespace ff::fs3

@@ -1,0 +1,141 @@
+// fs3-fuse's filesystem: the FUSE low-level operations on top of fs3-meta (names, attributes)
+// and the storage client (data).
+//
+// Caching, chosen for training workloads (many readers of files written once, close-to-open
+// consistency between mounts):
+// - attributes and entries are cached by the kernel for `attr_timeout_s` / `entry_timeout_s`
+//   (1 s: a file renamed or removed on another mount shows here within a second); failed lookups
+//   are not cached unless `negative_timeout_s` is set;
+// - a file's page cache is dropped when it is opened (open after a close elsewhere sees the new
+//   data), kept while it is open;
+// - sequential writes are gathered per open file into buffers of `write_buffer_bytes` written to
+//   storage in the background (one in flight while the next fills); flush (close), fsync and any
+//   read or truncate of the file write them first, and a write error is reported by the next
+//   flush / fsync;
+// - sequential reads fetch `readahead_bytes` at a time (besides the kernel's own read-ahead).
+// Lengths: a file's length grows as this mount writes; on flush and fsync it is settled at
+// fs3-meta (from what this mount wrote and what storage holds), so a later open on any mount sees
+// it. Calls to fs3-meta and storage are retried across restarts of fs3-meta and failures of a
+// replica for `retry_timeout_s`: what can be served is not an error.
+#pragma once
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/config.h"
+#include "fs3/client.h"
+#include "fs3/meta_store.h"
+#include "fs3/proto/meta.grpc.pb.h"
+#include "monitoring/metrics.h"
+
+namespace ff::fs3 {
+
+struct FuseOptions {
+  static constexpr const char* kSection = "fuse";
+  std::string mountpoint;  // also the first command-line argument
+  std::string meta;        // fs3-meta host:port
+  std::string mgmtd;       // fs3-mgmtd host:port
+  std::string mount_options = "allow_other,default_permissions";  // as for mount -o
+  double attr_timeout_s = 1.0;
+  double entry_timeout_s = 1.0;
+  double negative_timeout_s = 0.0;
+  uint64_t write_buffer_bytes = 4 << 20;
+  uint64_t readahead_bytes = 4 << 20;
+  uint64_t max_inflight_read_bytes = uint64_t{64} << 20;
+  uint32_t threads = 16;          // FUSE worker threads at most
+  uint32_t retry_timeout_s = 60;  // how long a call keeps retrying a restarting service
+  void Bind(ConfigSection& s);
+};
+
+class FuseFs {
+ public:
+  FuseFs(const FuseOptions& options, std::unique_ptr<StorageClient> storage, Metrics* metrics);
+  // The operations table for fuse_session_new (userdata: this).
+  static const fuse_lowlevel_ops& Ops();
+
+  // Per-inode state shared by the open handles of a file on this mount.
+  struct OpenFile;
+  struct Handle;
+  struct DirHandle;
+
+ private:
+  friend struct FuseOps;
+
+  fs3rpc::Credentials Cred(fuse_req_t req);
+  std::vector<uint32_t> GroupsOf(fuse_req_t req, pid_t pid);
+  uint64_t NextRequest() { return next_request_++; }
+  template <typename Req, typename Resp, typename Method>
+  Status Meta(const char* what, Method method, const Req& req, Resp* resp);
+
+  struct stat ToStat(const fs3rpc::Inode& inode);
+  void ReplyEntry(fuse_req_t req, const fs3rpc::Inode& inode);
+  void ReplyErr(fuse_req_t req, const Status& st);
+
+  std::shared_ptr<OpenFile> Acquire(const fs3rpc::Inode& inode);
+  void ReleaseFile(const std::shared_ptr<OpenFile>& f);
+  std::shared_ptr<OpenFile> Find(uint64_t ino);
+  // Starts writing the gathered buffer (waiting for the one in flight first); f->mu held.
+  void StartFlush(OpenFile& f, std::unique_lock<std::mutex>& lock);
+  // Writes everything gathered and waits for it; returns (and clears) a deferred write error.
+  Status FlushData(OpenFile& f, std::unique_lock<std::mutex>& lock);
+  // Flushes and settles the length at fs3-meta.
+  Status Sync(OpenFile& f, std::unique_lock<std::mutex>& lock);
+
+  // The operations (see Ops()).
+  void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
+  void GetAttr(fuse_req_t req, fuse_ino_t ino);
+  void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set);
+  void Readlink(fuse_req_t req, fuse_ino_t ino);
+  void Make(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev,
+            const char* symlink);
+  void Remove(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir);
+  void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+              const char* newname, unsigned int flags);
+  void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname);
+  void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi);
+  void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
+  void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
+             fuse_file_info* fi);
+  void Flush(fuse_req_t req, fuse_file_info* fi);
+  void Release(fuse_req_t req, fuse_file_info* fi);
+  void Fsync(fuse_req_t req, fuse_file_info* fi);
+  void Opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  void Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
+  void Releasedir(fuse_req_t req, fuse_file_info* fi);
+  void Statfs(fuse_req_t req);
+  void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+                int flags);
+  void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size);
+  void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+  void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name);
+  void Access(fuse_req_t req, fuse_ino_t ino, int mask);
+  void Observe(const char* op, std::chrono::steady_clock::time_point start);
+
+  const FuseOptions options_;
+  std::unique_ptr<StorageClient> storage_;
+  Metrics* metrics_;
+  std::unique_ptr<fs3rpc::Meta::Stub> meta_;
+  std::atomic<uint64_t> next_request_;
+  std::mutex files_mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<OpenFile>> files_;
+  std::mutex groups_mu_;
+  struct Groups {
+    std::vector<uint32_t> groups;
+    std::chrono::steady_clock::time_point expires;
+  };
+  std::unordered_map<pid_t, Groups> groups_;
+  std::unordered_map<std::string_view, prometheus::Histogram*> latency_;  // by operation
+};
+
+}  // namespace ff::fs3

@@ -1,0 +1,725 @@
+// fs3 through real FUSE mounts: fs3-mgmtd, two fs3-storage services (chains of 2), fs3-meta and
+// fs3-fuse as processes; the tests use the mount with plain system calls, as training code does,
+// and act as another user by forking and switching uid.
+#include <dirent.h>
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <grp.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "common/net.h"
+#include "common/rpc_client.h"
+#include "fs3/client.h"
+#include "fs3/proto/meta.grpc.pb.h"
+#include "fs3/proto/mgmtd.grpc.pb.h"
+#include "tests/support/subprocess.h"
+
+namespace ff::fs3 {
+namespace {
+
+using namespace std::chrono_literals;
+namespace stdfs = std::filesystem;
+
+constexpr uint64_t kChunk = 256 * 1024;
+constexpr uid_t kNobody = 65534;
+constexpr gid_t kNogroup = 65534;
+
+std::string Random(std::size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s)
+    c = static_cast<char>(rng());
+  return s;
+}
+
+bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return done();
+}
+
+// Runs `fn` in a child process as uid/gid (with `groups`); returns the errno it reports (0: ok).
+int AsUser(uid_t uid, gid_t gid, std::vector<gid_t> groups, const std::function<int()>& fn) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgroups(groups.size(), groups.data()) != 0 || setresgid(gid, gid, gid) != 0 ||
+        setresuid(uid, uid, uid) != 0) {
+      _exit(250);
+    }
+    _exit(fn());
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 255;
+}
+
+int Errno(int rc) {
+  return rc < 0 ? errno : 0;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+bool WriteAll(const std::string& path, const std::string& data, int flags = O_TRUNC) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | flags, 0644);
+  if (fd < 0) return false;
+  std::size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n <= 0) {
+      close(fd);
+      return false;
+    }
+    done += n;
+  }
+  return close(fd) == 0;
+}
+
+// One fs3 cluster for the whole suite (each test works in its own directory).
+class Cluster {
+ public:
+  Cluster() {
+    chmod(dir_.path().c_str(), 0755);  // other users reach the mounts below it
+    mgmtd_address_ = Address();
+    test::WriteFile(dir_.File("mgmtd.toml"),
+                    "[server]\nlisten = \"" + mgmtd_address_ +
+                        "\"\n[metrics]\nenabled = false\n[mgmtd]\ndata_dir = \"" +
+                        dir_.File("mgmtd") +
+                        "\"\nlease_ms = 1500\ncheck_interval_ms = 100\nrestart_grace_ms = 10000\n");
+    Start("mgmtd", FF_FS3_MGMTD_PATH, {"--config", dir_.File("mgmtd.toml")});
+    for (int i = 0; i < 2; ++i) {
+      const std::string name = "storage" + std::to_string(i);
+      test::WriteFile(dir_.File(name + ".toml"),
+                      "[server]\nlisten = \"" + Address() +
+                          "\"\n[metrics]\nenabled = false\n[storage]\nnode = \"" + name +
+                          "\"\nmgmtd = \"" + mgmtd_address_ + "\"\n[[storage.targets]]\nid = " +
+                          std::to_string(101 + i) + "\npath = \"" + dir_.File(name) + "\"\n");
+      StartStorage(i);
+    }
+    auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd_address_));
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          fs3rpc::RoutingInfo info;
+          grpc::ClientContext c;
+          stub->GetRouting(&c, {}, &info);
+          int up = 0;
+          for (const auto& n : info.nodes())
+            up += n.state() == "up";
+          return up == 2;
+        },
+        20s));
+    fs3rpc::InitRequest init;
+    init.set_chunk_size(kChunk);
+    init.set_replication(2);
+    fs3rpc::RoutingInfo info;
+    grpc::ClientContext c;
+    EXPECT_TRUE(stub->InitCluster(&c, init, &info).ok());
+    meta_address_ = Address();
+    test::WriteFile(dir_.File("meta.toml"),
+                    "[server]\nlisten = \"" + meta_address_ +
+                        "\"\n[metrics]\nenabled = false\n[meta]\ndata_dir = \"" +
+                        dir_.File("meta") + "\"\nchunk_size = " + std::to_string(kChunk) +
+                        "\nmgmtd = \"" + mgmtd_address_ + "\"\ngc_interval_ms = 200\n");
+    StartMeta();
+    test::WriteFile(dir_.File("fuse.toml"), "[metrics]\nenabled = false\n[fuse]\nmeta = \"" +
+                                                meta_address_ + "\"\nmgmtd = \"" + mgmtd_address_ +
+                                                "\"\n");
+    mount_ = Mount("mnt");
+  }
+
+  ~Cluster() {
+    for (auto& [name, p] : procs_) {
+      if (name.rfind("fuse-", 0) == 0 && p->running()) {
+        p->Signal(SIGTERM);
+        p->Wait(10s);
+      }
+    }
+    for (const std::string& m : mounts_)
+      (void)!system(("fusermount3 -u -z " + m + " 2>/dev/null").c_str());
+  }
+
+  static std::string Address() {
+    auto port = FindFreePort();
+    return "127.0.0.1:" + std::to_string(port.ok() ? *port : 0);
+  }
+
+  test::Subprocess& Start(const std::string& name, const std::string& binary,
+                          std::vector<std::string> args) {
+    const std::string ready = dir_.File(name + ".ready");
+    std::remove(ready.c_str());
+    args.insert(args.begin(), binary);
+    args.push_back("--ready-file");
+    args.push_back(ready);
+    auto proc = test::Subprocess::Start(args, {.env = {}, .output_dir = dir_.path()});
+    EXPECT_TRUE(proc.ok()) << proc.status();
+    procs_[name] = std::make_unique<test::Subprocess>(std::move(*proc));
+    EXPECT_TRUE(test::WaitForFile(ready, 30s).has_value()) << procs_[name]->Stderr();
+    return *procs_[name];
+  }
+  void StartMeta() { Start("meta", FF_FS3_META_PATH, {"--config", dir_.File("meta.toml")}); }
+  void StartStorage(int i) {
+    const std::string name = "storage" + std::to_string(i);
+    Start(name, FF_FS3_STORAGE_PATH, {"--config", dir_.File(name + ".toml")});
+  }
+  void Kill(const std::string& name) {
+    procs_[name]->Signal(SIGKILL);
+    procs_[name]->Wait(10s);
+  }
+
+  // A new fs3-fuse mount under the cluster's folder; returns its path.
+  std::string Mount(const std::string& name) {
+    const std::string path = dir_.File(name);
+    stdfs::create_directories(path);
+    Start("fuse-" + name, FF_FS3_FUSE_PATH, {path, "--config", dir_.File("fuse.toml")});
+    mounts_.push_back(path);
+    return path;
+  }
+  test::Subprocess& proc(const std::string& name) { return *procs_[name]; }
+
+  bool AllServing() {
+    auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd_address_));
+    fs3rpc::RoutingInfo info;
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + 2s);
+    if (!stub->GetRouting(&c, {}, &info).ok()) return false;
+    for (const auto& chain : info.chains()) {
+      for (const auto& t : chain.targets()) {
+        if (t.state() != "serving") return false;
+      }
+    }
+    return info.chains_size() > 0;
+  }
+
+  std::vector<std::string> Fsck() {
+    auto stub = fs3rpc::Meta::NewStub(MakeChannel(meta_address_));
+    fs3rpc::FsckRequest r;
+    fs3rpc::FsckReply out;
+    Status st = CallRpc("fsck", CallOptions::Idempotent(30s),
+                        [&](grpc::ClientContext* c) { return stub->Fsck(c, r, &out); });
+    EXPECT_TRUE(st.ok()) << st;
+    return {out.problems().begin(), out.problems().end()};
+  }
+
+  test::TempDir dir_;
+  std::string mgmtd_address_, meta_address_, mount_;
+  std::map<std::string, std::unique_ptr<test::Subprocess>> procs_;
+  std::vector<std::string> mounts_;
+};
+
+class FuseTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (geteuid() != 0 || access("/dev/fuse", R_OK | W_OK) != 0) {
+      FAIL() << "the FUSE tests need root and /dev/fuse (they mount with allow_other and act "
+                "as other users); CI runs them as root";
+    }
+    cluster_ = new Cluster();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(cluster_, nullptr);
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = cluster_->mount_ + "/" + info->name();
+    ASSERT_EQ(mkdir(root_.c_str(), 0755), 0) << strerror(errno);
+  }
+  std::string P(const std::string& rel) const { return root_ + "/" + rel; }
+
+  static Cluster* cluster_;
+  std::string root_;
+};
+Cluster* FuseTest::cluster_ = nullptr;
+
+TEST_F(FuseTest, FilesReadWriteAppendTruncateAndSparse) {
+  // Across chunk boundaries (chunks are 256 KiB), written in odd pieces.
+  const std::string data = Random(3 * kChunk + 12345, 1);
+  {
+    int fd = open(P("f").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0640);
+    ASSERT_GE(fd, 0) << strerror(errno);
+    for (std::size_t off = 0; off < data.size(); off += 70001) {
+      const std::size_t n = std::min<std::size_t>(70001, data.size() - off);
+      ASSERT_EQ(pwrite(fd, data.data() + off, n, static_cast<off_t>(off)), static_cast<ssize_t>(n));
+    }
+    struct stat st {};
+    ASSERT_EQ(fstat(fd, &st), 0);
+    EXPECT_EQ(st.st_size, static_cast<off_t>(data.size()));  // seen while still open
+    ASSERT_EQ(close(fd), 0);
+  }
+  EXPECT_EQ(ReadAll(P("f")), data);
+  struct stat st {};
+  ASSERT_EQ(stat(P("f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(data.size()));
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(st.st_uid, getuid());
+  // Random reads at odd offsets.
+  {
+    int fd = open(P("f").c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    std::mt19937 rng(7);
+    for (int i = 0; i < 50; ++i) {
+      const std::size_t off = rng() % data.size(), n = 1 + rng() % 100000;
+      std::string buf(n, '\0');
+      const ssize_t got = pread(fd, buf.data(), n, static_cast<off_t>(off));
+      ASSERT_EQ(got, static_cast<ssize_t>(std::min(n, data.size() - off)));
+      EXPECT_EQ(buf.substr(0, got), data.substr(off, got)) << off;
+    }
+    close(fd);
+  }
+  // Append.
+  ASSERT_TRUE(WriteAll(P("f"), "tail", O_APPEND));
+  EXPECT_EQ(ReadAll(P("f")), data + "tail");
+  // Truncate down, then up: the cut part reads back as zeros, not old data.
+  ASSERT_EQ(truncate(P("f").c_str(), 1000), 0);
+  EXPECT_EQ(ReadAll(P("f")), data.substr(0, 1000));
+  ASSERT_EQ(truncate(P("f").c_str(), 2 * kChunk), 0);
+  EXPECT_EQ(ReadAll(P("f")), data.substr(0, 1000) + std::string(2 * kChunk - 1000, '\0'));
+  // O_TRUNC on open.
+  ASSERT_TRUE(WriteAll(P("f"), "short"));
+  EXPECT_EQ(ReadAll(P("f")), "short");
+  // A sparse file larger than 4 GiB: a hole, then data past 4 GiB.
+  {
+    const off_t far = (off_t{4} << 30) + 12345;
+    int fd = open(P("sparse").c_str(), O_RDWR | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, off_t{5} << 30), 0);
+    ASSERT_EQ(pwrite(fd, "far away", 8, far), 8);
+    ASSERT_EQ(close(fd), 0);
+    ASSERT_EQ(stat(P("sparse").c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, off_t{5} << 30);
+    fd = open(P("sparse").c_str(), O_RDONLY);
+    char buf[16] = {};
+    ASSERT_EQ(pread(fd, buf, 8, far), 8);
+    EXPECT_EQ(std::string(buf, 8), "far away");
+    ASSERT_EQ(pread(fd, buf, 16, off_t{3} << 30), 16);
+    EXPECT_EQ(std::string(buf, 16), std::string(16, '\0'));
+    EXPECT_EQ(pread(fd, buf, 16, (off_t{5} << 30) - 4), 4);  // short at the end
+    close(fd);
+  }
+  // fsync settles the length for others before close.
+  {
+    int fd = open(P("synced").c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_EQ(write(fd, "0123456789", 10), 10);
+    ASSERT_EQ(fsync(fd), 0);
+    auto stub = fs3rpc::Meta::NewStub(MakeChannel(cluster_->meta_address_));
+    fs3rpc::NameRequest r;
+    struct stat dst {};
+    ASSERT_EQ(stat(root_.c_str(), &dst), 0);
+    r.set_parent(dst.st_ino);
+    r.set_name("synced");
+    fs3rpc::Inode inode;
+    grpc::ClientContext c;
+    ASSERT_TRUE(stub->Lookup(&c, r, &inode).ok());
+    EXPECT_EQ(inode.size(), 10u);  // at fs3-meta, not only in this mount
+    close(fd);
+  }
+}
+
+TEST_F(FuseTest, DirectoriesAndEveryRenameCase) {
+  ASSERT_EQ(mkdir(P("d").c_str(), 0750), 0);
+  ASSERT_TRUE(WriteAll(P("d/f"), "x"));
+  EXPECT_EQ(Errno(mkdir(P("d").c_str(), 0755)), EEXIST);
+  EXPECT_EQ(Errno(rmdir(P("d").c_str())), ENOTEMPTY);
+  EXPECT_EQ(Errno(rmdir(P("d/f").c_str())), ENOTDIR);
+  EXPECT_EQ(Errno(mkdir(P("missing/x").c_str(), 0755)), ENOENT);
+  EXPECT_EQ(Errno(mkdir(P("d/f/x").c_str(), 0755)), ENOTDIR);
+  EXPECT_EQ(Errno(open(P(std::string(256, 'n')).c_str(), O_CREAT | O_WRONLY, 0644)), ENAMETOOLONG);
+  struct stat st {};
+  ASSERT_EQ(stat(P("d").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_nlink, 2u);
+  // Replacing a file.
+  ASSERT_TRUE(WriteAll(P("a"), "A"));
+  ASSERT_TRUE(WriteAll(P("b"), "B"));
+  struct stat sa {};
+  ASSERT_EQ(stat(P("a").c_str(), &sa), 0);
+  ASSERT_EQ(rename(P("a").c_str(), P("b").c_str()), 0);
+  EXPECT_EQ(ReadAll(P("b")), "A");
+  ASSERT_EQ(stat(P("b").c_str(), &st), 0);
+  EXPECT_EQ(st.st_ino, sa.st_ino);
+  EXPECT_EQ(Errno(access(P("a").c_str(), F_OK)), ENOENT);
+  // Directory over an empty directory; over a non-empty one; file over directory and back.
+  ASSERT_EQ(mkdir(P("e").c_str(), 0755), 0);
+  ASSERT_EQ(rename(P("e").c_str(), P("d2").c_str()), 0);
+  ASSERT_EQ(mkdir(P("e").c_str(), 0755), 0);
+  ASSERT_EQ(rename(P("e").c_str(), P("d2").c_str()), 0);  // d2 was empty
+  EXPECT_EQ(Errno(rename(P("d2").c_str(), P("d").c_str())), ENOTEMPTY);
+  EXPECT_EQ(Errno(rename(P("b").c_str(), P("d").c_str())), EISDIR);
+  EXPECT_EQ(Errno(rename(P("d2").c_str(), P("b").c_str())), ENOTDIR);
+  // No directory under itself.
+  ASSERT_EQ(mkdir(P("d/sub").c_str(), 0755), 0);
+  EXPECT_EQ(Errno(rename(P("d").c_str(), P("d/sub/d").c_str())), EINVAL);
+  // Across directories, with link counts following.
+  ASSERT_EQ(rename(P("d/sub").c_str(), P("d2/sub").c_str()), 0);
+  ASSERT_EQ(stat(P("d").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 2u);
+  ASSERT_EQ(stat(P("d2").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 3u);
+  // RENAME_NOREPLACE and RENAME_EXCHANGE.
+  ASSERT_TRUE(WriteAll(P("x"), "X"));
+  ASSERT_TRUE(WriteAll(P("y"), "Y"));
+  EXPECT_EQ(Errno(renameat2(AT_FDCWD, P("x").c_str(), AT_FDCWD, P("y").c_str(), RENAME_NOREPLACE)),
+            EEXIST);
+  ASSERT_EQ(renameat2(AT_FDCWD, P("x").c_str(), AT_FDCWD, P("z").c_str(), RENAME_NOREPLACE), 0);
+  ASSERT_EQ(renameat2(AT_FDCWD, P("z").c_str(), AT_FDCWD, P("y").c_str(), RENAME_EXCHANGE), 0);
+  EXPECT_EQ(ReadAll(P("y")), "X");
+  EXPECT_EQ(ReadAll(P("z")), "Y");
+  ASSERT_EQ(renameat2(AT_FDCWD, P("d").c_str(), AT_FDCWD, P("z").c_str(), RENAME_EXCHANGE), 0);
+  ASSERT_EQ(stat(P("z").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(ReadAll(P("d")), "Y");
+  EXPECT_EQ(Errno(renameat2(AT_FDCWD, P("q").c_str(), AT_FDCWD, P("y").c_str(), RENAME_EXCHANGE)),
+            ENOENT);
+  ASSERT_EQ(unlink(P("z/f").c_str()), 0);
+  ASSERT_EQ(rmdir(P("z").c_str()), 0);
+}
+
+TEST_F(FuseTest, LinksSymlinksAndSpecialFiles) {
+  ASSERT_TRUE(WriteAll(P("f"), "data"));
+  ASSERT_EQ(link(P("f").c_str(), P("g").c_str()), 0);
+  struct stat sf {
+  }, sg{};
+  ASSERT_EQ(stat(P("f").c_str(), &sf), 0);
+  ASSERT_EQ(stat(P("g").c_str(), &sg), 0);
+  EXPECT_EQ(sf.st_ino, sg.st_ino);
+  EXPECT_EQ(sg.st_nlink, 2u);
+  ASSERT_EQ(unlink(P("f").c_str()), 0);
+  ASSERT_EQ(stat(P("g").c_str(), &sg), 0);
+  EXPECT_EQ(sg.st_nlink, 1u);
+  EXPECT_EQ(ReadAll(P("g")), "data");
+  EXPECT_EQ(Errno(link(P(".").c_str(), P("dirlink").c_str())), EPERM);
+  // Symbolic links: readlink, followed by open, lstat sees the link.
+  ASSERT_EQ(symlink("g", P("s").c_str()), 0);
+  char target[64] = {};
+  ASSERT_EQ(readlink(P("s").c_str(), target, sizeof target), 1);
+  EXPECT_EQ(std::string(target), "g");
+  EXPECT_EQ(ReadAll(P("s")), "data");
+  struct stat sl {};
+  ASSERT_EQ(lstat(P("s").c_str(), &sl), 0);
+  EXPECT_TRUE(S_ISLNK(sl.st_mode));
+  EXPECT_EQ(Errno(symlink("x", P("g").c_str())), EEXIST);
+  // FIFOs, sockets and device nodes are metadata.
+  ASSERT_EQ(mkfifo(P("fifo").c_str(), 0600), 0);
+  ASSERT_EQ(mknod(P("sock").c_str(), S_IFSOCK | 0644, 0), 0);
+  ASSERT_EQ(mknod(P("null").c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
+  ASSERT_EQ(mknod(P("blk").c_str(), S_IFBLK | 0600, makedev(8, 1)), 0);
+  struct stat s {};
+  ASSERT_EQ(lstat(P("fifo").c_str(), &s), 0);
+  EXPECT_TRUE(S_ISFIFO(s.st_mode));
+  ASSERT_EQ(lstat(P("sock").c_str(), &s), 0);
+  EXPECT_TRUE(S_ISSOCK(s.st_mode));
+  ASSERT_EQ(lstat(P("null").c_str(), &s), 0);
+  EXPECT_TRUE(S_ISCHR(s.st_mode));
+  EXPECT_EQ(s.st_rdev, makedev(1, 3));
+  ASSERT_EQ(lstat(P("blk").c_str(), &s), 0);
+  EXPECT_TRUE(S_ISBLK(s.st_mode));
+  EXPECT_EQ(s.st_rdev, makedev(8, 1));
+}
+
+TEST_F(FuseTest, UnlinkedWhileOpenStaysReadableThenItsChunksGo) {
+  const std::string data = Random(2 * kChunk + 7, 3);
+  ASSERT_TRUE(WriteAll(P("f"), data));
+  struct stat st {};
+  ASSERT_EQ(stat(P("f").c_str(), &st), 0);
+  const uint64_t ino = st.st_ino;
+  int fd = open(P("f").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(unlink(P("f").c_str()), 0);
+  EXPECT_EQ(Errno(access(P("f").c_str(), F_OK)), ENOENT);
+  std::string buf(data.size(), '\0');
+  ASSERT_EQ(pread(fd, buf.data(), buf.size(), 0), static_cast<ssize_t>(data.size()));
+  EXPECT_EQ(buf, data);
+  ASSERT_EQ(fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_nlink, 0u);
+  ClientOptions o;
+  o.mgmtd = cluster_->mgmtd_address_;
+  auto storage = StorageClient::Create(o);
+  ASSERT_TRUE(storage.ok());
+  EXPECT_EQ(*(*storage)->StoredLength(ino), data.size());  // still there while open
+  ASSERT_EQ(close(fd), 0);
+  // The garbage collector deletes the chunks once the last session closed.
+  EXPECT_TRUE(WaitUntil([&] { return *(*storage)->StoredLength(ino) == 0; }, 20s));
+}
+
+TEST_F(FuseTest, ExtendedAttributes) {
+  ASSERT_TRUE(WriteAll(P("f"), "x"));
+  const std::string f = P("f");
+  ASSERT_EQ(setxattr(f.c_str(), "user.a", "1", 1, 0), 0);
+  ASSERT_EQ(setxattr(f.c_str(), "user.b", "two", 3, 0), 0);
+  ASSERT_EQ(setxattr(f.c_str(), "trusted.t", "t", 1, 0), 0);  // root may
+  char buf[64] = {};
+  EXPECT_EQ(getxattr(f.c_str(), "user.b", nullptr, 0), 3);  // size query
+  ASSERT_EQ(getxattr(f.c_str(), "user.b", buf, sizeof buf), 3);
+  EXPECT_EQ(std::string(buf, 3), "two");
+  EXPECT_EQ(Errno(getxattr(f.c_str(), "user.b", buf, 1)), ERANGE);
+  EXPECT_EQ(Errno(getxattr(f.c_str(), "user.none", buf, sizeof buf)), ENODATA);
+  EXPECT_EQ(Errno(setxattr(f.c_str(), "user.a", "x", 1, XATTR_CREATE)), EEXIST);
+  EXPECT_EQ(Errno(setxattr(f.c_str(), "user.c", "x", 1, XATTR_REPLACE)), ENODATA);
+  char names[256] = {};
+  const ssize_t n = listxattr(f.c_str(), names, sizeof names);
+  ASSERT_GT(n, 0);
+  std::set<std::string> listed;
+  for (ssize_t i = 0; i < n; i += static_cast<ssize_t>(strlen(names + i)) + 1)
+    listed.insert(names + i);
+  EXPECT_EQ(listed, (std::set<std::string>{"user.a", "user.b", "trusted.t"}));
+  ASSERT_EQ(removexattr(f.c_str(), "user.a"), 0);
+  EXPECT_EQ(Errno(removexattr(f.c_str(), "user.a")), ENODATA);
+  // Another user: no trusted.* at all; user.* only with write permission.
+  ASSERT_EQ(chmod(f.c_str(), 0644), 0);
+  EXPECT_EQ(AsUser(kNobody, kNogroup, {},
+                   [&] { return Errno(setxattr(f.c_str(), "user.z", "z", 1, 0)); }),
+            EACCES);
+  EXPECT_EQ(AsUser(kNobody, kNogroup, {},
+                   [&] {
+                     char b[8];
+                     return Errno(
+                         static_cast<int>(getxattr(f.c_str(), "user.b", b, sizeof b)) < 0 ? -1 : 0);
+                   }),
+            0);
+}
+
+TEST_F(FuseTest, TimestampsFollowPosix) {
+  ASSERT_TRUE(WriteAll(P("f"), "x"));
+  struct stat a {
+  }, b{};
+  ASSERT_EQ(stat(P("f").c_str(), &a), 0);
+  std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(WriteAll(P("f"), "yy", 0));  // overwrite in place: mtime and ctime move
+  ASSERT_EQ(stat(P("f").c_str(), &b), 0);
+  EXPECT_GT(b.st_mtim.tv_sec * 1000000000L + b.st_mtim.tv_nsec,
+            a.st_mtim.tv_sec * 1000000000L + a.st_mtim.tv_nsec);
+  // chmod: ctime moves, mtime does not.
+  std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(chmod(P("f").c_str(), 0600), 0);
+  struct stat c {};
+  ASSERT_EQ(stat(P("f").c_str(), &c), 0);
+  EXPECT_EQ(c.st_mtim.tv_nsec, b.st_mtim.tv_nsec);
+  EXPECT_GT(c.st_ctim.tv_sec * 1000000000L + c.st_ctim.tv_nsec,
+            b.st_ctim.tv_sec * 1000000000L + b.st_ctim.tv_nsec);
+  // Explicit times, to the nanosecond.
+  timespec times[2] = {{1000, 123456789}, {2000, 987654321}};
+  ASSERT_EQ(utimensat(AT_FDCWD, P("f").c_str(), times, 0), 0);
+  ASSERT_EQ(stat(P("f").c_str(), &c), 0);
+  EXPECT_EQ(c.st_atim.tv_sec, 1000);
+  EXPECT_EQ(c.st_atim.tv_nsec, 123456789);
+  EXPECT_EQ(c.st_mtim.tv_sec, 2000);
+  EXPECT_EQ(c.st_mtim.tv_nsec, 987654321);
+  // Creating an entry moves the directory's mtime.
+  struct stat d1 {
+  }, d2{};
+  ASSERT_EQ(stat(root_.c_str(), &d1), 0);
+  std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(WriteAll(P("g"), ""));
+  ASSERT_EQ(stat(root_.c_str(), &d2), 0);
+  EXPECT_GT(d2.st_mtim.tv_sec * 1000000000L + d2.st_mtim.tv_nsec,
+            d1.st_mtim.tv_sec * 1000000000L + d1.st_mtim.tv_nsec);
+}
+
+TEST_F(FuseTest, PermissionsAsAnotherUser) {
+  ASSERT_EQ(chmod(root_.c_str(), 0755), 0);
+  ASSERT_TRUE(WriteAll(P("private"), "secret"));
+  ASSERT_EQ(chmod(P("private").c_str(), 0600), 0);
+  auto open_as = [&](const std::string& path, int flags, std::vector<gid_t> groups = {}) {
+    return AsUser(kNobody, kNogroup, groups, [&] {
+      int fd = open(path.c_str(), flags, 0644);
+      if (fd < 0) return errno;
+      close(fd);
+      return 0;
+    });
+  };
+  EXPECT_EQ(open_as(P("private"), O_RDONLY), EACCES);
+  EXPECT_EQ(open_as(P("new"), O_WRONLY | O_CREAT), EACCES);  // no write permission on the dir
+  EXPECT_EQ(AsUser(kNobody, kNogroup, {}, [&] { return Errno(chmod(P("private").c_str(), 0777)); }),
+            EPERM);
+  EXPECT_EQ(AsUser(kNobody, kNogroup, {},
+                   [&] { return Errno(chown(P("private").c_str(), kNobody, kNogroup)); }),
+            EPERM);
+  // Supplementary groups count.
+  ASSERT_TRUE(WriteAll(P("group"), "g"));
+  ASSERT_EQ(chown(P("group").c_str(), 0, 4242), 0);
+  ASSERT_EQ(chmod(P("group").c_str(), 0640), 0);
+  EXPECT_EQ(open_as(P("group"), O_RDONLY), EACCES);
+  EXPECT_EQ(open_as(P("group"), O_RDONLY, {4242}), 0);
+  // New files belong to the caller; in a sticky directory only the owner may remove them.
+  ASSERT_EQ(mkdir(P("tmp").c_str(), 01777), 0);
+  ASSERT_EQ(chmod(P("tmp").c_str(), 01777), 0);
+  EXPECT_EQ(open_as(P("tmp/mine"), O_WRONLY | O_CREAT), 0);
+  struct stat st {};
+  ASSERT_EQ(stat(P("tmp/mine").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kNobody);
+  EXPECT_EQ(st.st_gid, kNogroup);
+  ASSERT_TRUE(WriteAll(P("tmp/roots"), "r"));
+  EXPECT_EQ(AsUser(kNobody, kNogroup, {}, [&] { return Errno(unlink(P("tmp/roots").c_str())); }),
+            EPERM);
+  EXPECT_EQ(AsUser(kNobody, kNogroup, {},
+                   [&] { return Errno(rename(P("tmp/roots").c_str(), P("tmp/x").c_str())); }),
+            EPERM);
+  EXPECT_EQ(AsUser(kNobody, kNogroup, {}, [&] { return Errno(unlink(P("tmp/mine").c_str())); }), 0);
+  EXPECT_EQ(access(P("tmp/roots").c_str(), F_OK), 0);
+}
+
+TEST_F(FuseTest, ReaddirOfTenThousandEntries) {
+  constexpr int kEntries = 10000;
+  for (int i = 0; i < kEntries; ++i) {
+    ASSERT_EQ(mknod(P("e" + std::to_string(i)).c_str(), S_IFREG | 0644, 0), 0) << i;
+  }
+  std::set<std::string> seen;
+  DIR* d = opendir(root_.c_str());
+  ASSERT_NE(d, nullptr);
+  long middle = -1;
+  std::string after_middle;
+  int count = 0;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    EXPECT_TRUE(seen.insert(name).second) << "twice: " << name;
+    EXPECT_EQ(e->d_type, DT_REG);
+    if (++count == kEntries / 2) middle = telldir(d);
+    if (count == kEntries / 2 + 1) after_middle = name;
+  }
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(kEntries));
+  // A cursor: seekdir back to the middle resumes there.
+  seekdir(d, middle);
+  dirent* e = readdir(d);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(std::string(e->d_name), after_middle);
+  closedir(d);
+}
+
+TEST_F(FuseTest, CloseOnOneMountOpenOnAnotherSeesDataAndLength) {
+  const std::string second = cluster_->Mount("mnt2");
+  const std::string rel = std::string("/") +
+                          ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                          "/shared";
+  const std::string data = Random(kChunk + 999, 5);
+  ASSERT_TRUE(WriteAll(cluster_->mount_ + rel, data));
+  EXPECT_EQ(ReadAll(second + rel), data);
+  struct stat st {};
+  ASSERT_EQ(stat((second + rel).c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(data.size()));
+  // Rewritten (shorter) on the second mount: the first sees the new content on its next open.
+  ASSERT_TRUE(WriteAll(second + rel, "v2"));
+  EXPECT_TRUE(WaitUntil([&] { return ReadAll(cluster_->mount_ + rel) == "v2"; }, 5s));
+  // Unmount cleanly: the daemon exits 0 and the directory is a plain directory again.
+  ASSERT_EQ(system(("fusermount3 -u " + second).c_str()), 0);
+  auto code = cluster_->proc("fuse-mnt2").Wait(10s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0);
+  EXPECT_EQ(Errno(access((second + rel).c_str(), F_OK)), ENOENT);
+}
+
+TEST_F(FuseTest, MountErrorsAreClear) {
+  auto run = [&](const std::string& where) {
+    auto p = test::Subprocess::Start(
+        {FF_FS3_FUSE_PATH, where, "--config", cluster_->dir_.File("fuse.toml")},
+        {.env = {}, .output_dir = cluster_->dir_.path()});
+    EXPECT_TRUE(p.ok());
+    auto code = p->Wait(20s);
+    EXPECT_TRUE(code.has_value());
+    return std::make_pair(code.value_or(-1), p->Stderr());
+  };
+  auto [missing_code, missing_err] = run(cluster_->dir_.File("no-such-dir"));
+  EXPECT_NE(missing_code, 0);
+  EXPECT_THAT(missing_err, ::testing::HasSubstr("no-such-dir"));
+  EXPECT_THAT(missing_err, ::testing::HasSubstr("No such file or directory"));
+  auto [busy_code, busy_err] = run(cluster_->mount_);
+  EXPECT_NE(busy_code, 0);
+  EXPECT_THAT(busy_err, ::testing::HasSubstr("busy"));
+  // statfs answers from the cluster.
+  struct statvfs vfs {};
+  ASSERT_EQ(statvfs(cluster_->mount_.c_str(), &vfs), 0);
+  EXPECT_GT(vfs.f_blocks, 0u);
+  EXPECT_GT(vfs.f_files, vfs.f_ffree);  // some inodes are in use
+  EXPECT_EQ(vfs.f_namemax, 255u);
+}
+
+TEST_F(FuseTest, SurvivesRestartsOfMetaAndOfAReplica) {
+  const std::string data = Random(3 * kChunk, 9);
+  ASSERT_TRUE(WriteAll(P("before"), data));
+  // A storage replica dies: reads and writes go on with the other one.
+  cluster_->Kill("storage1");
+  EXPECT_EQ(ReadAll(P("before")), data);
+  ASSERT_TRUE(WriteAll(P("during"), data));
+  EXPECT_EQ(ReadAll(P("during")), data);
+  cluster_->StartStorage(1);
+  EXPECT_TRUE(WaitUntil([&] { return cluster_->AllServing(); }, 60s));
+  // fs3-meta is killed during a storm of creates / renames / unlinks on the mount and restarted:
+  // the storm sees no error, and every acknowledged operation is there.
+  std::atomic<bool> stop{false};
+  std::atomic<int> errors{0};
+  std::vector<std::map<std::string, bool>> expected(3);  // name -> present, per thread
+  std::vector<std::thread> storm;
+  for (int t = 0; t < 3; ++t) {
+    storm.emplace_back([&, t] {
+      for (int i = 0; !stop; ++i) {
+        const std::string a = "t" + std::to_string(t) + "-" + std::to_string(i);
+        if (!WriteAll(P(a), a)) {
+          ++errors;
+          continue;
+        }
+        expected[t][a] = true;
+        if (i % 3 == 1) {
+          if (rename(P(a).c_str(), P(a + ".r").c_str()) != 0) {
+            ++errors;
+            continue;
+          }
+          expected[t][a] = false;
+          expected[t][a + ".r"] = true;
+        } else if (i % 3 == 2) {
+          if (unlink(P(a).c_str()) != 0) {
+            ++errors;
+            continue;
+          }
+          expected[t][a] = false;
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(1s);
+  cluster_->Kill("meta");
+  std::this_thread::sleep_for(500ms);
+  cluster_->StartMeta();
+  std::this_thread::sleep_for(1500ms);
+  stop = true;
+  for (auto& t : storm)
+    t.join();
+  EXPECT_EQ(errors.load(), 0);
+  int present = 0;
+  for (const auto& m : expected) {
+    for (const auto& [name, there] : m) {
+      EXPECT_EQ(access(P(name).c_str(), F_OK) == 0, there) << name;
+      if (there) {
+        present++;
+        std::string content = ReadAll(P(name));
+        EXPECT_TRUE(name.rfind(content, 0) == 0) << name << " holds " << content;
+      }
+    }
+  }
+  EXPECT_GT(present, 10);
+  EXPECT_THAT(cluster_->Fsck(), ::testing::IsEmpty());
+}
+
+}  // namespace
+}  // namespace ff::fs3
