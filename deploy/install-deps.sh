@@ -14,6 +14,8 @@ PACKAGES=(
   prometheus-cpp-dev libspdlog-dev libfmt-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   # tests and benchmarks (Gloo and OpenMPI are hfreduce-bench's peers)
   libgtest-dev libgmock-dev googletest libbenchmark-dev libgloo-dev libopenmpi-dev openmpi-bin
+  # fs3/bench/fuse-bench.sh (fs3-fuse against libfuse's passthrough_ll)
+  fio
 )
 
 say() { echo "install-deps: $*" >&2; }

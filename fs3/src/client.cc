@@ -315,6 +315,27 @@ Result<uint64_t> StorageClient::StoredLength(uint64_t inode) {
   }
 }
 
+Result<std::map<uint64_t, uint64_t>> StorageClient::StoredLengths() {
+  const uint64_t size = chunk_size();
+  std::map<uint64_t, uint64_t> out;
+  for (const auto& [target, address] : ChainTails()) {
+    if (target == 0) return Unavailable("a chain has no serving target");
+    fs3rpc::DumpMetaRequest req;
+    req.set_target(target);
+    fs3rpc::DumpMetaResponse resp;
+    auto* stub = transport_.Stub(address);
+    FF_RETURN_IF_ERROR(
+        CallRpc("fs3-storage DumpMeta", CallOptions::Idempotent(std::chrono::seconds(60)),
+                [&](grpc::ClientContext* c) { return stub->DumpMeta(c, req, &resp); }));
+    for (const auto& chunk : resp.chunks()) {
+      if (chunk.committed_version() == 0) continue;
+      uint64_t& len = out[chunk.id().inode()];
+      len = std::max(len, uint64_t{chunk.id().index()} * size + chunk.length());
+    }
+  }
+  return out;
+}
+
 Status StorageClient::TruncateData(uint64_t inode, uint64_t length, uint64_t old_length) {
   const uint64_t size = chunk_size();
   const uint64_t keep = (length + size - 1) / size;  // chunks that keep data

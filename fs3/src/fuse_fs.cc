@@ -4,6 +4,8 @@
 #include <sys/xattr.h>
 
 #include <cstring>
+#include <deque>
+#include <map>
 #include <random>
 
 #include "common/rpc_client.h"
@@ -14,6 +16,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kReaddirPage = 1024;
+constexpr std::size_t kWritesInFlight = 4;  // gathered buffers being written at once, per file
+constexpr uint64_t kReadaheadBlocks = 2;    // blocks fetched ahead of a sequential reader
 
 fs3rpc::InodeType TypeOfMode(mode_t mode) {
   switch (mode & S_IFMT) {
@@ -77,11 +81,10 @@ struct FuseFs::OpenFile {
   // Write gathering: `wb` holds the bytes for [wb_offset, wb_offset + wb.size()).
   uint64_t wb_offset = 0;
   std::string wb;
-  std::future<Status> inflight;  // the buffer being written
-  Status error;                  // a failed background write, reported by flush / fsync
-  // Read-ahead: `ra` holds the bytes of [ra_offset, ra_offset + ra.size()).
-  uint64_t ra_offset = 0;
-  std::string ra;
+  std::deque<std::future<Status>> inflight;  // buffers being written, oldest first
+  Status error;                              // a failed background write, reported by flush / fsync
+  // Read-ahead: blocks of `readahead_bytes` (by aligned offset) fetched or being fetched.
+  std::map<uint64_t, std::shared_future<Result<std::string>>> blocks;
   uint64_t last_read_end = 0;
 };
 
@@ -242,7 +245,7 @@ std::shared_ptr<FuseFs::OpenFile> FuseFs::Acquire(const fs3rpc::Inode& inode) {
   std::lock_guard flock(f->mu);
   if (f->handles++ == 0) {
     f->size = inode.size();
-    f->ra.clear();
+    f->blocks.clear();
   } else {
     f->size = std::max(f->size, inode.size());
   }
@@ -256,8 +259,11 @@ void FuseFs::ReleaseFile(const std::shared_ptr<OpenFile>& f) {
 }
 
 void FuseFs::StartFlush(OpenFile& f, std::unique_lock<std::mutex>&) {
-  if (f.inflight.valid()) {
-    Status st = f.inflight.get();
+  while (f.inflight.size() >= kWritesInFlight ||
+         (!f.inflight.empty() &&
+          f.inflight.front().wait_for(std::chrono::seconds(0)) == std::future_status::ready)) {
+    Status st = f.inflight.front().get();
+    f.inflight.pop_front();
     if (!st.ok() && f.error.ok()) f.error = st;
   }
   if (f.wb.empty()) return;
@@ -265,15 +271,15 @@ void FuseFs::StartFlush(OpenFile& f, std::unique_lock<std::mutex>&) {
   f.wb.clear();
   const uint64_t offset = f.wb_offset;
   const uint64_t ino = f.ino;
-  f.inflight = std::async(std::launch::async, [this, ino, offset, data = std::move(data)] {
+  f.inflight.push_back(std::async(std::launch::async, [this, ino, offset, data = std::move(data)] {
     return storage_->Write(ino, offset, data);
-  });
+  }));
 }
 
 Status FuseFs::FlushData(OpenFile& f, std::unique_lock<std::mutex>& lock) {
   StartFlush(f, lock);
-  if (f.inflight.valid()) {
-    Status st = f.inflight.get();
+  for (; !f.inflight.empty(); f.inflight.pop_front()) {
+    Status st = f.inflight.front().get();
     if (!st.ok() && f.error.ok()) f.error = st;
   }
   Status st = f.error;
@@ -356,7 +362,7 @@ void FuseFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_s
   if (!st.ok()) return ReplyErr(req, st);
   if (f) {
     f->size = out.size();
-    f->ra.clear();
+    f->blocks.clear();
     lock.unlock();
   }
   struct stat s = ToStat(out);
@@ -456,9 +462,13 @@ void FuseFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fuse_reply_err(req, EACCES);
     return;
   }
+  // Close-to-open: the kernel's cached attributes (the length above all) are dropped, so what
+  // another mount wrote and closed is read afresh (only attributes: no page locks involved, so
+  // this is safe inside the open).
+  if (session_ != nullptr) fuse_lowlevel_notify_inval_inode(session_, ino, -1, 0);
   auto* h = new Handle{Acquire(inode), false};
   fi->fh = reinterpret_cast<uint64_t>(h);
-  fi->keep_cache = 0;  // close-to-open: what another mount wrote is read afresh
+  fi->keep_cache = 0;                         // and the pages
   if (fuse_reply_open(req, fi) == -ENOENT) {  // the caller was interrupted
     ReleaseFile(h->file);
     delete h;
@@ -497,43 +507,65 @@ void FuseFs::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_f
   OpenFile& f = *h->file;
   const auto offset = static_cast<uint64_t>(off);
   std::unique_lock lock(f.mu);
-  if (!f.wb.empty() || f.inflight.valid()) {
+  if (!f.wb.empty() || !f.inflight.empty()) {
     Status st = FlushData(f, lock);  // read what was written
     if (!st.ok()) {
       lock.unlock();
       return ReplyErr(req, st);
     }
   }
-  if (offset >= f.size) {
+  if (offset >= f.size || size == 0) {
     lock.unlock();
     fuse_reply_buf(req, nullptr, 0);
     return;
   }
   const uint64_t n = std::min<uint64_t>(size, f.size - offset);
-  if (offset >= f.ra_offset && offset + n <= f.ra_offset + f.ra.size()) {
-    f.last_read_end = offset + n;
-    // Replies never go out under a lock (the handle may be released right after); a copy of
-    // what is asked (at most a FUSE read, 1 MiB) is cheap next to the transfer.
-    std::string part = f.ra.substr(offset - f.ra_offset, n);
+  const uint64_t block = options_.readahead_bytes;
+  const bool sequential = offset == f.last_read_end || f.blocks.contains(offset / block * block);
+  f.last_read_end = offset + n;
+  if (block == 0 || !sequential) {
+    // A random read: exactly what is asked (read-ahead would multiply the bytes moved).
     lock.unlock();
-    fuse_reply_buf(req, part.data(), part.size());
+    auto data = storage_->Read(ino, offset, static_cast<uint32_t>(n));
+    if (!data.ok()) return ReplyErr(req, data.status());
+    fuse_reply_buf(req, data->data(), std::min<uint64_t>(n, data->size()));
     return;
   }
-  const bool sequential = offset == f.last_read_end && options_.readahead_bytes > n;
-  const uint64_t fetch =
-      sequential ? std::min<uint64_t>(options_.readahead_bytes, f.size - offset) : n;
-  f.last_read_end = offset + n;
+  // Sequential: the blocks covering the request, and the next kReadaheadBlocks, fetched in the
+  // background; blocks behind the reader are dropped.
+  const uint64_t first = offset / block * block;
+  const uint64_t last = (offset + n - 1) / block * block;
+  const uint64_t file_size = f.size;
+  auto ensure = [&](uint64_t b) {
+    if (b >= file_size || f.blocks.contains(b)) return;
+    const auto len = static_cast<uint32_t>(std::min<uint64_t>(block, file_size - b));
+    f.blocks[b] = std::async(std::launch::async, [this, ino, b, len] {
+                    return storage_->Read(ino, b, len);
+                  }).share();
+  };
+  for (uint64_t b = first; b <= last + kReadaheadBlocks * block; b += block)
+    ensure(b);
+  while (!f.blocks.empty() && f.blocks.begin()->first < first)
+    f.blocks.erase(f.blocks.begin());
+  std::vector<std::pair<uint64_t, std::shared_future<Result<std::string>>>> parts;
+  for (uint64_t b = first; b <= last; b += block)
+    parts.emplace_back(b, f.blocks[b]);
   lock.unlock();
-  auto data = storage_->Read(ino, offset, static_cast<uint32_t>(fetch));
-  if (!data.ok()) return ReplyErr(req, data.status());
-  if (sequential) {
-    // Kept for the reads that follow (before the reply: the handle lives until it is answered).
-    lock.lock();
-    f.ra_offset = offset;
-    f.ra = *data;
-    lock.unlock();
+  std::string out;
+  out.reserve(n);
+  for (auto& [b, part] : parts) {
+    const Result<std::string>& data = part.get();
+    if (!data.ok()) {
+      lock.lock();
+      f.blocks.erase(b);  // fetched again by the next read
+      lock.unlock();
+      return ReplyErr(req, data.status());
+    }
+    const uint64_t from = std::max(offset, b);
+    const uint64_t to = std::min(offset + n, b + data->size());
+    if (to > from) out.append(data->data() + (from - b), to - from);
   }
-  fuse_reply_buf(req, data->data(), std::min<uint64_t>(n, data->size()));
+  fuse_reply_buf(req, out.data(), out.size());
 }
 
 void FuseFs::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
@@ -544,7 +576,7 @@ void FuseFs::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off
   std::unique_lock lock(f.mu);
   h->wrote = true;
   f.dirty = true;
-  f.ra.clear();
+  f.blocks.clear();
   if (options_.write_buffer_bytes == 0) {
     lock.unlock();
     Status st = storage_->Write(f.ino, offset, std::string_view(buf, size));
@@ -780,7 +812,9 @@ struct FuseOps {
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
     if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
     conn->want &= ~static_cast<unsigned>(FUSE_CAP_WRITEBACK_CACHE);  // writes gathered here
-    conn->want &= ~static_cast<unsigned>(FUSE_CAP_AUTO_INVAL_DATA);
+    // Reads check that the attributes are current (refreshing them when they expired or were
+    // invalidated at open) and drop cached pages when size or mtime changed elsewhere.
+    if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
     // open(O_TRUNC) and writes by non-owners: the kernel sends setattr (size 0, mode without
     // setuid / setgid), which carries them to fs3-meta (and the cut to storage).
     conn->want &= ~static_cast<unsigned>(FUSE_CAP_ATOMIC_O_TRUNC);

@@ -6,8 +6,9 @@
 // - attributes and entries are cached by the kernel for `attr_timeout_s` / `entry_timeout_s`
 //   (1 s: a file renamed or removed on another mount shows here within a second); failed lookups
 //   are not cached unless `negative_timeout_s` is set;
-// - a file's page cache is dropped when it is opened (open after a close elsewhere sees the new
-//   data), kept while it is open;
+// - a file's cached attributes and pages are dropped when it is opened (an open after a close
+//   elsewhere sees the new data and length), kept while it is open; reads check the attributes
+//   (the kernel's auto_inval_data) so a change seen in them drops stale pages;
 // - sequential writes are gathered per open file into buffers of `write_buffer_bytes` written to
 //   storage in the background (one in flight while the next fills); flush (close), fsync and any
 //   read or truncate of the file write them first, and a write error is reported by the next
@@ -62,6 +63,8 @@ class FuseFs {
   FuseFs(const FuseOptions& options, std::unique_ptr<StorageClient> storage, Metrics* metrics);
   // The operations table for fuse_session_new (userdata: this).
   static const fuse_lowlevel_ops& Ops();
+  // The session, for notifications to the kernel (set before the loop starts).
+  void SetSession(fuse_session* se) { session_ = se; }
 
   // Per-inode state shared by the open handles of a file on this mount.
   struct OpenFile;
@@ -123,6 +126,7 @@ class FuseFs {
   void Observe(const char* op, std::chrono::steady_clock::time_point start);
 
   const FuseOptions options_;
+  fuse_session* session_ = nullptr;
   std::unique_ptr<StorageClient> storage_;
   Metrics* metrics_;
   std::unique_ptr<fs3rpc::Meta::Stub> meta_;

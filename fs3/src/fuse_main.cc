@@ -96,6 +96,7 @@ Status Serve(FuseConfig& config, DaemonContext& context) {
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(raw.size()), raw.data());
   fuse_session* se = fuse_session_new(&args, &FuseFs::Ops(), sizeof(fuse_lowlevel_ops), &fs);
   if (se == nullptr) return InvalidArgument("bad mount options '" + o.mount_options + "'");
+  fs.SetSession(se);
   if (fuse_session_mount(se, o.mountpoint.c_str()) != 0) {
     fuse_session_destroy(se);
     return Status(StatusCode::kIoError,

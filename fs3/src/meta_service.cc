@@ -328,6 +328,12 @@ grpc::Status MetaService::Fsck(grpc::ServerContext*, const fs3rpc::FsckRequest* 
                                fs3rpc::FsckReply* out) {
   return Serve("fsck", [&]() -> Status {
     FF_ASSIGN_OR_RETURN(auto problems, store_->Fsck(r->repair()));
+    if (!options_.mgmtd.empty()) {  // the namespace against the chunks on storage
+      FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
+      FF_ASSIGN_OR_RETURN(auto stored, storage->StoredLengths());
+      FF_ASSIGN_OR_RETURN(auto data_problems, store_->CheckData(stored, r->repair()));
+      problems.insert(problems.end(), data_problems.begin(), data_problems.end());
+    }
     for (std::string& p : problems)
       out->add_problems(std::move(p));
     return Status::Ok();

@@ -810,6 +810,34 @@ Status MetaStore::RemoveXattr(const Caller& c, uint64_t ino, const std::string& 
   return t.Commit();
 }
 
+Result<std::vector<std::string>> MetaStore::CheckData(const std::map<uint64_t, uint64_t>& stored,
+                                                      bool repair) {
+  std::lock_guard lock(mu_);
+  Txn t(*db_);
+  std::vector<std::string> problems;
+  for (const auto& [ino, length] : stored) {
+    auto inode = t.GetInode(ino);
+    if (!inode.ok()) {
+      fs3rpc::Counter marker;
+      if (db_->Get(GarbageKey(ino), &marker).ok()) continue;  // deletion under way
+      problems.push_back("chunks of inode " + std::to_string(ino) + " (" + std::to_string(length) +
+                         " bytes) belong to no file");
+      if (repair) t.AddGarbage(ino);
+      continue;
+    }
+    if (inode->type() == fs3rpc::INODE_FILE && inode->sessions() == 0 && length > inode->size()) {
+      problems.push_back("inode " + std::to_string(ino) + " holds " + std::to_string(length) +
+                         " bytes of data but records a length of " + std::to_string(inode->size()));
+      if (repair) {
+        inode->set_size(length);
+        t.PutInode(*inode);
+      }
+    }
+  }
+  if (repair && !problems.empty()) FF_RETURN_IF_ERROR(t.Commit());
+  return problems;
+}
+
 Result<std::vector<std::string>> MetaStore::Fsck(bool repair) {
   std::lock_guard lock(mu_);
   Txn t(*db_);

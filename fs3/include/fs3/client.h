@@ -63,6 +63,9 @@ class StorageClient {
   // Cuts the data of `inode` to `length`: removes the chunks past it (up to `old_length`, which
   // the caller takes as at least the stored length) and shortens the one it ends in.
   Status TruncateData(uint64_t inode, uint64_t length, uint64_t old_length);
+  // For fsck: every inode with chunks on storage and the length its chunks imply (from each
+  // chain's tail).
+  Result<std::map<uint64_t, uint64_t>> StoredLengths();
   // Removes every chunk of `inode` (a deleted file's data).
   Status RemoveData(uint64_t inode);
   struct Space {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -129,6 +130,13 @@ class MetaStore {
   // (dangling entries removed, link counts and entry types corrected, unreachable or orphaned
   // inodes queued for deletion) in one batch.
   Result<std::vector<std::string>> Fsck(bool repair);
+
+  // fsck against storage: `stored` maps each inode with chunks to the length they imply. Chunks
+  // of no file (and not awaiting deletion) are reported, and with `repair` queued for deletion;
+  // a closed file whose chunks reach past its recorded length is reported, and with `repair`
+  // given that length (the data is kept).
+  Result<std::vector<std::string>> CheckData(const std::map<uint64_t, uint64_t>& stored,
+                                             bool repair);
 
   // Whether `c` may access `inode` with `mask` (4 read, 2 write, 1 execute/search).
   static bool Permitted(const Caller& c, const fs3rpc::Inode& inode, uint32_t mask);
