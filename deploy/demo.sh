@@ -45,3 +45,8 @@ run "$hai" logs 1 -f
 wait_state 1 SUCCEEDED
 run "$hai" show 1
 run "$hai" ls -a
+if [ -d "$dir/fs3-mnt" ]; then
+  echo "== its checkpoints are on fs3 (mounted at $dir/fs3-mnt) =="
+  run find "$dir/fs3-mnt/checkpoints" -type f
+  run build/fs3/fs3 fsck --meta "$(sed -E 's/.*"rpc":"([^"]+)".*/\1/' "$dir/fs3/meta.ready")"
+fi

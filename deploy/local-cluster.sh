@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The local one-machine cluster: hai-server and four hai-agents acting as the nodes of
-# deploy/config/cluster-local.toml, with their state under one folder.
+# deploy/config/cluster-local.toml, with their state under one folder. As root (with /dev/fuse),
+# fs3 runs beside them (deploy/fs3-local.sh, mounted at DIR/fs3-mnt) and jobs' checkpoints go
+# there (FF_LOCAL_FS3=0: a plain folder instead).
 #
 #   deploy/local-cluster.sh start [DIR]   # default DIR: /tmp/fireflyer-local; needs build/
 #   source DIR/env                        # HAI_SERVER and HAI_TOKEN of the user "researcher"
@@ -43,6 +45,7 @@ stop() {
     [ -e "$pidfile" ] || continue
     kill -KILL "$(cat "$pidfile")" 2>/dev/null || true
   done
+  [ -d "$dir/fs3" ] && bash deploy/fs3-local.sh stop "$dir/fs3" >/dev/null 2>&1
   rm -rf "$dir"
   say "stopped; removed $dir"
 }
@@ -54,6 +57,13 @@ case "$cmd" in
     done
     [ -e "$dir/server.pid" ] && { say "already running in $dir (stop it first)"; exit 1; }
     mkdir -p "$dir"
+    checkpoints="$dir/checkpoints"
+    if [ "${FF_LOCAL_FS3:-1}" != 0 ] && [ "$(id -u)" -eq 0 ] && [ -w /dev/fuse ] &&
+      [ -x "$bin/fs3/fs3-fuse" ]; then
+      FS3_MOUNT="$dir/fs3-mnt" bash deploy/fs3-local.sh start "$dir/fs3"
+      checkpoints="$dir/fs3-mnt/checkpoints"
+      mkdir -p "$checkpoints"
+    fi
     cat >"$dir/hai-server.toml" <<TOML
 [server]
 listen = "127.0.0.1:0"
@@ -63,7 +73,7 @@ listen = "127.0.0.1:0"
 data_dir = "$dir/server"
 cluster = "$root/deploy/config/cluster-local.toml"
 agent_token_file = "$dir/agent.token"
-checkpoint_root = "$dir/checkpoints"
+checkpoint_root = "$checkpoints"
 heartbeat_timeout_ms = 5000
 heartbeat_interval_ms = 250
 schedule_interval_ms = 250
@@ -88,6 +98,7 @@ TOML
     printf 'export HAI_SERVER=%s\nexport HAI_TOKEN=%s\n' "$server" "$token" >"$dir/env"
     printf 'export HAI_SERVER=%s\nexport HAI_TOKEN=%s\n' "$server" "$admin" >"$dir/admin.env"
     chmod 600 "$dir/env" "$dir/admin.env"
+    say "checkpoints in $checkpoints"
     say "hai-server at $server ($(json_field "$dir/server.ready" metrics)/metrics), agents: ${nodes[*]}"
     say "as the user 'researcher': source $dir/env; as admin: source $dir/admin.env"
     ;;

@@ -16,8 +16,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kReaddirPage = 1024;
-constexpr std::size_t kWritesInFlight = 4;  // gathered buffers being written at once, per file
-constexpr uint64_t kReadaheadBlocks = 2;    // blocks fetched ahead of a sequential reader
+constexpr uint64_t kReadaheadBlocks = 2;  // blocks fetched ahead of a sequential reader
 
 fs3rpc::InodeType TypeOfMode(mode_t mode) {
   switch (mode & S_IFMT) {
@@ -85,6 +84,7 @@ struct FuseFs::OpenFile {
   Status error;                              // a failed background write, reported by flush / fsync
   // Read-ahead: blocks of `readahead_bytes` (by aligned offset) fetched or being fetched.
   std::map<uint64_t, std::shared_future<Result<std::string>>> blocks;
+  uint64_t cached = 0;  // bytes of `blocks` counted in the mount's read cache (small files)
   uint64_t last_read_end = 0;
 };
 
@@ -112,8 +112,11 @@ void FuseOptions::Bind(ConfigSection& s) {
   s.Optional("write_buffer_bytes", write_buffer_bytes);
   s.Check(write_buffer_bytes <= (uint64_t{256} << 20), "write_buffer_bytes",
           "must be at most 256 MiB");
+  s.Optional("writes_in_flight", writes_in_flight);
+  s.Check(writes_in_flight >= 1, "writes_in_flight", "must be at least 1");
   s.Optional("readahead_bytes", readahead_bytes);
   s.Check(readahead_bytes <= (uint64_t{256} << 20), "readahead_bytes", "must be at most 256 MiB");
+  s.Optional("read_cache_bytes", read_cache_bytes);
   s.Optional("max_inflight_read_bytes", max_inflight_read_bytes);
   s.Optional("threads", threads);
   s.Check(threads >= 1, "threads", "must be at least 1");
@@ -245,7 +248,7 @@ std::shared_ptr<FuseFs::OpenFile> FuseFs::Acquire(const fs3rpc::Inode& inode) {
   std::lock_guard flock(f->mu);
   if (f->handles++ == 0) {
     f->size = inode.size();
-    f->blocks.clear();
+    DropBlocks(*f);
   } else {
     f->size = std::max(f->size, inode.size());
   }
@@ -255,11 +258,20 @@ std::shared_ptr<FuseFs::OpenFile> FuseFs::Acquire(const fs3rpc::Inode& inode) {
 void FuseFs::ReleaseFile(const std::shared_ptr<OpenFile>& f) {
   std::lock_guard lock(files_mu_);
   std::lock_guard flock(f->mu);
-  if (--f->handles == 0) files_.erase(f->ino);
+  if (--f->handles == 0) {
+    DropBlocks(*f);
+    files_.erase(f->ino);
+  }
+}
+
+void FuseFs::DropBlocks(OpenFile& f) {
+  cache_used_ -= f.cached;
+  f.cached = 0;
+  f.blocks.clear();
 }
 
 void FuseFs::StartFlush(OpenFile& f, std::unique_lock<std::mutex>&) {
-  while (f.inflight.size() >= kWritesInFlight ||
+  while (f.inflight.size() >= options_.writes_in_flight ||
          (!f.inflight.empty() &&
           f.inflight.front().wait_for(std::chrono::seconds(0)) == std::future_status::ready)) {
     Status st = f.inflight.front().get();
@@ -362,7 +374,7 @@ void FuseFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_s
   if (!st.ok()) return ReplyErr(req, st);
   if (f) {
     f->size = out.size();
-    f->blocks.clear();
+    DropBlocks(*f);
     lock.unlock();
   }
   struct stat s = ToStat(out);
@@ -521,32 +533,46 @@ void FuseFs::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_f
   }
   const uint64_t n = std::min<uint64_t>(size, f.size - offset);
   const uint64_t block = options_.readahead_bytes;
-  const bool sequential = offset == f.last_read_end || f.blocks.contains(offset / block * block);
+  const uint64_t file_size = f.size;
+  // A file that fits a quarter of the read cache is kept in blocks while open, random reads
+  // included (each block is fetched once); larger files read randomly fetch exactly what is
+  // asked (whole blocks would multiply the bytes moved without being read again).
+  const bool small = block > 0 && file_size <= options_.read_cache_bytes / 4;
+  const uint64_t first = block == 0 ? 0 : offset / block * block;
+  const uint64_t last = block == 0 ? 0 : (offset + n - 1) / block * block;
+  const bool sequential = offset == f.last_read_end || (block > 0 && f.blocks.contains(first));
   f.last_read_end = offset + n;
-  if (block == 0 || !sequential) {
-    // A random read: exactly what is asked (read-ahead would multiply the bytes moved).
+  auto ensure = [&](uint64_t b) {
+    if (b >= file_size || f.blocks.contains(b)) return true;
+    const auto len = static_cast<uint32_t>(std::min<uint64_t>(block, file_size - b));
+    if (small) {
+      if (cache_used_ + len > options_.read_cache_bytes) return false;  // the cache is full
+      cache_used_ += len;
+      f.cached += len;
+    }
+    f.blocks[b] = std::async(std::launch::async, [this, ino, b, len] {
+                    return storage_->Read(ino, b, len);
+                  }).share();
+    return true;
+  };
+  bool covered = block > 0 && (sequential || small);
+  for (uint64_t b = first; covered && b <= last; b += block)
+    covered = ensure(b);
+  if (!covered) {
     lock.unlock();
     auto data = storage_->Read(ino, offset, static_cast<uint32_t>(n));
     if (!data.ok()) return ReplyErr(req, data.status());
     fuse_reply_buf(req, data->data(), std::min<uint64_t>(n, data->size()));
     return;
   }
-  // Sequential: the blocks covering the request, and the next kReadaheadBlocks, fetched in the
-  // background; blocks behind the reader are dropped.
-  const uint64_t first = offset / block * block;
-  const uint64_t last = (offset + n - 1) / block * block;
-  const uint64_t file_size = f.size;
-  auto ensure = [&](uint64_t b) {
-    if (b >= file_size || f.blocks.contains(b)) return;
-    const auto len = static_cast<uint32_t>(std::min<uint64_t>(block, file_size - b));
-    f.blocks[b] = std::async(std::launch::async, [this, ino, b, len] {
-                    return storage_->Read(ino, b, len);
-                  }).share();
-  };
-  for (uint64_t b = first; b <= last + kReadaheadBlocks * block; b += block)
-    ensure(b);
-  while (!f.blocks.empty() && f.blocks.begin()->first < first)
-    f.blocks.erase(f.blocks.begin());
+  if (sequential) {  // the next blocks in the background; blocks behind the reader dropped
+    for (uint64_t b = last + block; b <= last + kReadaheadBlocks * block; b += block)
+      ensure(b);
+    if (!small) {
+      while (!f.blocks.empty() && f.blocks.begin()->first < first)
+        f.blocks.erase(f.blocks.begin());
+    }
+  }
   std::vector<std::pair<uint64_t, std::shared_future<Result<std::string>>>> parts;
   for (uint64_t b = first; b <= last; b += block)
     parts.emplace_back(b, f.blocks[b]);
@@ -557,7 +583,7 @@ void FuseFs::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_f
     const Result<std::string>& data = part.get();
     if (!data.ok()) {
       lock.lock();
-      f.blocks.erase(b);  // fetched again by the next read
+      DropBlocks(f);  // fetched again by the next read
       lock.unlock();
       return ReplyErr(req, data.status());
     }
@@ -576,7 +602,7 @@ void FuseFs::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off
   std::unique_lock lock(f.mu);
   h->wrote = true;
   f.dirty = true;
-  f.blocks.clear();
+  DropBlocks(f);
   if (options_.write_buffer_bytes == 0) {
     lock.unlock();
     Status st = storage_->Write(f.ino, offset, std::string_view(buf, size));

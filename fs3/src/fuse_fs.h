@@ -10,10 +10,12 @@
 //   elsewhere sees the new data and length), kept while it is open; reads check the attributes
 //   (the kernel's auto_inval_data) so a change seen in them drops stale pages;
 // - sequential writes are gathered per open file into buffers of `write_buffer_bytes` written to
-//   storage in the background (one in flight while the next fills); flush (close), fsync and any
+//   storage in the background (`writes_in_flight` at once); flush (close), fsync and any
 //   read or truncate of the file write them first, and a write error is reported by the next
 //   flush / fsync;
-// - sequential reads fetch `readahead_bytes` at a time (besides the kernel's own read-ahead).
+// - sequential reads fetch blocks of `readahead_bytes`, two ahead of the reader; a file no
+//   larger than a quarter of `read_cache_bytes` is kept in such blocks while open, so random
+//   reads of it fetch each block once (larger files read randomly fetch exactly what is asked).
 // Lengths: a file's length grows as this mount writes; on flush and fsync it is settled at
 // fs3-meta (from what this mount wrote and what storage holds), so a later open on any mount sees
 // it. Calls to fs3-meta and storage are retried across restarts of fs3-meta and failures of a
@@ -51,7 +53,9 @@ struct FuseOptions {
   double entry_timeout_s = 1.0;
   double negative_timeout_s = 0.0;
   uint64_t write_buffer_bytes = 4 << 20;
+  uint32_t writes_in_flight = 16;  // gathered buffers being written at once, per file
   uint64_t readahead_bytes = 4 << 20;
+  uint64_t read_cache_bytes = uint64_t{2} << 30;  // blocks of small open files kept, mount-wide
   uint64_t max_inflight_read_bytes = uint64_t{64} << 20;
   uint32_t threads = 16;          // FUSE worker threads at most
   uint32_t retry_timeout_s = 60;  // how long a call keeps retrying a restarting service
@@ -87,7 +91,9 @@ class FuseFs {
   std::shared_ptr<OpenFile> Acquire(const fs3rpc::Inode& inode);
   void ReleaseFile(const std::shared_ptr<OpenFile>& f);
   std::shared_ptr<OpenFile> Find(uint64_t ino);
-  // Starts writing the gathered buffer (waiting for the one in flight first); f->mu held.
+  // Forgets a file's read blocks (returning their bytes to the read cache); f->mu held.
+  void DropBlocks(OpenFile& f);
+  // Starts writing the gathered buffer (waiting while writes_in_flight are); f->mu held.
   void StartFlush(OpenFile& f, std::unique_lock<std::mutex>& lock);
   // Writes everything gathered and waits for it; returns (and clears) a deferred write error.
   Status FlushData(OpenFile& f, std::unique_lock<std::mutex>& lock);
@@ -131,6 +137,7 @@ class FuseFs {
   Metrics* metrics_;
   std::unique_ptr<fs3rpc::Meta::Stub> meta_;
   std::atomic<uint64_t> next_request_;
+  std::atomic<uint64_t> cache_used_{0};  // bytes of small files' blocks kept
   std::mutex files_mu_;
   std::unordered_map<uint64_t, std::shared_ptr<OpenFile>> files_;
   std::mutex groups_mu_;
