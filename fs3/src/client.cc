@@ -61,13 +61,13 @@ Status StorageClient::RefreshRouting() {
   return Status::Ok();
 }
 
-Status StorageClient::Write(uint64_t inode, uint64_t offset, std::string_view data) {
+Status StorageClient::Write(uint64_t inode, uint64_t offset, std::string_view data, Chains chains) {
   const uint64_t size = chunk_size();
   while (!data.empty()) {
     const auto index = static_cast<uint32_t>(offset / size);
     const auto in_chunk = static_cast<uint32_t>(offset % size);
     const std::size_t n = std::min<uint64_t>(data.size(), size - in_chunk);
-    FF_RETURN_IF_ERROR(WriteChunk(inode, index, in_chunk, data.substr(0, n)));
+    FF_RETURN_IF_ERROR(WriteChunk(inode, index, in_chunk, data.substr(0, n), chains));
     data.remove_prefix(n);
     offset += n;
   }
@@ -75,16 +75,17 @@ Status StorageClient::Write(uint64_t inode, uint64_t offset, std::string_view da
 }
 
 Status StorageClient::WriteChunk(uint64_t inode, uint32_t index, uint32_t offset,
-                                 std::string_view data) {
+                                 std::string_view data, Chains chains) {
   fs3rpc::WriteRequest req;
   req.mutable_chunk()->set_inode(inode);
   req.mutable_chunk()->set_index(index);
   req.set_offset(offset);
   req.set_data(std::string(data));
-  return SendToHead(req);
+  return SendToHead(req, chains);
 }
 
-Status StorageClient::TruncateChunk(uint64_t inode, uint32_t index, uint32_t length) {
+Status StorageClient::TruncateChunk(uint64_t inode, uint32_t index, uint32_t length,
+                                    Chains chains) {
   if (length > chunk_size()) {
     return InvalidArgument("a chunk holds at most " + std::to_string(chunk_size()) + " bytes");
   }
@@ -93,18 +94,38 @@ Status StorageClient::TruncateChunk(uint64_t inode, uint32_t index, uint32_t len
   req.mutable_chunk()->set_index(index);
   req.set_offset(length);
   req.set_truncate(true);
-  return SendToHead(req);
+  return SendToHead(req, chains);
 }
 
-Status StorageClient::RemoveChunk(uint64_t inode, uint32_t index) {
+Status StorageClient::RemoveChunk(uint64_t inode, uint32_t index, Chains chains) {
   fs3rpc::WriteRequest req;
   req.mutable_chunk()->set_inode(inode);
   req.mutable_chunk()->set_index(index);
   req.set_remove(true);
-  return SendToHead(req);
+  return SendToHead(req, chains);
 }
 
-Status StorageClient::SendToHead(fs3rpc::WriteRequest& req) {
+Result<int> StorageClient::ChainPositionLocked(uint64_t inode, uint32_t index,
+                                               Chains chains) const {
+  if (routing_.chains_size() == 0) return FailedPrecondition("the routing table has no chains");
+  if (chains.empty()) return static_cast<int>((inode + index) % routing_.chains_size());
+  const uint32_t want = chains[index % chains.size()];
+  for (int i = 0; i < routing_.chains_size(); ++i) {
+    if (routing_.chains(i).id() == want) return i;
+  }
+  return Unavailable("chain " + std::to_string(want) + " of inode " + std::to_string(inode) +
+                     " is not in the routing table");
+}
+
+std::vector<uint32_t> StorageClient::ChainIds() const {
+  std::lock_guard lock(mu_);
+  std::vector<uint32_t> ids;
+  for (const auto& c : routing_.chains())
+    ids.push_back(c.id());
+  return ids;
+}
+
+Status StorageClient::SendToHead(fs3rpc::WriteRequest& req, Chains chains) {
   req.set_request_id(next_request_++);
   const uint64_t inode = req.chunk().inode();
   const uint32_t index = req.chunk().index();
@@ -114,9 +135,8 @@ Status StorageClient::SendToHead(fs3rpc::WriteRequest& req) {
     std::string address;
     {
       std::lock_guard lock(mu_);
-      if (routing_.chains_size() == 0) return FailedPrecondition("the routing table has no chains");
-      const auto& chain =
-          routing_.chains(static_cast<int>((inode + index) % routing_.chains_size()));
+      FF_ASSIGN_OR_RETURN(int position, ChainPositionLocked(inode, index, chains));
+      const auto& chain = routing_.chains(position);
       req.set_chain(chain.id());
       req.set_chain_version(chain.version());
       req.clear_target();
@@ -152,14 +172,15 @@ Status StorageClient::SendToHead(fs3rpc::WriteRequest& req) {
   }
 }
 
-Result<std::string> StorageClient::Read(uint64_t inode, uint64_t offset, uint32_t length) {
+Result<std::string> StorageClient::Read(uint64_t inode, uint64_t offset, uint32_t length,
+                                        Chains chains) {
   const uint64_t size = chunk_size();
   std::string out;
   while (length > 0) {
     const auto index = static_cast<uint32_t>(offset / size);
     const auto in_chunk = static_cast<uint32_t>(offset % size);
     const auto n = static_cast<uint32_t>(std::min<uint64_t>(length, size - in_chunk));
-    FF_ASSIGN_OR_RETURN(std::string part, ReadChunk(inode, index, in_chunk, n));
+    FF_ASSIGN_OR_RETURN(std::string part, ReadChunk(inode, index, in_chunk, n, chains));
     part.resize(n, '\0');
     out += part;
     offset += n;
@@ -169,7 +190,7 @@ Result<std::string> StorageClient::Read(uint64_t inode, uint64_t offset, uint32_
 }
 
 Result<std::string> StorageClient::ReadChunk(uint64_t inode, uint32_t index, uint32_t offset,
-                                             uint32_t length) {
+                                             uint32_t length, Chains chains) {
   fs3rpc::ReadRequest req;
   req.mutable_chunk()->set_inode(inode);
   req.mutable_chunk()->set_index(index);
@@ -203,9 +224,8 @@ Result<std::string> StorageClient::ReadChunk(uint64_t inode, uint32_t index, uin
     std::vector<std::pair<uint64_t, std::string>> replicas;
     {
       std::lock_guard lock(mu_);
-      if (routing_.chains_size() == 0) return FailedPrecondition("the routing table has no chains");
-      const auto& chain =
-          routing_.chains(static_cast<int>((inode + index) % routing_.chains_size()));
+      FF_ASSIGN_OR_RETURN(int position, ChainPositionLocked(inode, index, chains));
+      const auto& chain = routing_.chains(position);
       std::map<std::string, std::string> address_of;
       for (const auto& n : routing_.nodes())
         address_of[n.name()] = n.address();
@@ -246,7 +266,7 @@ Result<std::vector<std::string>> StorageClient::ReadBatch(const std::vector<Read
   for (std::size_t w = 0; w < workers; ++w) {
     threads.emplace_back([&] {
       for (std::size_t i; (i = next++) < ops.size();) {
-        results[i] = Read(ops[i].inode, ops[i].offset, ops[i].length);
+        results[i] = Read(ops[i].inode, ops[i].offset, ops[i].length, ops[i].chains);
       }
     });
   }
@@ -336,22 +356,31 @@ Result<std::map<uint64_t, uint64_t>> StorageClient::StoredLengths() {
   return out;
 }
 
-Status StorageClient::TruncateData(uint64_t inode, uint64_t length, uint64_t old_length) {
+Status StorageClient::TruncateData(uint64_t inode, uint64_t length, uint64_t old_length,
+                                   Chains chains) {
   const uint64_t size = chunk_size();
   const uint64_t keep = (length + size - 1) / size;  // chunks that keep data
   const uint64_t had = (old_length + size - 1) / size;
   for (uint64_t i = keep; i < had; ++i)
-    FF_RETURN_IF_ERROR(RemoveChunk(inode, static_cast<uint32_t>(i)));
+    FF_RETURN_IF_ERROR(RemoveChunk(inode, static_cast<uint32_t>(i), chains));
   if (length % size != 0 && length < old_length) {
     FF_RETURN_IF_ERROR(TruncateChunk(inode, static_cast<uint32_t>(length / size),
-                                     static_cast<uint32_t>(length % size)));
+                                     static_cast<uint32_t>(length % size), chains));
   }
   return Status::Ok();
 }
 
-Status StorageClient::RemoveData(uint64_t inode) {
+Status StorageClient::RemoveData(uint64_t inode, Chains chains) {
   FF_ASSIGN_OR_RETURN(uint64_t length, StoredLength(inode));
-  return TruncateData(inode, 0, length);
+  if (!chains.empty()) return TruncateData(inode, 0, length, chains);
+  // Placement unknown (chunks found by fsck): every chain.
+  const uint64_t size = chunk_size();
+  for (uint32_t id : ChainIds()) {
+    const uint32_t one[] = {id};
+    for (uint64_t i = 0; i < (length + size - 1) / size; ++i)
+      FF_RETURN_IF_ERROR(RemoveChunk(inode, static_cast<uint32_t>(i), one));
+  }
+  return Status::Ok();
 }
 
 Result<StorageClient::Space> StorageClient::SpaceInfo() {

@@ -131,10 +131,10 @@ Result<File> FileSystem::Create(const std::string& path, uint32_t mode, bool exc
     FF_RETURN_IF_ERROR(
         CallRpc("fs3-meta SetAttr", CallOptions::Idempotent(),
                 [&](grpc::ClientContext* c) { return meta_->SetAttr(c, trunc, &out); }));
-    return File{out.ino(), 0};
+  } else {
+    FF_RETURN_IF_ERROR(st);
   }
-  FF_RETURN_IF_ERROR(st);
-  return File{out.ino(), 0};
+  return File{out.ino(), 0, {out.layout().chains().begin(), out.layout().chains().end()}};
 }
 
 Result<File> FileSystem::Open(const std::string& path) {
@@ -143,11 +143,12 @@ Result<File> FileSystem::Open(const std::string& path) {
     return Status(StatusCode::kIsADirectory, path + " is a directory");
   if (!MetaStore::Permitted(options_.caller, inode, 4))
     return PermissionDenied("cannot read " + path);
-  return File{inode.ino(), inode.size()};
+  return File{
+      inode.ino(), inode.size(), {inode.layout().chains().begin(), inode.layout().chains().end()}};
 }
 
 Status FileSystem::Write(File& file, uint64_t offset, std::string_view data) {
-  FF_RETURN_IF_ERROR(data_->Write(file.ino, offset, data));
+  FF_RETURN_IF_ERROR(data_->Write(file.ino, offset, data, file.chains));
   if (offset + data.size() > file.size) {
     fs3rpc::SetAttrRequest r;
     *r.mutable_cred() = Cred();
@@ -194,12 +195,24 @@ Status FileSystem::Unlink(const std::string& path) {
                  [&](grpc::ClientContext* c) { return meta_->Unlink(c, r, &e); });
 }
 
+Status FileSystem::SetStripe(const std::string& path, uint32_t stripe) {
+  FF_ASSIGN_OR_RETURN(fs3rpc::Inode dir, Resolve(path));
+  fs3rpc::SetLayoutRequest r;
+  *r.mutable_cred() = Cred();
+  r.set_ino(dir.ino());
+  r.set_stripe(stripe);
+  fs3rpc::Inode out;
+  return CallRpc("fs3-meta SetLayout", CallOptions::Idempotent(),
+                 [&](grpc::ClientContext* c) { return meta_->SetLayout(c, r, &out); });
+}
+
 std::future<Result<std::vector<uint32_t>>> FileSystem::ReadBatchAsync(
     std::vector<ReadRange> ranges) {
   return std::async(
       std::launch::async, [this, ranges = std::move(ranges)]() -> Result<std::vector<uint32_t>> {
         // Lengths bound what is read: one getattr per distinct file.
         std::map<uint64_t, uint64_t> size_of;
+        std::map<uint64_t, std::vector<uint32_t>> chains_of;
         for (const ReadRange& r : ranges) {
           if (size_of.contains(r.ino)) continue;
           fs3rpc::InoRequest q;
@@ -209,6 +222,7 @@ std::future<Result<std::vector<uint32_t>>> FileSystem::ReadBatchAsync(
               CallRpc("fs3-meta GetAttr", CallOptions::Idempotent(),
                       [&](grpc::ClientContext* c) { return meta_->GetAttr(c, q, &inode); }));
           size_of[r.ino] = inode.size();
+          chains_of[r.ino].assign(inode.layout().chains().begin(), inode.layout().chains().end());
         }
         std::vector<ReadOp> ops;
         std::vector<uint32_t> counts;
@@ -219,7 +233,7 @@ std::future<Result<std::vector<uint32_t>>> FileSystem::ReadBatchAsync(
                   ? 0
                   : static_cast<uint32_t>(std::min<uint64_t>(r.length, size - r.offset));
           counts.push_back(n);
-          ops.push_back({r.ino, r.offset, n});
+          ops.push_back({r.ino, r.offset, n, chains_of[r.ino]});
         }
         FF_ASSIGN_OR_RETURN(auto data, data_->ReadBatch(ops));
         for (std::size_t i = 0; i < ranges.size(); ++i) {

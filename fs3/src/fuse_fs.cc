@@ -75,8 +75,9 @@ struct FuseFs::OpenFile {
   const uint64_t ino;
   std::mutex mu;
   int handles = 0;
-  uint64_t size = 0;   // as this mount knows it (fs3-meta's at open, then writes and truncates)
-  bool dirty = false;  // written since the length was last settled at fs3-meta
+  uint64_t size = 0;  // as this mount knows it (fs3-meta's at open, then writes and truncates)
+  std::vector<uint32_t> chains;  // where its chunks are (the layout's chains)
+  bool dirty = false;            // written since the length was last settled at fs3-meta
   // Write gathering: `wb` holds the bytes for [wb_offset, wb_offset + wb.size()).
   uint64_t wb_offset = 0;
   std::string wb;
@@ -248,6 +249,7 @@ std::shared_ptr<FuseFs::OpenFile> FuseFs::Acquire(const fs3rpc::Inode& inode) {
   std::lock_guard flock(f->mu);
   if (f->handles++ == 0) {
     f->size = inode.size();
+    f->chains.assign(inode.layout().chains().begin(), inode.layout().chains().end());
     DropBlocks(*f);
   } else {
     f->size = std::max(f->size, inode.size());
@@ -283,9 +285,10 @@ void FuseFs::StartFlush(OpenFile& f, std::unique_lock<std::mutex>&) {
   f.wb.clear();
   const uint64_t offset = f.wb_offset;
   const uint64_t ino = f.ino;
-  f.inflight.push_back(std::async(std::launch::async, [this, ino, offset, data = std::move(data)] {
-    return storage_->Write(ino, offset, data);
-  }));
+  f.inflight.push_back(std::async(std::launch::async,
+                                  [this, ino, offset, data = std::move(data), chains = f.chains] {
+                                    return storage_->Write(ino, offset, data, chains);
+                                  }));
 }
 
 Status FuseFs::FlushData(OpenFile& f, std::unique_lock<std::mutex>& lock) {
@@ -550,8 +553,8 @@ void FuseFs::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_f
       cache_used_ += len;
       f.cached += len;
     }
-    f.blocks[b] = std::async(std::launch::async, [this, ino, b, len] {
-                    return storage_->Read(ino, b, len);
+    f.blocks[b] = std::async(std::launch::async, [this, ino, b, len, chains = f.chains] {
+                    return storage_->Read(ino, b, len, chains);
                   }).share();
     return true;
   };
@@ -559,8 +562,9 @@ void FuseFs::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_f
   for (uint64_t b = first; covered && b <= last; b += block)
     covered = ensure(b);
   if (!covered) {
+    const std::vector<uint32_t> chains = f.chains;
     lock.unlock();
-    auto data = storage_->Read(ino, offset, static_cast<uint32_t>(n));
+    auto data = storage_->Read(ino, offset, static_cast<uint32_t>(n), chains);
     if (!data.ok()) return ReplyErr(req, data.status());
     fuse_reply_buf(req, data->data(), std::min<uint64_t>(n, data->size()));
     return;
@@ -604,8 +608,9 @@ void FuseFs::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off
   f.dirty = true;
   DropBlocks(f);
   if (options_.write_buffer_bytes == 0) {
+    const std::vector<uint32_t> chains = f.chains;
     lock.unlock();
-    Status st = storage_->Write(f.ino, offset, std::string_view(buf, size));
+    Status st = storage_->Write(f.ino, offset, std::string_view(buf, size), chains);
     if (!st.ok()) return ReplyErr(req, st);
     lock.lock();
   } else {

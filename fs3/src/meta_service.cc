@@ -12,6 +12,10 @@ namespace {
 
 constexpr uint64_t kRequestMemorySeconds = 3600;  // how long applied request ids are kept
 
+Chains ChainsOf(const fs3rpc::Layout& layout) {
+  return {layout.chains().data(), static_cast<std::size_t>(layout.chains_size())};
+}
+
 Caller CallerOf(const fs3rpc::Credentials& c) {
   return Caller{c.uid(), c.gid(), {c.groups().begin(), c.groups().end()}};
 }
@@ -94,7 +98,8 @@ Result<std::size_t> MetaService::CollectGarbage() {
   FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
   std::size_t done = 0;
   for (uint64_t ino : garbage) {
-    FF_RETURN_IF_ERROR(storage->RemoveData(ino));
+    FF_ASSIGN_OR_RETURN(fs3rpc::Layout layout, store_->GarbageLayout(ino));
+    FF_RETURN_IF_ERROR(storage->RemoveData(ino, ChainsOf(layout)));
     FF_RETURN_IF_ERROR(store_->Forget(ino));
     ++done;
     if (metrics_) {
@@ -150,8 +155,14 @@ grpc::Status MetaService::Make(grpc::ServerContext*, const fs3rpc::MakeRequest* 
       }
       default: {
         if (!fs3rpc::InodeType_IsValid(r->type())) return InvalidArgument("unknown inode type");
-        FF_ASSIGN_OR_RETURN(*out, store_->Create(c, r->parent(), r->name(), r->mode(),
-                                                 r->request_id(), r->type(), r->rdev(), r->open()));
+        std::vector<uint32_t> chains;  // a file's chunks go to chains picked from the table
+        if (r->type() == fs3rpc::INODE_FILE && !options_.mgmtd.empty()) {
+          FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
+          chains = storage->ChainIds();
+        }
+        FF_ASSIGN_OR_RETURN(
+            *out, store_->Create(c, r->parent(), r->name(), r->mode(), r->request_id(), r->type(),
+                                 r->rdev(), r->open(), chains));
         return Status::Ok();
       }
     }
@@ -230,8 +241,8 @@ grpc::Status MetaService::SetAttr(grpc::ServerContext*, const fs3rpc::SetAttrReq
           MetaStore::Permitted(CallerOf(r->cred()), before, 2)) {
         FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
         FF_ASSIGN_OR_RETURN(uint64_t stored, storage->StoredLength(r->ino()));
-        FF_RETURN_IF_ERROR(
-            storage->TruncateData(r->ino(), r->size(), std::max(stored, before.size())));
+        FF_RETURN_IF_ERROR(storage->TruncateData(
+            r->ino(), r->size(), std::max(stored, before.size()), ChainsOf(before.layout())));
       }
     }
     if (r->has_atime_ns()) a.atime_ns = r->atime_ns();
@@ -320,6 +331,14 @@ grpc::Status MetaService::Statfs(grpc::ServerContext*, const fs3rpc::Empty*,
       out->set_free_bytes(space.free_bytes);
       out->set_chunk_size(storage->chunk_size());
     }
+    return Status::Ok();
+  });
+}
+
+grpc::Status MetaService::SetLayout(grpc::ServerContext*, const fs3rpc::SetLayoutRequest* r,
+                                    fs3rpc::Inode* out) {
+  return Serve("setlayout", [&]() -> Status {
+    FF_ASSIGN_OR_RETURN(*out, store_->SetStripe(CallerOf(r->cred()), r->ino(), r->stripe()));
     return Status::Ok();
   });
 }

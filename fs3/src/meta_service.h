@@ -59,6 +59,8 @@ class MetaService final : public fs3rpc::Meta::Service {
   grpc::Status Close(grpc::ServerContext*, const fs3rpc::CloseRequest*, fs3rpc::Empty*) override;
   grpc::Status Sync(grpc::ServerContext*, const fs3rpc::CloseRequest*, fs3rpc::Inode*) override;
   grpc::Status Statfs(grpc::ServerContext*, const fs3rpc::Empty*, fs3rpc::StatfsReply*) override;
+  grpc::Status SetLayout(grpc::ServerContext*, const fs3rpc::SetLayoutRequest*,
+                         fs3rpc::Inode*) override;
   grpc::Status Fsck(grpc::ServerContext*, const fs3rpc::FsckRequest*, fs3rpc::FsckReply*) override;
 
   // The garbage collector: deletes the chunks of removed files (with `mgmtd` set).

@@ -124,7 +124,10 @@ class MetaStore::Txn {
   void DeleteDentry(uint64_t parent, const std::string& name) {
     dentries_[DentryKey(parent, name)] = std::nullopt;
   }
-  void AddGarbage(uint64_t ino) { garbage_.push_back(ino); }
+  // A file's data to delete; its layout says where the chunks are (empty: every chain).
+  void AddGarbage(uint64_t ino, const fs3rpc::Layout& layout = {}) {
+    garbage_.emplace_back(ino, layout);
+  }
   // Durable request ids: a mutating request already applied is answered, not applied again.
   bool Done(uint64_t request_id) {
     fs3rpc::Counter c;
@@ -169,9 +172,8 @@ class MetaStore::Txn {
       when.set_value(static_cast<uint64_t>(NowNs() / 1000000000));
       kvs.emplace_back(RequestKey(done_), &when);
     }
-    fs3rpc::Counter marker;
-    for (uint64_t ino : garbage_)
-      kvs.emplace_back(GarbageKey(ino), &marker);
+    for (const auto& [ino, layout] : garbage_)
+      kvs.emplace_back(GarbageKey(ino), &layout);
     return db_.PutBatch(kvs);
   }
 
@@ -179,7 +181,7 @@ class MetaStore::Txn {
   ProtoDb& db_;
   std::map<std::string, std::optional<Inode>> inodes_;
   std::map<std::string, std::optional<Dentry>> dentries_;
-  std::vector<uint64_t> garbage_;
+  std::vector<std::pair<uint64_t, fs3rpc::Layout>> garbage_;
   std::optional<uint64_t> counter_;
   uint64_t done_ = 0;
   int64_t inode_delta_ = 0;              // inodes made minus inodes deleted
@@ -260,7 +262,8 @@ bool StickyDenies(const Caller& c, const Inode& dir, const Inode& victim) {
 
 Result<Inode> MetaStore::MakeEntry(const Caller& c, uint64_t parent, const std::string& name,
                                    InodeType type, uint32_t mode, uint64_t request_id,
-                                   uint64_t rdev, const std::string& symlink, bool open) {
+                                   uint64_t rdev, const std::string& symlink, bool open,
+                                   const std::vector<uint32_t>& chain_ids) {
   std::lock_guard lock(mu_);
   Txn t(*db_);
   FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
@@ -298,6 +301,15 @@ Result<Inode> MetaStore::MakeEntry(const Caller& c, uint64_t parent, const std::
     inode.set_size(symlink.size());
   } else {
     *inode.mutable_layout() = dir.layout();
+    inode.mutable_layout()->clear_chains();
+    if (type == fs3rpc::INODE_FILE && !chain_ids.empty()) {
+      // The file's chains: `stripe` consecutive chains of the table, starting at one that moves
+      // with the inode number, so files spread evenly.
+      const std::size_t n = chain_ids.size();
+      const std::size_t stripe = std::clamp<std::size_t>(dir.layout().stripe(), 1, n);
+      for (std::size_t k = 0; k < stripe; ++k)
+        inode.mutable_layout()->add_chains(chain_ids[(ino + k) % n]);
+    }
   }
   inode.set_parent(parent);
   Dentry d;
@@ -315,24 +327,24 @@ Result<Inode> MetaStore::MakeEntry(const Caller& c, uint64_t parent, const std::
 
 Result<Inode> MetaStore::Create(const Caller& c, uint64_t parent, const std::string& name,
                                 uint32_t mode, uint64_t request_id, InodeType type, uint64_t rdev,
-                                bool open) {
+                                bool open, const std::vector<uint32_t>& chain_ids) {
   if (type == fs3rpc::INODE_DIR || type == fs3rpc::INODE_SYMLINK) {
     return InvalidArgument("use mkdir or symlink for that type");
   }
   if (open && type != fs3rpc::INODE_FILE) return InvalidArgument("only files are opened");
-  return MakeEntry(c, parent, name, type, mode, request_id, rdev, "", open);
+  return MakeEntry(c, parent, name, type, mode, request_id, rdev, "", open, chain_ids);
 }
 
 Result<Inode> MetaStore::Mkdir(const Caller& c, uint64_t parent, const std::string& name,
                                uint32_t mode, uint64_t request_id) {
-  return MakeEntry(c, parent, name, fs3rpc::INODE_DIR, mode, request_id, 0, "", false);
+  return MakeEntry(c, parent, name, fs3rpc::INODE_DIR, mode, request_id, 0, "", false, {});
 }
 
 Result<Inode> MetaStore::Symlink(const Caller& c, uint64_t parent, const std::string& name,
                                  const std::string& target, uint64_t request_id) {
   if (target.empty()) return Err(StatusCode::kNotFound, "empty symlink target");
   if (target.size() > 4096) return Err(StatusCode::kNameTooLong, "symlink target over 4096 bytes");
-  return MakeEntry(c, parent, name, fs3rpc::INODE_SYMLINK, 0777, request_id, 0, target, false);
+  return MakeEntry(c, parent, name, fs3rpc::INODE_SYMLINK, 0777, request_id, 0, target, false, {});
 }
 
 Result<std::string> MetaStore::Readlink(uint64_t ino) const {
@@ -386,7 +398,7 @@ void MetaStore::DropLink(Txn& t, Inode inode, int64_t now) {
     return;
   }
   t.DeleteInode(inode.ino());
-  if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(inode.ino());
+  if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(inode.ino(), inode.layout());
 }
 
 Status MetaStore::Unlink(const Caller& c, uint64_t parent, const std::string& name,
@@ -605,7 +617,7 @@ Status MetaStore::CloseSession(uint64_t ino, std::optional<uint64_t> size) {
   }
   if (inode.sessions() == 0 && inode.nlink() == 0) {
     t.DeleteInode(ino);  // unlinked while open: its data goes now
-    if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(ino);
+    if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(ino, inode.layout());
   } else {
     t.PutInode(inode);
   }
@@ -665,9 +677,31 @@ Result<std::size_t> MetaStore::PruneRequests(uint64_t max_age_s) {
   return old.size();
 }
 
+Result<fs3rpc::Layout> MetaStore::GarbageLayout(uint64_t ino) const {
+  std::lock_guard lock(mu_);
+  fs3rpc::Layout layout;
+  FF_RETURN_IF_ERROR(db_->Get(GarbageKey(ino), &layout));
+  return layout;
+}
+
 Status MetaStore::Forget(uint64_t ino) {
   std::lock_guard lock(mu_);
   return db_->Delete(GarbageKey(ino));
+}
+
+Result<Inode> MetaStore::SetStripe(const Caller& c, uint64_t ino, uint32_t stripe) {
+  std::lock_guard lock(mu_);
+  Txn t(*db_);
+  FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(ino));
+  if (!c.root() && c.uid != dir.uid()) {
+    return Err(StatusCode::kNotPermitted, "only the owner may change a directory's layout");
+  }
+  if (stripe == 0) return InvalidArgument("a stripe is at least one chain");
+  dir.mutable_layout()->set_stripe(stripe);
+  dir.set_ctime_ns(NowNs());
+  t.PutInode(dir);
+  FF_RETURN_IF_ERROR(t.Commit());
+  return dir;
 }
 
 Result<Inode> MetaStore::SetAttributes(const Caller& c, uint64_t ino, const SetAttr& a) {
@@ -818,8 +852,8 @@ Result<std::vector<std::string>> MetaStore::CheckData(const std::map<uint64_t, u
   for (const auto& [ino, length] : stored) {
     auto inode = t.GetInode(ino);
     if (!inode.ok()) {
-      fs3rpc::Counter marker;
-      if (db_->Get(GarbageKey(ino), &marker).ok()) continue;  // deletion under way
+      fs3rpc::Layout queued;
+      if (db_->Get(GarbageKey(ino), &queued).ok()) continue;  // deletion under way
       problems.push_back("chunks of inode " + std::to_string(ino) + " (" + std::to_string(length) +
                          " bytes) belong to no file");
       if (repair) t.AddGarbage(ino);
@@ -911,7 +945,7 @@ Result<std::vector<std::string>> MetaStore::Fsck(bool repair) {
         problems.push_back("inode " + std::to_string(ino) + " is orphaned (no entry, not open)");
         if (repair) {
           t.DeleteInode(ino);
-          if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(ino);
+          if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(ino, inode.layout());
         }
         continue;
       }

@@ -6,10 +6,12 @@
 //   fs3 target offline ID                        take a target out of service
 //   fs3 target add ID --chain C                  add a registered target to a chain (it syncs)
 //   fs3 fsck [--repair] --meta HOST:PORT         check the namespace (exit 1 on problems)
+//   fs3 layout PATH [--stripe N] --meta HOST:PORT  show (or set, for a directory) a layout
 //
 // fs3-mgmtd's address comes from --mgmtd or $FS3_MGMTD. Exit code 0 only on success; errors are
 // one line on stderr.
 #include <google/protobuf/util/json_util.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -89,10 +91,73 @@ int Main(int argc, char** argv) {
   bool repair = false;
   fsck->add_option("--meta", meta, "fs3-meta host:port (else $FS3_META)");
   fsck->add_flag("--repair", repair, "Fix what is found");
+  auto* layout = app.add_subcommand(
+      "layout", "Show a file's or directory's layout; --stripe sets a directory's");
+  std::string layout_path;
+  uint32_t stripe = 0;
+  layout->add_option("path", layout_path, "Path inside fs3 (from its root, e.g. /datasets)")
+      ->required();
+  layout->add_option("--stripe", stripe, "Chains each new file in the directory is spread over");
+  layout->add_option("--meta", meta, "fs3-meta host:port (else $FS3_META)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (*layout) {
+    if (meta.empty() && std::getenv("FS3_META")) meta = std::getenv("FS3_META");
+    if (meta.empty()) Die("no fs3-meta address: --meta or $FS3_META");
+    auto stub = fs3rpc::Meta::NewStub(MakeChannel(meta));
+    auto check = [&](const Status& st) {
+      if (st.ok()) return;
+      if (st.code() == StatusCode::kUnavailable) Die("cannot reach fs3-meta at " + meta);
+      Die(layout_path + ": " + st.message());
+    };
+    fs3rpc::Credentials cred;
+    cred.set_uid(getuid());
+    cred.set_gid(getgid());
+    fs3rpc::Inode at;
+    fs3rpc::InoRequest root;
+    root.set_ino(1);
+    check(CallRpc("fs3-meta GetAttr", CallOptions::Idempotent(),
+                  [&](grpc::ClientContext* c) { return stub->GetAttr(c, root, &at); }));
+    std::size_t i = 0;
+    while (i < layout_path.size()) {  // each name of the path in turn
+      std::size_t j = layout_path.find('/', i);
+      if (j == std::string::npos) j = layout_path.size();
+      if (j > i) {
+        fs3rpc::NameRequest r;
+        *r.mutable_cred() = cred;
+        r.set_parent(at.ino());
+        r.set_name(layout_path.substr(i, j - i));
+        fs3rpc::Inode next;
+        check(CallRpc("fs3-meta Lookup", CallOptions::Idempotent(),
+                      [&](grpc::ClientContext* c) { return stub->Lookup(c, r, &next); }));
+        at = next;
+      }
+      i = j + 1;
+    }
+    if (stripe != 0) {
+      fs3rpc::SetLayoutRequest r;
+      *r.mutable_cred() = cred;
+      r.set_ino(at.ino());
+      r.set_stripe(stripe);
+      check(CallRpc("fs3-meta SetLayout", CallOptions::Idempotent(),
+                    [&](grpc::ClientContext* c) { return stub->SetLayout(c, r, &at); }));
+    }
+    if (json) {
+      std::printf("%s\n", ToJson(at.layout()).c_str());
+    } else {
+      std::printf("%s: chunk size %llu, stripe %u", layout_path.c_str(),
+                  static_cast<unsigned long long>(at.layout().chunk_size()), at.layout().stripe());
+      if (at.layout().chains_size() > 0) {
+        std::printf(", chains");
+        for (uint32_t c : at.layout().chains())
+          std::printf(" %u", c);
+      }
+      std::printf("\n");
+    }
+    return 0;
   }
   if (*fsck) {
     if (meta.empty() && std::getenv("FS3_META")) meta = std::getenv("FS3_META");

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <set>
+
 #include "tests/support/subprocess.h"
 
 namespace ff::fs3 {
@@ -332,6 +334,44 @@ TEST_F(MetaStoreTest, FsckFindsAndRepairsInconsistencies) {
   EXPECT_GT(next->ino(), 900u);
   // Live inodes: root, d, f, s, new (the orphan went to the garbage list).
   EXPECT_EQ(*store_->InodeCount(), 5u);
+}
+
+TEST_F(MetaStoreTest, LayoutsPickStripeChainsAndAreInherited) {
+  const std::vector<uint32_t> chains = {11, 12, 13, 14, 15};
+  auto d = store_->Mkdir(root_, kRootIno, "d", 0755);
+  ASSERT_TRUE(d.ok());
+  Caller alice{1000, 1000, {}};
+  EXPECT_EQ(Code(store_->SetStripe(alice, d->ino(), 2)), StatusCode::kNotPermitted);
+  EXPECT_EQ(Code(store_->SetStripe(root_, d->ino(), 0)), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(store_->SetStripe(root_, d->ino(), 2).ok());
+  auto sub = store_->Mkdir(root_, d->ino(), "sub", 0755);  // inherits the stripe
+  ASSERT_TRUE(sub.ok());
+  EXPECT_EQ(sub->layout().stripe(), 2u);
+  std::set<uint32_t> used;
+  for (int i = 0; i < 5; ++i) {
+    auto f = store_->Create(root_, sub->ino(), "f" + std::to_string(i), 0644, 0, fs3rpc::INODE_FILE,
+                            0, false, chains);
+    ASSERT_TRUE(f.ok());
+    ASSERT_EQ(f->layout().chains_size(), 2);
+    EXPECT_EQ(f->layout().chunk_size(), 1u << 20);  // the root's
+    // Two neighbouring chains of the table.
+    const auto first = std::find(chains.begin(), chains.end(), f->layout().chains(0));
+    ASSERT_NE(first, chains.end());
+    EXPECT_EQ(f->layout().chains(1), chains[(first - chains.begin() + 1) % chains.size()]);
+    used.insert(f->layout().chains(0));
+  }
+  EXPECT_EQ(used.size(), chains.size());  // files start on every chain in turn
+  // A stripe wider than the table uses every chain once; no chain ids: no chains.
+  ASSERT_TRUE(store_->SetStripe(root_, d->ino(), 16).ok());
+  auto wide =
+      store_->Create(root_, d->ino(), "wide", 0644, 0, fs3rpc::INODE_FILE, 0, false, chains);
+  EXPECT_EQ(wide->layout().chains_size(), 5);
+  EXPECT_EQ(store_->Create(root_, d->ino(), "plain", 0644)->layout().chains_size(), 0);
+  // Removed, the file's layout goes with it to the garbage list.
+  ASSERT_TRUE(store_->Unlink(root_, d->ino(), "wide").ok());
+  auto queued = store_->GarbageLayout(wide->ino());
+  ASSERT_TRUE(queued.ok());
+  EXPECT_EQ(queued->chains_size(), 5);
 }
 
 TEST_F(MetaStoreTest, RetriedMutationsAreAppliedOnceAcrossRestarts) {

@@ -411,7 +411,7 @@ TEST_F(StorageTest, NativeClientReadsFilesByPathInBatches) {
   test::WriteFile(dir_.File("meta.toml"),
                   "[server]\nlisten = \"" + meta_address +
                       "\"\n[metrics]\nenabled = false\n[meta]\ndata_dir = \"" + dir_.File("meta") +
-                      "\"\n");
+                      "\"\nmgmtd = \"" + mgmtd_address_ + "\"\n");
   auto meta = test::Subprocess::Start({FF_FS3_META_PATH, "--config", dir_.File("meta.toml"),
                                        "--ready-file", dir_.File("meta.ready")},
                                       {.env = {}, .output_dir = dir_.path()});
@@ -457,6 +457,35 @@ TEST_F(StorageTest, NativeClientReadsFilesByPathInBatches) {
   ASSERT_TRUE(alice.ok());
   EXPECT_EQ((*alice)->Open("/private/secret").status().code(), StatusCode::kPermissionDenied);
   EXPECT_EQ((*alice)->Open("/data/a")->size, da.size());
+  // Layouts: fs3-meta picks each file's chains at create, `stripe` of them (the root's 16, here
+  // both chains); a directory's stripe applies to the files made in it.
+  EXPECT_EQ(fa->chains.size(), 2u);
+  ASSERT_TRUE((*fs)->Mkdir("/narrow").ok());
+  EXPECT_EQ((*alice)->SetStripe("/narrow", 1).code(), StatusCode::kNotPermitted);
+  ASSERT_TRUE((*fs)->SetStripe("/narrow", 1).ok());
+  auto narrow = (*fs)->Create("/narrow/f");
+  ASSERT_TRUE(narrow.ok());
+  ASSERT_EQ(narrow->chains.size(), 1u);
+  const std::string dn = Random(4 * kChunk, 23);
+  ASSERT_TRUE((*fs)->Write(*narrow, 0, dn).ok());
+  std::string back(dn.size(), '\0');
+  auto got = (*fs)->ReadBatch({{narrow->ino, 0, static_cast<uint32_t>(dn.size()), back.data()}});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(back == dn);
+  // Every chunk is on the file's chain, none on the other.
+  const fs3rpc::RoutingInfo routing = Routing();
+  for (const auto& chain : routing.chains()) {
+    const uint64_t tail = chain.targets(chain.targets_size() - 1).target();
+    for (uint32_t index = 0; index < 4; ++index) {
+      std::string chunk;
+      ASSERT_TRUE(ReadFrom(tail, narrow->ino, index, 0, kChunk, &chunk, &routing).ok());
+      if (chain.id() == narrow->chains[0]) {
+        EXPECT_TRUE(chunk == dn.substr(index * kChunk, kChunk)) << index;
+      } else {
+        EXPECT_TRUE(chunk.empty()) << "chunk " << index << " on chain " << chain.id();
+      }
+    }
+  }
 }
 
 TEST_F(StorageTest, BatchedReadsArePacedByTheClient) {

@@ -1,11 +1,12 @@
 // libfs3client, data part: reads and writes of file data straight to the storage targets.
 //
-// A file (inode) is cut into chunks of the cluster's chunk size; chunk i of inode n lives on
-// chain (n + i) mod chains (files striped over every chain). Writes go to the chain's head;
-// reads to a serving replica, rotated across replicas and tried in turn. Stale routing (the
-// chain moved on), dead targets and heads that changed are retried with a refreshed routing
-// table until `retry_timeout`; a request fails only when no replica can serve it. A write keeps
-// its request id across retries, so it is applied once.
+// A file (inode) is cut into chunks of the cluster's chunk size; chunk i lives on chain
+// chains[i mod stripe] of the file's layout (chosen by fs3-meta at create), or, for callers
+// without a layout, on the (n + i) mod chains'th chain of the routing table. Writes go to the
+// chain's head; reads to a serving replica, rotated across replicas and tried in turn. Stale
+// routing (the chain moved on), dead targets and heads that changed are retried with a refreshed
+// routing table until `retry_timeout`; a request fails only when no replica can serve it. A write
+// keeps its request id across retries, so it is applied once.
 //
 // Incast control (request-to-send): reads are granted by the client, which issues a read only
 // when the bytes it may bring back fit under `max_inflight_read_bytes`; targets reply only to
@@ -18,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,10 +37,15 @@ struct ClientOptions {
   uint64_t max_inflight_read_bytes = uint64_t{64} << 20;
 };
 
+// The chains a file's chunks rotate over (its layout; chunk i on chains[i % size]). Empty: the
+// default placement, chunk i of inode n on the (n + i) mod chains'th chain of the routing table.
+using Chains = std::span<const uint32_t>;
+
 struct ReadOp {
   uint64_t inode = 0;
   uint64_t offset = 0;
   uint32_t length = 0;
+  std::vector<uint32_t> chains;  // the file's layout (empty: default placement)
 };
 
 class StorageClient {
@@ -46,14 +53,14 @@ class StorageClient {
   static Result<std::unique_ptr<StorageClient>> Create(const ClientOptions& options);
 
   // Writes `data` at `offset` of file `inode` (across as many chunks as it spans).
-  Status Write(uint64_t inode, uint64_t offset, std::string_view data);
+  Status Write(uint64_t inode, uint64_t offset, std::string_view data, Chains chains = {});
   // Up to `length` bytes at `offset`; holes and the end of chunks read as zeros up to the
   // chunk's written length (callers know file lengths from metadata).
-  Result<std::string> Read(uint64_t inode, uint64_t offset, uint32_t length);
+  Result<std::string> Read(uint64_t inode, uint64_t offset, uint32_t length, Chains chains = {});
   // Cuts (or zero-extends) chunk `index` of `inode` to `length` bytes, on every replica.
-  Status TruncateChunk(uint64_t inode, uint32_t index, uint32_t length);
+  Status TruncateChunk(uint64_t inode, uint32_t index, uint32_t length, Chains chains = {});
   // Removes chunk `index` of `inode` from every replica (absent is fine).
-  Status RemoveChunk(uint64_t inode, uint32_t index);
+  Status RemoveChunk(uint64_t inode, uint32_t index, Chains chains = {});
   // Many reads at once (issued concurrently); results in order.
   Result<std::vector<std::string>> ReadBatch(const std::vector<ReadOp>& ops);
 
@@ -62,12 +69,14 @@ class StorageClient {
   Result<uint64_t> StoredLength(uint64_t inode);
   // Cuts the data of `inode` to `length`: removes the chunks past it (up to `old_length`, which
   // the caller takes as at least the stored length) and shortens the one it ends in.
-  Status TruncateData(uint64_t inode, uint64_t length, uint64_t old_length);
+  Status TruncateData(uint64_t inode, uint64_t length, uint64_t old_length, Chains chains = {});
   // For fsck: every inode with chunks on storage and the length its chunks imply (from each
   // chain's tail).
   Result<std::map<uint64_t, uint64_t>> StoredLengths();
-  // Removes every chunk of `inode` (a deleted file's data).
-  Status RemoveData(uint64_t inode);
+  // Removes every chunk of `inode` (a deleted file's data); with no `chains`, from every chain.
+  Status RemoveData(uint64_t inode, Chains chains = {});
+  // The ids of the routing table's chains (fs3-meta picks a new file's chains from them).
+  std::vector<uint32_t> ChainIds() const;
   struct Space {
     uint64_t capacity_bytes = 0;  // usable: raw bytes over all targets / replication
     uint64_t free_bytes = 0;
@@ -81,10 +90,14 @@ class StorageClient {
 
  private:
   explicit StorageClient(const ClientOptions& options);
-  Status WriteChunk(uint64_t inode, uint32_t index, uint32_t offset, std::string_view data);
+  Status WriteChunk(uint64_t inode, uint32_t index, uint32_t offset, std::string_view data,
+                    Chains chains);
   // Sends `req` (chunk, offset, data or flags set) to its chain's head, retrying.
-  Status SendToHead(fs3rpc::WriteRequest& req);
-  Result<std::string> ReadChunk(uint64_t inode, uint32_t index, uint32_t offset, uint32_t length);
+  Status SendToHead(fs3rpc::WriteRequest& req, Chains chains);
+  Result<std::string> ReadChunk(uint64_t inode, uint32_t index, uint32_t offset, uint32_t length,
+                                Chains chains);
+  // The position in routing_ of the chain holding chunk `index` (mu_ held).
+  Result<int> ChainPositionLocked(uint64_t inode, uint32_t index, Chains chains) const;
   // (target, address) of each chain's tail, for queries of committed state.
   std::vector<std::pair<uint64_t, std::string>> ChainTails();
 

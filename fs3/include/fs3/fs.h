@@ -31,7 +31,8 @@ struct FsOptions {
 
 struct File {
   uint64_t ino = 0;
-  uint64_t size = 0;  // as of Open
+  uint64_t size = 0;             // as of Open
+  std::vector<uint32_t> chains;  // where its chunks are (its layout)
 };
 
 // One range of a batched read: `length` bytes at `offset` of file `ino` into `buffer`.
@@ -55,6 +56,8 @@ class FileSystem {
   Status Write(File& file, uint64_t offset, std::string_view data);
   Result<std::vector<DirEntry>> List(const std::string& path);
   Status Unlink(const std::string& path);
+  // The number of chains each file created in directory `path` from now on is spread over.
+  Status SetStripe(const std::string& path, uint32_t stripe);
 
   // Reads every range concurrently into its buffer; each result is the bytes read (short at the
   // end of a file, whose tail is not touched). Fails as a whole with the first error.

@@ -73,11 +73,16 @@ class MetaStore {
                               uint32_t mode, uint64_t request_id = 0);
   // A regular file (or, with `type`, a FIFO / socket / device node with `rdev`). With
   // `request_id` != 0, a retry of the same request returns the inode it created. With `open`,
-  // the file is created with a session open (create + open in one step).
+  // the file is created with a session open (create + open in one step). A file's layout is its
+  // directory's (chunk size, stripe) with `stripe` of `chain_ids` (the storage chains) as the
+  // chains its chunks rotate over; with no chain ids, no chains (the default placement).
   Result<fs3rpc::Inode> Create(const Caller& c, uint64_t parent, const std::string& name,
                                uint32_t mode, uint64_t request_id = 0,
                                fs3rpc::InodeType type = fs3rpc::INODE_FILE, uint64_t rdev = 0,
-                               bool open = false);
+                               bool open = false, const std::vector<uint32_t>& chain_ids = {});
+  // A directory's stripe (chains per file) for what is created in it from now on (the owner or
+  // root); subdirectories made later inherit it.
+  Result<fs3rpc::Inode> SetStripe(const Caller& c, uint64_t ino, uint32_t stripe);
   Result<fs3rpc::Inode> Symlink(const Caller& c, uint64_t parent, const std::string& name,
                                 const std::string& target, uint64_t request_id = 0);
   Result<std::string> Readlink(uint64_t ino) const;
@@ -123,6 +128,8 @@ class MetaStore {
 
   // Inodes whose data awaits deletion (unlinked, no sessions); Forget removes one from the list.
   Result<std::vector<uint64_t>> Garbage() const;
+  // Where a garbage inode's chunks are (its layout; no chains: unknown, every chain).
+  Result<fs3rpc::Layout> GarbageLayout(uint64_t ino) const;
   Status Forget(uint64_t ino);
 
   // fsck: checks that directory entries, inodes, link counts, parents, sessions and the inode
@@ -150,7 +157,8 @@ class MetaStore {
   // A new entry `name` in directory `parent` with a fresh inode (mkdir, create, mknod, symlink).
   Result<fs3rpc::Inode> MakeEntry(const Caller& c, uint64_t parent, const std::string& name,
                                   fs3rpc::InodeType type, uint32_t mode, uint64_t request_id,
-                                  uint64_t rdev, const std::string& symlink, bool open);
+                                  uint64_t rdev, const std::string& symlink, bool open,
+                                  const std::vector<uint32_t>& chain_ids);
 
   std::unique_ptr<ProtoDb> db_;
   mutable std::mutex mu_;  // serialises operations: each is one batch
