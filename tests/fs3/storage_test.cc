@@ -219,7 +219,7 @@ TEST_F(StorageTest, RandomDataAcrossManyChunksReadsBack) {
     EXPECT_THAT(page->body, HasSubstr("fs3_storage_target_state{state=\"serving\",target=\"" +
                                       std::to_string((i + 1) * 10 + 1) + "\"} 1"));
   }
-  auto batch = client_->ReadBatch({{1, 100, 50}, {2, kChunk, 4096}, {3, 10, 777}});
+  auto batch = client_->ReadBatch({{1, 100, 50, {}}, {2, kChunk, 4096, {}}, {3, 10, 777, {}}});
   ASSERT_TRUE(batch.ok());
   EXPECT_EQ((*batch)[0], files[1].second.substr(100, 50));
   EXPECT_EQ((*batch)[1], files[2].second.substr(100, 4096));
@@ -498,7 +498,7 @@ TEST_F(StorageTest, BatchedReadsArePacedByTheClient) {
   ASSERT_TRUE(paced.ok());
   std::vector<ReadOp> ops;
   for (uint32_t i = 0; i < 32; ++i)
-    ops.push_back({8, i * kChunk, static_cast<uint32_t>(kChunk)});
+    ops.push_back({8, i * kChunk, static_cast<uint32_t>(kChunk), {}});
   auto out = (*paced)->ReadBatch(ops);
   ASSERT_TRUE(out.ok()) << out.status();
   for (uint32_t i = 0; i < 32; ++i)
