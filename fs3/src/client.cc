@@ -26,6 +26,13 @@ bool Retryable(const Status& st) {
   }
 }
 
+// A target's address, or "" when the routing table names no service for it (a call to "" fails
+// and is retried with fresh routing).
+std::string AddressOf(const std::map<uint64_t, std::string>& addresses, uint64_t target) {
+  auto it = addresses.find(target);
+  return it == addresses.end() ? std::string() : it->second;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<StorageClient>> StorageClient::Create(const ClientOptions& options) {
@@ -226,15 +233,10 @@ Result<std::string> StorageClient::ReadChunk(uint64_t inode, uint32_t index, uin
       std::lock_guard lock(mu_);
       FF_ASSIGN_OR_RETURN(int position, ChainPositionLocked(inode, index, chains));
       const auto& chain = routing_.chains(position);
-      std::map<std::string, std::string> address_of;
-      for (const auto& n : routing_.nodes())
-        address_of[n.name()] = n.address();
-      std::map<uint64_t, std::string> node_of;
-      for (const auto& t : routing_.targets())
-        node_of[t.id()] = t.node();
+      const auto address_of = TargetAddressesLocked();
       for (const auto& t : chain.targets()) {
         if (t.state() == "serving")
-          replicas.emplace_back(t.target(), address_of[node_of[t.target()]]);
+          replicas.emplace_back(t.target(), AddressOf(address_of, t.target()));
       }
     }
     // Spread reads over the replicas; on failure try the next one.
@@ -281,21 +283,26 @@ Result<std::vector<std::string>> StorageClient::ReadBatch(const std::vector<Read
   return out;
 }
 
+std::map<uint64_t, std::string> StorageClient::TargetAddressesLocked() const {
+  std::map<std::string, std::string> address_of_node;
+  for (const auto& n : routing_.nodes())
+    address_of_node[n.name()] = n.address();
+  std::map<uint64_t, std::string> out;
+  for (const auto& t : routing_.targets())
+    out[t.id()] = address_of_node[t.node()];
+  return out;
+}
+
 std::vector<std::pair<uint64_t, std::string>> StorageClient::ChainTails() {
   std::lock_guard lock(mu_);
-  std::map<std::string, std::string> address_of;
-  for (const auto& n : routing_.nodes())
-    address_of[n.name()] = n.address();
-  std::map<uint64_t, std::string> node_of;
-  for (const auto& t : routing_.targets())
-    node_of[t.id()] = t.node();
+  const auto address_of = TargetAddressesLocked();
   std::vector<std::pair<uint64_t, std::string>> out;
   for (const auto& chain : routing_.chains()) {
     uint64_t tail = 0;
     for (const auto& t : chain.targets()) {
       if (t.state() == "serving") tail = t.target();
     }
-    out.emplace_back(tail, tail == 0 ? std::string() : address_of[node_of[tail]]);
+    out.emplace_back(tail, tail == 0 ? std::string() : AddressOf(address_of, tail));
   }
   return out;
 }
@@ -389,12 +396,10 @@ Result<StorageClient::Space> StorageClient::SpaceInfo() {
   {
     std::lock_guard lock(mu_);
     replication = std::max<uint32_t>(1, routing_.replication());
-    std::map<std::string, std::string> address_of;
-    for (const auto& n : routing_.nodes())
-      address_of[n.name()] = n.address();
+    const auto address_of = TargetAddressesLocked();
     for (const auto& t : routing_.targets()) {
       if (t.chain() != 0 && t.public_state() == "serving")
-        targets.emplace_back(t.id(), address_of[t.node()]);
+        targets.emplace_back(t.id(), AddressOf(address_of, t.id()));
     }
   }
   Space space;

@@ -342,23 +342,36 @@ TEST_F(StorageTest, TruncateAndRemoveReachEveryReplica) {
 TEST_F(StorageTest, LargeTransfersAreStreamedInPieces) {
   // A transport that streams anything over 1,000 bytes, in 4 KiB pieces.
   GrpcTransport streaming(GrpcTransportOptions{.stream_threshold = 1000, .piece_bytes = 4096});
-  const fs3rpc::RoutingInfo r = Routing();
-  const auto& chain = r.chains(1);  // chunk 0 of inode 11: chain (11 + 0) % 2 = 1
-  uint64_t head = chain.targets(0).target();
-  std::string address;
-  for (const auto& n : r.nodes()) {
-    if (n.name() == "s" + std::to_string(head / 10 - 1)) address = n.address();
-  }
   std::string data = Random(kChunk, 13);
   fs3rpc::WriteRequest w;
   w.set_request_id(4242);
-  w.set_chain(chain.id());
-  w.set_chain_version(chain.version());
-  w.set_target(head);
   w.mutable_chunk()->set_inode(11);
   w.set_data(data);
   fs3rpc::WriteResponse wr;
-  ASSERT_TRUE(streaming.Write(address, w, &wr, 10s).ok());
+  uint64_t head = 0;
+  std::string address;
+  // One attempt is what is tested; a loaded machine may fence a service whose lease renewal was
+  // late, or move the chain on, so a retryable answer is tried again with fresh routing (as the
+  // client library does).
+  Status st = Unavailable("not tried");
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    const fs3rpc::RoutingInfo r = Routing();
+    const auto& chain = r.chains(1);  // chunk 0 of inode 11: chain (11 + 0) % 2 = 1
+    head = chain.targets(0).target();
+    for (const auto& n : r.nodes()) {
+      if (n.name() == "s" + std::to_string(head / 10 - 1)) address = n.address();
+    }
+    w.set_chain(chain.id());
+    w.set_chain_version(chain.version());
+    w.set_target(head);
+    st = streaming.Write(address, w, &wr, 10s);
+    if (st.ok() || (st.code() != StatusCode::kUnavailable && st.code() != StatusCode::kAborted &&
+                    st.code() != StatusCode::kFailedPrecondition)) {
+      break;
+    }
+    std::this_thread::sleep_for(200ms);
+  }
+  ASSERT_TRUE(st.ok()) << st;
   EXPECT_EQ(wr.length(), kChunk);
   fs3rpc::ReadRequest rq;
   rq.set_target(head);
