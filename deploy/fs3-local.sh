@@ -21,14 +21,8 @@ mnt=${FS3_MOUNT:-$dir/mnt}
 
 say() { echo "fs3-local: $*" >&2; }
 
-wait_ready() {  # FILE NAME
-  for _ in $(seq 400); do [ -s "$1" ] && return 0; sleep 0.05; done
-  say "$2 did not start; its log:"; cat "$dir/$2.log" >&2; return 1
-}
-
-json_field() {  # FILE KEY
-  sed -E "s/.*\"$2\":\"([^\"]+)\".*/\1/" "$1"
-}
+# shellcheck source=deploy/lib.sh
+source deploy/lib.sh
 
 stop() {
   [ -d "$dir" ] || { say "nothing runs in $dir"; return 0; }

@@ -18,14 +18,8 @@ nodes=(A-leaf-n00 A-leaf-n01 B-leaf-n00 B-leaf-n01)
 
 say() { echo "local-cluster: $*" >&2; }
 
-wait_ready() {  # FILE NAME
-  for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.05; done
-  say "$2 did not start; its log:"; cat "$dir/$2.log" >&2; return 1
-}
-
-json_field() {  # FILE KEY
-  sed -E "s/.*\"$2\":\"([^\"]+)\".*/\1/" "$1"
-}
+# shellcheck source=deploy/lib.sh
+source deploy/lib.sh
 
 stop() {
   [ -d "$dir" ] || { say "nothing runs in $dir"; return 0; }

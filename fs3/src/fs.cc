@@ -96,32 +96,28 @@ Result<fs3rpc::Inode> FileSystem::Stat(const std::string& path) {
   return Resolve(path);
 }
 
-Status FileSystem::Mkdir(const std::string& path, uint32_t mode) {
+Status FileSystem::MakeAt(const std::string& path, uint32_t mode, fs3rpc::InodeType type,
+                          fs3rpc::Inode* out) {
   FF_ASSIGN_OR_RETURN(auto where, ResolveParent(path));
   fs3rpc::MakeRequest r;
   *r.mutable_cred() = Cred();
   r.set_parent(where.first);
   r.set_name(where.second);
   r.set_mode(mode);
-  r.set_type(fs3rpc::INODE_DIR);
+  r.set_type(type);
   r.set_request_id(next_request_++);
-  fs3rpc::Inode out;
   return CallRpc("fs3-meta Make", CallOptions::Idempotent(),
-                 [&](grpc::ClientContext* c) { return meta_->Make(c, r, &out); });
+                 [&](grpc::ClientContext* c) { return meta_->Make(c, r, out); });
+}
+
+Status FileSystem::Mkdir(const std::string& path, uint32_t mode) {
+  fs3rpc::Inode out;
+  return MakeAt(path, mode, fs3rpc::INODE_DIR, &out);
 }
 
 Result<File> FileSystem::Create(const std::string& path, uint32_t mode, bool exclusive) {
-  FF_ASSIGN_OR_RETURN(auto where, ResolveParent(path));
-  fs3rpc::MakeRequest r;
-  *r.mutable_cred() = Cred();
-  r.set_parent(where.first);
-  r.set_name(where.second);
-  r.set_mode(mode);
-  r.set_type(fs3rpc::INODE_FILE);
-  r.set_request_id(next_request_++);
   fs3rpc::Inode out;
-  Status st = CallRpc("fs3-meta Make", CallOptions::Idempotent(),
-                      [&](grpc::ClientContext* c) { return meta_->Make(c, r, &out); });
+  Status st = MakeAt(path, mode, fs3rpc::INODE_FILE, &out);
   if (st.code() == StatusCode::kAlreadyExists && !exclusive) {
     FF_ASSIGN_OR_RETURN(out, Resolve(path));
     fs3rpc::SetAttrRequest trunc;

@@ -29,6 +29,7 @@
 #include "fs3/proto/meta.grpc.pb.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/wait.h"
 
 namespace ff::fs3 {
 namespace {
@@ -40,22 +41,8 @@ constexpr uint64_t kChunk = 256 * 1024;
 constexpr uid_t kNobody = 65534;
 constexpr gid_t kNogroup = 65534;
 
-std::string Random(std::size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s)
-    c = static_cast<char>(rng());
-  return s;
-}
-
-bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return done();
-}
+using test::RandomBytes;
+using test::WaitUntil;
 
 // Runs `fn` in a child process as uid/gid (with `groups`); returns the errno it reports (0: ok).
 int AsUser(uid_t uid, gid_t gid, std::vector<gid_t> groups, const std::function<int()>& fn) {
@@ -256,7 +243,7 @@ Cluster* FuseTest::cluster_ = nullptr;
 
 TEST_F(FuseTest, FilesReadWriteAppendTruncateAndSparse) {
   // Across chunk boundaries (chunks are 256 KiB), written in odd pieces.
-  const std::string data = Random(3 * kChunk + 12345, 1);
+  const std::string data = RandomBytes(3 * kChunk + 12345, 1);
   {
     int fd = open(P("f").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0640);
     ASSERT_GE(fd, 0) << strerror(errno);
@@ -440,7 +427,7 @@ TEST_F(FuseTest, LinksSymlinksAndSpecialFiles) {
 }
 
 TEST_F(FuseTest, UnlinkedWhileOpenStaysReadableThenItsChunksGo) {
-  const std::string data = Random(2 * kChunk + 7, 3);
+  const std::string data = RandomBytes(2 * kChunk + 7, 3);
   ASSERT_TRUE(WriteAll(P("f"), data));
   struct stat st {};
   ASSERT_EQ(stat(P("f").c_str(), &st), 0);
@@ -639,7 +626,7 @@ TEST_F(FuseTest, CloseOnOneMountOpenOnAnotherSeesDataAndLength) {
   const std::string rel = std::string("/") +
                           ::testing::UnitTest::GetInstance()->current_test_info()->name() +
                           "/shared";
-  const std::string data = Random(kChunk + 999, 5);
+  const std::string data = RandomBytes(kChunk + 999, 5);
   ASSERT_TRUE(WriteAll(cluster_->mount_ + rel, data));
   EXPECT_EQ(ReadAll(second + rel), data);
   struct stat st {};
@@ -686,7 +673,7 @@ TEST_F(FuseTest, MountErrorsAreClear) {
 }
 
 TEST_F(FuseTest, SurvivesRestartsOfMetaAndOfAReplica) {
-  const std::string data = Random(3 * kChunk, 9);
+  const std::string data = RandomBytes(3 * kChunk, 9);
   ASSERT_TRUE(WriteAll(P("before"), data));
   // A storage replica dies: reads and writes go on with the other one.
   cluster_->Kill("storage1");

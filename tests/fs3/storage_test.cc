@@ -23,6 +23,7 @@
 #include "fs3/transport.h"
 #include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/wait.h"
 
 namespace ff::fs3 {
 namespace {
@@ -33,13 +34,8 @@ using namespace std::chrono_literals;
 constexpr uint64_t kChunk = 64 * 1024;
 constexpr int kServices = 3;
 
-std::string Random(std::size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s)
-    c = static_cast<char>(rng());
-  return s;
-}
+using test::RandomBytes;
+using test::WaitUntil;
 
 class StorageTest : public ::testing::Test {
  protected:
@@ -173,15 +169,6 @@ class StorageTest : public ::testing::Test {
     return st;
   }
 
-  static bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
-    auto until = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < until) {
-      if (done()) return true;
-      std::this_thread::sleep_for(50ms);
-    }
-    return done();
-  }
-
   test::TempDir dir_;
   std::string mgmtd_address_;
   std::unique_ptr<test::Subprocess> mgmtd_;
@@ -192,9 +179,9 @@ class StorageTest : public ::testing::Test {
 
 TEST_F(StorageTest, RandomDataAcrossManyChunksReadsBack) {
   std::map<uint64_t, std::pair<uint64_t, std::string>> files;  // inode -> (offset, data)
-  files[1] = {0, Random(5 * kChunk + 1234, 1)};
-  files[2] = {kChunk - 100, Random(3 * kChunk, 2)};  // starts and ends mid-chunk
-  files[3] = {10, Random(777, 3)};
+  files[1] = {0, RandomBytes(5 * kChunk + 1234, 1)};
+  files[2] = {kChunk - 100, RandomBytes(3 * kChunk, 2)};  // starts and ends mid-chunk
+  files[3] = {10, RandomBytes(777, 3)};
   for (const auto& [inode, fd] : files)
     ASSERT_TRUE(client_->Write(inode, fd.first, fd.second).ok());
   for (const auto& [inode, fd] : files) {
@@ -203,7 +190,7 @@ TEST_F(StorageTest, RandomDataAcrossManyChunksReadsBack) {
     EXPECT_TRUE(*back == fd.second) << "inode " << inode;
   }
   // An overwrite in the middle, then every replica holds the same bytes.
-  std::string patch = Random(3000, 9);
+  std::string patch = RandomBytes(3000, 9);
   ASSERT_TRUE(client_->Write(1, 2 * kChunk - 1000, patch).ok());
   files[1].second.replace(2 * kChunk - 1000, patch.size(), patch);
   auto back = client_->Read(1, 0, static_cast<uint32_t>(files[1].second.size()));
@@ -236,7 +223,7 @@ TEST_F(StorageTest, KillingHeadMiddleAndTailLosesNoAcknowledgedWrite) {
   std::thread writer([&] {
     for (uint64_t i = 0; !stop; ++i) {
       uint64_t offset = (i % 40) * 20000;  // overwrites too, across chunk boundaries
-      std::string data = Random(20000, 100 + i);
+      std::string data = RandomBytes(20000, 100 + i);
       std::lock_guard lock(mu);
       if (client_->Write(7, offset, data).ok()) {
         acked[offset] = data;
@@ -292,7 +279,7 @@ TEST_F(StorageTest, KillingHeadMiddleAndTailLosesNoAcknowledgedWrite) {
 }
 
 TEST_F(StorageTest, TruncateAndRemoveReachEveryReplica) {
-  std::string data = Random(kChunk, 12);
+  std::string data = RandomBytes(kChunk, 12);
   ASSERT_TRUE(client_->Write(6, 0, data).ok());
   ASSERT_TRUE(client_->Write(6, kChunk, "second chunk").ok());
   ASSERT_TRUE(client_->TruncateChunk(6, 0, 1000).ok());
@@ -342,7 +329,7 @@ TEST_F(StorageTest, TruncateAndRemoveReachEveryReplica) {
 TEST_F(StorageTest, LargeTransfersAreStreamedInPieces) {
   // A transport that streams anything over 1,000 bytes, in 4 KiB pieces.
   GrpcTransport streaming(GrpcTransportOptions{.stream_threshold = 1000, .piece_bytes = 4096});
-  std::string data = Random(kChunk, 13);
+  std::string data = RandomBytes(kChunk, 13);
   fs3rpc::WriteRequest w;
   w.set_request_id(4242);
   w.mutable_chunk()->set_inode(11);
@@ -392,7 +379,7 @@ TEST_F(StorageTest, LargeTransfersAreStreamedInPieces) {
 
 TEST_F(StorageTest, ResyncRemovesWhatThePredecessorNoLongerHas) {
   // Chunk 0 of inode 20 (chain 0) and chunk 1 (chain 1) exist on every replica.
-  ASSERT_TRUE(client_->Write(20, 0, Random(2 * kChunk, 14)).ok());
+  ASSERT_TRUE(client_->Write(20, 0, RandomBytes(2 * kChunk, 14)).ok());
   const fs3rpc::RoutingInfo before = Routing();
   uint64_t tail = before.chains(0).targets(2).target();
   int victim = static_cast<int>(tail / 10) - 1;
@@ -401,7 +388,7 @@ TEST_F(StorageTest, ResyncRemovesWhatThePredecessorNoLongerHas) {
   ASSERT_TRUE(WaitUntil([&] { return CountNodes("down") == 1; }, 20s));
   // While it is away, chunk 0 is removed and chunk 1 rewritten.
   ASSERT_TRUE(client_->RemoveChunk(20, 0).ok());
-  std::string fresh = Random(kChunk, 15);
+  std::string fresh = RandomBytes(kChunk, 15);
   ASSERT_TRUE(client_->Write(20, kChunk, fresh).ok());
   StartStorage(victim);
   ASSERT_TRUE(WaitUntil([&] { return AllServing(); }, 60s));
@@ -436,7 +423,7 @@ TEST_F(StorageTest, NativeClientReadsFilesByPathInBatches) {
   auto a = (*fs)->Create("/data/a");
   auto b = (*fs)->Create("/data/b");
   ASSERT_TRUE(a.ok() && b.ok());
-  const std::string da = Random(300 * 1024, 21), db = Random(10240, 22);
+  const std::string da = RandomBytes(300 * 1024, 21), db = RandomBytes(10240, 22);
   ASSERT_TRUE((*fs)->Write(*a, 0, da).ok());
   ASSERT_TRUE((*fs)->Write(*b, 0, db).ok());
   EXPECT_EQ((*fs)->Stat("/data/a")->size(), da.size());
@@ -479,7 +466,7 @@ TEST_F(StorageTest, NativeClientReadsFilesByPathInBatches) {
   auto narrow = (*fs)->Create("/narrow/f");
   ASSERT_TRUE(narrow.ok());
   ASSERT_EQ(narrow->chains.size(), 1u);
-  const std::string dn = Random(4 * kChunk, 23);
+  const std::string dn = RandomBytes(4 * kChunk, 23);
   ASSERT_TRUE((*fs)->Write(*narrow, 0, dn).ok());
   std::string back(dn.size(), '\0');
   auto got = (*fs)->ReadBatch({{narrow->ino, 0, static_cast<uint32_t>(dn.size()), back.data()}});
@@ -502,7 +489,7 @@ TEST_F(StorageTest, NativeClientReadsFilesByPathInBatches) {
 }
 
 TEST_F(StorageTest, BatchedReadsArePacedByTheClient) {
-  std::string data = Random(32 * kChunk, 11);
+  std::string data = RandomBytes(32 * kChunk, 11);
   ASSERT_TRUE(client_->Write(8, 0, data).ok());
   ClientOptions o;
   o.mgmtd = mgmtd_address_;
@@ -521,7 +508,7 @@ TEST_F(StorageTest, BatchedReadsArePacedByTheClient) {
 }
 
 TEST_F(StorageTest, ACorruptChunkIsDetectedAndServedFromAnotherReplica) {
-  std::string data = Random(kChunk, 5);
+  std::string data = RandomBytes(kChunk, 5);
   ASSERT_TRUE(client_->Write(9, 0, data).ok());
   // Chunk 0 of inode 9 is on chain (9 + 0) % 2 = 1: the second chain. Corrupt its head's copy.
   const fs3rpc::RoutingInfo routing = Routing();
@@ -547,7 +534,7 @@ TEST_F(StorageTest, ACorruptChunkIsDetectedAndServedFromAnotherReplica) {
 }
 
 TEST_F(StorageTest, BadRequestsGetPreciseErrorsAndChangeNothing) {
-  std::string data = Random(1000, 6);
+  std::string data = RandomBytes(1000, 6);
   ASSERT_TRUE(client_->Write(4, 0, data).ok());
   auto r = Routing();
   const auto& chain = r.chains(0);  // chunk 0 of inode 4 lives on chain (4 + 0) % 2 = 0

@@ -71,6 +71,8 @@ class FileSystem {
   // The inode a path names (following symbolic links), or its parent and last name.
   Result<fs3rpc::Inode> Resolve(const std::string& path, int depth = 0);
   Result<std::pair<uint64_t, std::string>> ResolveParent(const std::string& path);
+  // Makes the entry `path` (its parent resolved first) with a fresh request id.
+  Status MakeAt(const std::string& path, uint32_t mode, fs3rpc::InodeType type, fs3rpc::Inode* out);
   fs3rpc::Credentials Cred() const;
 
   const FsOptions options_;
