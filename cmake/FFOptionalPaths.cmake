@@ -7,7 +7,10 @@
 #                  (default: $CUDA_HOME, else /usr/local/cuda).
 #   FF_WITH_VERBS  ibverbs RDMA transport. Looked for under FF_VERBS_ROOT (default: /usr), which
 #                  must hold include/infiniband/verbs.h and the libibverbs library.
-#   FF_WITH_TORCH  PyTorch integration (Debian's libtorch-dev).
+#   FF_WITH_TORCH  PyTorch integration (the "hfreduce" torch.distributed backend in haiscale), built
+#                  against the torch that FF_PYTHON imports (default: the project's .venv, made by
+#                  deploy/install-deps.sh). Off under FF_SANITIZE: a Python extension cannot bring
+#                  a sanitizer runtime into the interpreter.
 #
 # Every path that is on defines FF_WITH_<NAME>=1 on the interface target ff::config, and the
 # reason for the choice is printed by ff_print_summary().
@@ -101,16 +104,49 @@ if(NOT FF_WITH_VERBS_REQUEST STREQUAL "OFF")
 endif()
 _ff_decide(VERBS "${_found}" "${_reason}")
 
-# --- libtorch -----------------------------------------------------------------------------------
+# --- PyTorch ------------------------------------------------------------------------------------
 _ff_tristate(FF_WITH_TORCH "Build the PyTorch integration")
+set(FF_PYTHON "${CMAKE_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
+    "Python interpreter whose torch the PyTorch integration is built against")
 set(_found FALSE)
 if(NOT FF_WITH_TORCH_REQUEST STREQUAL "OFF")
-  find_package(Torch CONFIG QUIET)
-  if(Torch_FOUND)
-    set(_found TRUE)
-    set(_reason "libtorch ${Torch_VERSION} found at ${Torch_DIR}")
+  if(FF_SANITIZE)
+    set(_reason "not built under FF_SANITIZE=${FF_SANITIZE} (an extension module cannot load a sanitizer runtime)")
+  elseif(NOT EXISTS "${FF_PYTHON}")
+    set(_reason "no Python at ${FF_PYTHON} (deploy/install-deps.sh makes .venv; or set FF_PYTHON)")
   else()
-    set(_reason "libtorch not found (Debian: libtorch-dev)")
+    execute_process(
+      COMMAND "${FF_PYTHON}" -c
+        "import torch, torch.utils; print(torch.__version__); print(torch.utils.cmake_prefix_path); print(torch.version.cuda or '')"
+      OUTPUT_VARIABLE _torch_probe ERROR_VARIABLE _torch_error RESULT_VARIABLE _torch_rc
+      OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(NOT _torch_rc EQUAL 0)
+      string(REGEX REPLACE "\n.*" "" _torch_error "${_torch_error}")
+      set(_reason "${FF_PYTHON} cannot import torch (${_torch_rc})")
+    else()
+      string(REPLACE "\n" ";" _torch_probe "${_torch_probe}")
+      list(GET _torch_probe 0 FF_TORCH_VERSION)
+      list(GET _torch_probe 1 _torch_prefix)
+      list(LENGTH _torch_probe _n)
+      set(FF_TORCH_CUDA_VERSION "")
+      if(_n GREATER 2)
+        list(GET _torch_probe 2 FF_TORCH_CUDA_VERSION)
+      endif()
+      set(Python3_EXECUTABLE "${FF_PYTHON}")
+      find_package(Python3 COMPONENTS Interpreter Development.Module QUIET)
+      if(NOT Python3_Development.Module_FOUND)
+        set(_reason "torch ${FF_TORCH_VERSION} imports, but the headers of ${FF_PYTHON} are missing (Debian: python3-dev)")
+      else()
+        # TorchConfig looks for CUDA itself when the wheel is a CUDA build; its messages are noise.
+        find_package(Torch CONFIG QUIET PATHS "${_torch_prefix}" NO_DEFAULT_PATH)
+        if(Torch_FOUND)
+          set(_found TRUE)
+          set(_reason "torch ${FF_TORCH_VERSION} from ${FF_PYTHON}")
+        else()
+          set(_reason "torch ${FF_TORCH_VERSION} imports, but its CMake package under ${_torch_prefix} does not load")
+        endif()
+      endif()
+    endif()
   endif()
 endif()
 _ff_decide(TORCH "${_found}" "${_reason}")

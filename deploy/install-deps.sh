@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Installs every Debian package that building, testing and running the local cluster need.
-# Idempotent: when everything is installed it only checks, in about a second.
-# Runs as root, or through sudo. Exit status 0 when all packages are installed.
+# Installs every Debian package that building, testing and running the local cluster need, then
+# the project's Python environment (.venv/ at the root, pinned by deploy/requirements.txt: torch,
+# numpy, pytest). Idempotent: when everything is installed it only checks, in about a second.
+# Runs as root, or through sudo (for apt-get). Exit status 0 when all is installed.
+#
+# Environment: FF_PYTHON (the interpreter the venv is made from; default python3),
+# FF_TORCH_INDEX_URL (an extra pip index, e.g. for a CUDA variant of torch), FF_NO_VENV=1 (skip
+# the Python environment; the build then leaves the PyTorch integration out).
 set -euo pipefail
 
 PACKAGES=(
@@ -16,6 +21,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev libgloo-dev libopenmpi-dev openmpi-bin
   # fs3/bench/fuse-bench.sh (fs3-fuse against libfuse's passthrough_ll)
   fio
+  # the Python environment (.venv) and the haiscale extension's headers
+  python3-venv python3-dev
 )
 
 say() { echo "install-deps: $*" >&2; }
@@ -26,9 +33,43 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
+# The project's virtual environment: made once, and re-installed only when the pins change.
+python_env() {
+  [ "${FF_NO_VENV:-0}" = 1 ] && { say "FF_NO_VENV=1: no Python environment"; return 0; }
+  local root venv req stamp python want
+  root="$(cd "$(dirname "$0")/.." && pwd)"
+  venv="$root/.venv"
+  req="$root/deploy/requirements.txt"
+  stamp="$venv/.requirements.sha256"
+  want="$(sha256sum "$req" | cut -d' ' -f1)${FF_TORCH_INDEX_URL:+ $FF_TORCH_INDEX_URL}"
+  if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+    say "Python environment $venv up to date"
+    return 0
+  fi
+  python="${FF_PYTHON:-python3}"
+  if [ ! -x "$venv/bin/python" ]; then
+    say "making the Python environment $venv (from $($python -c 'import sys; print(sys.executable)'))"
+    "$python" -m venv "$venv" || { say "$python -m venv failed (Debian: python3-venv)"; return 1; }
+  fi
+  say "installing deploy/requirements.txt into $venv"
+  local log extra=()
+  log=$(mktemp)
+  [ -n "${FF_TORCH_INDEX_URL:-}" ] && extra=(--extra-index-url "$FF_TORCH_INDEX_URL")
+  if ! "$venv/bin/python" -m pip install -q --no-input --disable-pip-version-check "${extra[@]}" \
+        -r "$req" >"$log" 2>&1; then
+    say "pip install failed: $(grep -E '^ERROR' "$log" | head -n 1 || tail -n 1 "$log")"
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
+  echo "$want" >"$stamp"
+  say "Python environment ready: $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)')"
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   say "all ${#PACKAGES[@]} packages already installed"
-  exit 0
+  python_env
+  exit $?
 fi
 
 SUDO=()
@@ -76,3 +117,4 @@ if ! "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 rm -f "$log"
 say "installed ${#missing[@]} packages"
+python_env

@@ -38,7 +38,8 @@ configure() {  # configure BUILD_DIR [cmake args...]
 }
 
 mkdir -p build
-configure build
+# The PyTorch integration is required here (AUTO would quietly drop its tests without torch).
+configure build -DFF_WITH_TORCH=ON
 cmake --build build -j "$jobs"
 
 label_args=(-LE slow)

@@ -161,15 +161,16 @@ class CommunicatorImpl final : public Communicator {
     return Submit(desc, send, recv, "allgather");
   }
 
-  std::shared_ptr<Work> SendAsync(const void* buf, std::size_t count, DataType type,
-                                  int peer) override {
+  std::shared_ptr<Work> SendAsync(const void* buf, std::size_t count, DataType type, int peer,
+                                  uint32_t tag) override {
     if (Status st = CheckPeer(peer, count, buf); !st.ok()) return Failed(st);
-    return p2p_->Send(buf, count, type, peer);
+    return p2p_->Send(buf, count, type, peer, tag);
   }
 
-  std::shared_ptr<Work> RecvAsync(void* buf, std::size_t count, DataType type, int peer) override {
+  std::shared_ptr<Work> RecvAsync(void* buf, std::size_t count, DataType type, int peer,
+                                  uint32_t tag) override {
     if (Status st = CheckPeer(peer, count, buf); !st.ok()) return Failed(st);
-    return p2p_->Recv(buf, count, type, peer);
+    return p2p_->Recv(buf, count, type, peer, tag);
   }
 
   std::shared_ptr<Work> BarrierAsync() override {
@@ -198,11 +199,9 @@ class CommunicatorImpl final : public Communicator {
 
   std::shared_ptr<Work> Submit(const OpDesc& desc, const void* send, void* recv,
                                const std::string& name);
-  Status Rendezvous(const CommunicatorOptions& options, StoreClient& store,
-                    const std::string& prefix);
-  Status ConnectTrees(const CommunicatorOptions& options, StoreClient& store,
-                      const std::string& prefix, Clock::time_point deadline,
-                      NodeEngineConfig* config);
+  Status Rendezvous(const CommunicatorOptions& options, Store& store, const std::string& prefix);
+  Status ConnectTrees(const CommunicatorOptions& options, Store& store, const std::string& prefix,
+                      Clock::time_point deadline, NodeEngineConfig* config);
   CollectiveMetrics& MetricsFor(const std::string& name);
 
   int rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1, node_index_ = 0, num_nodes_ = 1;
@@ -234,7 +233,7 @@ CollectiveMetrics& CommunicatorImpl::MetricsFor(const std::string& name) {
 }
 
 // Wraps a Work to record metrics when it is first observed complete.
-class MeteredWork final : public Work {
+class MeteredWork final : public Work, public std::enable_shared_from_this<MeteredWork> {
  public:
   MeteredWork(std::shared_ptr<Work> inner, CollectiveMetrics metrics, double bytes)
       : inner_(std::move(inner)), metrics_(metrics), bytes_(bytes), start_(Clock::now()) {}
@@ -247,6 +246,12 @@ class MeteredWork final : public Work {
     if (!inner_->Test()) return false;
     Record(inner_->Wait());
     return true;
+  }
+  void OnComplete(std::function<void(const Status&)> done) override {
+    inner_->OnComplete([this, self = weak_from_this(), done = std::move(done)](const Status& st) {
+      if (auto alive = self.lock()) Record(st);
+      done(st);
+    });
   }
 
  private:
@@ -284,10 +289,14 @@ Status CommunicatorImpl::Init(const CommunicatorOptions& options) {
   rank_ = options.rank;
   world_size_ = options.world_size;
   metrics_ = options.metrics;
-  if (rank_ == 0 && options.rank0_hosts_store) {
-    FF_ASSIGN_OR_RETURN(store_server_, StoreServer::Start(options.store_address));
+  std::shared_ptr<Store> shared = options.store;
+  if (!shared) {
+    if (rank_ == 0 && options.rank0_hosts_store) {
+      FF_ASSIGN_OR_RETURN(store_server_, StoreServer::Start(options.store_address));
+    }
+    shared = std::make_shared<StoreClient>(options.store_address, options.timeout);
   }
-  StoreClient store(options.store_address, options.timeout);
+  Store& store = *shared;
   // Communicators that reuse one store and prefix (one job after another) are told apart by a
   // generation: the join counter divided by the world size.
   FF_ASSIGN_OR_RETURN(int64_t joined, store.Add(options.store_prefix + "/joined", 1));
@@ -296,7 +305,7 @@ Status CommunicatorImpl::Init(const CommunicatorOptions& options) {
   return Rendezvous(options, store, prefix);
 }
 
-Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, StoreClient& store,
+Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, Store& store,
                                     const std::string& prefix) {
   const auto deadline = Clock::now() + options.timeout;
   auto left = [&] {
@@ -426,7 +435,7 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, StoreCli
   return Status::Ok();
 }
 
-Status CommunicatorImpl::ConnectTrees(const CommunicatorOptions& options, StoreClient& store,
+Status CommunicatorImpl::ConnectTrees(const CommunicatorOptions& options, Store& store,
                                       const std::string& prefix, Clock::time_point deadline,
                                       NodeEngineConfig* config) {
   auto left = [&] {

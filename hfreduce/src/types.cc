@@ -4,10 +4,10 @@
 
 namespace ff::hfreduce {
 namespace {
-constexpr std::array<std::string_view, 6> kTypeNames = {"fp32", "fp64",  "fp16",
-                                                        "bf16", "int32", "int64"};
-constexpr std::array<std::size_t, 6> kTypeSizes = {4, 8, 2, 2, 4, 8};
-constexpr std::array<std::string_view, 4> kOpNames = {"sum", "avg", "max", "min"};
+constexpr std::array<std::string_view, 8> kTypeNames = {"fp32",  "fp64",  "fp16",  "bf16",
+                                                        "int32", "int64", "uint8", "int8"};
+constexpr std::array<std::size_t, 8> kTypeSizes = {4, 8, 2, 2, 4, 8, 1, 1};
+constexpr std::array<std::string_view, 5> kOpNames = {"sum", "avg", "max", "min", "product"};
 }  // namespace
 
 std::size_t ElementSize(DataType type) {

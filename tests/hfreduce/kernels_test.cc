@@ -13,8 +13,9 @@ namespace ff::hfreduce {
 namespace {
 
 constexpr DataType kTypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
-                               DataType::kBFloat16, DataType::kInt32,   DataType::kInt64};
-constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
+                               DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
+                               DataType::kUInt8,    DataType::kInt8};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProduct};
 
 // Random values of `type` in [-100, 100), written as raw bytes.
 std::vector<char> RandomBuffer(DataType type, std::size_t n, std::mt19937_64& rng) {
@@ -43,6 +44,12 @@ std::vector<char> RandomBuffer(DataType type, std::size_t n, std::mt19937_64& rn
       case DataType::kInt64:
         reinterpret_cast<int64_t*>(buf.data())[i] = integer(rng);
         break;
+      case DataType::kUInt8:
+        reinterpret_cast<uint8_t*>(buf.data())[i] = static_cast<uint8_t>(integer(rng));
+        break;
+      case DataType::kInt8:
+        reinterpret_cast<int8_t*>(buf.data())[i] = static_cast<int8_t>(integer(rng));
+        break;
     }
   }
   return buf;
@@ -62,6 +69,10 @@ double ValueAt(DataType type, const char* buf, std::size_t i) {
       return reinterpret_cast<const int32_t*>(buf)[i];
     case DataType::kInt64:
       return static_cast<double>(reinterpret_cast<const int64_t*>(buf)[i]);
+    case DataType::kUInt8:
+      return reinterpret_cast<const uint8_t*>(buf)[i];
+    case DataType::kInt8:
+      return reinterpret_cast<const int8_t*>(buf)[i];
   }
   return 0;
 }
@@ -170,6 +181,13 @@ TEST(KernelsTest, SumsMatchAFloat64Reference) {
     std::vector<char> out(n * ElementSize(type));
     Reduce(type, ReduceOp::kSum, ptrs.data(), k, out.data(), n);
     for (std::size_t i = 0; i < n; ++i) {
+      if (type == DataType::kUInt8 || type == DataType::kInt8) {
+        unsigned ref = 0;  // wrap-around sum
+        for (auto& b : inputs)
+          ref += static_cast<unsigned char>(b[i]);
+        ASSERT_EQ(static_cast<unsigned char>(out[i]), static_cast<unsigned char>(ref));
+        continue;
+      }
       if (type == DataType::kInt32 || type == DataType::kInt64) {
         uint64_t ref = 0;  // wrap-around sum
         for (auto& b : inputs) {
@@ -263,6 +281,53 @@ TEST(TypesTest, NamesRoundTrip) {
   DataType t;
   EXPECT_FALSE(ParseDataType("fp8", &t));
   EXPECT_EQ(ElementSize(DataType::kBFloat16), 2u);
+}
+
+TEST(KernelsTest, ProductsAndEightBitTypesWrapLikeTheirCTypes) {
+  // Products of three inputs, and 8-bit sums that overflow, on every ISA.
+  const int8_t a8[4] = {100, -128, 7, -3};
+  const int8_t b8[4] = {100, -1, 9, 5};
+  const int8_t c8[4] = {1, 1, 2, -1};
+  const void* in8[3] = {a8, b8, c8};
+  const uint8_t ua[3] = {200, 255, 3};
+  const uint8_t ub[3] = {100, 1, 4};
+  const void* inu[2] = {ua, ub};
+  const float fa[3] = {1.5f, -2.0f, 0.0f};
+  const float fb[3] = {2.0f, 3.0f, 5.0f};
+  const float fc[3] = {-1.0f, 0.5f, 7.0f};
+  const void* inf[3] = {fa, fb, fc};
+  const int64_t la[2] = {int64_t{1} << 40, -3};
+  const int64_t lb[2] = {int64_t{1} << 30, 3};
+  const void* inl[2] = {la, lb};
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (!IsaSupported(isa)) continue;
+    int8_t sum8[4], prod8[4], max8[4];
+    Reduce(isa, DataType::kInt8, ReduceOp::kSum, in8, 3, sum8, 4);
+    Reduce(isa, DataType::kInt8, ReduceOp::kProduct, in8, 3, prod8, 4);
+    Reduce(isa, DataType::kInt8, ReduceOp::kMax, in8, 3, max8, 4);
+    EXPECT_EQ(sum8[0], static_cast<int8_t>(201)) << IsaName(isa);  // wraps to -55
+    EXPECT_EQ(sum8[1], static_cast<int8_t>(-128));                 // -128 - 1 + 1
+    EXPECT_EQ(prod8[0], static_cast<int8_t>(10000));               // wraps to 16
+    EXPECT_EQ(prod8[2], 126);
+    EXPECT_EQ(prod8[3], 15);
+    EXPECT_EQ(max8[1], 1);
+    uint8_t sumu[3], minu[3];
+    Reduce(isa, DataType::kUInt8, ReduceOp::kSum, inu, 2, sumu, 3);
+    Reduce(isa, DataType::kUInt8, ReduceOp::kMin, inu, 2, minu, 3);
+    EXPECT_EQ(sumu[0], 44);  // 300 mod 256
+    EXPECT_EQ(sumu[1], 0);
+    EXPECT_EQ(sumu[2], 7);
+    EXPECT_EQ(minu[0], 100);
+    float prodf[3];
+    Reduce(isa, DataType::kFloat32, ReduceOp::kProduct, inf, 3, prodf, 3);
+    EXPECT_EQ(prodf[0], -3.0f);
+    EXPECT_EQ(prodf[1], -3.0f);
+    EXPECT_EQ(prodf[2], 0.0f);
+    int64_t prodl[2];
+    Reduce(isa, DataType::kInt64, ReduceOp::kProduct, inl, 2, prodl, 2);
+    EXPECT_EQ(prodl[0], 0);  // 2^70 wraps to 0
+    EXPECT_EQ(prodl[1], -9);
+  }
 }
 
 }  // namespace

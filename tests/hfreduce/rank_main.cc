@@ -80,6 +80,12 @@ void Store(DataType type, void* buf, std::size_t i, double v) {
     case DataType::kInt64:
       static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v);
       break;
+    case DataType::kUInt8:
+      static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v);
+      break;
+    case DataType::kInt8:
+      static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v);
+      break;
   }
 }
 
@@ -97,6 +103,10 @@ double Load(DataType type, const void* buf, std::size_t i) {
       return static_cast<const int32_t*>(buf)[i];
     case DataType::kInt64:
       return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+    case DataType::kUInt8:
+      return static_cast<const uint8_t*>(buf)[i];
+    case DataType::kInt8:
+      return static_cast<const int8_t*>(buf)[i];
   }
   return 0;
 }

@@ -17,10 +17,12 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "common/result.h"
+#include "hfreduce/store.h"
 #include "hfreduce/types.h"
 
 namespace ff {
@@ -35,9 +37,13 @@ struct CommunicatorOptions {
   // When >= 0, the local rank this process expects (LOCAL_RANK from a launcher); rendezvous fails
   // if the node grouping gives another. Local ranks are numbered in global rank order.
   int local_rank = -1;
-  // host:port of the rendezvous store.
+  // The store to rendezvous through (e.g. the one torch.distributed hands a backend). When null,
+  // a StoreClient of store_address is used.
+  std::shared_ptr<Store> store;
+  // host:port of the rendezvous store (when `store` is null).
   std::string store_address = "127.0.0.1:29500";
-  // Rank 0 serves the store at store_address (false when an external hfreduce-store runs).
+  // Rank 0 serves the store at store_address (false when an external hfreduce-store runs;
+  // ignored when `store` is set).
   bool rank0_hosts_store = true;
   // Key prefix in the store, so several communicators can share one store.
   std::string store_prefix = "hfreduce";
@@ -73,6 +79,10 @@ class Work {
   virtual Status Wait() = 0;
   // True once completed (successfully or not); never blocks.
   virtual bool Test() = 0;
+  // Calls `done` exactly once with the final status: at once on this thread if the work has
+  // completed, else on the HFReduce thread that completes it. `done` must not block (hand
+  // anything slow to another thread) and must not call back into this Work.
+  virtual void OnComplete(std::function<void(const Status&)> done) = 0;
 };
 
 class Communicator {
@@ -111,13 +121,15 @@ class Communicator {
   // Returns once every rank has called it.
   virtual std::shared_ptr<Work> BarrierAsync() = 0;
 
-  // Point to point (pipeline parallelism): `count` elements to / from rank `peer`. Messages
-  // between two ranks arrive in the order sent; each Recv must match its Send in count and type.
-  // Independent of the collectives' order. Fails after `timeout` without a matching peer.
+  // Point to point (pipeline parallelism): `count` elements to / from rank `peer`, matched by
+  // `tag` (MPI's rule): a Recv takes the oldest message from `peer` with its tag, so messages of
+  // one (peer, tag) arrive in the order sent, and messages of other tags never block it (they
+  // are buffered until their Recv is posted). A Recv must match its Send in count and type, else
+  // both fail. Independent of the collectives' order. Fails after `timeout` without a peer.
   virtual std::shared_ptr<Work> SendAsync(const void* buf, std::size_t count, DataType type,
-                                          int peer) = 0;
-  virtual std::shared_ptr<Work> RecvAsync(void* buf, std::size_t count, DataType type,
-                                          int peer) = 0;
+                                          int peer, uint32_t tag = 0) = 0;
+  virtual std::shared_ptr<Work> RecvAsync(void* buf, std::size_t count, DataType type, int peer,
+                                          uint32_t tag = 0) = 0;
 
   Status Allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
     return AllreduceAsync(send, recv, count, type, op)->Wait();
@@ -133,11 +145,11 @@ class Communicator {
     return AllgatherAsync(send, recv, send_count, type)->Wait();
   }
   Status Barrier() { return BarrierAsync()->Wait(); }
-  Status Send(const void* buf, std::size_t count, DataType type, int peer) {
-    return SendAsync(buf, count, type, peer)->Wait();
+  Status Send(const void* buf, std::size_t count, DataType type, int peer, uint32_t tag = 0) {
+    return SendAsync(buf, count, type, peer, tag)->Wait();
   }
-  Status Recv(void* buf, std::size_t count, DataType type, int peer) {
-    return RecvAsync(buf, count, type, peer)->Wait();
+  Status Recv(void* buf, std::size_t count, DataType type, int peer, uint32_t tag = 0) {
+    return RecvAsync(buf, count, type, peer, tag)->Wait();
   }
 
   // CUDA (where built with it): collectives issued after this call copy device buffers with

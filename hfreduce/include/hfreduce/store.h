@@ -1,9 +1,11 @@
-// The rendezvous store: a small key-value service over gRPC that the ranks of a communicator use
-// to find each other (like torch.distributed's TCPStore).
+// The rendezvous store: a key-value store that the ranks of a communicator use to find each other
+// (like torch.distributed's TCPStore).
 //
-// StoreServer serves it (rank 0 starts one on MASTER_ADDR:MASTER_PORT, or hfreduce-store runs
-// standalone); StoreClient talks to it. Keys and values are bytes; keys at most 1 KiB, values at
-// most 1 MiB. Both classes are thread-safe.
+// Store is the interface a communicator rendezvouses through; any shared key-value store can
+// implement it (the PyTorch backend adapts the c10d::Store torch hands it). StoreServer serves our
+// own over gRPC (rank 0 starts one on MASTER_ADDR:MASTER_PORT, or hfreduce-store runs standalone);
+// StoreClient talks to it. Keys and values are bytes; keys at most 1 KiB, values at most 1 MiB.
+// All classes are thread-safe.
 #pragma once
 
 #include <chrono>
@@ -14,6 +16,20 @@
 #include "common/result.h"
 
 namespace ff::hfreduce {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual Status Set(const std::string& key, const std::string& value) = 0;
+  // Waits until every key is set (kDeadlineExceeded after `timeout`, naming missing keys) and
+  // returns their values in order.
+  virtual Result<std::vector<std::string>> Get(const std::vector<std::string>& keys,
+                                               std::chrono::milliseconds timeout) = 0;
+  // Adds `delta` to the integer stored at `key` (0 when unset) and returns the new value.
+  virtual Result<int64_t> Add(const std::string& key, int64_t delta) = 0;
+
+  Result<std::string> Get(const std::string& key, std::chrono::milliseconds timeout);
+};
 
 class StoreServer {
  public:
@@ -28,19 +44,18 @@ class StoreServer {
   std::unique_ptr<Impl> impl_;
 };
 
-class StoreClient {
+class StoreClient final : public Store {
  public:
   // Connects lazily; calls retry while the server is not up yet (ranks may start before rank 0),
   // up to `connect_timeout` per call.
   StoreClient(const std::string& address, std::chrono::milliseconds connect_timeout);
-  ~StoreClient();
+  ~StoreClient() override;
 
-  Status Set(const std::string& key, const std::string& value);
-  // Waits until every key is set (kDeadlineExceeded after `timeout`, naming missing keys).
+  Status Set(const std::string& key, const std::string& value) override;
   Result<std::vector<std::string>> Get(const std::vector<std::string>& keys,
-                                       std::chrono::milliseconds timeout);
-  Result<std::string> Get(const std::string& key, std::chrono::milliseconds timeout);
-  Result<int64_t> Add(const std::string& key, int64_t delta);
+                                       std::chrono::milliseconds timeout) override;
+  using Store::Get;
+  Result<int64_t> Add(const std::string& key, int64_t delta) override;
 
  private:
   struct Impl;

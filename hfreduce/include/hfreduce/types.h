@@ -14,6 +14,8 @@ enum class DataType : uint8_t {
   kBFloat16,  // bfloat16; reduced with fp32 accumulation
   kInt32,     // sums wrap around (two's complement), as in NCCL
   kInt64,
+  kUInt8,  // also how untyped bytes travel (broadcast, allgather, send/recv of any type)
+  kInt8,
 };
 
 enum class ReduceOp : uint8_t {
@@ -21,11 +23,13 @@ enum class ReduceOp : uint8_t {
   kAvg,  // sum divided by the world size (integer division for integer types)
   kMax,
   kMin,
+  kProduct,  // integer products wrap around
 };
 
 std::size_t ElementSize(DataType type);
-std::string_view DataTypeName(DataType type);  // "fp32", "fp64", "fp16", "bf16", "int32", "int64"
-std::string_view ReduceOpName(ReduceOp op);    // "sum", "avg", "max", "min"
+// "fp32", "fp64", "fp16", "bf16", "int32", "int64", "uint8", "int8"
+std::string_view DataTypeName(DataType type);
+std::string_view ReduceOpName(ReduceOp op);  // "sum", "avg", "max", "min", "product"
 // Parse the names above; false when unknown.
 bool ParseDataType(std::string_view name, DataType* type);
 bool ParseReduceOp(std::string_view name, ReduceOp* op);

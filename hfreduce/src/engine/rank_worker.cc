@@ -17,11 +17,30 @@ bool WorkImpl::Test() {
   return done_;
 }
 
+void WorkImpl::OnComplete(std::function<void(const Status&)> done) {
+  {
+    std::lock_guard lock(mu_);
+    if (!done_) {
+      callbacks_.push_back(std::move(done));
+      return;
+    }
+  }
+  done(status_);  // status_ no longer changes once done_
+}
+
 void WorkImpl::Complete(Status status) {
-  std::lock_guard lock(mu_);
-  status_ = std::move(status);
-  done_ = true;
-  done_cv_.notify_all();
+  std::vector<std::function<void(const Status&)>> callbacks;
+  {
+    std::lock_guard lock(mu_);
+    if (done_) return;
+    status_ = std::move(status);
+    done_ = true;
+    callbacks.swap(callbacks_);
+    done_cv_.notify_all();
+  }
+  // Outside the lock: a callback may wait on or test this work.
+  for (auto& callback : callbacks)
+    callback(status_);
 }
 
 RankWorker::RankWorker(NodeSegment& segment, int local_rank, int rank, int world_size,

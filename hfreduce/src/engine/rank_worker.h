@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "engine/op.h"
 #include "engine/waiter.h"
@@ -20,6 +21,8 @@ class WorkImpl final : public Work {
  public:
   Status Wait() override;
   bool Test() override;
+  void OnComplete(std::function<void(const Status&)> done) override;
+  // Completes the work (once; later calls are ignored) and runs the callbacks on this thread.
   void Complete(Status status);
 
  private:
@@ -27,6 +30,7 @@ class WorkImpl final : public Work {
   std::condition_variable done_cv_;
   bool done_ = false;
   Status status_;
+  std::vector<std::function<void(const Status&)>> callbacks_;
 };
 
 class RankWorker {

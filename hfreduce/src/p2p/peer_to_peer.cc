@@ -1,9 +1,12 @@
 #include "p2p/peer_to_peer.h"
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "engine/device_copy.h"
@@ -27,8 +30,10 @@ struct MessageHeader {
   uint8_t dtype;
   uint8_t reserved[3];
   uint64_t count;
+  uint32_t tag;
+  uint32_t reserved2;
 };
-static_assert(sizeof(MessageHeader) == 16);
+static_assert(sizeof(MessageHeader) == 24);
 
 std::string Describe(std::size_t count, DataType type) {
   return std::to_string(count) + " x " + std::string(DataTypeName(type));
@@ -70,11 +75,30 @@ class PeerToPeer::Channel {
     }
   }
 
-  std::shared_ptr<Work> Enqueue(bool send, void* buf, std::size_t count, DataType type) {
+  std::shared_ptr<Work> Enqueue(bool send, void* buf, std::size_t count, DataType type,
+                                uint32_t tag) {
     auto work = std::make_shared<WorkImpl>();
+    Op op{buf, count, type, tag, Clock::now() + state_.timeout, work};
+    Unexpected early;
     {
       std::lock_guard lock(mu_);
-      (send ? sends_ : recvs_).push_back(Op{buf, count, type, work});
+      if (send) {
+        sends_.push_back(std::move(op));
+      } else {
+        // A message of this tag that arrived before its receive was posted.
+        auto it = std::find_if(unexpected_.begin(), unexpected_.end(),
+                               [&](const Unexpected& u) { return u.tag == tag; });
+        if (it == unexpected_.end()) {
+          recvs_.push_back(std::move(op));
+        } else {
+          early = std::move(*it);
+          unexpected_.erase(it);
+        }
+      }
+    }
+    if (early.data) {
+      work->Complete(DeliverBuffered(op, early));
+      return work;
     }
     cv_.notify_all();
     return work;
@@ -95,7 +119,16 @@ class PeerToPeer::Channel {
     void* buf;
     std::size_t count;
     DataType type;
+    uint32_t tag;
+    Clock::time_point deadline;
     std::shared_ptr<WorkImpl> work;
+  };
+  // A message received before a receive of its tag was posted.
+  struct Unexpected {
+    uint32_t tag = 0;
+    uint8_t dtype = 0;
+    uint64_t count = 0;
+    std::unique_ptr<char[]> data;
   };
 
   // The connection, opening it if we are the lower rank. Returns null on stop or failure.
@@ -134,31 +167,136 @@ class PeerToPeer::Channel {
   }
 
   void Loop(bool sending) {
-    auto& queue = sending ? sends_ : recvs_;
+    if (!sending) return ReceiveLoop();
     while (true) {
       Op op;
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue.empty(); });
+        cv_.wait(lock, [&] { return stop_ || !sends_.empty(); });
         if (stop_) return;
-        op = queue.front();
-        queue.pop_front();
+        op = std::move(sends_.front());
+        sends_.pop_front();
       }
-      Status st = sending ? DoSend(op) : DoRecv(op);
-      if (!st.ok()) {
-        std::lock_guard lock(mu_);
-        if (broken_.ok()) broken_ = st;
-        if (conn_) conn_->Shutdown();
-      }
+      Status st = DoSend(op);
+      if (!st.ok()) Break(st);
       op.work->Complete(st);
     }
+  }
+
+  // Reads messages while receives are pending: each goes to the oldest pending receive of its
+  // tag, or, when none is posted yet, into the unexpected queue.
+  void ReceiveLoop() {
+    while (true) {
+      Clock::time_point deadline;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !recvs_.empty(); });
+        if (stop_) return;
+        deadline = recvs_.front().deadline;
+        for (const Op& op : recvs_)
+          deadline = std::min(deadline, op.deadline);
+      }
+      Status st = ReceiveOne(deadline);
+      if (!st.ok()) {
+        Break(st);
+        std::deque<Op> failed;
+        {
+          std::lock_guard lock(mu_);
+          failed.swap(recvs_);
+        }
+        for (Op& op : failed)
+          op.work->Complete(st);
+      }
+    }
+  }
+
+  void Break(const Status& st) {
+    std::lock_guard lock(mu_);
+    if (broken_.ok()) broken_ = st;
+    if (conn_) conn_->Shutdown();
+  }
+
+  Status ReceiveOne(Clock::time_point deadline) {
+    FF_ASSIGN_OR_RETURN(Connection * conn, Connection_(deadline));
+    Status readable = conn->WaitReadable(deadline);
+    if (!readable.ok()) {
+      if (readable.code() != StatusCode::kDeadlineExceeded) return readable;
+      return DeadlineExceeded("hfreduce: rank " + std::to_string(state_.rank) +
+                              " waited too long for a message from rank " + std::to_string(peer_));
+    }
+    MessageHeader h{};
+    FF_RETURN_IF_ERROR(conn->Recv(&h, sizeof h));
+    if (h.magic != kMessageMagic || h.dtype > static_cast<uint8_t>(DataType::kInt8)) {
+      return DataLoss("hfreduce: garbage from " + conn->peer() + " (not an HFReduce message)");
+    }
+    const auto type = static_cast<DataType>(h.dtype);
+    const std::size_t bytes = h.count * ElementSize(type);
+    std::optional<Op> target;
+    {
+      std::lock_guard lock(mu_);
+      auto it =
+          std::find_if(recvs_.begin(), recvs_.end(), [&](const Op& op) { return op.tag == h.tag; });
+      if (it != recvs_.end()) {
+        target = std::move(*it);
+        recvs_.erase(it);
+      }
+    }
+    if (!target) {
+      Unexpected u;
+      u.tag = h.tag;
+      u.dtype = h.dtype;
+      u.count = h.count;
+      u.data.reset(new char[std::max<std::size_t>(bytes, 1)]);
+      if (bytes > 0) FF_RETURN_IF_ERROR(conn->Recv(u.data.get(), bytes));
+      std::lock_guard lock(mu_);
+      unexpected_.push_back(std::move(u));
+      return Status::Ok();
+    }
+    if (h.count != target->count || h.dtype != static_cast<uint8_t>(target->type)) {
+      Status mismatch = Mismatch(h.count, type, *target);
+      target->work->Complete(mismatch);
+      return mismatch;  // the payload is not read: the channel is broken
+    }
+    Status st = Status::Ok();
+    if (bytes > 0) {
+      if (int device = DeviceOf(target->buf); device >= 0) {
+        std::vector<char> staging(bytes);
+        st = conn->Recv(staging.data(), bytes);
+        if (st.ok()) st = CopyFromHost(target->buf, staging.data(), bytes, device);
+      } else {
+        st = conn->Recv(target->buf, bytes);
+      }
+    }
+    target->work->Complete(st);
+    return st;
+  }
+
+  Status Mismatch(uint64_t count, DataType type, const Op& op) const {
+    return InvalidArgument("hfreduce: rank " + std::to_string(peer_) + " sent " +
+                           Describe(count, type) + " with tag " + std::to_string(op.tag) +
+                           ", rank " + std::to_string(state_.rank) + " expected " +
+                           Describe(op.count, op.type));
+  }
+
+  // Copies a buffered message into the receive posted for it.
+  Status DeliverBuffered(const Op& op, const Unexpected& u) {
+    if (u.count != op.count || u.dtype != static_cast<uint8_t>(op.type)) {
+      return Mismatch(u.count, static_cast<DataType>(u.dtype), op);
+    }
+    const std::size_t bytes = op.count * ElementSize(op.type);
+    if (bytes == 0) return Status::Ok();
+    if (int device = DeviceOf(op.buf); device >= 0) {
+      return CopyFromHost(op.buf, u.data.get(), bytes, device);
+    }
+    std::memcpy(op.buf, u.data.get(), bytes);
+    return Status::Ok();
   }
 
   Status DoSend(const Op& op) {
     auto deadline = Clock::now() + state_.timeout;
     FF_ASSIGN_OR_RETURN(Connection * conn, Connection_(deadline));
     const std::size_t bytes = op.count * ElementSize(op.type);
-    MessageHeader h{kMessageMagic, static_cast<uint8_t>(op.type), {0, 0, 0}, op.count};
+    MessageHeader h{kMessageMagic, static_cast<uint8_t>(op.type), {0, 0, 0}, op.count, op.tag, 0};
     FF_RETURN_IF_ERROR(conn->Send(&h, sizeof h, bytes > 0));
     if (bytes == 0) return Status::Ok();
     if (int device = DeviceOf(op.buf); device >= 0) {
@@ -167,31 +305,6 @@ class PeerToPeer::Channel {
       return conn->Send(staging.data(), bytes);
     }
     return conn->Send(op.buf, bytes);
-  }
-
-  Status DoRecv(const Op& op) {
-    auto deadline = Clock::now() + state_.timeout;
-    FF_ASSIGN_OR_RETURN(Connection * conn, Connection_(deadline));
-    FF_RETURN_IF_ERROR(conn->WaitReadable(deadline));
-    MessageHeader h{};
-    FF_RETURN_IF_ERROR(conn->Recv(&h, sizeof h));
-    if (h.magic != kMessageMagic) {
-      return DataLoss("hfreduce: garbage from " + conn->peer() + " (not an HFReduce message)");
-    }
-    if (h.count != op.count || h.dtype != static_cast<uint8_t>(op.type)) {
-      return InvalidArgument("hfreduce: rank " + std::to_string(peer_) + " sent " +
-                             Describe(h.count, static_cast<DataType>(h.dtype)) + ", rank " +
-                             std::to_string(state_.rank) + " expected " +
-                             Describe(op.count, op.type));
-    }
-    const std::size_t bytes = op.count * ElementSize(op.type);
-    if (bytes == 0) return Status::Ok();
-    if (int device = DeviceOf(op.buf); device >= 0) {
-      std::vector<char> staging(bytes);
-      FF_RETURN_IF_ERROR(conn->Recv(staging.data(), bytes));
-      return CopyFromHost(op.buf, staging.data(), bytes, device);
-    }
-    return conn->Recv(op.buf, bytes);
   }
 
   State& state_;
@@ -203,6 +316,7 @@ class PeerToPeer::Channel {
   bool stop_ = false;
   Status broken_;
   std::deque<Op> sends_, recvs_;
+  std::deque<Unexpected> unexpected_;
   std::thread sender_, receiver_;
 };
 
@@ -245,13 +359,14 @@ void PeerToPeer::AcceptLoop() {
   }
 }
 
-std::shared_ptr<Work> PeerToPeer::Send(const void* buf, std::size_t count, DataType type,
-                                       int peer) {
-  return ChannelTo(peer).Enqueue(true, const_cast<void*>(buf), count, type);
+std::shared_ptr<Work> PeerToPeer::Send(const void* buf, std::size_t count, DataType type, int peer,
+                                       uint32_t tag) {
+  return ChannelTo(peer).Enqueue(true, const_cast<void*>(buf), count, type, tag);
 }
 
-std::shared_ptr<Work> PeerToPeer::Recv(void* buf, std::size_t count, DataType type, int peer) {
-  return ChannelTo(peer).Enqueue(false, buf, count, type);
+std::shared_ptr<Work> PeerToPeer::Recv(void* buf, std::size_t count, DataType type, int peer,
+                                       uint32_t tag) {
+  return ChannelTo(peer).Enqueue(false, buf, count, type, tag);
 }
 
 }  // namespace ff::hfreduce

@@ -1,7 +1,8 @@
 // Point-to-point send and receive between any two ranks (pipeline parallelism's activations and
 // gradients). Each pair of ranks gets one TCP connection, opened by the lower rank when either
-// side first needs it; messages between a pair arrive in the order they were sent. A receive
-// must match its send in count and type, else both fail.
+// side first needs it; messages between a pair arrive in the order they were sent, and a receive
+// takes the oldest message of its tag (messages whose receive is not posted yet are buffered). A
+// receive must match its send in count and type, else both fail.
 //
 // Sends to one peer run in order on that peer's sender thread, receives from one peer in order on
 // its receiver thread, so traffic with different peers proceeds in parallel. Thread-safe.
@@ -24,8 +25,9 @@ class PeerToPeer {
              std::chrono::milliseconds timeout);
   ~PeerToPeer();  // fails pending operations with kCancelled
 
-  std::shared_ptr<Work> Send(const void* buf, std::size_t count, DataType type, int peer);
-  std::shared_ptr<Work> Recv(void* buf, std::size_t count, DataType type, int peer);
+  std::shared_ptr<Work> Send(const void* buf, std::size_t count, DataType type, int peer,
+                             uint32_t tag);
+  std::shared_ptr<Work> Recv(void* buf, std::size_t count, DataType type, int peer, uint32_t tag);
 
  private:
   class Channel;

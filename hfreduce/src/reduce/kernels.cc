@@ -51,6 +51,8 @@ Isa DefaultIsa() {
 void Reduce(Isa isa, DataType type, ReduceOp op, const void* const* in, int k, void* out,
             std::size_t n) {
   if (n == 0) return;
+  // Products are rare (torch's PRODUCT): the scalar path serves them for every type.
+  if (op == ReduceOp::kProduct) isa = Isa::kScalar;
   switch (isa) {
     case Isa::kAvx512:
       return ReduceAvx512(type, op, in, k, out, n);

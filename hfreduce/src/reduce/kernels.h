@@ -24,7 +24,8 @@ std::string_view IsaName(Isa isa);
 Isa DefaultIsa();
 bool IsaSupported(Isa isa);
 
-// `op` must be kSum, kMax or kMin (kAvg is a sum followed by DivideInPlace).
+// `op` must be kSum, kMax, kMin or kProduct (kAvg is a sum followed by DivideInPlace).
+// 8-bit types and products take the scalar path on every ISA.
 // k >= 1; n may be 0.
 void Reduce(Isa isa, DataType type, ReduceOp op, const void* const* in, int k, void* out,
             std::size_t n);

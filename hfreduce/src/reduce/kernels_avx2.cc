@@ -111,6 +111,9 @@ void ReduceAvx2(DataType type, ReduceOp op, const void* const* in, int k, void* 
       return VectorReduce<I32>(type, op, in, k, out, n);
     case DataType::kInt64:
       return VectorReduce<I64>(type, op, in, k, out, n);
+    case DataType::kUInt8:
+    case DataType::kInt8:
+      return ReduceScalar(type, op, in, k, out, n);
   }
 }
 

@@ -55,6 +55,18 @@ Acc Add(Acc a, Acc b) {
   }
 }
 
+template <typename Acc>
+Acc Multiply(Acc a, Acc b) {
+  if constexpr (std::is_integral_v<Acc>) {
+    // Wrap-around without undefined behaviour (unsigned int, not a narrower type that promotes
+    // to signed int and may overflow).
+    using U = std::make_unsigned_t<std::common_type_t<Acc, unsigned>>;
+    return static_cast<Acc>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
+
 template <typename E, ReduceOp kOp>
 void ReduceLoop(const void* const* in, int k, void* out, std::size_t n) {
   using Acc = typename E::Acc;
@@ -64,6 +76,8 @@ void ReduceLoop(const void* const* in, int k, void* out, std::size_t n) {
       Acc v = E::Load(in[j], i);
       if constexpr (kOp == ReduceOp::kSum) {
         acc = Add(acc, v);
+      } else if constexpr (kOp == ReduceOp::kProduct) {
+        acc = Multiply(acc, v);
       } else if constexpr (kOp == ReduceOp::kMax) {
         acc = acc > v ? acc : v;
       } else {
@@ -81,6 +95,8 @@ void ReduceType(ReduceOp op, const void* const* in, int k, void* out, std::size_
       return ReduceLoop<E, ReduceOp::kMax>(in, k, out, n);
     case ReduceOp::kMin:
       return ReduceLoop<E, ReduceOp::kMin>(in, k, out, n);
+    case ReduceOp::kProduct:
+      return ReduceLoop<E, ReduceOp::kProduct>(in, k, out, n);
     default:
       return ReduceLoop<E, ReduceOp::kSum>(in, k, out, n);
   }
@@ -165,6 +181,10 @@ void ReduceScalar(DataType type, ReduceOp op, const void* const* in, int k, void
       return ReduceType<Native<int32_t>>(op, in, k, out, n);
     case DataType::kInt64:
       return ReduceType<Native<int64_t>>(op, in, k, out, n);
+    case DataType::kUInt8:
+      return ReduceType<Native<uint8_t>>(op, in, k, out, n);
+    case DataType::kInt8:
+      return ReduceType<Native<int8_t>>(op, in, k, out, n);
   }
 }
 
@@ -203,6 +223,10 @@ void DivideInPlace(DataType type, void* buf, std::size_t n, int divisor) {
       return DivideType<Native<int32_t>>(buf, n, divisor);
     case DataType::kInt64:
       return DivideType<Native<int64_t>>(buf, n, divisor);
+    case DataType::kUInt8:
+      return DivideType<Native<uint8_t>>(buf, n, divisor);
+    case DataType::kInt8:
+      return DivideType<Native<int8_t>>(buf, n, divisor);
   }
 }
 

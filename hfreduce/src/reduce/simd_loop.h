@@ -62,6 +62,8 @@ void VectorReduce(DataType type, ReduceOp op, const void* const* in, int k, void
       return VectorLoop<V, ReduceOp::kMax>(type, in, k, out, n);
     case ReduceOp::kMin:
       return VectorLoop<V, ReduceOp::kMin>(type, in, k, out, n);
+    case ReduceOp::kProduct:
+      return ReduceScalar(type, op, in, k, out, n);
     default:
       return VectorLoop<V, ReduceOp::kSum>(type, in, k, out, n);
   }

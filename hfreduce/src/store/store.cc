@@ -167,7 +167,7 @@ Result<std::vector<std::string>> StoreClient::Get(const std::vector<std::string>
   return std::vector<std::string>(reply.values().begin(), reply.values().end());
 }
 
-Result<std::string> StoreClient::Get(const std::string& key, std::chrono::milliseconds timeout) {
+Result<std::string> Store::Get(const std::string& key, std::chrono::milliseconds timeout) {
   FF_ASSIGN_OR_RETURN(std::vector<std::string> values, Get(std::vector<std::string>{key}, timeout));
   return values.front();
 }

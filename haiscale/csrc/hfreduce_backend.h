@@ -1,0 +1,157 @@
+// The "hfreduce" torch.distributed backend: a c10d::Backend over ff::hfreduce::Communicator.
+//
+// One backend serves one process group (the default group or a subgroup) on CPU and CUDA
+// tensors. It rendezvouses through the store torch hands it (no second port), then every
+// collective is issued on its communicator in call order and completes asynchronously: the
+// returned Work's future is completed on the backend's own completion thread (never on a caller's
+// thread, never on HFReduce's pipeline threads), with the output tensors as its value, so DDP's
+// comm hooks and FSDP2's overlap work unchanged.
+//
+// What each torch op becomes:
+//   allreduce (sum, avg, min, max, product, premul_sum)  HFReduce allreduce (premul: scaled first)
+//   reduce_scatter / _reduce_scatter_base                HFReduce reduce-scatter
+//   allgather / _allgather_base                          HFReduce allgather (bytes: any dtype)
+//   broadcast                                            HFReduce broadcast (bytes: any dtype)
+//   reduce, gather                                       allreduce / allgather, root keeps it
+//   scatter, alltoall(_base), send / recv                HFReduce point-to-point (tagged)
+//   barrier                                              HFReduce barrier
+// The coalesced forms issue their ops back to back and complete when the last one has.
+// Reductions take fp32, fp64, fp16, bf16, int32, int64, uint8, int8 and bool (sum/max = or,
+// product/min = and); anything else raises a RuntimeError naming the op and the type.
+//
+// Tensors that are not contiguous CPU tensors (strided views; CUDA tensors in a build without
+// HFReduce's CUDA path) are staged through a contiguous host copy.
+//
+// Failures (a dead rank, mismatched calls, the timeout) complete the Work with an error: wait()
+// raises RuntimeError naming the cause, and the backend is then broken. shutdown()/abort() and
+// the destructor stop every thread the backend started.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
+
+#include "hfreduce/communicator.h"
+
+namespace ff::haiscale {
+
+struct BackendOptions {
+  int rank = 0;
+  int size = 1;
+  // Rendezvous and every collective fail after this long.
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  std::string group_name;
+  // Ranks with the same node id share a node (shared memory and one CPU reduction).
+  std::string node_id;
+  // When >= 0, the local rank the launcher gave this process; the rendezvous fails if the node
+  // grouping disagrees.
+  int local_rank = -1;
+  // Address other nodes reach this one at, and the inter-node transport (auto, tcp, verbs).
+  std::string listen_host = "127.0.0.1";
+  std::string transport = "auto";
+  // Pipeline geometry (0: HFReduce's defaults).
+  std::size_t chunk_bytes = 0;
+  int pipeline_depth = 0;
+};
+
+class Completer;
+
+class HFReduceBackend final : public c10d::Backend {
+ public:
+  // Rendezvouses with the group's other ranks through `store`; throws c10::Error on failure.
+  HFReduceBackend(const c10::intrusive_ptr<c10d::Store>& store, BackendOptions options);
+  ~HFReduceBackend() override;
+
+  const std::string getBackendName() const override { return "hfreduce"; }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_split_sizes,
+                                               std::vector<int64_t>& input_split_sizes,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst_rank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  // Stop every thread and release the shared memory; later calls raise.
+  void shutdown() override;
+  void abort() override;
+
+  // How many nodes the group spans, and which transport joins them ("shm" for one node).
+  int num_nodes() const;
+  std::string transport() const;
+
+ private:
+  // One staged tensor: `buf` is what the communicator reads and writes; when it is not the
+  // caller's tensor, `user` gets the result copied back before the Work completes.
+  struct Staged {
+    at::Tensor user;
+    at::Tensor buf;
+    bool copy_back = false;
+  };
+  using Issue =
+      std::function<std::vector<std::shared_ptr<hfreduce::Work>>(hfreduce::Communicator&)>;
+
+  // Issues the HFReduce works of one torch op (under the submission lock) and returns the torch
+  // Work that completes, after `post` ran, when all of them have.
+  c10::intrusive_ptr<c10d::Work> Launch(c10d::OpType type, const char* title,
+                                        std::vector<at::Tensor> outputs, const Issue& issue,
+                                        std::vector<Staged> staged = {},
+                                        std::function<void()> post = {});
+  // A tag for the point-to-point messages of one collective (scatter, alltoall): above every
+  // user tag, the same on every rank because collectives are issued in the same order.
+  uint32_t NextCollectiveTag();
+  void CheckRank(int peer, const char* op) const;
+
+  const BackendOptions options_;
+  mutable std::mutex mu_;  // serialises submissions (a Communicator takes one caller at a time)
+  std::unique_ptr<hfreduce::Communicator> comm_;
+  std::unique_ptr<Completer> completer_;
+  uint32_t collective_tags_ = 0;
+};
+
+}  // namespace ff::haiscale

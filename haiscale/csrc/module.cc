@@ -1,0 +1,56 @@
+// haiscale._C: the Python face of the C++ side. create_backend() is what haiscale registers with
+// torch.distributed as the "hfreduce" backend's creator.
+#include <torch/python.h>
+
+#include "hfreduce_backend.h"
+
+namespace py = pybind11;
+
+namespace {
+
+c10::intrusive_ptr<c10d::Backend> CreateBackend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                int rank, int size, int64_t timeout_ms,
+                                                const std::string& group_name,
+                                                const std::string& node_id, int local_rank,
+                                                const std::string& listen_host,
+                                                const std::string& transport, int64_t chunk_bytes,
+                                                int pipeline_depth) {
+  ff::haiscale::BackendOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  o.group_name = group_name;
+  o.node_id = node_id;
+  o.local_rank = local_rank;
+  o.listen_host = listen_host;
+  o.transport = transport;
+  o.chunk_bytes = static_cast<std::size_t>(chunk_bytes);
+  o.pipeline_depth = pipeline_depth;
+  return c10::make_intrusive<ff::haiscale::HFReduceBackend>(store, std::move(o));
+}
+
+ff::haiscale::HFReduceBackend& AsHFReduce(const c10::intrusive_ptr<c10d::Backend>& backend) {
+  auto* b = dynamic_cast<ff::haiscale::HFReduceBackend*>(backend.get());
+  TORCH_CHECK(b != nullptr, "not an hfreduce backend: ", backend->getBackendName());
+  return *b;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "haiscale's C++ extension: the hfreduce torch.distributed backend";
+  m.attr("TORCH_VERSION") = FF_TORCH_VERSION;
+  m.def("create_backend", &CreateBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
+        py::arg("timeout_ms"), py::arg("group_name"), py::arg("node_id"), py::arg("local_rank"),
+        py::arg("listen_host"), py::arg("transport"), py::arg("chunk_bytes"),
+        py::arg("pipeline_depth"), py::call_guard<py::gil_scoped_release>(),
+        "Rendezvous through `store` and return the group's hfreduce c10d backend.");
+  m.def(
+      "num_nodes",
+      [](const c10::intrusive_ptr<c10d::Backend>& b) { return AsHFReduce(b).num_nodes(); },
+      "How many HFReduce nodes the backend's group spans.");
+  m.def(
+      "transport",
+      [](const c10::intrusive_ptr<c10d::Backend>& b) { return AsHFReduce(b).transport(); },
+      "What joins the group's nodes: shm (one node), tcp or verbs.");
+}

@@ -1,0 +1,87 @@
+"""Registration of the "hfreduce" torch.distributed backend (the C++ side is haiscale._C)."""
+
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+
+from haiscale import _build_info
+
+
+def _load_extension():
+    if torch.__version__ != _build_info.TORCH_VERSION:
+        raise ImportError(
+            f"haiscale._C was built against torch {_build_info.TORCH_VERSION}, but torch "
+            f"{torch.__version__} is imported (the c10d Backend interface changes between "
+            "releases): rebuild with `cmake --build build` against this torch"
+        )
+    from haiscale import _C
+
+    return _C
+
+
+_C = _load_extension()
+
+BACKEND_NAME = "hfreduce"
+
+
+def _env_int(name, default):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"hfreduce: environment variable {name}={value!r} is not an integer") from None
+
+
+def node_id():
+    """The node this process counts as: HFREDUCE_NODE_ID, else torchrun's GROUP_RANK (one agent
+    per node), else the host name."""
+    explicit = os.environ.get("HFREDUCE_NODE_ID")
+    if explicit:
+        return explicit
+    group_rank = os.environ.get("GROUP_RANK")
+    if group_rank and os.environ.get("TORCHELASTIC_RUN_ID") is not None:
+        return f"torchrun-node-{group_rank}@{socket.gethostname()}"
+    return socket.gethostname()
+
+
+def _create(dist_options, backend_options):
+    rank = dist_options.group_rank
+    size = dist_options.group_size
+    # LOCAL_RANK describes this process's place in the whole job: check it against the grouping
+    # of a group that holds every rank (the default group), where it must agree.
+    world = _env_int("WORLD_SIZE", -1)
+    local_rank = _env_int("LOCAL_RANK", -1) if size == world else -1
+    timeout_ms = int(dist_options.timeout.total_seconds() * 1000)
+    if timeout_ms <= 0:
+        timeout_ms = 30 * 60 * 1000
+    return _C.create_backend(
+        dist_options.store,
+        rank,
+        size,
+        timeout_ms,
+        dist_options.group_id or "",
+        node_id(),
+        local_rank,
+        os.environ.get("HFREDUCE_LISTEN_HOST", "127.0.0.1"),
+        os.environ.get("HFREDUCE_TRANSPORT", "auto"),
+        _env_int("HFREDUCE_CHUNK_BYTES", 0),
+        _env_int("HFREDUCE_PIPELINE_DEPTH", 0),
+    )
+
+
+def register():
+    """Registers "hfreduce" with torch.distributed (idempotent)."""
+    if BACKEND_NAME.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
+
+
+def backend_info(group=None):
+    """{'nodes': N, 'transport': 'shm'|'tcp'|'verbs'} of the hfreduce backend of `group`."""
+    pg = group if group is not None else dist.group.WORLD
+    backend = pg._get_backend(torch.device("cpu"))
+    return {"nodes": _C.num_nodes(backend), "transport": _C.transport(backend)}

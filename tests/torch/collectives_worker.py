@@ -1,0 +1,303 @@
+"""Every torch.distributed op over "hfreduce", checked against exact expected values.
+
+Inputs are small integers (exact in every type, bf16 included), so sums, products and averages
+have one right answer. Each check records a failure instead of stopping, so one run reports
+every broken (op, type) pair.
+"""
+
+import torch
+import torch.distributed as dist
+
+import haiscale  # noqa: F401  (registers "hfreduce")
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int32, torch.int64, torch.uint8, torch.int8]
+TYPES = FLOATS + INTS + [torch.bool]
+N = 1031  # prime: chunks and shards never line up
+
+
+def value(rank, n, dtype, offset=0):
+    """Rank `rank`'s input: small integers (0/1 for bool, non-negative for uint8)."""
+    i = torch.arange(n, dtype=torch.int64) + offset
+    if dtype == torch.bool:
+        return ((i + rank) % 3 == 0)
+    v = (i * 7 + rank * 5) % 9
+    if dtype != torch.uint8:
+        v = v - 4
+    return v.to(dtype)
+
+
+def factors(rank, n, dtype):
+    """Inputs for products: 1, 2 and -1 (products of six stay exact in bf16)."""
+    i = torch.arange(n, dtype=torch.int64)
+    v = torch.tensor([1, 2, -1 if dtype != torch.uint8 else 1])[(i + rank) % 3]
+    if dtype == torch.bool:
+        return (i + rank) % 4 != 0
+    return v.to(dtype)
+
+
+class Checker:
+    def __init__(self):
+        self.failures = []
+        self.checked = 0
+
+    def equal(self, what, got, expected):
+        self.checked += 1
+        if got.dtype != expected.dtype or got.shape != expected.shape or not torch.equal(got, expected):
+            diff = ""
+            if got.shape == expected.shape:
+                bad = (got != expected).nonzero()
+                if len(bad):
+                    k = tuple(bad[0].tolist())
+                    diff = f" first difference at {k}: got {got[k].item()}, expected {expected[k].item()}"
+            self.failures.append(f"rank {dist.get_rank()}: {what}:{diff} (dtype {got.dtype}, shape {tuple(got.shape)})")
+
+    def raises(self, what, fn, words):
+        self.checked += 1
+        try:
+            fn()
+        except RuntimeError as e:
+            if not all(w in str(e) for w in words):
+                self.failures.append(f"{what}: raised {e!r}, expected it to name {words}")
+            return
+        self.failures.append(f"{what}: did not raise")
+
+
+def reference(op, inputs, dtype):
+    """The exact reduction of the per-rank inputs, computed in int64/float64 then cast."""
+    world = len(inputs)
+    if dtype == torch.bool:
+        stack = torch.stack(inputs)
+        if op in ("sum", "max"):
+            return stack.any(0)
+        return stack.all(0)  # product, min
+    wide = torch.stack([x.to(torch.float64 if dtype.is_floating_point else torch.int64) for x in inputs])
+    if op == "sum":
+        r = wide.sum(0)
+    elif op == "product":
+        r = wide.prod(0)
+    elif op == "max":
+        r = wide.max(0).values
+    elif op == "min":
+        r = wide.min(0).values
+    elif op == "avg":
+        s = wide.sum(0)
+        if dtype.is_floating_point:
+            # HFReduce divides the exact sum once, in the accumulation type (fp32 for 16-bit).
+            acc = torch.float64 if dtype == torch.float64 else torch.float32
+            return (s.to(acc) / world).to(dtype)
+        return torch.div(s, world, rounding_mode="trunc").to(dtype)
+    elif op == "premul":
+        r = (wide * 0.5).sum(0)
+    if dtype == torch.uint8 or dtype == torch.int8:
+        r = r.to(torch.int64)
+    return r.to(dtype)
+
+
+REDUCE_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "avg": dist.ReduceOp.AVG,
+    "max": dist.ReduceOp.MAX,
+    "min": dist.ReduceOp.MIN,
+    "product": dist.ReduceOp.PRODUCT,
+}
+
+
+def ops_for(dtype):
+    if dtype == torch.bool:
+        return ["sum", "max", "min", "product"]
+    ops = ["sum", "avg", "max", "min", "product"]
+    if dtype.is_floating_point:
+        ops.append("premul")
+    return ops
+
+
+def redop(name):
+    return dist._make_nccl_premul_sum(0.5) if name == "premul" else REDUCE_OPS[name]
+
+
+def check_reductions(c, group, ranks):
+    me = dist.get_rank(group)
+    world = len(ranks)
+    tag = f"group {ranks}" if world != dist.get_world_size() else "world"
+    for dtype in TYPES:
+        for op in ops_for(dtype):
+            make = factors if op == "product" else value
+            inputs = [make(r, N, dtype) for r in range(world)]
+            expected = reference(op, inputs, dtype)
+            # allreduce, in place
+            t = inputs[me].clone()
+            dist.all_reduce(t, op=redop(op), group=group)
+            c.equal(f"{tag} allreduce {op} {dtype}", t, expected)
+            # reduce to the last rank; the others keep their input
+            root = ranks[-1]
+            t = inputs[me].clone()
+            dist.reduce(t, root, op=redop(op), group=group)
+            c.equal(f"{tag} reduce {op} {dtype}", t, expected if ranks[me] == root else inputs[me])
+            # reduce-scatter, tensor and list forms
+            per = 37
+            full = [make(r, per * world, dtype) for r in range(world)]
+            full_expected = reference(op, full, dtype)
+            out = torch.empty(per, dtype=dtype)
+            dist.reduce_scatter_tensor(out, full[me].clone(), op=redop(op), group=group)
+            c.equal(f"{tag} reduce_scatter_tensor {op} {dtype}", out, full_expected[me * per:(me + 1) * per])
+            out = torch.empty(per, dtype=dtype)
+            dist.reduce_scatter(out, list(full[me].clone().chunk(world)), op=redop(op), group=group)
+            c.equal(f"{tag} reduce_scatter (list) {op} {dtype}", out, full_expected[me * per:(me + 1) * per])
+    # A non-contiguous tensor is reduced through a staged copy and written back in place.
+    base = value(me, 2 * N, torch.float32).reshape(N, 2)
+    view = base[:, 1]
+    dist.all_reduce(view, group=group)
+    c.equal(f"{tag} allreduce of a strided view", view,
+            reference("sum", [value(r, 2 * N, torch.float32).reshape(N, 2)[:, 1] for r in range(world)], torch.float32))
+    c.equal(f"{tag} allreduce of a strided view leaves the rest", base[:, 0], value(me, 2 * N, torch.float32).reshape(N, 2)[:, 0])
+
+
+def check_coalesced(c, group, ranks):
+    me = dist.get_rank(group)
+    world = len(ranks)
+    dtypes = [torch.float32, torch.bfloat16, torch.int64]
+    inputs = {d: [value(r, 100 + 3 * i, d) for r in range(world)] for i, d in enumerate(dtypes)}
+    ts = [inputs[d][me].clone() for d in dtypes]
+    with dist._coalescing_manager(group=group, async_ops=True) as cm:
+        for t in ts:
+            dist.all_reduce(t, group=group)
+    cm.wait()
+    for d, t in zip(dtypes, ts):
+        c.equal(f"allreduce_coalesced {d}", t, reference("sum", inputs[d], d))
+    outs = [torch.empty(world * 50, dtype=d) for d in dtypes]
+    with dist._coalescing_manager(group=group, async_ops=True) as cm:
+        for d, o in zip(dtypes, outs):
+            dist.all_gather_into_tensor(o, value(me, 50, d, offset=me), group=group)
+    cm.wait()
+    for d, o in zip(dtypes, outs):
+        c.equal(f"allgather_into_tensor_coalesced {d}", o, torch.cat([value(r, 50, d, offset=r) for r in range(world)]))
+    outs = [torch.empty(20, dtype=d) for d in dtypes]
+    fulls = {d: [value(r, 20 * world, d) for r in range(world)] for d in dtypes}
+    with dist._coalescing_manager(group=group, async_ops=True) as cm:
+        for d, o in zip(dtypes, outs):
+            dist.reduce_scatter_tensor(o, fulls[d][me].clone(), group=group)
+    cm.wait()
+    for d, o in zip(dtypes, outs):
+        c.equal(f"reduce_scatter_tensor_coalesced {d}", o, reference("sum", fulls[d], d)[me * 20:(me + 1) * 20])
+
+
+def check_movement(c, group, ranks):
+    me = dist.get_rank(group)
+    world = len(ranks)
+    tag = f"group {ranks}" if world != dist.get_world_size() else "world"
+    for dtype in TYPES + [torch.int16, torch.complex64]:
+        mine = value(me, N, dtype if dtype not in (torch.int16, torch.complex64) else torch.int32, offset=me).to(dtype)
+        every = [value(r, N, dtype if dtype not in (torch.int16, torch.complex64) else torch.int32, offset=r).to(dtype)
+                 for r in range(world)]
+        # allgather: list, into tensor, in place
+        outs = [torch.empty(N, dtype=dtype) for _ in range(world)]
+        dist.all_gather(outs, mine, group=group)
+        for r in range(world):
+            c.equal(f"{tag} allgather (list) {dtype} piece {r}", outs[r], every[r])
+        out = torch.empty(world * N, dtype=dtype)
+        dist.all_gather_into_tensor(out, mine, group=group)
+        c.equal(f"{tag} all_gather_into_tensor {dtype}", out, torch.cat(every))
+        out = torch.zeros(world * N, dtype=dtype)
+        out[me * N:(me + 1) * N] = mine
+        dist.all_gather_into_tensor(out, out[me * N:(me + 1) * N], group=group)
+        c.equal(f"{tag} all_gather_into_tensor in place {dtype}", out, torch.cat(every))
+        # broadcast from every root
+        for root_index, root in enumerate(ranks):
+            t = mine.clone()
+            dist.broadcast(t, root, group=group)
+            c.equal(f"{tag} broadcast {dtype} from {root}", t, every[root_index])
+    # gather and scatter to / from the last rank
+    root = ranks[-1]
+    is_root = ranks[me] == root
+    gathered = [torch.empty(N, dtype=torch.float32) for _ in range(world)] if is_root else None
+    dist.gather(value(me, N, torch.float32, me), gathered, dst=root, group=group)
+    if is_root:
+        for r in range(world):
+            c.equal(f"{tag} gather piece {r}", gathered[r], value(r, N, torch.float32, r))
+    out = torch.empty(N, dtype=torch.int64)
+    dist.scatter(out, [value(r, N, torch.int64, 10 * r) for r in range(world)] if is_root else None,
+                 src=root, group=group)
+    c.equal(f"{tag} scatter", out, value(me, N, torch.int64, 10 * me))
+    # all_to_all_single: even, then uneven splits (rank i sends i + j + 1 rows to rank j)
+    inp = torch.arange(world * 6, dtype=torch.float32).reshape(world * 3, 2) + 100 * me
+    out = torch.empty(world * 3, 2)
+    dist.all_to_all_single(out, inp, group=group)
+    expected = torch.cat([(torch.arange(world * 6, dtype=torch.float32).reshape(world * 3, 2) + 100 * r)[3 * me:3 * me + 3]
+                          for r in range(world)])
+    c.equal(f"{tag} all_to_all_single (even)", out, expected)
+    in_splits = [me + j + 1 for j in range(world)]
+    out_splits = [j + me + 1 for j in range(world)]
+    inp = torch.cat([torch.full((me + j + 1, 3), float(1000 * me + j)) for j in range(world)])
+    out = torch.empty(sum(out_splits), 3)
+    dist.all_to_all_single(out, inp, out_splits, in_splits, group=group)
+    expected = torch.cat([torch.full((j + me + 1, 3), float(1000 * j + me)) for j in range(world)])
+    c.equal(f"{tag} all_to_all_single (uneven)", out, expected)
+    outs = [torch.empty(4, dtype=torch.int32) for _ in range(world)]
+    dist.all_to_all(outs, [torch.full((4,), 10 * me + j, dtype=torch.int32) for j in range(world)], group=group)
+    for j in range(world):
+        c.equal(f"{tag} all_to_all piece from {j}", outs[j], torch.full((4,), 10 * j + me, dtype=torch.int32))
+    dist.barrier(group=group)
+
+
+def check_point_to_point(c):
+    """Ring exchange with two tags, received in the opposite order from the one sent."""
+    me, world = dist.get_rank(), dist.get_world_size()
+    right, left = (me + 1) % world, (me - 1) % world
+    a = torch.full((300,), float(me))
+    b = torch.arange(5000, dtype=torch.int64) + me
+    works = [dist.isend(a, right, tag=1), dist.isend(b, right, tag=2)]
+    got_b = torch.empty(5000, dtype=torch.int64)
+    got_a = torch.empty(300)
+    dist.recv(got_b, left, tag=2)
+    dist.recv(got_a, left, tag=1)
+    for w in works:
+        w.wait()
+    c.equal("recv tag 2 (sent second)", got_b, torch.arange(5000, dtype=torch.int64) + left)
+    c.equal("recv tag 1 (sent first)", got_a, torch.full((300,), float(left)))
+    # batch_isend_irecv, as torch.distributed.pipelining issues it: sends and receives together.
+    send = torch.full((64,), float(me) * 2)
+    recv = torch.empty(64)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, right), dist.P2POp(dist.irecv, recv, left)])
+    for r in reqs:
+        r.wait()
+    c.equal("batch_isend_irecv", recv, torch.full((64,), float(left) * 2))
+
+
+def check_errors(c):
+    t = torch.zeros(4, dtype=torch.int16)
+    c.raises("allreduce of int16", lambda: dist.all_reduce(t), ["hfreduce", "allreduce", "Short"])
+    c.raises("allreduce with BAND", lambda: dist.all_reduce(torch.zeros(4, dtype=torch.int32), op=dist.ReduceOp.BAND),
+             ["hfreduce", "BAND"])
+    c.raises("all_gather_into_tensor of the wrong size",
+             lambda: dist.all_gather_into_tensor(torch.empty(3), torch.empty(2)), ["hfreduce", "elements"])
+
+
+def check_everything():
+    dist.init_process_group("hfreduce")
+    c = Checker()
+    world = dist.get_world_size()
+    ranks = list(range(world))
+    check_reductions(c, None, ranks)
+    check_coalesced(c, None, ranks)
+    check_movement(c, None, ranks)
+    check_point_to_point(c)
+    check_errors(c)
+    # The world still works after the refused calls.
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    c.equal("allreduce after refused calls", t, torch.full((3,), float(world)))
+    # Subgroups: every other rank, and the rest (as DeviceMesh builds its sub-meshes).
+    if world >= 4:
+        evens, odds = ranks[0::2], ranks[1::2]
+        g_even = dist.new_group(evens)
+        g_odd = dist.new_group(odds)
+        mine = evens if dist.get_rank() % 2 == 0 else odds
+        group = g_even if dist.get_rank() % 2 == 0 else g_odd
+        check_movement(c, group, mine)
+        t = value(dist.get_rank(), 500, torch.float32)
+        dist.all_reduce(t, group=group)
+        c.equal(f"group {mine} allreduce", t, reference("sum", [value(r, 500, torch.float32) for r in mine], torch.float32))
+    info = haiscale.backend_info()
+    dist.destroy_process_group()
+    return {"checked": c.checked, "failures": c.failures, "info": info}

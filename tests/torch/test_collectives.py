@@ -1,0 +1,18 @@
+"""Every op x type over "hfreduce" on 1x2, 2x1, 2x2 and 3x2 (nodes x ranks per node)."""
+
+import pytest
+
+from launch import run
+
+LAYOUTS = [(1, 2), (2, 1), (2, 2), (3, 2)]
+
+
+@pytest.mark.parametrize("nodes,per_node", LAYOUTS, ids=[f"{n}x{p}" for n, p in LAYOUTS])
+def test_every_op_and_type_gives_the_exact_result(nodes, per_node):
+    results = run("collectives_worker:check_everything", nodes, per_node, timeout=300)
+    failures = [f for r in results for f in r["failures"]]
+    assert not failures, "\n".join(failures[:40])
+    # The checks ran (a worker that skipped them would report nothing wrong).
+    assert all(r["checked"] > 250 for r in results), [r["checked"] for r in results]
+    expected_transport = "shm" if nodes == 1 else "tcp"
+    assert all(r["info"] == {"nodes": nodes, "transport": expected_transport} for r in results), results
