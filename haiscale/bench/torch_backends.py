@@ -57,15 +57,18 @@ def time_op(dist, torch, op, size, iters, warmup):
     world = dist.get_world_size()
     n = size // 4
     n -= n % world
+    # 2.13 renamed these two (the old names warn on every call).
+    all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+    reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
     if op == "allreduce":
         buf = torch.ones(n)
         run = lambda: dist.all_reduce(buf)  # noqa: E731
     elif op == "allgather":
         out, inp = torch.empty(n), torch.ones(n // world)
-        run = lambda: dist.all_gather_into_tensor(out, inp)  # noqa: E731
+        run = lambda: all_gather(out, inp)  # noqa: E731
     else:
         out, inp = torch.empty(n // world), torch.ones(n)
-        run = lambda: dist.reduce_scatter_tensor(out, inp)  # noqa: E731
+        run = lambda: reduce_scatter(out, inp)  # noqa: E731
     for _ in range(warmup):
         run()
     times = []

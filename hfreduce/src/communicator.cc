@@ -335,6 +335,11 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, Store& s
     members[id].push_back(r);
   }
   num_nodes_ = static_cast<int>(node_ids.size());
+  std::vector<int> node_of_rank(static_cast<std::size_t>(world_size_));
+  for (int r = 0; r < world_size_; ++r) {
+    node_of_rank[r] = static_cast<int>(std::find(node_ids.begin(), node_ids.end(), (*nodes_of)[r]) -
+                                       node_ids.begin());
+  }
   node_index_ =
       static_cast<int>(std::find(node_ids.begin(), node_ids.end(), node_id) - node_ids.begin());
   local_ranks_ = members[node_id];
@@ -419,6 +424,7 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, Store& s
     config.num_nodes = num_nodes_;
     config.world_size = world_size_;
     config.local_global_ranks = local_ranks_;
+    config.node_of_rank = node_of_rank;
     config.timeout = options.timeout;
     config.chunk_bytes = options.chunk_bytes;
     if (num_nodes_ > 1) {

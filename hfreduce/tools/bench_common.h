@@ -23,6 +23,7 @@ struct Plan {
   std::vector<std::string> types;  // fp32, bf16, ...
   int iters = 10;
   int warmup = 3;
+  bool cuda = false;  // also measure HFReduce on CUDA device buffers ("hfreduce-cuda")
 };
 
 // "1M,64M,256M" (K, M, G suffixes, powers of two) -> bytes; empty on a malformed list.

@@ -3,6 +3,7 @@
 //
 //   hfreduce-bench                          # layouts 1x4 and 2x4, 1 MiB .. 256 MiB, fp32 and bf16
 //   hfreduce-bench --layouts 3x2 --sizes 64M --types fp32 --iters 20
+//   hfreduce-bench --device cuda            # also HFReduce on GPU buffers (ranks share the GPUs)
 //
 // Layout NxM = N emulated nodes x M local ranks on this machine (HFREDUCE_NODE_ID). Gloo and
 // OpenMPI have no notion of emulated nodes: they run N*M ranks on the host. Bus bandwidth is
@@ -21,6 +22,10 @@
 #include "common/subprocess.h"
 #include "hfreduce/communicator.h"
 #include "reduce/kernels.h"
+
+#ifdef FF_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace ff::hfreduce {
 namespace {
@@ -57,6 +62,7 @@ void ParseResults(const std::string& out, Results* results) {
     std::string tag, impl, type;
     std::size_t bytes = 0;
     double seconds = 0;
+    if (line.rfind("CHECK ", 0) == 0) std::fprintf(stderr, "hfreduce-bench: %s\n", line.c_str());
     if (ls >> tag >> impl >> type >> bytes >> seconds && tag == "RESULT") {
       (*results)[{impl, type, bytes}] = seconds;
     }
@@ -95,6 +101,70 @@ bool RunRanks(const std::string& what, int world, const std::vector<std::string>
 
 // ---- Rank mode: one HFReduce rank -------------------------------------------------------------
 
+#ifdef FF_WITH_CUDA
+// Device buffers: the collectives take their CUDA path (copies to and from the node's shared
+// memory on the communicator's stream). Before timing, each collective is checked on device
+// buffers against exact expected values.
+struct DeviceBuffer {
+  explicit DeviceBuffer(std::size_t n) : bytes(n) {
+    if (cudaMalloc(&data, std::max<std::size_t>(n, 1)) != cudaSuccess) data = nullptr;
+  }
+  ~DeviceBuffer() {
+    if (data) cudaFree(data);
+  }
+  void* data = nullptr;
+  std::size_t bytes;
+};
+
+Status CheckOnDevice(Communicator& c) {
+  const int world = c.world_size(), rank = c.rank();
+  const std::size_t n = 3 * (std::size_t{1} << 20) / 4 + 7;  // several chunks and a tail
+  std::vector<float> host(n * static_cast<std::size_t>(world));
+  auto expect = [&](const char* what, const std::vector<float>& got,
+                    const std::function<float(std::size_t)>& want) -> Status {
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (got[i] != want(i)) {
+        return DataLoss(std::string("hfreduce-bench: ") + what + " on device buffers: element " +
+                        std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " +
+                        std::to_string(want(i)));
+      }
+    }
+    return Status::Ok();
+  };
+  DeviceBuffer a(n * sizeof(float)), big(n * world * sizeof(float));
+  if (!a.data || !big.data) return Unavailable("hfreduce-bench: cudaMalloc failed");
+  // Allreduce in place: sum over ranks of (rank + 1) * (i % 7).
+  for (std::size_t i = 0; i < n; ++i)
+    host[i] = static_cast<float>((rank + 1) * (i % 7));
+  cudaMemcpy(a.data, host.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+  FF_RETURN_IF_ERROR(c.Allreduce(a.data, a.data, n, DataType::kFloat32, ReduceOp::kSum));
+  std::vector<float> got(n);
+  cudaMemcpy(got.data(), a.data, n * sizeof(float), cudaMemcpyDeviceToHost);
+  const float ranks_sum = static_cast<float>(world * (world + 1) / 2);
+  FF_RETURN_IF_ERROR(expect("allreduce", got,
+                            [&](std::size_t i) { return ranks_sum * static_cast<float>(i % 7); }));
+  // Reduce-scatter: every rank sends i % 5 + rank over the whole buffer.
+  for (std::size_t i = 0; i < host.size(); ++i)
+    host[i] = static_cast<float>(i % 5 + rank);
+  cudaMemcpy(big.data, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice);
+  FF_RETURN_IF_ERROR(c.ReduceScatter(big.data, a.data, n, DataType::kFloat32, ReduceOp::kSum));
+  cudaMemcpy(got.data(), a.data, n * sizeof(float), cudaMemcpyDeviceToHost);
+  const float rank_total = static_cast<float>(world * (world - 1) / 2);
+  FF_RETURN_IF_ERROR(expect("reduce-scatter", got, [&](std::size_t i) {
+    return static_cast<float>(world) * static_cast<float>((rank * n + i) % 5) + rank_total;
+  }));
+  // Allgather: rank r's piece is r * 1000 + i.
+  for (std::size_t i = 0; i < n; ++i)
+    host[i] = static_cast<float>(rank * 1000 + i % 1000);
+  cudaMemcpy(a.data, host.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+  FF_RETURN_IF_ERROR(c.Allgather(a.data, big.data, n, DataType::kFloat32));
+  std::vector<float> all(n * static_cast<std::size_t>(world));
+  cudaMemcpy(all.data(), big.data, all.size() * sizeof(float), cudaMemcpyDeviceToHost);
+  return expect("allgather", all,
+                [&](std::size_t i) { return static_cast<float>((i / n) * 1000 + (i % n) % 1000); });
+}
+#endif
+
 int RankMain(const bench::Plan& plan) {
   auto options = CommunicatorOptions::FromEnvironment();
   if (!options.ok()) {
@@ -107,26 +177,59 @@ int RankMain(const bench::Plan& plan) {
     return 2;
   }
   Communicator& c = **comm;
+#ifdef FF_WITH_CUDA
+  int devices = 0;
+  if (plan.cuda) {
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+      std::fprintf(stderr, "hfreduce-bench: --device cuda, but this machine has no CUDA device\n");
+      return 2;
+    }
+    cudaSetDevice(c.local_rank() % devices);
+    if (Status st = CheckOnDevice(c); !st.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", c.rank(), st.ToString().c_str());
+      return 1;
+    }
+    if (c.rank() == 0) {
+      std::printf("CHECK allreduce, reduce-scatter and allgather on device buffers: exact\n");
+    }
+  }
+#else
+  if (plan.cuda) {
+    std::fprintf(stderr, "hfreduce-bench: --device cuda, but this build has no CUDA\n");
+    return 2;
+  }
+#endif
   for (const std::string& type_name : plan.types) {
     DataType type;
     if (!ParseDataType(type_name, &type)) continue;
     for (std::size_t bytes : plan.sizes) {
       std::size_t count = bytes / ElementSize(type);
-      std::vector<char> buf(count * ElementSize(type));
+      std::vector<char> host_buf(count * ElementSize(type));
+      char* buf = host_buf.data();
       // Small values that stay finite over the timed sums.
       const float one = 1.0f / static_cast<float>(c.world_size());
       for (std::size_t i = 0; i < count; ++i) {
-        if (type == DataType::kFloat32) reinterpret_cast<float*>(buf.data())[i] = one;
-        if (type == DataType::kBFloat16)
-          reinterpret_cast<uint16_t*>(buf.data())[i] = FloatToBFloat16(one);
-        if (type == DataType::kFloat16)
-          reinterpret_cast<uint16_t*>(buf.data())[i] = FloatToHalf(one);
+        if (type == DataType::kFloat32) reinterpret_cast<float*>(buf)[i] = one;
+        if (type == DataType::kBFloat16) reinterpret_cast<uint16_t*>(buf)[i] = FloatToBFloat16(one);
+        if (type == DataType::kFloat16) reinterpret_cast<uint16_t*>(buf)[i] = FloatToHalf(one);
       }
+#ifdef FF_WITH_CUDA
+      std::unique_ptr<DeviceBuffer> device_buf;
+      if (plan.cuda) {
+        device_buf = std::make_unique<DeviceBuffer>(host_buf.size());
+        if (!device_buf->data) {
+          std::fprintf(stderr, "hfreduce-bench: cudaMalloc of %zu bytes failed\n", host_buf.size());
+          return 1;
+        }
+        cudaMemcpy(device_buf->data, buf, host_buf.size(), cudaMemcpyHostToDevice);
+        buf = static_cast<char*>(device_buf->data);
+      }
+#endif
       Status failed;
       double median = bench::TimeMedian(
           plan.warmup, plan.iters, [&] { (void)c.Barrier(); },
           [&] {
-            Status st = c.Allreduce(buf.data(), buf.data(), count, type, ReduceOp::kSum);
+            Status st = c.Allreduce(buf, buf, count, type, ReduceOp::kSum);
             if (!st.ok()) failed = st;
           },
           [&](double mine) {
@@ -137,7 +240,9 @@ int RankMain(const bench::Plan& plan) {
         std::fprintf(stderr, "rank %d: %s\n", c.rank(), failed.ToString().c_str());
         return 1;
       }
-      if (c.rank() == 0) bench::PrintResult("hfreduce", type_name, bytes, median);
+      if (c.rank() == 0) {
+        bench::PrintResult(plan.cuda ? "hfreduce-cuda" : "hfreduce", type_name, bytes, median);
+      }
     }
   }
   return 0;
@@ -240,6 +345,28 @@ int LauncherMain(const bench::Plan& plan, const std::vector<Layout>& layouts,
               {"HFREDUCE_PIPELINE_DEPTH", std::to_string(depth)}};
         },
         &results);
+    if (plan.cuda) {
+      std::vector<std::string> argv = {self.string(), "--rank-mode",
+                                       "--device",    "cuda",
+                                       "--sizes",     sizes_arg,
+                                       "--types",     types_arg,
+                                       "--iters",     std::to_string(plan.iters),
+                                       "--warmup",    std::to_string(plan.warmup)};
+      const std::string cuda_port = std::to_string(FindFreePort().value_or(29501));
+      all_ok &= RunRanks(
+          "hfreduce-cuda " + layout.name(), world, argv,
+          [&](int r) {
+            return std::map<std::string, std::string>{
+                {"RANK", std::to_string(r)},
+                {"WORLD_SIZE", std::to_string(world)},
+                {"MASTER_ADDR", "127.0.0.1"},
+                {"MASTER_PORT", cuda_port},
+                {"HFREDUCE_NODE_ID", "bench-node" + std::to_string(r / layout.local)},
+                {"HFREDUCE_CHUNK_BYTES", std::to_string(chunk_bytes)},
+                {"HFREDUCE_PIPELINE_DEPTH", std::to_string(depth)}};
+          },
+          &results);
+    }
     if (want_gloo && have_gloo && world > 1) {
       std::string store =
           fs::temp_directory_path() / ("hfreduce-bench-gloo-" + std::to_string(getpid()));
@@ -329,7 +456,13 @@ int LauncherMain(const bench::Plan& plan, const std::vector<Layout>& layouts,
     }
     return best_bw;
   };
-  double ours = best("hfreduce");
+  double ours = 0;  // host buffers (the device figure is in the table)
+  for (const auto& [key, seconds] : sr) {
+    const auto& [impl, t, b] = key;
+    if (impl == "hfreduce" && t == "fp32" && b == summary_size) {
+      ours = BusBandwidth(b, seconds, summary_layout.world());
+    }
+  }
   double gloo = best("gloo");
   double mpi_tcp = best("openmpi-tcp");
   double mpi_shm = 0;
@@ -371,6 +504,9 @@ int main(int argc, char** argv) {
   app.add_option("--summary-size", summary_size_arg, "Size of the summary line");
   app.add_option("--chunk-bytes", chunk_bytes, "HFReduce pipeline chunk size");
   app.add_option("--depth", depth, "HFReduce pipeline depth")->check(CLI::Range(2, 64));
+  std::string device_arg = "host";
+  app.add_option("--device", device_arg, "host, or cuda: also HFReduce on CUDA device buffers")
+      ->check(CLI::IsMember({"host", "cuda"}));
   app.add_flag("--rank-mode", rank_mode, "Internal: run as one HFReduce rank")->group("");
   try {
     app.parse(argc, argv);
@@ -379,6 +515,7 @@ int main(int argc, char** argv) {
   }
   plan.sizes = bench::ParseSizes(sizes_arg);
   plan.types = bench::ParseList(types_arg);
+  plan.cuda = device_arg == "cuda";
   if (plan.sizes.empty()) {
     std::fprintf(stderr, "hfreduce-bench: bad --sizes '%s'\n", sizes_arg.c_str());
     return 64;

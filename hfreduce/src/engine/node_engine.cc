@@ -59,6 +59,7 @@ NodeEngine::NodeEngine(NodeSegment& segment, Waiter waiter, NodeEngineConfig con
       waiter_(std::move(waiter)),
       config_(std::move(config)),
       slots_(static_cast<uint32_t>(segment.slots())),
+      routes_(config_.node_index, config_.num_nodes),
       plans_(kPlanRing) {
   for (int t = 0; t < 2; ++t) {
     tree_[t] = DoubleBinaryTreePosition(t, config_.node_index, config_.num_nodes);
@@ -71,10 +72,12 @@ NodeEngine::NodeEngine(NodeSegment& segment, Waiter waiter, NodeEngineConfig con
   for (int t = 0; t < 2; ++t) {
     if (!IsRoot(t)) {
       up_[t] = std::make_unique<EdgeRing>(slots_, config_.chunk_bytes);
+      from_parent_[t] = std::make_unique<EdgeRing>(slots_, config_.chunk_bytes);
       network += 2;
     }
     for (int i = 0; i < Children(t); ++i) {
       from_child_[t][i] = std::make_unique<EdgeRing>(slots_, config_.chunk_bytes);
+      to_child_[t][i] = std::make_unique<EdgeRing>(slots_, config_.chunk_bytes);
       network += 2;
     }
   }
@@ -146,6 +149,18 @@ bool NodeEngine::ResultSlotFree(uint32_t g) {
   return previous_written && seg_.result_pending(slot).load(std::memory_order_acquire) == 0;
 }
 
+Route NodeEngine::RouteOf(const OpPlan& plan, uint32_t c, int t) const {
+  const Flow flow = plan.flow();
+  if (flow == Flow::kTree) return routes_.Of(flow, t, -1);
+  return routes_.Of(flow, t, config_.node_of_rank[static_cast<std::size_t>(plan.OwnerRank(c))]);
+}
+
+void NodeEngine::FreeReducerRings(int t, uint32_t ti) {
+  for (int i = 0; i < Children(t); ++i)
+    from_child_[t][i]->freed[ti % slots_].store(ti + 1, std::memory_order_release);
+  if (from_parent_[t]) from_parent_[t]->freed[ti % slots_].store(ti + 1, std::memory_order_release);
+}
+
 // ---- Reducer ----------------------------------------------------------------------------------
 
 void NodeEngine::ReducerLoop() {
@@ -212,6 +227,12 @@ void NodeEngine::ReducerLoop() {
 }
 
 Status NodeEngine::ReduceChunk(const OpPlan& plan, uint32_t c, Clock::time_point deadline) {
+  if (plan.flow() != Flow::kTree) {
+    const int t = config_.num_nodes > 1 ? OpPlan::TreeOf(c) : 0;
+    Route route = RouteOf(plan, c, t);
+    return plan.flow() == Flow::kToOwner ? ReduceTowardOwner(plan, c, route, deadline)
+                                         : StartFromOwner(plan, c, route, deadline);
+  }
   const uint32_t g = plan.first_chunk + c;
   const int slot = static_cast<int>(g % slots_);
   const int t = config_.num_nodes > 1 ? OpPlan::TreeOf(c) : 0;
@@ -285,8 +306,7 @@ Status NodeEngine::ReduceChunk(const OpPlan& plan, uint32_t c, Clock::time_point
   }
 
   seg_.input_free(slot).store(g + 1, std::memory_order_release);
-  for (int i = 0; i < children; ++i)
-    from_child_[t][i]->freed[es].store(ti + 1, std::memory_order_release);
+  if (config_.num_nodes > 1) FreeReducerRings(t, ti);
   if (root) {
     seg_.result_pending(slot).store(static_cast<uint32_t>(local + children),
                                     std::memory_order_release);
@@ -295,6 +315,121 @@ Status NodeEngine::ReduceChunk(const OpPlan& plan, uint32_t c, Clock::time_point
     up->bytes[es].store(out_bytes, std::memory_order_release);
     up->filled[es].store(ti + 1, std::memory_order_release);
   }
+  seg_.header().doorbell.Ring();
+  return Status::Ok();
+}
+
+Status NodeEngine::ReduceTowardOwner(const OpPlan& plan, uint32_t c, const Route& route,
+                                     Clock::time_point deadline) {
+  const uint32_t g = plan.first_chunk + c;
+  const int slot = static_cast<int>(g % slots_);
+  const int t = config_.num_nodes > 1 ? OpPlan::TreeOf(c) : 0;
+  const uint32_t ti = plan.TreeIndex(c);
+  const uint32_t es = ti % slots_;
+  const int local = seg_.local_size();
+  const int children = config_.num_nodes > 1 ? Children(t) : 0;
+  const bool owner = route.owner == config_.node_index;
+  // Where the sum goes: one hop toward the owner, or (at the owner) the result slot.
+  EdgeRing* out = nullptr;
+  if (route.up) out = up_[t].get();
+  for (int i = 0; i < children; ++i) {
+    if (route.child_out[i]) out = to_child_[t][i].get();
+  }
+  FF_RETURN_IF_ERROR(Wait(
+      [&] {
+        for (int lr = 0; lr < local; ++lr) {
+          if (seg_.input_filled(lr, slot).load(std::memory_order_acquire) != g + 1) return false;
+        }
+        for (int i = 0; i < children; ++i) {
+          if (route.child_in[i] &&
+              from_child_[t][i]->filled[es].load(std::memory_order_acquire) != ti + 1) {
+            return false;
+          }
+        }
+        if (route.down && from_parent_[t]->filled[es].load(std::memory_order_acquire) != ti + 1) {
+          return false;
+        }
+        if (out && !StampReached(out->freed[es].load(std::memory_order_acquire), ti - slots_ + 1)) {
+          return false;
+        }
+        return ResultSlotFree(g);
+      },
+      deadline,
+      [&] { return "the inputs of chunk " + std::to_string(c) + " of " + DescribeOp(plan.desc); }));
+
+  const std::size_t size = plan.ChunkSize(c);
+  const void* inputs[kMaxLocalRanks + 3];
+  int k = 0;
+  for (int lr = 0; lr < local; ++lr)
+    inputs[k++] = seg_.input(lr, slot);
+  for (int i = 0; i < children; ++i) {
+    if (route.child_in[i]) inputs[k++] = from_child_[t][i]->slot(es);
+  }
+  if (route.down) inputs[k++] = from_parent_[t]->slot(es);
+  char* dest = out ? out->slot(es) : seg_.result(slot);
+  if (size > 0) {
+    if (k == 1) {
+      std::memcpy(dest, inputs[0], size);
+    } else {
+      ReduceOp op = plan.op() == ReduceOp::kAvg ? ReduceOp::kSum : plan.op();
+      Reduce(plan.type(), op, inputs, k, dest, size / ElementSize(plan.type()));
+    }
+    if (owner && plan.op() == ReduceOp::kAvg) {
+      DivideInPlace(plan.type(), dest, size / ElementSize(plan.type()), config_.world_size);
+    }
+  }
+  seg_.input_free(slot).store(g + 1, std::memory_order_release);
+  if (config_.num_nodes > 1) FreeReducerRings(t, ti);
+  if (out) {
+    out->bytes[es].store(static_cast<uint32_t>(size), std::memory_order_release);
+    out->filled[es].store(ti + 1, std::memory_order_release);
+  }
+  // The local ranks go through every chunk's result slot; only the owner's holds data.
+  seg_.result_pending(slot).store(static_cast<uint32_t>(local), std::memory_order_release);
+  seg_.result_filled(slot).store(g + 1, std::memory_order_release);
+  seg_.header().doorbell.Ring();
+  return Status::Ok();
+}
+
+Status NodeEngine::StartFromOwner(const OpPlan& plan, uint32_t c, const Route& route,
+                                  Clock::time_point deadline) {
+  const uint32_t g = plan.first_chunk + c;
+  const int slot = static_cast<int>(g % slots_);
+  const int t = config_.num_nodes > 1 ? OpPlan::TreeOf(c) : 0;
+  const uint32_t ti = plan.TreeIndex(c);
+  const int local = seg_.local_size();
+  const bool owner = route.owner == config_.node_index;
+  // Every local rank posts every chunk (only the owning rank with data); the owner's node also
+  // needs the result slot, which it fills and the network threads pass on.
+  FF_RETURN_IF_ERROR(Wait(
+      [&] {
+        for (int lr = 0; lr < local; ++lr) {
+          if (seg_.input_filled(lr, slot).load(std::memory_order_acquire) != g + 1) return false;
+        }
+        return !owner || ResultSlotFree(g);
+      },
+      deadline,
+      [&] { return "the inputs of chunk " + std::to_string(c) + " of " + DescribeOp(plan.desc); }));
+  if (owner) {
+    const int owner_rank = plan.OwnerRank(c);
+    int owner_local = -1;
+    for (int lr = 0; lr < local; ++lr) {
+      if (config_.local_global_ranks[lr] == owner_rank) owner_local = lr;
+    }
+    if (owner_local < 0) {
+      return Internal("hfreduce: rank " + std::to_string(owner_rank) + " is not on node " +
+                      std::to_string(config_.node_index));
+    }
+    std::memcpy(seg_.result(slot), seg_.input(owner_local, slot), plan.ChunkSize(c));
+    int outgoing = route.up ? 1 : 0;
+    for (int i = 0; i < 2; ++i)
+      outgoing += route.child_out[i] ? 1 : 0;
+    seg_.result_pending(slot).store(static_cast<uint32_t>(local + outgoing),
+                                    std::memory_order_release);
+    seg_.result_filled(slot).store(g + 1, std::memory_order_release);
+  }
+  seg_.input_free(slot).store(g + 1, std::memory_order_release);
+  if (config_.num_nodes > 1) FreeReducerRings(t, ti);
   seg_.header().doorbell.Ring();
   return Status::Ok();
 }
@@ -368,14 +503,28 @@ void NodeEngine::UpSender(int id, int t) {
       id, t,
       [&](const OpPlan& plan, uint32_t c, uint32_t g, uint32_t ti, Clock::time_point deadline) {
         uint32_t es = ti % slots_;
-        FF_RETURN_IF_ERROR(
-            Wait([&] { return up.filled[es].load(std::memory_order_acquire) == ti + 1; }, deadline,
-                 [&] { return "the partial sum of chunk " + std::to_string(c); }));
-        uint32_t bytes = up.bytes[es].load(std::memory_order_acquire);
-        FrameHeader h = MakeFrame(plan, g, bytes);
-        FF_RETURN_IF_ERROR(conn.Send(&h, sizeof h, bytes > 0));
-        if (bytes > 0) FF_RETURN_IF_ERROR(conn.Send(up.slot(es), bytes));
-        up.freed[es].store(ti + 1, std::memory_order_release);
+        Route route = RouteOf(plan, c, t);
+        if (route.up && route.flow == Flow::kFromOwner) {
+          // The chunk spreads out from our subtree: send the node's copy of it.
+          int slot = static_cast<int>(g % slots_);
+          FF_RETURN_IF_ERROR(Wait(
+              [&] { return seg_.result_filled(slot).load(std::memory_order_acquire) == g + 1; },
+              deadline, [&] { return "chunk " + std::to_string(c) + " to pass on"; }));
+          auto bytes = static_cast<uint32_t>(plan.ChunkSize(c));
+          FrameHeader h = MakeFrame(plan, g, bytes);
+          FF_RETURN_IF_ERROR(conn.Send(&h, sizeof h, bytes > 0));
+          if (bytes > 0) FF_RETURN_IF_ERROR(conn.Send(seg_.result(slot), bytes));
+          seg_.result_pending(slot).fetch_sub(1, std::memory_order_acq_rel);
+        } else if (route.up) {
+          FF_RETURN_IF_ERROR(
+              Wait([&] { return up.filled[es].load(std::memory_order_acquire) == ti + 1; },
+                   deadline, [&] { return "the partial sum of chunk " + std::to_string(c); }));
+          uint32_t bytes = up.bytes[es].load(std::memory_order_acquire);
+          FrameHeader h = MakeFrame(plan, g, bytes);
+          FF_RETURN_IF_ERROR(conn.Send(&h, sizeof h, bytes > 0));
+          if (bytes > 0) FF_RETURN_IF_ERROR(conn.Send(up.slot(es), bytes));
+        }
+        up.freed[es].store(ti + 1, std::memory_order_release);  // used, or skipped
         seg_.header().doorbell.Ring();
         return Status::Ok();
       });
@@ -383,26 +532,42 @@ void NodeEngine::UpSender(int id, int t) {
 
 void NodeEngine::DownReceiver(int id, int t) {
   Connection& conn = *config_.parent[t];
+  EdgeRing& from_parent = *from_parent_[t];
   ForEachTreeChunk(
       id, t,
-      [&](const OpPlan& plan, uint32_t c, uint32_t g, uint32_t /*ti*/, Clock::time_point deadline) {
+      [&](const OpPlan& plan, uint32_t c, uint32_t g, uint32_t ti, Clock::time_point deadline) {
+        Route route = RouteOf(plan, c, t);
+        if (!route.down) return Status::Ok();
         int slot = static_cast<int>(g % slots_);
-        FF_RETURN_IF_ERROR(
-            Wait([&] { return ResultSlotFree(g); }, deadline,
-                 [&] { return "a free result slot for chunk " + std::to_string(c); }));
+        uint32_t es = ti % slots_;
+        const bool partial = route.flow == Flow::kToOwner;
+        FF_RETURN_IF_ERROR(Wait(
+            [&] {
+              return partial ? StampReached(from_parent.freed[es].load(std::memory_order_acquire),
+                                            ti - slots_ + 1)
+                             : ResultSlotFree(g);
+            },
+            deadline, [&] { return "a free slot for chunk " + std::to_string(c); }));
         FrameHeader h;
         FF_RETURN_IF_ERROR(conn.Recv(&h, sizeof h));
         FF_RETURN_IF_ERROR(ValidateFrame(h, plan, g, conn.peer()));
         std::size_t expected = plan.kind() == CollectiveKind::kBarrier ? 0 : plan.ChunkSize(c);
         if (h.bytes != expected) {
-          return DataLoss("hfreduce: " + conn.peer() + " sent a result of " +
-                          std::to_string(h.bytes) + " bytes for chunk " + std::to_string(c) +
-                          ", expected " + std::to_string(expected));
+          return DataLoss("hfreduce: " + conn.peer() + " sent " + std::to_string(h.bytes) +
+                          " bytes for chunk " + std::to_string(c) + ", expected " +
+                          std::to_string(expected));
         }
-        if (h.bytes > 0) FF_RETURN_IF_ERROR(conn.Recv(seg_.result(slot), h.bytes));
-        seg_.result_pending(slot).store(static_cast<uint32_t>(seg_.local_size() + Children(t)),
-                                        std::memory_order_release);
-        seg_.result_filled(slot).store(g + 1, std::memory_order_release);
+        if (partial) {
+          if (h.bytes > 0) FF_RETURN_IF_ERROR(conn.Recv(from_parent.slot(es), h.bytes));
+          from_parent.bytes[es].store(h.bytes, std::memory_order_release);
+          from_parent.filled[es].store(ti + 1, std::memory_order_release);
+        } else {
+          if (h.bytes > 0) FF_RETURN_IF_ERROR(conn.Recv(seg_.result(slot), h.bytes));
+          // Every local rank copies it out, and every child gets it.
+          seg_.result_pending(slot).store(static_cast<uint32_t>(seg_.local_size() + Children(t)),
+                                          std::memory_order_release);
+          seg_.result_filled(slot).store(g + 1, std::memory_order_release);
+        }
         seg_.header().doorbell.Ring();
         return Status::Ok();
       });
@@ -414,23 +579,39 @@ void NodeEngine::ChildReceiver(int id, int t, int i) {
   ForEachTreeChunk(
       id, t,
       [&](const OpPlan& plan, uint32_t c, uint32_t g, uint32_t ti, Clock::time_point deadline) {
+        Route route = RouteOf(plan, c, t);
+        if (!route.child_in[i]) return Status::Ok();
         uint32_t es = ti % slots_;
+        int slot = static_cast<int>(g % slots_);
+        const bool spread = route.flow == Flow::kFromOwner;
         FF_RETURN_IF_ERROR(Wait(
             [&] {
-              return StampReached(ring.freed[es].load(std::memory_order_acquire), ti - slots_ + 1);
+              return spread ? ResultSlotFree(g)
+                            : StampReached(ring.freed[es].load(std::memory_order_acquire),
+                                           ti - slots_ + 1);
             },
             deadline, [&] { return "a free receive slot for chunk " + std::to_string(c); }));
         FrameHeader h;
         FF_RETURN_IF_ERROR(conn.Recv(&h, sizeof h));
         FF_RETURN_IF_ERROR(ValidateFrame(h, plan, g, conn.peer()));
-        if (h.bytes != 0 && h.bytes != plan.ChunkSize(c)) {
+        // A tree-flow partial may be empty (a subtree without data for the chunk).
+        if (h.bytes != plan.ChunkSize(c) && (spread || h.bytes != 0)) {
           return DataLoss("hfreduce: " + conn.peer() + " sent " + std::to_string(h.bytes) +
                           " bytes for chunk " + std::to_string(c) + ", expected " +
                           std::to_string(plan.ChunkSize(c)));
         }
-        if (h.bytes > 0) FF_RETURN_IF_ERROR(conn.Recv(ring.slot(es), h.bytes));
-        ring.bytes[es].store(h.bytes, std::memory_order_release);
-        ring.filled[es].store(ti + 1, std::memory_order_release);
+        if (spread) {
+          if (h.bytes > 0) FF_RETURN_IF_ERROR(conn.Recv(seg_.result(slot), h.bytes));
+          // Every local rank, the parent and the other child get it.
+          int outgoing = (route.up ? 1 : 0) + (route.child_out[1 - i] ? 1 : 0);
+          seg_.result_pending(slot).store(static_cast<uint32_t>(seg_.local_size() + outgoing),
+                                          std::memory_order_release);
+          seg_.result_filled(slot).store(g + 1, std::memory_order_release);
+        } else {
+          if (h.bytes > 0) FF_RETURN_IF_ERROR(conn.Recv(ring.slot(es), h.bytes));
+          ring.bytes[es].store(h.bytes, std::memory_order_release);
+          ring.filled[es].store(ti + 1, std::memory_order_release);
+        }
         seg_.header().doorbell.Ring();
         return Status::Ok();
       });
@@ -438,19 +619,33 @@ void NodeEngine::ChildReceiver(int id, int t, int i) {
 
 void NodeEngine::DownSender(int id, int t, int i) {
   Connection& conn = *config_.children[t][i];
+  EdgeRing& to_child = *to_child_[t][i];
   ForEachTreeChunk(
       id, t,
-      [&](const OpPlan& plan, uint32_t c, uint32_t g, uint32_t /*ti*/, Clock::time_point deadline) {
-        int slot = static_cast<int>(g % slots_);
-        FF_RETURN_IF_ERROR(
-            Wait([&] { return seg_.result_filled(slot).load(std::memory_order_acquire) == g + 1; },
-                 deadline, [&] { return "the result of chunk " + std::to_string(c); }));
-        auto bytes =
-            static_cast<uint32_t>(plan.kind() == CollectiveKind::kBarrier ? 0 : plan.ChunkSize(c));
-        FrameHeader h = MakeFrame(plan, g, bytes);
-        FF_RETURN_IF_ERROR(conn.Send(&h, sizeof h, bytes > 0));
-        if (bytes > 0) FF_RETURN_IF_ERROR(conn.Send(seg_.result(slot), bytes));
-        seg_.result_pending(slot).fetch_sub(1, std::memory_order_acq_rel);
+      [&](const OpPlan& plan, uint32_t c, uint32_t g, uint32_t ti, Clock::time_point deadline) {
+        uint32_t es = ti % slots_;
+        Route route = RouteOf(plan, c, t);
+        if (route.child_out[i] && route.flow == Flow::kToOwner) {
+          FF_RETURN_IF_ERROR(
+              Wait([&] { return to_child.filled[es].load(std::memory_order_acquire) == ti + 1; },
+                   deadline, [&] { return "the partial sum of chunk " + std::to_string(c); }));
+          uint32_t bytes = to_child.bytes[es].load(std::memory_order_acquire);
+          FrameHeader h = MakeFrame(plan, g, bytes);
+          FF_RETURN_IF_ERROR(conn.Send(&h, sizeof h, bytes > 0));
+          if (bytes > 0) FF_RETURN_IF_ERROR(conn.Send(to_child.slot(es), bytes));
+        } else if (route.child_out[i]) {
+          int slot = static_cast<int>(g % slots_);
+          FF_RETURN_IF_ERROR(Wait(
+              [&] { return seg_.result_filled(slot).load(std::memory_order_acquire) == g + 1; },
+              deadline, [&] { return "the result of chunk " + std::to_string(c); }));
+          auto bytes = static_cast<uint32_t>(
+              plan.kind() == CollectiveKind::kBarrier ? 0 : plan.ChunkSize(c));
+          FrameHeader h = MakeFrame(plan, g, bytes);
+          FF_RETURN_IF_ERROR(conn.Send(&h, sizeof h, bytes > 0));
+          if (bytes > 0) FF_RETURN_IF_ERROR(conn.Send(seg_.result(slot), bytes));
+          seg_.result_pending(slot).fetch_sub(1, std::memory_order_acq_rel);
+        }
+        to_child.freed[es].store(ti + 1, std::memory_order_release);  // used, or skipped
         seg_.header().doorbell.Ring();
         return Status::Ok();
       });

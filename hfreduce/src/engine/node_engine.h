@@ -1,9 +1,20 @@
 // The node leader's side of the pipeline: the reducer thread (sums the local ranks' chunks, and
-// the children's partial sums, in one pass) and, with several nodes, the network threads of the
-// double binary tree. Chunk g travels in tree g % 2; each tree edge has its own connection.
+// the neighbours' partial sums, in one pass) and, with several nodes, the network threads of the
+// double binary tree. Chunk c of an operation travels in tree c % 2; each tree edge has its own
+// connection. How a chunk moves depends on the operation (Flow, op.h):
 //
-//   up:   local inputs + children's partials --reduce--> parent (or, at the root, the result)
-//   down: parent's result --> result slot --> children, and every local rank copies it out
+//   kTree (allreduce):      local inputs + children's partials --reduce--> parent (or, at the
+//                           root, the result); then the result down to every node.
+//   kToOwner (reduce-scatter): the tree as an undirected graph, every node reducing what its
+//                           neighbours away from the chunk's owner sent, and sending the sum one
+//                           hop toward the owner, whose sum is the result. Each edge carries the
+//                           chunk once, so a reduce-scatter moves half of an allreduce's bytes.
+//   kFromOwner (allgather, broadcast): the owner's chunk spreads out from its node, each node
+//                           keeping it and passing it on: once per edge.
+//
+// Every network thread walks every chunk of its tree in order and acts on those that cross its
+// edge in its direction; the consumer of a ring marks the chunks it skips as consumed so that
+// slot reuse stays in step.
 //
 // A monitor thread watches the local ranks and, when the node aborts, shuts every connection so
 // that neighbouring nodes fail their collectives too instead of waiting for their timeout.
@@ -19,6 +30,7 @@
 
 #include "common/double_binary_tree.h"
 #include "engine/op.h"
+#include "engine/route.h"
 #include "engine/waiter.h"
 #include "transport/connection.h"
 
@@ -29,6 +41,7 @@ struct NodeEngineConfig {
   int num_nodes = 1;
   int world_size = 1;
   std::vector<int> local_global_ranks;  // global rank of each local rank
+  std::vector<int> node_of_rank;        // node index of every global rank
   std::chrono::milliseconds timeout{300000};
   std::size_t chunk_bytes = 1 << 20;
   // Per tree: the connection to the parent (null at the root) and to each child, in the order
@@ -46,8 +59,17 @@ class NodeEngine {
   struct EdgeRing;  // a ring of chunk buffers with "filled" / "free" stamps
   using Clock = Waiter::Clock;
 
+  // Which of this node's tree edges chunk c (in tree t) crosses, and in which direction.
+  Route RouteOf(const OpPlan& plan, uint32_t c, int t) const;
+
   void ReducerLoop();
   Status ReduceChunk(const OpPlan& plan, uint32_t c, Clock::time_point deadline);
+  Status ReduceTowardOwner(const OpPlan& plan, uint32_t c, const Route& route,
+                           Clock::time_point deadline);
+  Status StartFromOwner(const OpPlan& plan, uint32_t c, const Route& route,
+                        Clock::time_point deadline);
+  // Marks chunk ti consumed in every ring this node's reducer reads (used or skipped).
+  void FreeReducerRings(int t, uint32_t ti);
   void UpSender(int id, int t);
   void DownReceiver(int id, int t);
   void ChildReceiver(int id, int t, int i);
@@ -81,6 +103,10 @@ class NodeEngine {
 
   std::array<std::unique_ptr<EdgeRing>, 2> up_;                         // per tree
   std::array<std::array<std::unique_ptr<EdgeRing>, 2>, 2> from_child_;  // per tree, child
+  // Reduce-scatter's partial sums coming down from the parent and going down to a child.
+  std::array<std::unique_ptr<EdgeRing>, 2> from_parent_;
+  std::array<std::array<std::unique_ptr<EdgeRing>, 2>, 2> to_child_;
+  RouteTable routes_;
 
   std::mutex plans_mu_;
   std::condition_variable plans_cv_;

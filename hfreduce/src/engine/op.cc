@@ -39,6 +39,12 @@ OpPlan MakePlan(const OpDesc& desc, uint32_t first_chunk, std::size_t chunk_byte
     case CollectiveKind::kAllgather:
       plan.shard_bytes = desc.count * element;
       plan.bytes = plan.shard_bytes * static_cast<std::size_t>(world_size);
+      if (plan.shard_bytes > 0) {
+        plan.chunks_per_shard =
+            static_cast<uint32_t>((plan.shard_bytes + chunk_bytes - 1) / chunk_bytes);
+        plan.num_chunks = plan.chunks_per_shard * static_cast<uint32_t>(world_size);
+        return plan;
+      }
       break;
     default:
       plan.bytes = desc.count * element;
@@ -47,14 +53,6 @@ OpPlan MakePlan(const OpDesc& desc, uint32_t first_chunk, std::size_t chunk_byte
   plan.num_chunks =
       static_cast<uint32_t>(std::max<std::size_t>(1, (plan.bytes + chunk_bytes - 1) / chunk_bytes));
   return plan;
-}
-
-void ShardOverlap(const OpPlan& plan, uint32_t c, int rank, std::size_t* begin, std::size_t* end) {
-  std::size_t lo = plan.ChunkOffset(c), hi = lo + plan.ChunkSize(c);
-  std::size_t shard_lo = plan.shard_bytes * static_cast<std::size_t>(rank);
-  std::size_t shard_hi = shard_lo + plan.shard_bytes;
-  *begin = std::max(lo, shard_lo);
-  *end = std::max(*begin, std::min(hi, shard_hi));
 }
 
 FrameHeader MakeFrame(const OpPlan& plan, uint32_t g, uint32_t bytes) {

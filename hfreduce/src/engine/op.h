@@ -22,6 +22,14 @@ enum class CollectiveKind : uint8_t {
 
 std::string DescribeOp(const OpDesc& desc);  // "allreduce of 100 x fp32 (sum)"
 
+// How a chunk travels between nodes.
+//   kTree:      up each tree to its root, reduced on the way, then down to every node
+//               (allreduce, barrier, empty operations): two crossings of every tree edge.
+//   kToOwner:   toward the node that owns the chunk, reduced on the way (reduce-scatter): every
+//               edge carries the chunk once, in one direction.
+//   kFromOwner: out from the owner to every other node (allgather, broadcast): once per edge.
+enum class Flow : uint8_t { kTree, kToOwner, kFromOwner };
+
 struct OpPlan {
   OpDesc desc;
   uint32_t first_chunk = 0;     // global chunk number g of chunk 0
@@ -29,14 +37,37 @@ struct OpPlan {
   std::size_t bytes = 0;        // of the whole (reduced or gathered) buffer
   std::size_t shard_bytes = 0;  // reduce-scatter / allgather: one rank's piece
   std::size_t chunk_bytes = 0;
+  // Reduce-scatter / allgather: chunks never straddle two ranks' pieces; rank r's piece is chunks
+  // [r * chunks_per_shard, (r + 1) * chunks_per_shard). 0 for other operations.
+  uint32_t chunks_per_shard = 0;
 
   CollectiveKind kind() const { return static_cast<CollectiveKind>(desc.kind); }
   DataType type() const { return static_cast<DataType>(desc.dtype); }
   ReduceOp op() const { return static_cast<ReduceOp>(desc.redop); }
-  std::size_t ChunkOffset(uint32_t c) const { return static_cast<std::size_t>(c) * chunk_bytes; }
+  std::size_t ChunkOffset(uint32_t c) const {
+    if (chunks_per_shard == 0) return static_cast<std::size_t>(c) * chunk_bytes;
+    return (c / chunks_per_shard) * shard_bytes + (c % chunks_per_shard) * chunk_bytes;
+  }
   std::size_t ChunkSize(uint32_t c) const {
-    std::size_t off = ChunkOffset(c);
-    return off >= bytes ? 0 : std::min(chunk_bytes, bytes - off);
+    if (chunks_per_shard == 0) {
+      std::size_t off = ChunkOffset(c);
+      return off >= bytes ? 0 : std::min(chunk_bytes, bytes - off);
+    }
+    std::size_t within = static_cast<std::size_t>(c % chunks_per_shard) * chunk_bytes;
+    return std::min(chunk_bytes, shard_bytes - within);
+  }
+  Flow flow() const {
+    if (kind() == CollectiveKind::kReduceScatter && chunks_per_shard > 0) return Flow::kToOwner;
+    if (kind() == CollectiveKind::kAllgather && chunks_per_shard > 0) return Flow::kFromOwner;
+    if (kind() == CollectiveKind::kBroadcast && bytes > 0) return Flow::kFromOwner;
+    return Flow::kTree;
+  }
+  // The global rank whose chunk c is (its piece of a reduce-scatter or allgather, the root of a
+  // broadcast); -1 for tree-flow operations.
+  int OwnerRank(uint32_t c) const {
+    if (chunks_per_shard > 0) return static_cast<int>(c / chunks_per_shard);
+    if (kind() == CollectiveKind::kBroadcast) return desc.root;
+    return -1;
   }
   uint32_t end_chunk() const { return first_chunk + num_chunks; }
 
@@ -51,10 +82,6 @@ struct OpPlan {
 
 // Builds the plan of `desc` whose chunks start at global chunk `first_chunk`.
 OpPlan MakePlan(const OpDesc& desc, uint32_t first_chunk, std::size_t chunk_bytes, int world_size);
-
-// The part of chunk c that falls in rank `rank`'s piece: [*begin, *end) as offsets in the whole
-// buffer (empty when begin == end).
-void ShardOverlap(const OpPlan& plan, uint32_t c, int rank, std::size_t* begin, std::size_t* end);
 
 // Sent before every chunk between node leaders (little-endian, as both ends are x86-64).
 struct FrameHeader {

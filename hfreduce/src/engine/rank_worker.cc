@@ -104,12 +104,37 @@ Status RankWorker::Execute(const OpPlan& plan, const void* send, void* recv, voi
   me.desc_seq.store(plan.desc.op_seq, std::memory_order_release);
   seg_.header().doorbell.Ring();
 
+  // Which chunks this rank copies in and out: its own piece only, in a reduce-scatter's copy-out
+  // and an allgather's copy-in; the root only copies a broadcast in, the others only out.
   const auto kind = plan.kind();
-  const bool is_broadcast = kind == CollectiveKind::kBroadcast;
-  const bool contributes =
-      kind != CollectiveKind::kBarrier && (!is_broadcast || plan.desc.root == rank_);
-  const bool receives =
-      kind != CollectiveKind::kBarrier && (!is_broadcast || plan.desc.root != rank_);
+  auto copies_in = [&](uint32_t c) {
+    switch (kind) {
+      case CollectiveKind::kBarrier:
+        return false;
+      case CollectiveKind::kBroadcast:
+        return plan.desc.root == rank_;
+      case CollectiveKind::kAllgather:
+        return plan.OwnerRank(c) == rank_;
+      default:
+        return true;
+    }
+  };
+  auto copies_out = [&](uint32_t c) {
+    switch (kind) {
+      case CollectiveKind::kBarrier:
+        return false;
+      case CollectiveKind::kBroadcast:
+        return plan.desc.root != rank_;
+      case CollectiveKind::kReduceScatter:
+        return plan.OwnerRank(c) == rank_;
+      default:
+        return true;
+    }
+  };
+  const bool contributes = kind != CollectiveKind::kBarrier &&
+                           (kind != CollectiveKind::kBroadcast || plan.desc.root == rank_);
+  const bool receives = kind != CollectiveKind::kBarrier &&
+                        (kind != CollectiveKind::kBroadcast || plan.desc.root != rank_);
   const int send_device = contributes ? DeviceOf(send) : -1;
   const int recv_device = receives ? DeviceOf(recv) : -1;
   const auto slots = static_cast<uint32_t>(seg_.slots());
@@ -134,7 +159,7 @@ Status RankWorker::Execute(const OpPlan& plan, const void* send, void* recv, voi
     if (can_copy_in()) {
       uint32_t g = plan.first_chunk + in;
       int slot = static_cast<int>(g % slots);
-      if (contributes && plan.ChunkSize(in) > 0) {
+      if (copies_in(in) && plan.ChunkSize(in) > 0) {
         FF_RETURN_IF_ERROR(
             CopyIn(plan, in, send, send_device, stream, seg_.input(local_rank_, slot)));
       }
@@ -146,7 +171,7 @@ Status RankWorker::Execute(const OpPlan& plan, const void* send, void* recv, voi
     if (can_copy_out()) {
       uint32_t g = plan.first_chunk + out;
       int slot = static_cast<int>(g % slots);
-      if (receives && plan.ChunkSize(out) > 0) {
+      if (copies_out(out) && plan.ChunkSize(out) > 0) {
         FF_RETURN_IF_ERROR(CopyOut(plan, out, seg_.result(slot), recv, recv_device, stream));
       }
       seg_.result_pending(slot).fetch_sub(1, std::memory_order_acq_rel);
@@ -172,19 +197,11 @@ Status RankWorker::CopyIn(const OpPlan& plan, uint32_t c, const void* send, int 
   if (plan.kind() != CollectiveKind::kAllgather) {
     return CopyToHost(slot, static_cast<const char*>(send) + offset, size, device, stream);
   }
-  // Allgather: this rank's piece where it falls in the chunk, zeros elsewhere (the reducer ORs
-  // the ranks' slots together).
-  std::size_t begin, end;
-  ShardOverlap(plan, c, rank_, &begin, &end);
-  if (begin == end) {
-    std::memset(slot, 0, size);
-    return Status::Ok();
-  }
-  std::memset(slot, 0, begin - offset);
-  std::memset(slot + (end - offset), 0, offset + size - end);
+  // Allgather: chunk c lies inside this rank's piece (the caller checked), which is all `send`
+  // holds.
   const std::size_t shard_start = plan.shard_bytes * static_cast<std::size_t>(rank_);
-  return CopyToHost(slot + (begin - offset), static_cast<const char*>(send) + (begin - shard_start),
-                    end - begin, device, stream);
+  return CopyToHost(slot, static_cast<const char*>(send) + (offset - shard_start), size, device,
+                    stream);
 }
 
 Status RankWorker::CopyOut(const OpPlan& plan, uint32_t c, const char* slot, void* recv, int device,
@@ -193,13 +210,11 @@ Status RankWorker::CopyOut(const OpPlan& plan, uint32_t c, const char* slot, voi
   if (plan.kind() != CollectiveKind::kReduceScatter) {
     return CopyFromHost(static_cast<char*>(recv) + offset, slot, size, device, stream);
   }
-  // Reduce-scatter: only this rank's piece of the reduced chunk.
-  std::size_t begin, end;
-  ShardOverlap(plan, c, rank_, &begin, &end);
-  if (begin == end) return Status::Ok();
+  // Reduce-scatter: chunk c lies inside this rank's piece (the caller checked), which is all
+  // `recv` holds.
   const std::size_t shard_start = plan.shard_bytes * static_cast<std::size_t>(rank_);
-  return CopyFromHost(static_cast<char*>(recv) + (begin - shard_start), slot + (begin - offset),
-                      end - begin, device, stream);
+  return CopyFromHost(static_cast<char*>(recv) + (offset - shard_start), slot, size, device,
+                      stream);
 }
 
 }  // namespace ff::hfreduce
