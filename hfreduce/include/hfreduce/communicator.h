@@ -153,10 +153,10 @@ class Communicator {
   }
 
   // CUDA (where built with it): collectives issued after this call copy device buffers with
-  // cudaMemcpyAsync on `stream` (a cudaStream_t; null: the communicator's own stream). The copy
-  // to host is ordered after the work already queued on the stream, and the copy back is queued
-  // on it, so work queued on the stream after the collective completes sees the result. Without
-  // CUDA, or for host buffers, it has no effect.
+  // cudaMemcpyAsync on `stream` (a cudaStream_t; null: a stream of HFReduce's own that is ordered
+  // after the legacy default stream). The copy to host is ordered after the work already queued
+  // on the stream, and the copy back is queued on it, so work queued on the stream after the
+  // collective completes sees the result. Without CUDA, or for host buffers, it has no effect.
   virtual void SetCudaStream(void* stream) = 0;
 
   // OK while healthy; the failure that broke the communicator otherwise.

@@ -21,7 +21,11 @@ bool CudaUsable() {
   return usable;
 }
 
-// The copying thread's own stream and completion event, per device.
+// The copying thread's own stream and completion event, per device. The stream is a blocking one
+// (not cudaStreamNonBlocking): it waits for the work already queued on the legacy default
+// stream, so a caller that named no stream still has its earlier cudaMemcpy (which may return
+// before its DMA lands) and kernels ordered before our copy in. Found on an H100: a
+// non-blocking stream read the buffer before the caller's cudaMemcpy had landed.
 struct ThreadCuda {
   cudaStream_t stream = nullptr;
   cudaEvent_t done = nullptr;
@@ -31,7 +35,7 @@ ThreadCuda& ForDevice(int device) {
   thread_local std::map<int, ThreadCuda> per_device;
   ThreadCuda& t = per_device[device];
   if (t.done == nullptr) {
-    cudaStreamCreateWithFlags(&t.stream, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&t.stream, cudaStreamDefault);
     cudaEventCreateWithFlags(&t.done, cudaEventDisableTiming);
   }
   return t;
