@@ -2,6 +2,11 @@
 
 #include <ATen/core/ivalue.h>
 
+#ifdef FF_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <stdexcept>
@@ -146,13 +151,25 @@ class Completer {
 
 namespace {
 
+// The non-CPU devices of `tensors` (a future holding CUDA tensors must name their devices).
+std::vector<c10::Device> DevicesOf(const std::vector<at::Tensor>& tensors) {
+  std::vector<c10::Device> devices;
+  for (const at::Tensor& t : tensors) {
+    if (t.defined() && !t.device().is_cpu() &&
+        std::find(devices.begin(), devices.end(), t.device()) == devices.end()) {
+      devices.push_back(t.device());
+    }
+  }
+  return devices;
+}
+
 class HFReduceWork final : public c10d::Work {
  public:
   HFReduceWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
       : Work(rank, type),
         outputs_(std::move(outputs)),
         future_(c10::make_intrusive<c10::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()))) {}
+            c10::ListType::create(c10::TensorType::get()), DevicesOf(outputs_))) {}
 
   bool isCompleted() override {
     std::lock_guard lock(mu_);
@@ -394,6 +411,13 @@ c10::intrusive_ptr<c10d::Work> HFReduceBackend::Launch(c10d::OpType type, const 
     TORCH_CHECK(comm_, "hfreduce: ", title, " on a process group that was shut down");
     completer = completer_.get();
     finished = completer->TakeFinished();
+#ifdef FF_TORCH_CUDA
+    // Device buffers are copied on the caller's current stream: after the work already queued
+    // on it, and the result lands on it before later work.
+    std::vector<c10::Device> devices = DevicesOf(work->result());
+    comm_->SetCudaStream(
+        devices.empty() ? nullptr : c10::cuda::getCurrentCUDAStream(devices[0].index()).stream());
+#endif
     parts = issue(*comm_);
   }
   auto op = std::make_shared<PendingOp>(parts.size());
@@ -435,9 +459,19 @@ void HFReduceBackend::CheckRank(int peer, const char* op) const {
 
 namespace {
 
-// A tensor the communicator can work on in place, or a contiguous host copy of it.
+// A tensor the communicator can work on in place, or a contiguous host copy of it. CUDA tensors
+// go to HFReduce's CUDA path directly where this extension is built against a CUDA torch and
+// HFReduce with CUDA (FF_TORCH_CUDA); elsewhere through the host copy.
+#ifdef FF_TORCH_CUDA
+constexpr bool kCudaPath = true;
+#else
+constexpr bool kCudaPath = false;
+#endif
+
 struct Stager {
-  static bool Direct(const at::Tensor& t) { return t.device().is_cpu() && t.is_contiguous(); }
+  static bool Direct(const at::Tensor& t) {
+    return t.is_contiguous() && (t.device().is_cpu() || (kCudaPath && t.device().is_cuda()));
+  }
   // copy_in: the communicator reads the tensor; copy_out: it writes the result back.
   template <typename Staged>
   static Staged Stage(const at::Tensor& t, bool copy_in, bool copy_out) {
