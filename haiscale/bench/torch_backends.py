@@ -83,17 +83,24 @@ def time_op(dist, torch, op, size, iters, warmup):
     return t.item()
 
 
-def ddp_steps(dist, torch, steps, warmup):
-    from haiscale.models import GPT, GPTConfig
+def gpt_config(args):
+    from haiscale.models import GPTConfig
+
+    return GPTConfig(vocab_size=args.gpt_vocab, d_model=args.gpt_dim, n_layers=args.gpt_layers,
+                     n_heads=max(1, args.gpt_dim // 64))
+
+
+def ddp_steps(dist, torch, args, steps, warmup):
+    from haiscale.models import GPT
 
     torch.manual_seed(0)
-    config = GPTConfig()
+    config = gpt_config(args)
     model = torch.nn.parallel.DistributedDataParallel(GPT(config))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(dist.get_rank())
     times = []
     for step in range(warmup + steps):
-        tokens = torch.randint(config.vocab_size, (8, config.seq_len + 1), generator=g)
+        tokens = torch.randint(config.vocab_size, (args.gpt_batch, config.seq_len + 1), generator=g)
         dist.barrier()
         t0 = time.perf_counter()
         opt.zero_grad()
@@ -115,12 +122,12 @@ def rank_main(args):
     torch.set_num_threads(1)
     dist.init_process_group(args.backend)
     results = {"ops": {}, "ddp": None}
-    for op in args.ops.split(","):
+    for op in [o for o in args.ops.split(",") if o]:
         for size in [parse_size(s) for s in args.sizes.split(",")]:
             iters = args.iters if size < (64 << 20) else max(3, args.iters // 2)
             results["ops"][f"{op}/{size}"] = time_op(dist, torch, op, size, iters, args.warmup)
     if args.ddp_steps > 0:
-        times, params = ddp_steps(dist, torch, args.ddp_steps, 2)
+        times, params = ddp_steps(dist, torch, args, args.ddp_steps, 2)
         t = torch.tensor(times, dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         results["ddp"] = {"times": t.tolist(), "params": params}
@@ -133,16 +140,16 @@ def baseline_step(args):
     """One rank, no DDP: the compute of a step alone."""
     import torch
 
-    from haiscale.models import GPT, GPTConfig
+    from haiscale.models import GPT
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    config = GPTConfig()
+    config = gpt_config(args)
     model = GPT(config)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     times = []
     for step in range(2 + args.ddp_steps):
-        tokens = torch.randint(config.vocab_size, (8, config.seq_len + 1))
+        tokens = torch.randint(config.vocab_size, (args.gpt_batch, config.seq_len + 1))
         t0 = time.perf_counter()
         opt.zero_grad()
         model(tokens[:, :-1], tokens[:, 1:]).backward()
@@ -164,7 +171,7 @@ def launch(args, backend, nodes, per_node):
                    OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         cmd = [sys.executable, __file__, "--rank-worker", "--backend", backend, "--ops", args.ops,
                "--sizes", args.sizes, "--iters", str(args.iters), "--warmup", str(args.warmup),
-               "--ddp-steps", str(args.ddp_steps)]
+               "--ddp-steps", str(args.ddp_steps)] + gpt_args(args)
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     result = None
     failed = []
@@ -180,6 +187,11 @@ def launch(args, backend, nodes, per_node):
     return result
 
 
+def gpt_args(args):
+    return ["--gpt-dim", str(args.gpt_dim), "--gpt-layers", str(args.gpt_layers),
+            "--gpt-vocab", str(args.gpt_vocab), "--gpt-batch", str(args.gpt_batch)]
+
+
 def busbw_factor(op, world):
     return 2 * (world - 1) / world if op == "allreduce" else (world - 1) / world
 
@@ -193,6 +205,10 @@ def main():
     p.add_argument("--iters", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--ddp-steps", type=int, default=10)
+    p.add_argument("--gpt-dim", type=int, default=256, help="GPT width (heads of 64)")
+    p.add_argument("--gpt-layers", type=int, default=4)
+    p.add_argument("--gpt-vocab", type=int, default=8192)
+    p.add_argument("--gpt-batch", type=int, default=2, help="sequences of 64 tokens per rank")
     p.add_argument("--summary", default="2x4", help="the layout of the last line")
     p.add_argument("--summary-size", default="64M")
     p.add_argument("--json", help="also write every figure to this file")
@@ -208,7 +224,7 @@ def main():
     backends = args.backends.split(",")
     layouts = [tuple(int(v) for v in l.split("x")) for l in args.layouts.split(",")]
     sizes = [parse_size(s) for s in args.sizes.split(",")]
-    ops = args.ops.split(",")
+    ops = [o for o in args.ops.split(",") if o]
     started = time.time()
     figures = {}
     for nodes, per_node in layouts:
@@ -217,7 +233,8 @@ def main():
             figures[(f"{nodes}x{per_node}", backend)] = launch(args, backend, nodes, per_node)
     baseline = None
     if args.ddp_steps > 0:
-        out = subprocess.run([sys.executable, __file__, "--baseline-worker", "--ddp-steps", str(args.ddp_steps)],
+        out = subprocess.run([sys.executable, __file__, "--baseline-worker", "--ddp-steps", str(args.ddp_steps)]
+                             + gpt_args(args),
                              capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
         for line in out.stdout.splitlines():
             if line.startswith("RESULT "):
@@ -245,7 +262,8 @@ def main():
     if args.ddp_steps > 0:
         print()
         params = figures[(f"{layouts[0][0]}x{layouts[0][1]}", backends[0])]["ddp"]["params"]
-        print(f"GPT ({params / 1e6:.2f} M parameters, batch 8 x 64 tokens per rank) step time, "
+        print(f"GPT ({params / 1e6:.2f} M parameters: width {args.gpt_dim}, {args.gpt_layers} layers, "
+              f"vocabulary {args.gpt_vocab}; batch {args.gpt_batch} x 64 tokens per rank) step time, "
               f"stock DDP, {args.ddp_steps} steps after 2 warm-up")
         print(f"{'layout':<7}{'backend':<10}{'p50 ms':>10}{'p90 ms':>10}")
         if baseline:
