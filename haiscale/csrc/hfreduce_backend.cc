@@ -302,7 +302,8 @@ Reduction ReductionOf(const c10d::ReduceOp& reduce_op, const at::Tensor& t, cons
     case c10d::ReduceOp::PREMUL_SUM: {
       TORCH_CHECK(at::isFloatingType(t.scalar_type()), "hfreduce: ", what,
                   " with PREMUL_SUM needs a floating-point tensor, got ", TypeName(t));
-      auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(reduce_op.supplement_.get());
+      // NCCLPreMulSumSupplement: the name every 2.x has (newer ones alias PreMulSumSupplement).
+      auto* supplement = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(reduce_op.supplement_.get());
       TORCH_CHECK(supplement != nullptr, "hfreduce: ", what, " with PREMUL_SUM has no factor");
       r.op = hf::ReduceOp::kSum;
       r.premul = true;
@@ -890,7 +891,13 @@ c10::intrusive_ptr<c10d::Work> HFReduceBackend::alltoall_base(
   auto* src = static_cast<char*>(in.buf.data_ptr());
   auto* dst = static_cast<char*>(out.buf.data_ptr());
   if (out_off[me + 1] > out_off[me]) {
-    std::memcpy(dst + out_off[me], src + in_off[me], out_off[me + 1] - out_off[me]);
+    // This rank's own rows, as a tensor copy (the buffers may be on a GPU).
+    const auto len = static_cast<int64_t>(out_off[me + 1] - out_off[me]);
+    out.buf.reshape({-1})
+        .view(at::kByte)
+        .narrow(0, static_cast<int64_t>(out_off[me]), len)
+        .copy_(
+            in.buf.reshape({-1}).view(at::kByte).narrow(0, static_cast<int64_t>(in_off[me]), len));
   }
   const uint32_t tag = NextCollectiveTag();
   return Launch(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output},
