@@ -329,43 +329,29 @@ int LauncherMain(const bench::Plan& plan, const std::vector<Layout>& layouts,
   for (const Layout& layout : layouts) {
     Results& results = by_layout[layout.name()];
     const int world = layout.world();
-    const std::string port = std::to_string(FindFreePort().value_or(29500));
-    all_ok &= RunRanks(
-        "hfreduce " + layout.name(), world,
-        {self.string(), "--rank-mode", "--sizes", sizes_arg, "--types", types_arg, "--iters",
-         std::to_string(plan.iters), "--warmup", std::to_string(plan.warmup)},
-        [&](int r) {
-          return std::map<std::string, std::string>{
-              {"RANK", std::to_string(r)},
-              {"WORLD_SIZE", std::to_string(world)},
-              {"MASTER_ADDR", "127.0.0.1"},
-              {"MASTER_PORT", port},
-              {"HFREDUCE_NODE_ID", "bench-node" + std::to_string(r / layout.local)},
-              {"HFREDUCE_CHUNK_BYTES", std::to_string(chunk_bytes)},
-              {"HFREDUCE_PIPELINE_DEPTH", std::to_string(depth)}};
-        },
-        &results);
-    if (plan.cuda) {
+    // HFReduce on host buffers, and (--device cuda) on device buffers.
+    for (bool cuda : {false, true}) {
+      if (cuda && !plan.cuda) continue;
+      const std::string port = std::to_string(FindFreePort().value_or(29500));
       std::vector<std::string> argv = {self.string(), "--rank-mode",
-                                       "--device",    "cuda",
                                        "--sizes",     sizes_arg,
                                        "--types",     types_arg,
                                        "--iters",     std::to_string(plan.iters),
                                        "--warmup",    std::to_string(plan.warmup)};
-      const std::string cuda_port = std::to_string(FindFreePort().value_or(29501));
-      all_ok &= RunRanks(
-          "hfreduce-cuda " + layout.name(), world, argv,
-          [&](int r) {
-            return std::map<std::string, std::string>{
-                {"RANK", std::to_string(r)},
-                {"WORLD_SIZE", std::to_string(world)},
-                {"MASTER_ADDR", "127.0.0.1"},
-                {"MASTER_PORT", cuda_port},
-                {"HFREDUCE_NODE_ID", "bench-node" + std::to_string(r / layout.local)},
-                {"HFREDUCE_CHUNK_BYTES", std::to_string(chunk_bytes)},
-                {"HFREDUCE_PIPELINE_DEPTH", std::to_string(depth)}};
-          },
-          &results);
+      if (cuda) argv.insert(argv.end(), {"--device", "cuda"});
+      all_ok &=
+          RunRanks((cuda ? "hfreduce-cuda " : "hfreduce ") + layout.name(), world, argv,
+                   [&](int r) {
+                     return std::map<std::string, std::string>{
+                         {"RANK", std::to_string(r)},
+                         {"WORLD_SIZE", std::to_string(world)},
+                         {"MASTER_ADDR", "127.0.0.1"},
+                         {"MASTER_PORT", port},
+                         {"HFREDUCE_NODE_ID", "bench-node" + std::to_string(r / layout.local)},
+                         {"HFREDUCE_CHUNK_BYTES", std::to_string(chunk_bytes)},
+                         {"HFREDUCE_PIPELINE_DEPTH", std::to_string(depth)}};
+                   },
+                   &results);
     }
     if (want_gloo && have_gloo && world > 1) {
       std::string store =

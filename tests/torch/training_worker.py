@@ -51,15 +51,21 @@ def local_slice(t, rank, world):
     return t[rank * n:(rank + 1) * n]
 
 
-def ddp():
-    dist.init_process_group("hfreduce")
+def train_on_local_slices(model):
+    """STEPS of SGD, each rank on its slice of the global batch."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = nn.parallel.DistributedDataParallel(make_model(), bucket_cap_mb=0.001)  # several buckets
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     for x, y in batches(world):
         opt.zero_grad()
         nn.functional.mse_loss(model(local_slice(x, rank, world)), local_slice(y, rank, world)).backward()
         opt.step()
+
+
+def ddp():
+    dist.init_process_group("hfreduce")
+    world = dist.get_world_size()
+    model = nn.parallel.DistributedDataParallel(make_model(), bucket_cap_mb=0.001)  # several buckets
+    train_on_local_slices(model)
     ref = reference(world)
     for (name, p), q in zip(model.module.named_parameters(), ref.parameters()):
         compare(name, p.detach(), q.detach())
@@ -72,18 +78,14 @@ def fsdp2():
     from torch.distributed.fsdp import fully_shard
 
     dist.init_process_group("hfreduce")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    world = dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
     model = make_model()
     for layer in model:
         if isinstance(layer, nn.Linear):
             fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    for x, y in batches(world):
-        opt.zero_grad()
-        nn.functional.mse_loss(model(local_slice(x, rank, world)), local_slice(y, rank, world)).backward()
-        opt.step()
+    train_on_local_slices(model)
     ref = reference(world)
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         compare(name, p.full_tensor().detach(), q.detach())
