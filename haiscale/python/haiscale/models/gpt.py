@@ -59,6 +59,16 @@ class GPT(nn.Module):
         self.ln = nn.LayerNorm(c.d_model)
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.head.weight = self.tok.weight
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module):
+        # GPT-2's initialisation: small normal weights, zero biases (the embedding's default
+        # N(0, 1), tied to the head, would start with huge logits).
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
 
     def forward(self, tokens, targets=None):
         t = tokens.shape[1]
