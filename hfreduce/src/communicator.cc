@@ -22,6 +22,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long a node that saw a connection drop waits for the cause its neighbour published.
+constexpr std::chrono::milliseconds kFailureLookup{2000};
+
 Status ParseEnvInt(const char* name, int64_t min, int64_t max, int64_t* out, bool required) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') {
@@ -209,6 +212,9 @@ class CommunicatorImpl final : public Communicator {
   Metrics* metrics_ = nullptr;
   std::map<std::string, CollectiveMetrics> collective_metrics_;
   std::unique_ptr<StoreServer> store_server_;
+  // Where a node publishes the cause of its failure, and where the others look it up (with a
+  // short timeout of its own: a store whose host died must not hold up the failure).
+  std::shared_ptr<Store> failure_store_;
   std::unique_ptr<NodeSegment> segment_;
   std::unique_ptr<NodeEngine> engine_;
   std::unique_ptr<RankWorker> worker_;
@@ -290,11 +296,13 @@ Status CommunicatorImpl::Init(const CommunicatorOptions& options) {
   world_size_ = options.world_size;
   metrics_ = options.metrics;
   std::shared_ptr<Store> shared = options.store;
+  failure_store_ = options.store;
   if (!shared) {
     if (rank_ == 0 && options.rank0_hosts_store) {
       FF_ASSIGN_OR_RETURN(store_server_, StoreServer::Start(options.store_address));
     }
     shared = std::make_shared<StoreClient>(options.store_address, options.timeout);
+    failure_store_ = std::make_shared<StoreClient>(options.store_address, kFailureLookup);
   }
   Store& store = *shared;
   // Communicators that reuse one store and prefix (one job after another) are told apart by a
@@ -427,6 +435,23 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, Store& s
     config.node_of_rank = node_of_rank;
     config.timeout = options.timeout;
     config.chunk_bytes = options.chunk_bytes;
+    const std::string failure_key = prefix + "/failure";
+    const std::string here =
+        "node " + std::to_string(node_index_) + " (rank " + std::to_string(rank_) + ")";
+    config.publish_failure = [store = failure_store_, failure_key](const Status& st) {
+      (void)store->Set(failure_key, std::string(StatusCodeName(st.code())) + "\n" + st.message());
+    };
+    config.explain_failure = [store = failure_store_, failure_key, here](const Status& st) {
+      Result<std::string> cause = store->Get(failure_key, kFailureLookup);
+      if (!cause.ok()) return st;
+      auto newline = cause->find('\n');
+      StatusCode code = StatusCode::kUnknown;
+      if (newline == std::string::npos ||
+          !StatusCodeFromName(std::string_view(*cause).substr(0, newline), &code)) {
+        return st;
+      }
+      return Status(code, cause->substr(newline + 1) + " (" + here + " saw: " + st.message() + ")");
+    };
     if (num_nodes_ > 1) {
       FF_RETURN_IF_ERROR(ConnectTrees(options, store, prefix, deadline, &config));
       FF_RETURN_IF_ERROR(store.Set(node_key + "/transport", transport_));

@@ -35,8 +35,10 @@ def test_a_killed_rank_makes_every_other_rank_raise_within_seconds():
         assert o.result["error"], o.output
         assert "hfreduce" in o.result["error"], o.result
         assert o.result["at"] - killed_at < 15, (o.rank, o.result["at"] - killed_at, o.result)
-    # The rank on the killed rank's node learns who died.
-    assert "rank 3" in outcomes[2].result["error"], outcomes[2].result
+    # Every rank learns who died: its own leader saw the process go, the other node is told the
+    # cause its neighbour published before cutting the connection.
+    for o in outcomes[:3]:
+        assert "rank 3" in o.result["error"] and "exited" in o.result["error"], o.result
 
 
 def test_a_killed_leader_makes_the_other_nodes_raise():
@@ -60,14 +62,12 @@ def test_a_rank_raising_mid_step_makes_the_others_raise():
         assert o.ok and o.result["error"], o.output
 
 
-def test_mismatched_calls_fail_every_rank_and_are_named():
+def test_mismatched_calls_are_named_on_every_rank():
     for nodes, per_node in [(1, 2), (2, 1), (2, 2)]:
         results = run("failures_worker:mismatched_counts", nodes, per_node, timeout=60)
-        assert all(r["error"] for r in results), results
-        # The rank that sees both calls names them; across nodes the other side may first see
-        # its neighbour cut the connection.
-        named = [r["error"] for r in results if "disagree" in r["error"]]
-        assert named and all("10" in e and "11" in e for e in named), results
+        for r in results:
+            assert r["error"] and "disagree" in r["error"], r
+            assert "10 x fp32" in r["error"] and "11 x fp32" in r["error"], r
 
 
 def test_the_init_process_group_timeout_is_honoured():

@@ -125,7 +125,13 @@ NodeEngine::~NodeEngine() {
 }
 
 void NodeEngine::Fail(const Status& status) {
-  seg_.Abort(status);
+  Status cause = status;
+  if (status.code() == StatusCode::kAborted) {
+    if (config_.explain_failure && !seg_.aborted()) cause = config_.explain_failure(status);
+  } else if (status.code() != StatusCode::kCancelled && config_.publish_failure) {
+    config_.publish_failure(status);  // before the connections are cut
+  }
+  seg_.Abort(cause);
   for (int t = 0; t < 2; ++t) {
     if (config_.parent[t]) config_.parent[t]->Shutdown();
     for (auto& c : config_.children[t]) {

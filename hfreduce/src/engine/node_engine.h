@@ -23,6 +23,7 @@
 #include <array>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -44,6 +45,12 @@ struct NodeEngineConfig {
   std::vector<int> node_of_rank;        // node index of every global rank
   std::chrono::milliseconds timeout{300000};
   std::size_t chunk_bytes = 1 << 20;
+  // Failures across nodes: a node that fails for a cause of its own (a dead local rank, ranks
+  // that disagree, a timeout) publishes it before cutting its connections; a node that only saw
+  // a connection drop (kAborted) asks for the published cause, so that every node reports what
+  // happened rather than the lost connection. Optional.
+  std::function<void(const Status&)> publish_failure;
+  std::function<Status(const Status&)> explain_failure;
   // Per tree: the connection to the parent (null at the root) and to each child, in the order
   // of DoubleBinaryTreePosition's children.
   std::array<std::unique_ptr<Connection>, 2> parent;

@@ -16,7 +16,7 @@ class Connection {
   virtual ~Connection() = default;
   // Sends all `n` bytes, blocking. `more` hints that another Send follows at once.
   virtual Status Send(const void* data, std::size_t n, bool more = false) = 0;
-  // Receives exactly `n` bytes, blocking. kUnavailable when the peer closed or failed.
+  // Receives exactly `n` bytes, blocking. kAborted when the peer closed or failed.
   virtual Status Recv(void* data, std::size_t n) = 0;
   // Blocks until data can be received (or the stream ended), up to `deadline`;
   // kDeadlineExceeded when nothing arrived in time.

@@ -87,8 +87,10 @@ class TcpConnection final : public Connection {
   Status Lost(int err) const {
     if (shut_.load())
       return Status(StatusCode::kCancelled, "connection to " + peer() + " shut down");
-    return Unavailable("hfreduce: connection to " + peer() + " lost: " +
-                       (err == 0 ? std::string("peer closed it") : std::string(strerror(err))));
+    // kAborted: the peer went away, a symptom whose cause is on the other side.
+    return Status(StatusCode::kAborted,
+                  "hfreduce: connection to " + peer() + " lost: " +
+                      (err == 0 ? std::string("peer closed it") : std::string(strerror(err))));
   }
 
   int fd_;
