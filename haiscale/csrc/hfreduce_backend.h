@@ -1,4 +1,6 @@
 // The "hfreduce" torch.distributed backend: a c10d::Backend over ff::hfreduce::Communicator.
+// hfreduce_backend.cc holds its core (rendezvous, lifetime, completion), backend_reductions.cc
+// and backend_movement.cc its operations.
 //
 // One backend serves one process group (the default group or a subgroup) on CPU and CUDA
 // tensors. It rendezvouses through the store torch hands it (no second port), then every
