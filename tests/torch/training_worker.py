@@ -40,8 +40,8 @@ def reference(world, per_rank=6):
     return model
 
 
-def compare(name, got, expected):
-    if not torch.allclose(got, expected, atol=ATOL, rtol=RTOL):
+def compare(name, got, expected, atol=ATOL, rtol=RTOL):
+    if not torch.allclose(got, expected, atol=atol, rtol=rtol):
         diff = (got - expected).abs().max().item()
         raise AssertionError(f"rank {dist.get_rank()}: {name} differs from single-process training by {diff}")
 

@@ -1,0 +1,189 @@
+"""haiscale.ddp.DistributedDataParallel: data parallelism with a reducer of our own.
+
+    model = haiscale.ddp.DistributedDataParallel(model)            # after init_process_group
+    loss = model(x).sum(); loss.backward(); opt.step()             # gradients averaged over ranks
+
+How it works:
+- The parameters (those that require gradients) are laid out, in reverse registration order
+  (roughly the order backward produces their gradients), into flat buckets of at most
+  `bucket_cap_mb`; each parameter's ``.grad`` is a view of its bucket, so gradients land in the
+  bucket with no copy.
+- A post-accumulate-grad hook counts each bucket's ready gradients; the moment the last one is
+  in, the bucket is allreduced (AVG) asynchronously, so communication overlaps the rest of
+  backward. At the end of backward (an autograd callback) every bucket's allreduce is waited for.
+- `find_unused_parameters=True`: parameters that got no gradient in a step count as ready with a
+  zero gradient at the end of backward, so their buckets are still reduced (every rank must
+  reduce every bucket). Without it, a step that leaves a parameter unused raises, naming it.
+- `gradient_dtype=torch.bfloat16` (or float16): buckets travel in that type (half the bytes)
+  and are accumulated by HFReduce in fp32, then copied back into the fp32 gradients.
+- `no_sync()`: inside it, backward accumulates gradients locally; the next step outside reduces
+  the sum. Initial parameters and buffers are broadcast from rank 0 at construction.
+- `stop()`: waits for any reduction in flight and detaches the hooks; the module is then plain.
+"""
+
+import contextlib
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+
+class _Bucket:
+    def __init__(self, params, dtype, device):
+        self.params = params
+        self.offsets = []
+        total = 0
+        for p in params:
+            self.offsets.append(total)
+            total += p.numel()
+        self.flat = torch.zeros(total, dtype=dtype, device=device)
+        self.ready = 0
+        self.work = None
+        self.comm = None  # the reduced-precision copy in flight, when gradient_dtype is set
+
+    def view(self, i):
+        p = self.params[i]
+        return self.flat[self.offsets[i]:self.offsets[i] + p.numel()].view_as(p)
+
+
+class DistributedDataParallel(nn.Module):
+    def __init__(self, module, process_group=None, bucket_cap_mb=25, find_unused_parameters=False,
+                 gradient_dtype=None, broadcast_buffers=True):
+        super().__init__()
+        if not dist.is_initialized():
+            raise RuntimeError("haiscale.ddp: call torch.distributed.init_process_group first")
+        if gradient_dtype not in (None, torch.float32, torch.bfloat16, torch.float16):
+            raise ValueError(f"haiscale.ddp: gradient_dtype must be float32, bfloat16 or float16, got {gradient_dtype}")
+        self.module = module
+        self.process_group = process_group
+        self.find_unused_parameters = find_unused_parameters
+        self.gradient_dtype = gradient_dtype
+        self.broadcast_buffers = broadcast_buffers
+        self._sync = True
+        self._hooks = []
+        self._callback_queued = False
+        self._stopped = False
+
+        with torch.no_grad():
+            for t in list(module.parameters()) + list(module.buffers()):
+                dist.broadcast(t.data, src=dist.get_global_rank(self._group(), 0), group=process_group)
+
+        params = [p for p in module.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("haiscale.ddp: the module has no parameter that requires a gradient")
+        dtypes = {p.dtype for p in params}
+        if len(dtypes) != 1 or not next(iter(dtypes)).is_floating_point:
+            raise ValueError(f"haiscale.ddp: parameters must share one floating-point dtype, got {dtypes}")
+        cap = max(1, int(bucket_cap_mb * 1024 * 1024))
+        self._buckets = []
+        current, size = [], 0
+        for p in reversed(params):
+            nbytes = p.numel() * p.element_size()
+            if current and size + nbytes > cap:
+                self._buckets.append(current)
+                current, size = [], 0
+            current.append(p)
+            size += nbytes
+        if current:
+            self._buckets.append(current)
+        self._buckets = [_Bucket(b, params[0].dtype, params[0].device) for b in self._buckets]
+        self._where = {}  # parameter -> (bucket, index)
+        for b in self._buckets:
+            for i, p in enumerate(b.params):
+                self._where[p] = (b, i)
+                p.grad = b.view(i)
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_ready))
+        self._names = {p: n for n, p in module.named_parameters()}
+        self._seen = set()  # parameters whose gradient arrived in this backward
+
+    def _group(self):
+        return self.process_group if self.process_group is not None else dist.group.WORLD
+
+    # ---- the reducer ------------------------------------------------------------------------
+
+    def _grad_ready(self, p):
+        bucket, i = self._where[p]
+        view = bucket.view(i)
+        if p.grad is None or p.grad.data_ptr() != view.data_ptr():
+            # zero_grad(set_to_none=True) dropped the view: land this gradient in the bucket.
+            if p.grad is not None:
+                view.copy_(p.grad)
+            p.grad = view
+        if not self._sync:
+            return
+        if not self._callback_queued:
+            self._callback_queued = True
+            self._seen.clear()
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
+        if p in self._seen:
+            raise RuntimeError(f"haiscale.ddp: parameter {self._names.get(p, '?')} got two gradients in "
+                               "one backward (a module used twice needs find_unused_parameters=False and "
+                               "one backward per step)")
+        self._seen.add(p)
+        bucket.ready += 1
+        if bucket.ready == len(bucket.params):
+            self._launch(bucket)
+
+    def _launch(self, bucket):
+        if self.gradient_dtype is not None and self.gradient_dtype != bucket.flat.dtype:
+            bucket.comm = bucket.flat.to(self.gradient_dtype)
+            bucket.work = dist.all_reduce(bucket.comm, op=dist.ReduceOp.AVG, group=self.process_group,
+                                          async_op=True)
+        else:
+            bucket.work = dist.all_reduce(bucket.flat, op=dist.ReduceOp.AVG, group=self.process_group,
+                                          async_op=True)
+
+    def _finish_backward(self):
+        self._callback_queued = False
+        for bucket in self._buckets:
+            if bucket.work is None:
+                missing = [p for p in bucket.params if p not in self._seen]
+                if not self.find_unused_parameters:
+                    names = ", ".join(self._names.get(p, "?") for p in missing[:5])
+                    raise RuntimeError(f"haiscale.ddp: parameters got no gradient in this step ({names}); "
+                                       "pass find_unused_parameters=True if that is intended")
+                for p in missing:
+                    view = bucket.view(self._where[p][1])
+                    view.zero_()
+                    p.grad = view
+                self._launch(bucket)
+        for bucket in self._buckets:
+            bucket.work.wait()
+            if bucket.comm is not None:
+                bucket.flat.copy_(bucket.comm)
+                bucket.comm = None
+            bucket.work = None
+            bucket.ready = 0
+
+    # ---- the module ---------------------------------------------------------------------------
+
+    def forward(self, *args, **kwargs):
+        if self._stopped:
+            return self.module(*args, **kwargs)
+        if self.broadcast_buffers and self._sync:
+            buffers = list(self.module.buffers())
+            if buffers:
+                with torch.no_grad():
+                    for t in buffers:
+                        dist.broadcast(t.data, src=dist.get_global_rank(self._group(), 0), group=self.process_group)
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward inside accumulates gradients locally; the next synced backward reduces them."""
+        previous, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = previous
+
+    def stop(self):
+        """Waits for reductions in flight and removes the hooks: the module is plain afterwards."""
+        for bucket in self._buckets:
+            if bucket.work is not None:
+                bucket.work.wait()
+                bucket.work = None
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        self._stopped = True
