@@ -95,7 +95,11 @@ def ddp_steps(dist, torch, args, steps, warmup):
 
     torch.manual_seed(0)
     config = gpt_config(args)
-    model = torch.nn.parallel.DistributedDataParallel(GPT(config))
+    if args.ddp_impl == "haiscale":
+        from haiscale.ddp import DistributedDataParallel
+    else:
+        DistributedDataParallel = torch.nn.parallel.DistributedDataParallel
+    model = DistributedDataParallel(GPT(config))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(dist.get_rank())
     times = []
@@ -171,7 +175,7 @@ def launch(args, backend, nodes, per_node):
                    OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         cmd = [sys.executable, __file__, "--rank-worker", "--backend", backend, "--ops", args.ops,
                "--sizes", args.sizes, "--iters", str(args.iters), "--warmup", str(args.warmup),
-               "--ddp-steps", str(args.ddp_steps)] + gpt_args(args)
+               "--ddp-steps", str(args.ddp_steps), "--ddp-impl", args.ddp_impl] + gpt_args(args)
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     result = None
     failed = []
@@ -205,6 +209,8 @@ def main():
     p.add_argument("--iters", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--ddp-steps", type=int, default=10)
+    p.add_argument("--ddp-impl", choices=["torch", "haiscale"], default="torch",
+                   help="the DDP the step uses: torch's (the default) or haiscale.ddp")
     p.add_argument("--gpt-dim", type=int, default=256, help="GPT width (heads of 64)")
     p.add_argument("--gpt-layers", type=int, default=4)
     p.add_argument("--gpt-vocab", type=int, default=8192)
@@ -264,7 +270,7 @@ def main():
         params = figures[(f"{layouts[0][0]}x{layouts[0][1]}", backends[0])]["ddp"]["params"]
         print(f"GPT ({params / 1e6:.2f} M parameters: width {args.gpt_dim}, {args.gpt_layers} layers, "
               f"vocabulary {args.gpt_vocab}; batch {args.gpt_batch} x 64 tokens per rank) step time, "
-              f"stock DDP, {args.ddp_steps} steps after 2 warm-up")
+              f"{'stock' if args.ddp_impl == 'torch' else 'haiscale.ddp'} DDP, {args.ddp_steps} steps after 2 warm-up")
         print(f"{'layout':<7}{'backend':<10}{'p50 ms':>10}{'p90 ms':>10}")
         if baseline:
             print(f"{'1x1':<7}{'no DDP':<10}{statistics.median(baseline) * 1e3:>10.1f}"
