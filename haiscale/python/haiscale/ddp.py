@@ -6,8 +6,9 @@
 How it works:
 - The parameters (those that require gradients) are laid out, in reverse registration order
   (roughly the order backward produces their gradients), into flat buckets of at most
-  `bucket_cap_mb`; each parameter's ``.grad`` is a view of its bucket, so gradients land in the
-  bucket with no copy.
+  `bucket_cap_mb` (the first at most `first_bucket_mb`, so that communication starts early);
+  each parameter's ``.grad`` is a view of its bucket, so gradients land in the bucket with no
+  copy.
 - A post-accumulate-grad hook counts each bucket's ready gradients; the moment the last one is
   in, the bucket is allreduced (AVG) asynchronously, so communication overlaps the rest of
   backward. At the end of backward (an autograd callback) every bucket's allreduce is waited for.
@@ -48,7 +49,7 @@ class _Bucket:
 
 class DistributedDataParallel(nn.Module):
     def __init__(self, module, process_group=None, bucket_cap_mb=25, find_unused_parameters=False,
-                 gradient_dtype=None, broadcast_buffers=True):
+                 gradient_dtype=None, broadcast_buffers=True, first_bucket_mb=1):
         super().__init__()
         if not dist.is_initialized():
             raise RuntimeError("haiscale.ddp: call torch.distributed.init_process_group first")
@@ -74,12 +75,15 @@ class DistributedDataParallel(nn.Module):
         dtypes = {p.dtype for p in params}
         if len(dtypes) != 1 or not next(iter(dtypes)).is_floating_point:
             raise ValueError(f"haiscale.ddp: parameters must share one floating-point dtype, got {dtypes}")
+        # The first bucket (the last layers, whose gradients come first) is small, so that
+        # communication starts early in backward; the others hold up to bucket_cap_mb.
         cap = max(1, int(bucket_cap_mb * 1024 * 1024))
+        first_cap = max(1, int(min(first_bucket_mb, bucket_cap_mb) * 1024 * 1024))
         self._buckets = []
         current, size = [], 0
         for p in reversed(params):
             nbytes = p.numel() * p.element_size()
-            if current and size + nbytes > cap:
+            if current and size + nbytes > (first_cap if not self._buckets else cap):
                 self._buckets.append(current)
                 current, size = [], 0
             current.append(p)
