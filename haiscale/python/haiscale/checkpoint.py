@@ -1,0 +1,218 @@
+"""haiscale.checkpoint: atomic checkpoints in a directory, and the bridge to the platform's
+suspend protocol.
+
+    from haiscale import checkpoint
+    checkpoint.save(ckpt_dir, step, {"model": model.state_dict(), "opt": opt.state_dict()})
+    step, state = checkpoint.load(ckpt_dir)          # the latest; (0, None) when there is none
+
+Layout: `<dir>/step-00000120/` holds `state.pt` (a full checkpoint, written by rank 0) or
+`rank-00000.pt` ... (sharded: each rank its own state, e.g. FSDP shards and their optimizer
+state) and `meta.json`; `<dir>/latest` names the newest complete one. A checkpoint is written
+into `<dir>/.tmp-step-.../`, every file fsynced, and only when every rank succeeded is the
+directory renamed into place and `latest` replaced (write, fsync, rename, fsync the directory) —
+a crash mid-save leaves the previous checkpoint as the latest, never a half one. A rank that
+fails to write makes every rank raise. The newest `keep` checkpoints are kept.
+
+On HAI-Platform (`Job`): on the suspend signal, every rank learns it at the same step (a MAX
+allreduce of the local flag), saves, and exits so the job is requeued; on restart, `resume()`
+returns the latest checkpoint:
+
+    job = checkpoint.Job(sharded=True)               # directory: $HAI_CHECKPOINT_DIR
+    step, state = job.resume()
+    while step < total:
+        train_one_step(); step += 1
+        if job.should_suspend():                      # collective: call on every rank each step
+            job.suspend(step, make_state())           # saves, then exits the process (code 0)
+"""
+
+import json
+import os
+import shutil
+
+import torch
+import torch.distributed as dist
+
+_LATEST = "latest"
+
+
+def _dist(group):
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(group), dist.get_world_size(group)
+    return 0, 1
+
+
+def _barrier_all_ok(ok, group, what):
+    """Every rank learns whether every rank succeeded (a MIN allreduce); raises if one failed."""
+    if not (dist.is_available() and dist.is_initialized()):
+        if not ok:
+            raise RuntimeError(f"haiscale.checkpoint: {what} failed")
+        return
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    if not flag.item():
+        raise RuntimeError(f"haiscale.checkpoint: {what} failed on at least one rank; nothing was committed")
+
+
+def _fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path, write):
+    part = path + ".part"
+    with open(part, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(part, path)
+
+
+def _name(step):
+    return f"step-{step:08d}"
+
+
+def save(directory, step, state, group=None, sharded=False, keep=2):
+    """Saves `state` (anything torch.save takes) as the checkpoint of `step`. Full: rank 0
+    writes the state it is given (e.g. `fsdp.full_state_dict()`, the same on every rank);
+    sharded: every rank writes its own. Collective when torch.distributed is initialized.
+    Returns the checkpoint's path."""
+    if not directory:
+        raise ValueError("haiscale.checkpoint: no checkpoint directory given")
+    if step < 0:
+        raise ValueError(f"haiscale.checkpoint: step must be >= 0, got {step}")
+    rank, world = _dist(group)
+    final = os.path.join(directory, _name(step))
+    tmp = os.path.join(directory, ".tmp-" + _name(step))
+    error = None
+    if rank == 0:
+        try:
+            os.makedirs(directory, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)  # left by a crash mid-save
+            os.makedirs(tmp)
+        except OSError as e:
+            error = e
+    _barrier_all_ok(error is None, group, f"creating {tmp}: {error}")
+    try:
+        if sharded:
+            _write_file(os.path.join(tmp, f"rank-{rank:05d}.pt"), lambda f: torch.save(state, f))
+        elif rank == 0:
+            _write_file(os.path.join(tmp, "state.pt"), lambda f: torch.save(state, f))
+    except Exception as e:  # noqa: BLE001 -- every rank must learn of it before anyone commits
+        error = e
+    _barrier_all_ok(error is None, group, f"writing checkpoint {step} under {tmp}: {error}")
+    if rank == 0:
+        try:
+            meta = {"step": step, "world_size": world, "sharded": sharded, "format": 1}
+            _write_file(os.path.join(tmp, "meta.json"), lambda f: f.write(json.dumps(meta).encode()))
+            _fsync_dir(tmp)
+            if os.path.exists(final):  # saved again at the same step: replace it
+                old = os.path.join(directory, ".old-" + _name(step))
+                shutil.rmtree(old, ignore_errors=True)
+                os.rename(final, old)
+                os.rename(tmp, final)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.rename(tmp, final)
+            _fsync_dir(directory)
+            _write_file(os.path.join(directory, _LATEST), lambda f: f.write((_name(step) + "\n").encode()))
+            _fsync_dir(directory)
+            for old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
+                if old != step:
+                    shutil.rmtree(os.path.join(directory, _name(old)), ignore_errors=True)
+        except OSError as e:
+            error = e
+    _barrier_all_ok(error is None, group, f"committing checkpoint {step} in {directory}: {error}")
+    return final
+
+
+def list_checkpoints(directory):
+    """Steps of the complete checkpoints in the directory, oldest first."""
+    if not os.path.isdir(directory):
+        return []
+    steps = []
+    for entry in os.listdir(directory):
+        if entry.startswith("step-") and os.path.exists(os.path.join(directory, entry, "meta.json")):
+            try:
+                steps.append(int(entry[len("step-"):]))
+            except ValueError:
+                pass
+    return sorted(steps)
+
+
+def latest_step(directory):
+    """The step of the latest checkpoint, or None."""
+    try:
+        with open(os.path.join(directory, _LATEST)) as f:
+            name = f.read().strip()
+    except FileNotFoundError:
+        return None
+    if not name.startswith("step-") or not os.path.exists(os.path.join(directory, name, "meta.json")):
+        raise RuntimeError(f"haiscale.checkpoint: {directory}/latest names {name!r}, which is not a complete checkpoint")
+    return int(name[len("step-"):])
+
+
+def load(directory, group=None, map_location="cpu", step=None):
+    """Returns (step, state) of the latest checkpoint (or of `step`), this rank's own state when
+    sharded; (0, None) when the directory holds none."""
+    rank, world = _dist(group)
+    if step is None:
+        step = latest_step(directory) if directory else None
+        if step is None:
+            return 0, None
+    path = os.path.join(directory, _name(step))
+    with open(os.path.join(path, "meta.json")) as f:
+        meta = json.load(f)
+    if meta["sharded"]:
+        if meta["world_size"] != world:
+            raise RuntimeError(f"haiscale.checkpoint: {path} is sharded over {meta['world_size']} ranks, this job has "
+                               f"{world}; save a full checkpoint to change the number of ranks")
+        file = os.path.join(path, f"rank-{rank:05d}.pt")
+    else:
+        file = os.path.join(path, "state.pt")
+    return meta["step"], torch.load(file, map_location=map_location, weights_only=False)
+
+
+class Job:
+    """The training loop's side of HAI-Platform's suspend protocol (see the module's docstring)."""
+
+    def __init__(self, directory=None, group=None, sharded=False, keep=2):
+        import hai_job
+
+        self._hai_job = hai_job
+        self.directory = directory or hai_job.checkpoint_dir()
+        if not self.directory:
+            raise ValueError("haiscale.checkpoint.Job: no directory given and $HAI_CHECKPOINT_DIR is not set")
+        self.group = group
+        self.sharded = sharded
+        self.keep = keep
+        hai_job.install_suspend_handler()
+
+    @property
+    def restart_count(self):
+        return self._hai_job.restart_count()
+
+    def resume(self, map_location="cpu"):
+        return load(self.directory, self.group, map_location)
+
+    def save(self, step, state):
+        return save(self.directory, step, state, self.group, self.sharded, self.keep)
+
+    def should_suspend(self):
+        """Whether the platform asked any rank to suspend: collective, call on every rank at the
+        same point of every step so that all ranks stop at the same step."""
+        local = self._hai_job.should_suspend()
+        if not (dist.is_available() and dist.is_initialized()):
+            return local
+        flag = torch.tensor([1 if local else 0], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
+        return bool(flag.item())
+
+    def suspend(self, step, state):
+        """Saves the checkpoint, then ends the process: the platform records the run as
+        suspended and requeues the job."""
+        self.save(step, state)
+        print(f"haiscale: checkpointed step {step} to {self.directory}; suspending", flush=True)
+        self._hai_job.suspend_now()
