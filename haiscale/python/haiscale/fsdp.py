@@ -72,6 +72,10 @@ class SizePolicy:
 
 _FREE, _GATHERING, _READY = "free", "gathering", "ready"
 
+# torch 2.13 renamed the flat collectives (the old names warn); take whichever this torch has.
+_all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
 
 class _Unit:
     def __init__(self, fsdp, module, name, params, is_root):
@@ -129,7 +133,7 @@ class _Unit:
         self._alloc_storage()
         src = self.shard.detach().to(self.fsdp.compute_device, dtype=self.param_dtype)
         self.gather_src = src
-        self.gather_work = dist.all_gather_into_tensor(self.flat.data, src, group=self.fsdp.group, async_op=True)
+        self.gather_work = _all_gather_flat(self.flat.data, src, group=self.fsdp.group, async_op=True)
         self.state = _GATHERING
 
     def wait_gather(self):
@@ -146,9 +150,11 @@ class _Unit:
             self._free_storage()
             self.state = _FREE
 
-    def set_views(self):
-        """Makes the module's parameters views of the gathered vector (tracked by autograd)."""
-        views = self.flat.split(self.sizes + ([self.padded - self.numel] if self.padded > self.numel else []))
+    def set_views(self, detached=False):
+        """Makes the module's parameters views of the gathered vector (tracked by autograd, or
+        plain tensors a user may change in place with `detached`)."""
+        flat = self.flat.detach() if detached else self.flat
+        views = flat.split(self.sizes + ([self.padded - self.numel] if self.padded > self.numel else []))
         for (_, owners, _), view, shape in zip(self.params, views, self.shapes):
             v = view.view(shape)
             for owner, attr in owners:
@@ -169,7 +175,7 @@ class _Unit:
                                "(a unit called twice per forward is not supported)")
         grad = grad.to(self.reduce_dtype).contiguous()
         out = torch.empty(self.shard_numel, dtype=self.reduce_dtype, device=grad.device)
-        work = dist.reduce_scatter_tensor(out, grad, op=dist.ReduceOp.AVG, group=self.fsdp.group, async_op=True)
+        work = _reduce_scatter_flat(out, grad, op=dist.ReduceOp.AVG, group=self.fsdp.group, async_op=True)
         self.reduce = (work, out, grad)
 
     def finish_reduce(self):
@@ -417,7 +423,7 @@ class FullyShardedDataParallel(nn.Module):
         with torch.no_grad():
             for u in self._units:
                 u.wait_gather()
-                u.set_views()
+                u.set_views(detached=True)
         try:
             yield self.module
         finally:
@@ -439,7 +445,7 @@ class FullyShardedDataParallel(nn.Module):
 
     def _gather_flat(self, unit, shard_like):
         full = torch.empty(unit.padded, dtype=shard_like.dtype, device=self.compute_device)
-        dist.all_gather_into_tensor(full, shard_like.detach().to(self.compute_device).contiguous(), group=self.group)
+        _all_gather_flat(full, shard_like.detach().to(self.compute_device).contiguous(), group=self.group)
         return full
 
     def full_state_dict(self):

@@ -1,0 +1,182 @@
+"""A real HAI-Platform on loopback for Python tests: hai-server, hai-agents as nodes, the hai CLI.
+
+The binaries come from $FF_BUILD_DIR/platform (CTest sets it). Every process is stopped, and every
+job's process group killed, when the context ends, also on failure.
+"""
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import time
+
+
+
+def quiet_port():
+    """A free port below the kernel's ephemeral range. gRPC listens with SO_REUSEPORT, and Linux
+    may hand a port such a listener holds to another SO_REUSEPORT socket of the same user bound
+    to port 0 (a job's own sockets), which then takes some of the connections meant for it."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port between 20000 and 32000")
+
+CLUSTER = """
+name = "pytest"
+node_link_gbps = 200
+cross_zone_gbps = 200
+[[zones]]
+name = "A"
+  [[zones.leaves]]
+  name = "A-leaf"
+  nodes = {nodes}
+  gpus_per_node = 2
+  cpus_per_node = 8
+  memory_gib = 16
+"""
+
+
+class HaiCluster:
+    def __init__(self, directory, nodes=2):
+        build = os.environ.get("FF_BUILD_DIR")
+        if not build:
+            raise RuntimeError("FF_BUILD_DIR (the CMake build directory) is not set")
+        self.bin = os.path.join(build, "platform")
+        self.dir = directory
+        self.nodes = nodes
+        self.procs = []
+        self.address = f"127.0.0.1:{quiet_port()}"
+
+    def _file(self, name):
+        return os.path.join(self.dir, name)
+
+    def _start(self, args, name):
+        log = open(self._file(name + ".log"), "w")
+        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def _wait_file(self, path, proc, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if os.path.exists(path):
+                return
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError(f"{proc.args[0]} did not become ready: " + open(self._file(os.path.basename(path)
+                                                                                       .replace(".ready", ".log"))).read())
+
+    def __enter__(self):
+        with open(self._file("cluster.toml"), "w") as f:
+            f.write(CLUSTER.format(nodes=self.nodes))
+        with open(self._file("server.toml"), "w") as f:
+            f.write(f'[server]\nlisten = "{self.address}"\n[metrics]\nenabled = false\n[hai]\n'
+                    f'data_dir = "{self._file("server")}"\ncluster = "{self._file("cluster.toml")}"\n'
+                    f'agent_token_file = "{self._file("agent.token")}"\ncheckpoint_root = "{self._file("ckpt")}"\n'
+                    'heartbeat_timeout_ms = 5000\nheartbeat_interval_ms = 200\nschedule_interval_ms = 200\n'
+                    'suspend_grace_ms = 30000\n')
+        try:
+            p = self._start([os.path.join(self.bin, "hai-server"), "--config", self._file("server.toml"),
+                             "--ready-file", self._file("server.ready")], "server")
+            self._wait_file(self._file("server.ready"), p)
+            self.admin = open(self._file("server/admin.token")).read().strip()
+            for i in range(self.nodes):
+                p = self._start([os.path.join(self.bin, "hai-agent"), "--set", f"agent.node=A-leaf-n0{i}",
+                                 "--set", f"agent.server={self.address}", "--set",
+                                 f"agent.token_file={self._file('agent.token')}", "--set",
+                                 f"agent.state_dir={self._file(f'agent{i}')}", "--set", "agent.gpus=2", "--set",
+                                 "agent.kill_grace_ms=1000", "--set", "metrics.enabled=false",
+                                 "--set", f"server.listen=127.0.0.1:{quiet_port()}", "--ready-file", self._file(f"agent{i}.ready")], f"agent{i}")
+                self._wait_file(self._file(f"agent{i}.ready"), p)
+            self.token = json.loads(self.hai("admin", "user", "add", "researcher", "--json", token=self.admin))["token"]
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                nodes = json.loads(self.hai("nodes", "--json", token=self.admin))
+                nodes = nodes.get("nodes", nodes) if isinstance(nodes, dict) else nodes
+                if sum(1 for n in nodes if n.get("state") == "up") == self.nodes:
+                    break
+                time.sleep(0.2)
+            else:
+                raise RuntimeError(f"the agents never reported in: {nodes}")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        for i in range(self.nodes):  # jobs live in their own process groups
+            try:
+                tasks = json.load(open(self._file(f"agent{i}/tasks.json")))
+            except (OSError, ValueError):
+                continue
+            for t in tasks if isinstance(tasks, list) else []:
+                if t.get("pid", -1) > 0:
+                    try:
+                        os.killpg(t["pid"], signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+
+    def hai(self, *args, token=None, check=True):
+        env = dict(os.environ, HAI_SERVER=self.address, HAI_TOKEN=token or self.token, HOME=self.dir)
+        for attempt in range(3):
+            r = subprocess.run([os.path.join(self.bin, "hai"), *args], env=env, capture_output=True, text=True,
+                               timeout=60)
+            # Seen rarely on a loaded 2-core machine while a job's ranks start: the CLI's connection
+            # fails at once with "tcp handshaker shutdown" though hai-server is up. Not hidden
+            # elsewhere: the platform's own tests call the CLI once per step.
+            if "cannot reach hai-server" not in r.stderr:
+                break
+            time.sleep(0.5)
+        if check and r.returncode != 0:
+            server = self.procs[0] if self.procs else None
+            state = "running" if server and server.poll() is None else f"exited {server and server.returncode}"
+            tail = open(self._file("server.log")).read()[-2000:] if os.path.exists(self._file("server.log")) else ""
+            raise RuntimeError(f"hai {' '.join(args)} exited {r.returncode}: {r.stderr}\n"
+                               f"hai-server is {state}; its log ends:\n{tail}")
+        return r.stdout
+
+    def submit(self, *args):
+        return json.loads(self.hai("submit", "--json", *args))["id"]
+
+    def show(self, job):
+        return json.loads(self.hai("show", str(job), "--json"))
+
+    def logs(self, job, rank=0):
+        return self.hai("logs", str(job), "--rank", str(rank))
+
+    def wait_state(self, job, state, timeout=120):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            s = self.show(job)
+            if s.get("state", "").upper() == state:
+                return s
+            if s.get("state", "").upper() in ("FAILED", "STOPPED") and state not in ("FAILED", "STOPPED"):
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"job {job} is {s}, not {state}; rank 0 says:\n{self.logs(job)[-3000:]}")
+
+    def wait_log(self, job, text, timeout=120):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.logs(job):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"job {job} never printed {text!r}:\n{self.logs(job)[-3000:]}")
