@@ -13,7 +13,7 @@ def equivalence(gradient_dtype_name):
     dist.init_process_group("hfreduce")
     rank, world = dist.get_rank(), dist.get_world_size()
     gradient_dtype = {"none": None, "bf16": torch.bfloat16}[gradient_dtype_name]
-    model = DistributedDataParallel(make_model(), bucket_cap_mb=1 / 1024, gradient_dtype=gradient_dtype)
+    model = DistributedDataParallel(make_model(), bucket_cap_mb=1 / 8192, gradient_dtype=gradient_dtype)
     assert len(model._buckets) > 3, len(model._buckets)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for step, (x, y) in enumerate(batches(world)):

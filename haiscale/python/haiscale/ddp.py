@@ -81,13 +81,14 @@ class DistributedDataParallel(nn.Module):
         first_cap = max(1, int(min(first_bucket_mb, bucket_cap_mb) * 1024 * 1024))
         self._buckets = []
         current, size = [], 0
+        # A bucket closes once it reaches its cap (the parameter that crosses it included, as in
+        # torch's DDP): the first bucket then holds the last layer's weight, not just its biases.
         for p in reversed(params):
-            nbytes = p.numel() * p.element_size()
-            if current and size + nbytes > (first_cap if not self._buckets else cap):
+            current.append(p)
+            size += p.numel() * p.element_size()
+            if size >= (first_cap if not self._buckets else cap):
                 self._buckets.append(current)
                 current, size = [], 0
-            current.append(p)
-            size += nbytes
         if current:
             self._buckets.append(current)
         self._buckets = [_Bucket(b, params[0].dtype, params[0].device) for b in self._buckets]
