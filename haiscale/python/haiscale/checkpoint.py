@@ -11,7 +11,9 @@ state) and `meta.json`; `<dir>/latest` names the newest complete one. A checkpoi
 into `<dir>/.tmp-step-.../`, every file fsynced, and only when every rank succeeded is the
 directory renamed into place and `latest` replaced (write, fsync, rename, fsync the directory) —
 a crash mid-save leaves the previous checkpoint as the latest, never a half one. A rank that
-fails to write makes every rank raise. The newest `keep` checkpoints are kept.
+fails to write makes every rank raise. The newest `keep` checkpoints are kept. (A crash between
+the rename and the update of `latest` leaves a complete newer checkpoint that `latest` does not
+name: it was never acknowledged, and a later save of that step replaces it.)
 
 On HAI-Platform (`Job`): on the suspend signal, every rank learns it at the same step (a MAX
 allreduce of the local flag), saves, and exits so the job is requeued; on restart, `resume()`
