@@ -30,8 +30,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   int max_bytes = static_cast<int>(options.max_message_mib * 1024 * 1024);
   args.SetMaxReceiveMessageSize(max_bytes);
   args.SetMaxSendMessageSize(max_bytes);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
-              static_cast<int>(options.min_reconnect_backoff_ms));
+  // Despite its name, gRPC core takes this as the minimum time a connection attempt is given
+  // (see ChannelOptions::connect_timeout_ms); the backoff between attempts is the other two.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(options.connect_timeout_ms));
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
               static_cast<int>(options.min_reconnect_backoff_ms));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,

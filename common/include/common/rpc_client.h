@@ -26,6 +26,11 @@ struct ChannelOptions {
   // too slow for a daemon that restarts in a second).
   int64_t min_reconnect_backoff_ms = 100;
   int64_t max_reconnect_backoff_ms = 2000;
+  // The time one connection attempt (TCP connect and HTTP/2 handshake) is given. gRPC core reads
+  // it from GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, despite the name; when that was our 100 ms backoff,
+  // a loaded machine (a job's ranks starting on two cores) saw attempts to a live server cut off
+  // with "tcp handshaker shutdown", so that every retry of a call failed within a second.
+  int64_t connect_timeout_ms = 5000;
 };
 
 // An insecure channel to `address` ("host:port"). Connection happens lazily on the first call.
