@@ -28,21 +28,16 @@ import argparse
 import json
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
+from torch_backends import run_ranks  # the same launcher (this folder is on sys.path)
+
 CASES = [("ddp", "haiscale", "hfreduce"), ("ddp", "torch", "gloo"),
          ("fsdp", "haiscale", "hfreduce"), ("fsdp", "torch", "gloo"),
          ("1f1b", "haiscale", "hfreduce"), ("1f1b", "torch", "gloo")]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def peak_rss_mib():
@@ -88,30 +83,22 @@ def rank_main(args):
         t = torch.randint(config.vocab_size, (batch, config.seq_len + 1), generator=g)
         return t[:, :-1], t[:, 1:]
 
-    if args.kind == "ddp":
-        if args.impl == "haiscale":
-            from haiscale.ddp import DistributedDataParallel
-            model = DistributedDataParallel(gpt, **({"bucket_cap_mb": args.bucket_mb} if args.bucket_mb else {}))
-        else:
-            model = torch.nn.parallel.DistributedDataParallel(gpt)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-        def step():
-            x, y = tokens()
-            opt.zero_grad()
-            model(x, y).backward()
-            opt.step()
+    if args.kind == "ddp" and args.impl == "haiscale":
+        from haiscale.ddp import DistributedDataParallel
+        model = DistributedDataParallel(gpt, **({"bucket_cap_mb": args.bucket_mb} if args.bucket_mb else {}))
+    elif args.kind == "ddp":
+        model = torch.nn.parallel.DistributedDataParallel(gpt)
+    elif args.kind == "fsdp" and args.impl == "haiscale":
+        from haiscale.fsdp import FullyShardedDataParallel, ModuleTypePolicy
+        model = FullyShardedDataParallel(gpt, auto_wrap_policy=ModuleTypePolicy(Block))
     elif args.kind == "fsdp":
-        if args.impl == "haiscale":
-            from haiscale.fsdp import FullyShardedDataParallel, ModuleTypePolicy
-            model = FullyShardedDataParallel(gpt, auto_wrap_policy=ModuleTypePolicy(Block))
-        else:
-            from torch.distributed.device_mesh import init_device_mesh
-            from torch.distributed.fsdp import fully_shard
-            mesh = init_device_mesh("cpu", (world,))
-            for block in gpt.blocks:
-                fully_shard(block, mesh=mesh)
-            model = fully_shard(gpt, mesh=mesh)
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        mesh = init_device_mesh("cpu", (world,))
+        for block in gpt.blocks:
+            fully_shard(block, mesh=mesh)
+        model = fully_shard(gpt, mesh=mesh)
+    if args.kind in ("ddp", "fsdp"):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
         def step():
@@ -197,28 +184,8 @@ def worker_args(args):
 
 
 def launch(args, kind, impl, backend):
-    world = args.nodes * args.per_node
-    port = free_port()
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % args.per_node),
-                   LOCAL_WORLD_SIZE=str(args.per_node), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   HFREDUCE_NODE_ID=f"node{rank // args.per_node}", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-                   PYTHONWARNINGS="ignore")
-        cmd = [sys.executable, __file__, "--rank-worker", "--kind", kind, "--impl", impl, "--backend", backend]
-        procs.append(subprocess.Popen(cmd + worker_args(args), env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
-    result, failed = None, []
-    for rank, p in enumerate(procs):
-        out, _ = p.communicate()
-        if p.returncode != 0:
-            failed.append(f"rank {rank} exited {p.returncode}:\n{out[-3000:]}")
-        for line in out.splitlines():
-            if line.startswith("RESULT "):
-                result = json.loads(line[7:])
-    if failed:
-        raise SystemExit(f"haiscale_bench: {kind} {impl} failed:\n" + "\n".join(failed))
-    return result
+    cmd = [sys.executable, __file__, "--rank-worker", "--kind", kind, "--impl", impl, "--backend", backend]
+    return run_ranks(cmd + worker_args(args), args.nodes, args.per_node, f"haiscale_bench: {kind} {impl}")
 
 
 def p(times, q):

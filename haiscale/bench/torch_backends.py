@@ -165,17 +165,16 @@ def baseline_step(args):
 
 # ---- the driver ---------------------------------------------------------------------------------
 
-def launch(args, backend, nodes, per_node):
+def run_ranks(cmd, nodes, per_node, what):
+    """Runs `cmd` as every rank of nodes x per_node emulated nodes (HFREDUCE_NODE_ID) and returns
+    the RESULT json one of them printed; exits naming the ranks that failed."""
     world = nodes * per_node
     port = free_port()
     procs = []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % per_node),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), HFREDUCE_NODE_ID=f"node{rank // per_node}",
-                   OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-        cmd = [sys.executable, __file__, "--rank-worker", "--backend", backend, "--ops", args.ops,
-               "--sizes", args.sizes, "--iters", str(args.iters), "--warmup", str(args.warmup),
-               "--ddp-steps", str(args.ddp_steps), "--ddp-impl", args.ddp_impl] + gpt_args(args)
+                   LOCAL_WORLD_SIZE=str(per_node), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   HFREDUCE_NODE_ID=f"node{rank // per_node}", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     result = None
     failed = []
@@ -187,8 +186,15 @@ def launch(args, backend, nodes, per_node):
             if line.startswith("RESULT "):
                 result = json.loads(line[7:])
     if failed:
-        raise SystemExit(f"torch_backends: {backend} {nodes}x{per_node} failed:\n" + "\n".join(failed))
+        raise SystemExit(f"{what} on {nodes}x{per_node} failed:\n" + "\n".join(failed))
     return result
+
+
+def launch(args, backend, nodes, per_node):
+    cmd = [sys.executable, __file__, "--rank-worker", "--backend", backend, "--ops", args.ops,
+           "--sizes", args.sizes, "--iters", str(args.iters), "--warmup", str(args.warmup),
+           "--ddp-steps", str(args.ddp_steps), "--ddp-impl", args.ddp_impl] + gpt_args(args)
+    return run_ranks(cmd, nodes, per_node, f"torch_backends: {backend}")
 
 
 def gpt_args(args):

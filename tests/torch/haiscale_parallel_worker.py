@@ -105,17 +105,22 @@ def fsdp_equivalence(precision, policy_name, offload):
     return {"units": units, "worst": worst}
 
 
-def fsdp_state_dicts():
-    """Full and sharded state dicts, optimizer state, summon_full_params, and a bad state dict."""
-    dist.init_process_group("hfreduce")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    c = config()
+def trained_fsdp_with_adamw(c, rank, world):
     model = FullyShardedDataParallel(gpt(c), auto_wrap_policy=ModuleTypePolicy(Block))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     for x, y in batches(world * 2):
         opt.zero_grad()
         model(local(x, rank, world), local(y, rank, world)).backward()
         opt.step()
+    return model, opt
+
+
+def fsdp_state_dicts():
+    """Full and sharded state dicts, optimizer state, summon_full_params, and a bad state dict."""
+    dist.init_process_group("hfreduce")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    c = config()
+    model, opt = trained_fsdp_with_adamw(c, rank, world)
     # the optimizer state is sharded: it is shaped like the shards
     for p in model.parameters():
         assert opt.state[p]["exp_avg"].shape == p.shape
@@ -309,18 +314,13 @@ def raising_mid_step(kind, raise_rank):
 
 
 def checkpoint_round_trip(directory):
-    """FSDP sharded and full checkpoints, DDP full: what is loaded equals what was saved, bit for
-    bit; a save that fails on one rank commits nothing; a sharded checkpoint refuses another
-    world size."""
+    """FSDP sharded and full checkpoints: what is loaded equals what was saved, bit for bit; older
+    ones rotate out; a save that fails on one rank commits nothing (the test then checks that a
+    sharded checkpoint refuses another world size)."""
     dist.init_process_group("hfreduce")
     rank, world = dist.get_rank(), dist.get_world_size()
     c = config()
-    model = FullyShardedDataParallel(gpt(c), auto_wrap_policy=ModuleTypePolicy(Block))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for x, y in batches(world * 2):
-        opt.zero_grad()
-        model(local(x, rank, world), local(y, rank, world)).backward()
-        opt.step()
+    model, opt = trained_fsdp_with_adamw(c, rank, world)
     sharded_dir, full_dir = os.path.join(directory, "sharded"), os.path.join(directory, "full")
     checkpoint.save(sharded_dir, 3, {"model": model.sharded_state_dict(), "opt": opt.state_dict()}, sharded=True)
     checkpoint.save(full_dir, 3, {"model": model.full_state_dict(), "opt": model.full_optim_state_dict(opt)})

@@ -245,25 +245,17 @@ class FullyShardedDataParallel(nn.Module):
 
         visit(module)
         owner_unit = {}  # module -> the head module of its innermost unit
+        heads_parent = {}  # unit head -> the head of the unit enclosing it (for tied parameters)
 
         def assign(m, head):
             if m in wrapped:
+                heads_parent[m] = head
                 head = m
             owner_unit[m] = head
             for child in m.children():
                 assign(child, head)
 
         assign(module, module)
-        heads_parent = {}  # unit head -> enclosing unit head (for tied parameters)
-        for m in wrapped:
-            # the enclosing head is the owner unit of the module's parent
-            heads_parent[m] = None
-        parents = {}
-        for m in module.modules():
-            for child in m.children():
-                parents[child] = m
-        for m in wrapped:
-            heads_parent[m] = owner_unit[parents[m]] if m in parents else module
 
         def chain(head):
             out = [head]

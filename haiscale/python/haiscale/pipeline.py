@@ -28,6 +28,7 @@ so gradients are reduced once per step, overlapping the last backward.
 
 import collections
 import contextlib
+import itertools
 
 import torch
 import torch.distributed as dist
@@ -56,29 +57,20 @@ def make_subgroups(pp_size=1, tp_size=1, dp_size=None):
         raise ValueError(f"haiscale: dp {dp_size} x pp {pp_size} x tp {tp_size} != world size {world}")
     rank = dist.get_rank()
 
-    def rank_of(pp_i, dp_i, tp_i):
-        return (pp_i * dp_size + dp_i) * tp_size + tp_i
-
+    sizes = {"pp": pp_size, "dp": dp_size, "tp": tp_size}
     mine = {}
-    # Every rank creates every group, in the same order (new_group is collective).
-    for pp_i in range(pp_size):
-        for dp_i in range(dp_size):
-            ranks = [rank_of(pp_i, dp_i, t) for t in range(tp_size)]
+    # Every rank creates every group, in the same order (new_group is collective): for each axis,
+    # one group per position along the other two axes.
+    for axis in ("tp", "dp", "pp"):
+        others = [a for a in ("pp", "dp", "tp") if a != axis]
+        for fixed in itertools.product(*(range(sizes[a]) for a in others)):
+            ranks = []
+            for i in range(sizes[axis]):
+                at = dict(zip(others, fixed), **{axis: i})
+                ranks.append((at["pp"] * dp_size + at["dp"]) * tp_size + at["tp"])
             g = dist.new_group(ranks)
             if rank in ranks:
-                mine["tp"] = g
-    for pp_i in range(pp_size):
-        for tp_i in range(tp_size):
-            ranks = [rank_of(pp_i, d, tp_i) for d in range(dp_size)]
-            g = dist.new_group(ranks)
-            if rank in ranks:
-                mine["dp"] = g
-    for dp_i in range(dp_size):
-        for tp_i in range(tp_size):
-            ranks = [rank_of(p, dp_i, tp_i) for p in range(pp_size)]
-            g = dist.new_group(ranks)
-            if rank in ranks:
-                mine["pp"] = g
+                mine[axis] = g
     return Groups(mine["dp"], mine["pp"], mine["tp"])
 
 
