@@ -2,7 +2,7 @@
 //
 //   hai submit [--name N] [--nodes N] [--gpus-per-node G] [--priority P] [--env K=V] -- CMD...
 //   hai ls [-a] [--all-users] | hai show JOB | hai logs JOB [-f] [--rank R]
-//   hai stop JOB | hai suspend JOB | hai nodes [--tree] | hai whoami
+//   hai stop JOB | hai suspend JOB | hai nodes [--tree|--health] | hai whoami
 //   hai admin user add NAME [--admin] [--quota N] | hai admin user ls
 //   hai admin drain NODE --reason TEXT | hai admin undrain NODE
 //
@@ -264,6 +264,8 @@ int Main(int argc, char** argv) {
   auto* nodes_cmd = app.add_subcommand("nodes", "List the cluster's nodes");
   bool tree = false;
   nodes_cmd->add_flag("--tree", tree, "As the zone / leaf switch / node tree");
+  bool health = false;
+  nodes_cmd->add_flag("--health", health, "Every check of each node's last hai-health report");
   auto* whoami = app.add_subcommand("whoami", "Who the token belongs to");
 
   auto* admin = app.add_subcommand("admin", "Administration (admins only)");
@@ -437,9 +439,29 @@ int Main(int argc, char** argv) {
     }
     auto state = [](const hai::Node& n) {
       std::string s = n.state();
-      if (n.drained()) s += ", drained: " + n.drain_reason();
+      if (n.drained()) {
+        s += ", drained";
+        if (!n.drained_by().empty()) s += " by " + n.drained_by();
+        s += ": " + n.drain_reason();
+      }
       return s;
     };
+    auto health_summary = [](const hai::Node& n) -> std::string {
+      if (n.health_report_ms() == 0) return "-";
+      std::string failing;
+      for (const hai::HealthCheck& c : n.health())
+        if (!c.ok()) failing += (failing.empty() ? "" : ",") + c.name();
+      return (failing.empty() ? "ok" : "FAIL " + failing) + " (" + Ago(n.health_report_ms()) + ")";
+    };
+    if (health) {
+      for (const hai::Node& n : resp.nodes()) {
+        std::printf("%s: %s\n", n.name().c_str(), health_summary(n).c_str());
+        for (const hai::HealthCheck& c : n.health())
+          std::printf("  %-18s %-4s %s\n", c.name().c_str(), c.ok() ? "ok" : "FAIL",
+                      c.message().c_str());
+      }
+      return 0;
+    }
     auto jobs = [](const hai::Node& n) {
       std::string s;
       for (int64_t id : n.jobs())
@@ -463,11 +485,12 @@ int Main(int argc, char** argv) {
       }
       return 0;
     }
-    std::printf("%-16s %-6s %-12s %4s  %-30s %s\n", "NODE", "ZONE", "LEAF", "GPUS", "STATE",
-                "JOBS");
+    std::printf("%-16s %-6s %-12s %4s  %-16s %-30s %s\n", "NODE", "ZONE", "LEAF", "GPUS", "HEALTH",
+                "STATE", "JOBS");
     for (const hai::Node& n : resp.nodes()) {
-      std::printf("%-16s %-6s %-12s %4d  %-30s %s\n", n.name().c_str(), n.zone().c_str(),
-                  n.leaf().c_str(), n.gpus(), state(n).c_str(), jobs(n).c_str());
+      std::printf("%-16s %-6s %-12s %4d  %-16s %-30s %s\n", n.name().c_str(), n.zone().c_str(),
+                  n.leaf().c_str(), n.gpus(), health_summary(n).c_str(), state(n).c_str(),
+                  jobs(n).c_str());
     }
     return 0;
   }

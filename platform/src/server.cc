@@ -141,6 +141,7 @@ Status HaiServer::Load() {
     if (it == nodes_.end()) continue;  // no longer in cluster.toml
     it->second.record.set_drained(n.drained());
     it->second.record.set_drain_reason(n.drain_reason());
+    it->second.record.set_drained_by(n.drained_by());
     it->second.record.set_agent_address(n.agent_address());
     // A node that was up counts as up until its heartbeat timeout runs out.
     if (n.state() == "up") it->second.record.set_state("up");
@@ -626,6 +627,7 @@ grpc::Status HaiServer::DrainNode(grpc::ServerContext* ctx, const hai::DrainRequ
     hai::Node record = it->second.record;
     record.set_drained(req->drain());
     record.set_drain_reason(req->drain() ? req->reason() : "");
+    record.set_drained_by(req->drain() ? caller.name() : "");
     FF_RETURN_IF_ERROR(store_->PutNode(record));
     it->second.record = record;
     *resp = record;
@@ -682,6 +684,56 @@ grpc::Status HaiServer::Heartbeat(grpc::ServerContext* ctx, const hai::Heartbeat
       *resp->add_tasks() = std::move(t);
     resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
     resp->set_generation(node.generation);
+    return Status::Ok();
+  });
+}
+
+grpc::Status HaiServer::ReportHealth(grpc::ServerContext* ctx, const hai::HealthReport* req,
+                                     hai::HealthReportResponse* resp) {
+  return ServeRpc("ReportHealth", [&]() -> Status {
+    FF_RETURN_IF_ERROR(AuthenticateAgent(*ctx));
+    if (req->checks_size() > 64) return InvalidArgument("over 64 health checks in one report");
+    std::string failing;
+    for (const hai::HealthCheck& c : req->checks()) {
+      if (c.name().empty() || c.name().size() > 64 || c.message().size() > 1024) {
+        return InvalidArgument(
+            "a health check needs a name (at most 64 bytes) and a message of "
+            "at most 1024 bytes");
+      }
+      if (!c.ok()) failing += (failing.empty() ? "" : "; ") + c.name() + ": " + c.message();
+    }
+    std::lock_guard lock(mu_);
+    auto it = nodes_.find(req->node());
+    if (it == nodes_.end()) {
+      return NotFound("node '" + req->node() + "' is not in " + options_.cluster);
+    }
+    hai::Node& current = it->second.record;
+    current.mutable_health()->CopyFrom(req->checks());
+    current.set_health_report_ms(NowMs());
+    // Only a drain hai-health made itself is its to change: an admin's drain stands.
+    const bool ours = current.drained() && current.drained_by() == kHealthDrainer;
+    std::string reason = failing.empty() ? "" : "health: " + failing;
+    if (reason.size() > 1024) reason = reason.substr(0, 1021) + "...";
+    hai::Node record = current;
+    if (!failing.empty() && (!current.drained() || (ours && current.drain_reason() != reason))) {
+      record.set_drained(true);
+      record.set_drain_reason(reason);
+      record.set_drained_by(kHealthDrainer);
+    } else if (failing.empty() && ours) {
+      record.set_drained(false);
+      record.clear_drain_reason();
+      record.clear_drained_by();
+    }
+    if (record.drained() != current.drained() || record.drain_reason() != current.drain_reason()) {
+      FF_RETURN_IF_ERROR(store_->PutNode(record));
+      spdlog::info("node {} {} by {}{}", req->node(), record.drained() ? "drained" : "undrained",
+                   kHealthDrainer, record.drained() ? ": " + reason : ": every check passes");
+      current = record;
+    }
+    UpdateGauges();
+    resp->set_drained(current.drained());
+    resp->set_drain_reason(current.drain_reason());
+    resp->set_drained_by(current.drained_by());
     return Status::Ok();
   });
 }
@@ -983,8 +1035,22 @@ void HaiServer::StartRun(hai::Job& job, const Placement& placement, InUse& in_us
 void HaiServer::UpdateGauges() {
   if (!metrics_) return;
   std::map<hai::JobState, int> by_state;
-  for (const auto& [id, job] : jobs_)
+  const int64_t now = NowMs();
+  std::map<int64_t, int64_t> suspending;
+  int64_t longest_ms = 0;
+  for (const auto& [id, job] : jobs_) {
     ++by_state[job.state()];
+    if (job.state() != hai::SUSPENDING) continue;
+    auto it = suspending_since_ms_.find(id);
+    const int64_t since = it == suspending_since_ms_.end() ? now : it->second;
+    suspending[id] = since;
+    longest_ms = std::max(longest_ms, now - since);
+  }
+  suspending_since_ms_ = std::move(suspending);
+  metrics_
+      ->Gauge("hai_job_suspending_seconds_max",
+              "How long the longest-suspending job has been SUSPENDING (0: none)")
+      .Set(static_cast<double>(longest_ms) / 1000.0);
   for (int s = hai::QUEUED; s <= hai::STOPPED; ++s) {
     auto state = static_cast<hai::JobState>(s);
     metrics_->Gauge("hai_jobs", "Jobs by state", {{"state", StateName(state)}})
@@ -995,6 +1061,17 @@ void HaiServer::UpdateGauges() {
     ++nodes_by_state[n.record.drained() ? "drained" : n.record.state()];
   for (const char* s : {"up", "lost", "unknown", "drained"}) {
     metrics_->Gauge("hai_nodes", "Nodes by state", {{"state", s}}).Set(nodes_by_state[s]);
+  }
+  for (const auto& [name, n] : nodes_) {
+    int failing = 0;
+    for (const hai::HealthCheck& c : n.record.health())
+      failing += c.ok() ? 0 : 1;
+    metrics_
+        ->Gauge("hai_node_failing_health_checks",
+                "Failing checks in the node's last hai-health report", {{"node", name}})
+        .Set(failing);
+    metrics_->Gauge("hai_node_drained", "1 while the node is drained", {{"node", name}})
+        .Set(n.record.drained() ? 1 : 0);
   }
 }
 

@@ -69,6 +69,11 @@ class HaiServer final : public hai::Hai::Service {
   grpc::Status DrainNode(grpc::ServerContext*, const hai::DrainRequest*, hai::Node*) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const hai::HeartbeatRequest*,
                          hai::HeartbeatResponse*) override;
+  grpc::Status ReportHealth(grpc::ServerContext*, const hai::HealthReport*,
+                            hai::HealthReportResponse*) override;
+
+  // The drained_by of drains made by hai-health.
+  static constexpr const char* kHealthDrainer = "hai-health";
 
   // One scheduling pass (lost nodes, then a round); the loop calls it, tests may too.
   void Tick();
@@ -125,6 +130,7 @@ class HaiServer final : public hai::Hai::Service {
   std::map<std::string, hai::User> users_;            // by name
   std::map<std::string, std::string> user_by_token_;  // token hash -> name
   std::map<std::string, NodeRuntime> nodes_;          // every node of cluster.toml
+  std::map<int64_t, int64_t> suspending_since_ms_;    // SUSPENDING jobs, as UpdateGauges saw them
   int64_t next_id_ = 1;
 
   std::mutex loop_mu_;

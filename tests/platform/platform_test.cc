@@ -346,6 +346,79 @@ TEST_F(PlatformTest, LostNodeRequeuesItsJobElsewhere) {
   ASSERT_TRUE(WaitForState(id, alice_, "STOPPED"));
 }
 
+// hai-health on node n00 reads a kernel log file the test appends to (a recorded Xid 79 line):
+// the node is drained with the error as its reason, gets no new job, and is undrained when the
+// error's hold has passed; an admin's drain is left alone by health reports.
+TEST_F(PlatformTest, HealthCheckFailureDrainsTheNodeUntilItPassesAgain) {
+  const std::string kmsg = dir_.File("kmsg");
+  test::WriteFile(kmsg, "6,1,100,-;Linux version 6.1.0\n");
+  test::WriteFile(dir_.File("health.toml"),
+                  "[metrics]\nenabled = false\n[health]\nnode = \"A-leaf-n00\"\nserver = \"" +
+                      server_address_ + "\"\ntoken_file = \"" + dir_.File("agent.token") +
+                      "\"\ninterval_ms = 200\nkernel_log = \"" + kmsg +
+                      "\"\nhardware_error_hold_s = 4\nvalidator_interval_s = 0\n"
+                      "min_free_disk_mib = 0\nmin_available_memory_mib = 0\n");
+  auto proc = test::Subprocess::Start({FF_HAI_HEALTH_PATH, "--config", dir_.File("health.toml"),
+                                       "--ready-file", dir_.File("health.ready")},
+                                      {.env = {}, .output_dir = dir_.path()});
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  test::Subprocess health = std::move(*proc);
+  auto node = [&](const std::string& name) {
+    json j = json::parse(Hai({"nodes", "--json"}, admin_token_).out, nullptr, false);
+    for (const json& n : j.value("nodes", json::array()))
+      if (n.value("name", "") == name) return n;
+    return json::object();
+  };
+  // Healthy: reports arrive, nothing is drained.
+  ASSERT_TRUE(
+      WaitUntil([&] { return node("A-leaf-n00").value("health_report_ms", "0") != "0"; }, 20s))
+      << health.Stderr();
+  EXPECT_FALSE(node("A-leaf-n00").value("drained", false));
+
+  // An admin drains n01 for maintenance: health reports of other nodes do not touch it.
+  ASSERT_EQ(Hai({"admin", "drain", "A-leaf-n01", "--reason", "new DIMMs"}, admin_token_).code, 0);
+
+  // The GPU falls off the bus.
+  {
+    std::ofstream out(kmsg, std::ios::app);
+    out << "3,2,200,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off "
+           "the bus.\n";
+  }
+  ASSERT_TRUE(WaitUntil([&] { return node("A-leaf-n00").value("drained", false); }, 10s))
+      << health.Stderr();
+  json n0 = node("A-leaf-n00");
+  EXPECT_EQ(n0.value("drained_by", ""), "hai-health");
+  EXPECT_THAT(n0.value("drain_reason", ""), HasSubstr("kernel: Xid 79 on 0000:3b:00"));
+  EXPECT_THAT(n0.value("drain_reason", ""), HasSubstr("fallen off the bus"));
+  CliResult listing = Hai({"nodes"}, admin_token_);
+  EXPECT_THAT(listing.out, HasSubstr("drained by hai-health: health: kernel: Xid 79"));
+  EXPECT_THAT(listing.out, HasSubstr("FAIL kernel"));
+
+  // With n00 and n01 drained, a 1-node job lands on n02 and a 2-node job waits.
+  int64_t one = Submit(alice_, {"--", "sleep 30"});
+  ASSERT_TRUE(WaitForState(one, alice_, "RUNNING"));
+  EXPECT_EQ(Show(one, alice_)["runs"][0]["nodes"][0], "A-leaf-n02");
+  EXPECT_EQ(Hai({"stop", std::to_string(one)}, alice_).code, 0);
+  ASSERT_TRUE(WaitForState(one, alice_, "STOPPED"));
+  int64_t two = Submit(alice_, {"--nodes", "2", "--", "sleep 0.5"});
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(State(two, alice_), "QUEUED");
+
+  // The error's hold passes: n00 is undrained and the job starts; the admin's drain stands.
+  ASSERT_TRUE(WaitUntil([&] { return !node("A-leaf-n00").value("drained", false); }, 15s))
+      << health.Stderr();
+  ASSERT_TRUE(WaitForState(two, alice_, "SUCCEEDED"));
+  json run = Show(two, alice_)["runs"][0];
+  EXPECT_THAT(run["nodes"].dump(), HasSubstr("A-leaf-n00"));
+  EXPECT_THAT(run["nodes"].dump(), Not(HasSubstr("A-leaf-n01")));
+  json n1 = node("A-leaf-n01");
+  EXPECT_TRUE(n1.value("drained", false));
+  EXPECT_EQ(n1.value("drained_by", ""), "admin");
+  EXPECT_EQ(n1.value("drain_reason", ""), "new DIMMs");
+  health.Signal(SIGTERM);
+  EXPECT_EQ(health.Wait(10s), 0) << health.Stderr();
+}
+
 TEST_F(PlatformTest, AgentRestartAdoptsItsJobsWithoutStartingThemTwice) {
   int64_t id = Submit(alice_, {"--", "echo started; sleep 3; echo finished"});
   ASSERT_TRUE(
@@ -380,7 +453,7 @@ TEST_F(PlatformTest, ServerCrashLosesNothingAndJobsKeepRunning) {
   EXPECT_EQ(Show(id, alice_)["runs"].size(), 1u);
   EXPECT_THAT(Logs(id, alice_), HasSubstr("finished"));
   CliResult nodes = Hai({"nodes", "--tree"}, admin_token_);
-  EXPECT_THAT(nodes.out, HasSubstr("drained: bad DIMM"));
+  EXPECT_THAT(nodes.out, HasSubstr("drained by admin: bad DIMM"));
 }
 
 TEST_F(PlatformTest, UsersSeeAndChangeOnlyTheirOwnJobs) {
