@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# The README's first command: installs dependencies, builds, starts the local one-machine cluster
-# (deploy/local-cluster.sh: hai-server and four hai-agents as nodes) and runs the demo training
-# job through the hai CLI: a 2-node data-parallel job over HFReduce that a higher-priority
-# 4-node job preempts; it checkpoints, waits, resumes from its checkpoint and finishes.
+# The README's first command: installs dependencies, builds, starts the whole stack on this
+# machine (deploy/local-cluster.sh: fs3 with chains of three, hai-server, four nodes each with a
+# hai-agent and a hai-health, Prometheus), writes a token dataset into fs3, and submits through
+# `hai` a 2-node x 2-rank HaiScale training job of the repo's GPT over HFReduce, reading its data
+# from fs3 (fs3client) and checkpointing to the fs3 mount. A higher-priority job preempts it; it
+# checkpoints, waits, resumes from its checkpoint and finishes. The cluster stays up afterwards
+# (DEMO_KEEP=0 takes it down) so that `hai ls`, `hai logs` and Prometheus can be looked at.
+#
+# Environment: DEMO_DIR (default /tmp/fireflyer-demo; an earlier demo there is purged first),
+# DEMO_STEPS (default 80), FF_JOBS (build jobs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$(pwd)
 
 bash deploy/install-deps.sh
 cmake -G Ninja -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >build.configure.log 2>&1 ||
@@ -12,41 +19,65 @@ cmake -G Ninja -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >build.configure.
 sed -n '/fireflyer .* configuration/,/^-- $/p' build.configure.log
 cmake --build build -j "${FF_JOBS:-$(nproc)}"
 
-dir=$(mktemp -d /tmp/fireflyer-demo.XXXXXX)
-rmdir "$dir"
-trap 'bash deploy/local-cluster.sh stop "$dir" >/dev/null 2>&1 || true' EXIT
-bash deploy/local-cluster.sh start "$dir"
+dir=${DEMO_DIR:-/tmp/fireflyer-demo}
+steps=${DEMO_STEPS:-80}
+bash deploy/local-cluster.sh down "$dir" --purge >/dev/null 2>&1 || true
+if [ "${DEMO_KEEP:-1}" = 0 ]; then
+  trap 'bash deploy/local-cluster.sh down "$dir" --purge >/dev/null 2>&1 || true' EXIT
+fi
+bash deploy/local-cluster.sh up "$dir"
 # shellcheck disable=SC1091
 source "$dir/env"
+[ -n "${FS3_MOUNT:-}" ] || { echo "demo: needs fs3 (run as root, with /dev/fuse)" >&2; exit 1; }
 hai=build/platform/hai
-train=$(pwd)/build/platform/hai-demo-train
+py=$root/.venv/bin/python
 
 state() { "$hai" show "$1" --json | sed -E 's/.*"state":"([A-Z]+)".*/\1/'; }
-wait_state() {  # JOB STATE
-  for _ in $(seq 600); do [ "$(state "$1")" = "$2" ] && return 0; sleep 0.1; done
-  echo "demo: job $1 did not reach $2" >&2; "$hai" show "$1" >&2; return 1
+wait_state() {  # JOB STATE [SECONDS]
+  for _ in $(seq $(( ${3:-120} * 10 ))); do [ "$(state "$1")" = "$2" ] && return 0; sleep 0.1; done
+  echo "demo: job $1 did not reach $2" >&2; "$hai" show "$1" >&2; "$hai" logs "$1" >&2 || true; return 1
 }
-
 run() { echo "\$ $*"; "$@"; }
 
 echo "== the cluster =="
 run "$hai" nodes --tree
-echo "== a researcher submits a 2-node training job at low priority =="
-run "$hai" submit --name train --nodes 2 --gpus-per-node 2 --priority 1 -- "$train" 40 0.1
+echo "== a token dataset into fs3 (this repository's text, one token per byte) =="
+"$py" - <<'PY'
+import glob, numpy as np, fs3client
+from fs3client.data import write_tokens
+text = b"".join(open(p, "rb").read() for p in sorted(glob.glob("**/*.md", recursive=True))
+                if not p.startswith(("build", ".venv")))
+fs = fs3client.FileSystem.from_env()
+fs.makedirs("/datasets")
+f = write_tokens(fs, "/datasets/corpus.u16", np.frombuffer(text, np.uint8), dtype="uint16")
+print(f"/datasets/corpus.u16: {f.size // 2} tokens ({f.size} bytes) on fs3")
+PY
+
+echo "== a researcher submits a 2-node x 2-rank GPT training job at low priority =="
+train="$py $root/haiscale/examples/train_gpt.py --fs3-data /datasets/corpus.u16 --vocab 256"
+train+=" --seq-len 64 --batch 16 --steps $steps --save-every 10 --log-every 5 --lr 3e-3"
+train+=" --loss-csv $dir/loss.csv --loss-plot $dir/loss.svg"
+run "$hai" submit --name gpt --nodes 2 --gpus-per-node 2 --procs-per-node 2 --priority 1 -- "$train"
 wait_state 1 RUNNING
-sleep 1
-echo "== an urgent job needs all four nodes: the training job is suspended to make room =="
-run "$hai" submit --name urgent --nodes 4 --gpus-per-node 2 --priority 5 --may-span-zones -- "$train" 10 0.05
+for _ in $(seq 600); do "$hai" logs 1 2>/dev/null | grep -q "step    20" && break; sleep 0.2; done
+run "$hai" logs 1 --rank 0
+echo "== an urgent job needs all four nodes: the training job checkpoints and is suspended =="
+run "$hai" submit --name urgent --nodes 4 --gpus-per-node 2 --priority 5 --may-span-zones -- \
+  "$root/build/platform/hai-demo-train" 10 0.05
 wait_state 1 SUSPENDED
 run "$hai" ls
 wait_state 2 SUCCEEDED
-echo "== the training job resumes from its checkpoint and finishes =="
-run "$hai" logs 1 -f
-wait_state 1 SUCCEEDED
+echo "== the training job resumes from its checkpoint on fs3 and finishes =="
+wait_state 1 SUCCEEDED 600
+run "$hai" logs 1 --rank 0
 run "$hai" show 1
-run "$hai" ls -a
-if [ -d "$dir/fs3-mnt" ]; then
-  echo "== its checkpoints are on fs3 (mounted at $dir/fs3-mnt) =="
-  run find "$dir/fs3-mnt/checkpoints" -type f
-  run build/fs3/fs3 fsck --meta "$(sed -E 's/.*"rpc":"([^"]+)".*/\1/' "$dir/fs3/meta.ready")"
-fi
+run find "$FS3_MOUNT/checkpoints/researcher/1" -maxdepth 2
+run build/fs3/fs3 fsck --meta "$FS3_META"
+first=$(sed -n 2p "$dir/loss.csv" | cut -d, -f2)
+last=$(tail -n 1 "$dir/loss.csv" | cut -d, -f2)
+echo
+echo "demo: job 1 trained $steps steps over HFReduce on 2 nodes x 2 ranks, preempted and resumed:"
+echo "demo:   loss $first -> $last (curve: $dir/loss.svg, $dir/loss.csv)"
+echo "demo: look around:  source $dir/env; hai ls -a; hai logs 1; hai nodes --health"
+echo "demo:   Prometheus: $PROMETHEUS_URL (targets, alerts);  fs3: $FS3_MOUNT"
+echo "demo:   stop it:    deploy/local-cluster.sh down $dir --purge"

@@ -4,6 +4,7 @@
 #
 #   deploy/fs3-local.sh start [DIR]   # default DIR: /tmp/fs3-local; needs build/; mounts DIR/mnt
 #   deploy/fs3-local.sh stop [DIR]    # unmounts, stops everything and removes DIR
+#   deploy/fs3-local.sh down [DIR]    # unmounts and stops everything, keeps DIR (logs, data)
 #
 # Environment: FS3_REPLICATION (default 1), FS3_STORAGE_SERVICES (default: the replication),
 # FS3_CHUNK_SIZE (default 4194304), FS3_DATA (default DIR/data: where chunks and RocksDB live),
@@ -24,7 +25,7 @@ say() { echo "fs3-local: $*" >&2; }
 # shellcheck source=deploy/lib.sh
 source deploy/lib.sh
 
-stop() {
+stop() {  # [keep]
   [ -d "$dir" ] || { say "nothing runs in $dir"; return 0; }
   if [ -e "$dir/mnt.path" ]; then
     fusermount3 -u "$(cat "$dir/mnt.path")" 2>/dev/null || umount -l "$(cat "$dir/mnt.path")" 2>/dev/null || true
@@ -37,9 +38,14 @@ stop() {
   for pidfile in "$dir"/*.pid; do
     [ -e "$pidfile" ] || continue
     kill -KILL "$(cat "$pidfile")" 2>/dev/null || true
+    rm -f "$pidfile"
   done
-  rm -rf "$dir"
-  say "stopped; removed $dir"
+  if [ "${1:-}" = keep ]; then
+    say "stopped; state kept in $dir"
+  else
+    rm -rf "$dir"
+    say "stopped; removed $dir"
+  fi
 }
 
 start_daemon() {  # NAME BINARY ARGS...
@@ -114,5 +120,6 @@ TOML
     say "fs3 mounted at $mnt (mgmtd $mgmtd, meta $meta, replication $replication); source $dir/env"
     ;;
   stop) stop ;;
-  *) echo "usage: deploy/fs3-local.sh start|stop [DIR]" >&2; exit 64 ;;
+  down) stop keep ;;
+  *) echo "usage: deploy/fs3-local.sh start|stop|down [DIR]" >&2; exit 64 ;;
 esac

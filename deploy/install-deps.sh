@@ -21,6 +21,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev libgloo-dev libopenmpi-dev openmpi-bin
   # fs3/bench/fuse-bench.sh (fs3-fuse against libfuse's passthrough_ll)
   fio
+  # the local cluster's Prometheus server and promtool (alert rules and their tests)
+  prometheus
   # the Python environment (.venv) and the haiscale extension's headers
   python3-venv python3-dev
 )

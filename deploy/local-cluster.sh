@@ -1,28 +1,73 @@
 #!/usr/bin/env bash
-# The local one-machine cluster: hai-server and four hai-agents acting as the nodes of
-# deploy/config/cluster-local.toml, with their state under one folder. As root (with /dev/fuse),
-# fs3 runs beside them (deploy/fs3-local.sh, mounted at DIR/fs3-mnt) and jobs' checkpoints go
-# there (FF_LOCAL_FS3=0: a plain folder instead).
+# The whole stack on this machine, from one config (deploy/config/local-cluster.conf), with all
+# its state under one folder:
+#   fs3: fs3-mgmtd, fs3-meta, FS3_STORAGE_SERVICES fs3-storage services in chains of
+#        FS3_REPLICATION, and (as root, with /dev/fuse) the fs3-fuse mount at DIR/fs3-mnt;
+#   HAI-Platform: hai-server and one hai-agent and one hai-health per node of CLUSTER_TOML (each
+#        node has its own HFReduce node id, so a multi-node job crosses HFReduce's network path);
+#   Prometheus (Debian's `prometheus`) scraping every daemon's /metrics, with deploy/prometheus's
+#        alert rules loaded.
+# Jobs see the stack's Python side (haiscale, hai_job, fs3client) and FS3_META / FS3_MGMTD /
+# FS3_MOUNT without extra steps.
 #
-#   deploy/local-cluster.sh start [DIR]   # default DIR: /tmp/fireflyer-local; needs build/
-#   source DIR/env                        # HAI_SERVER and HAI_TOKEN of the user "researcher"
-#   deploy/local-cluster.sh status [DIR]
-#   deploy/local-cluster.sh stop [DIR]    # stops everything, jobs included, and removes DIR
+#   deploy/local-cluster.sh up [DIR] [--config FILE]  # default DIR: /tmp/fireflyer-local
+#   source DIR/env                                    # HAI_SERVER, HAI_TOKEN (user "researcher"),
+#                                                     # FS3_*, PROMETHEUS_URL; DIR/admin.env: admin
+#   deploy/local-cluster.sh status [DIR]              # every service and its health
+#   deploy/local-cluster.sh down [DIR] [--purge]      # stops everything (jobs too), unmounts;
+#                                                     # --purge also removes DIR
+# `start` and `stop` are `up` and `down --purge`. `down` works on a crashed or half-started
+# cluster too: it acts on whatever pid files and mounts it finds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 cmd=${1:-}
-dir=${2:-/tmp/fireflyer-local}
+shift || true
+dir=/tmp/fireflyer-local
+config=deploy/config/local-cluster.conf
+purge=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --config) config=$2; shift 2 ;;
+    --purge) purge=1; shift ;;
+    -*) echo "local-cluster: unknown option $1" >&2; exit 64 ;;
+    *) dir=$1; shift ;;
+  esac
+done
 bin=${FF_BUILD_DIR:-build}
-nodes=(A-leaf-n00 A-leaf-n01 B-leaf-n00 B-leaf-n01)
 
 say() { echo "local-cluster: $*" >&2; }
 
 # shellcheck source=deploy/lib.sh
 source deploy/lib.sh
+# shellcheck source=deploy/config/local-cluster.conf
+source "$config"
 
-stop() {
-  [ -d "$dir" ] || { say "nothing runs in $dir"; return 0; }
+# The node names of CLUSTER_TOML (zone leaves' names with -n00, -n01, ...).
+node_names() {
+  awk '/^[[:space:]]*name *=/ { gsub(/"/, "", $3); name = $3 }
+       /^[[:space:]]*nodes *=/ { for (i = 0; i < $3; i++) printf "%s-n%02d\n", name, i }' \
+    "$CLUSTER_TOML"
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+prom_query() {  # PATH: GET from Prometheus' API, the JSON on stdout
+  python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+    "$(cat "$dir/prometheus.url")$1"
+}
+
+start_daemon() {  # NAME ARGS...: runs ARGS with a ready file and a log, waits for it
+  local name=$1; shift
+  "$@" --ready-file "$dir/$name.ready" >"$dir/$name.log" 2>&1 &
+  echo $! >"$dir/$name.pid"
+  wait_ready "$dir/$name.ready" "$name"
+}
+
+down() {
+  [ -d "$dir" ] || { say "nothing in $dir"; return 0; }
   for pidfile in "$dir"/*.pid; do
     [ -e "$pidfile" ] || continue
     kill -TERM "$(cat "$pidfile")" 2>/dev/null || true
@@ -38,71 +83,206 @@ stop() {
   for pidfile in "$dir"/*.pid; do
     [ -e "$pidfile" ] || continue
     kill -KILL "$(cat "$pidfile")" 2>/dev/null || true
+    rm -f "$pidfile"
   done
-  [ -d "$dir/fs3" ] && bash deploy/fs3-local.sh stop "$dir/fs3" >/dev/null 2>&1
-  rm -rf "$dir"
-  say "stopped; removed $dir"
+  [ -d "$dir/fs3" ] && bash deploy/fs3-local.sh down "$dir/fs3" >/dev/null 2>&1
+  # A mount left by a crash (fs3-fuse killed) still answers ENOTCONN until unmounted.
+  if grep -q " $dir/fs3-mnt " /proc/mounts 2>/dev/null; then
+    fusermount3 -u "$dir/fs3-mnt" 2>/dev/null || umount -l "$dir/fs3-mnt" 2>/dev/null || true
+  fi
+  rm -f "$dir"/*.ready
+  if [ "$purge" -eq 1 ]; then
+    rm -rf "$dir"
+    say "stopped; removed $dir"
+  else
+    say "stopped; logs and data kept in $dir (down --purge removes them)"
+  fi
 }
 
-case "$cmd" in
-  start)
-    for b in hai-server hai-agent hai hai-demo-train; do
-      [ -x "$bin/platform/$b" ] || { say "$bin/platform/$b is missing: build first"; exit 1; }
-    done
-    [ -e "$dir/server.pid" ] && { say "already running in $dir (stop it first)"; exit 1; }
-    mkdir -p "$dir"
-    checkpoints="$dir/checkpoints"
-    if [ "${FF_LOCAL_FS3:-1}" != 0 ] && [ "$(id -u)" -eq 0 ] && [ -w /dev/fuse ] &&
-      [ -x "$bin/fs3/fs3-fuse" ]; then
-      FS3_MOUNT="$dir/fs3-mnt" bash deploy/fs3-local.sh start "$dir/fs3"
-      checkpoints="$dir/fs3-mnt/checkpoints"
-      mkdir -p "$checkpoints"
-    fi
-    cat >"$dir/hai-server.toml" <<TOML
+up() {
+  for b in platform/hai-server platform/hai-agent platform/hai monitoring/health/hai-health; do
+    [ -x "$bin/$b" ] || { say "$bin/$b is missing: build first"; exit 1; }
+  done
+  if [ -e "$dir/server.pid" ] && kill -0 "$(cat "$dir/server.pid")" 2>/dev/null; then
+    say "already running in $dir (down it first)"; exit 1
+  fi
+  if [ -e "$dir" ] && [ -n "$(ls -A "$dir" 2>/dev/null)" ]; then
+    say "$dir holds an earlier cluster's state: 'down --purge' it, or choose another folder"
+    exit 1
+  fi
+  mkdir -p "$dir"
+  trap 'say "start failed; stopping what started (logs kept in $dir)"; purge=0; down' ERR
+  local nodes
+  mapfile -t nodes < <(node_names)
+  local python_path="$root/$bin/python:$root/platform/python"
+  local fs3_env=()
+  local checkpoints="$dir/checkpoints"
+
+  # ---- fs3 -------------------------------------------------------------------------------------
+  if [ "${FS3:-1}" != 0 ] && [ "$(id -u)" -eq 0 ] && [ -w /dev/fuse ] && [ -x "$bin/fs3/fs3-fuse" ]; then
+    FS3_MOUNT="$dir/fs3-mnt" FS3_REPLICATION=$FS3_REPLICATION \
+      FS3_STORAGE_SERVICES=$FS3_STORAGE_SERVICES bash deploy/fs3-local.sh start "$dir/fs3"
+    # shellcheck disable=SC1091
+    source "$dir/fs3/env"
+    fs3_env=(FS3_META="$FS3_META" FS3_MGMTD="$FS3_MGMTD" FS3_MOUNT="$FS3_MOUNT")
+    checkpoints="$FS3_MOUNT/checkpoints"
+    mkdir -p "$checkpoints"
+  else
+    say "fs3 is left out (it needs root, /dev/fuse and a build with fs3-fuse; FS3=0 skips it)"
+  fi
+
+  # ---- hai-server, agents, hai-health ----------------------------------------------------------
+  cat >"$dir/hai-server.toml" <<TOML
 [server]
 listen = "127.0.0.1:0"
 [metrics]
 listen = "127.0.0.1:0"
 [hai]
 data_dir = "$dir/server"
-cluster = "$root/deploy/config/cluster-local.toml"
+cluster = "$root/$CLUSTER_TOML"
 agent_token_file = "$dir/agent.token"
 checkpoint_root = "$checkpoints"
 heartbeat_timeout_ms = 5000
 heartbeat_interval_ms = 250
 schedule_interval_ms = 250
-suspend_grace_ms = 10000
+suspend_grace_ms = 20000
 TOML
-    "$bin/platform/hai-server" --config "$dir/hai-server.toml" --ready-file "$dir/server.ready" \
-      >"$dir/hai-server.log" 2>&1 &
-    echo $! >"$dir/server.pid"
-    wait_ready "$dir/server.ready" hai-server
-    server=$(json_field "$dir/server.ready" rpc)
-    for node in "${nodes[@]}"; do
-      "$bin/platform/hai-agent" --node "$node" --set "agent.server=$server" \
-        --set "agent.token_file=$dir/agent.token" --set "agent.state_dir=$dir/agent-$node" \
-        --set agent.gpus=2 --set metrics.enabled=false --ready-file "$dir/agent-$node.ready" \
-        >"$dir/agent-$node.log" 2>&1 &
-      echo $! >"$dir/agent-$node.pid"
+  start_daemon hai-server "$bin/platform/hai-server" --config "$dir/hai-server.toml"
+  local server
+  server=$(json_field "$dir/hai-server.ready" rpc)
+  for node in "${nodes[@]}"; do
+    env PATH="$root/.venv/bin:$PATH" PYTHONPATH="$python_path${PYTHONPATH:+:$PYTHONPATH}" \
+      "${fs3_env[@]}" "$bin/platform/hai-agent" --node "$node" --set "agent.server=$server" \
+      --set "agent.token_file=$dir/agent.token" --set "agent.state_dir=$dir/agent-$node" \
+      --set "agent.gpus=$GPUS_PER_NODE" --set metrics.listen=127.0.0.1:0 \
+      --ready-file "$dir/agent-$node.ready" >"$dir/agent-$node.log" 2>&1 &
+    echo $! >"$dir/agent-$node.pid"
+  done
+  for node in "${nodes[@]}"; do wait_ready "$dir/agent-$node.ready" "agent-$node"; done
+  for node in "${nodes[@]}"; do
+    cat >"$dir/health-$node.toml" <<TOML
+[metrics]
+listen = "127.0.0.1:0"
+[health]
+node = "$node"
+server = "$server"
+token_file = "$dir/agent.token"
+interval_ms = $HEALTH_INTERVAL_MS
+gpus = $HEALTH_EXPECT_GPUS
+fs3_mount = "${FS3_MOUNT:-}"
+disks = ["$dir"]
+min_free_disk_mib = $HEALTH_MIN_FREE_DISK_MIB
+validator_interval_s = $HEALTH_VALIDATOR_INTERVAL_S
+TOML
+    start_daemon "health-$node" "$bin/monitoring/health/hai-health" --config "$dir/health-$node.toml"
+  done
+  local admin token
+  admin=$(cat "$dir/server/admin.token")
+  token=$(HAI_SERVER=$server HAI_TOKEN=$admin "$bin/platform/hai" admin user add researcher --json |
+    json_field /dev/stdin token)
+
+  # ---- Prometheus ------------------------------------------------------------------------------
+  local prom_url=""
+  if [ "${PROMETHEUS:-1}" != 0 ]; then
+    command -v prometheus >/dev/null || { say "prometheus is not installed (deploy/install-deps.sh)"; exit 1; }
+    {
+      printf 'global:\n  scrape_interval: %s\n  evaluation_interval: %s\n' "$SCRAPE_INTERVAL" "$SCRAPE_INTERVAL"
+      printf 'rule_files: ["%s/deploy/prometheus/alerts.yml"]\nscrape_configs:\n' "$root"
+      scrape_job() {  # JOB READY-FILES...
+        local job=$1; shift
+        printf '  - job_name: %s\n    static_configs:\n' "$job"
+        for f in "$@"; do
+          [ -s "$f" ] || continue
+          local m name
+          m=$(json_field "$f" metrics)
+          name=$(basename "$f" .ready)
+          printf '      - targets: ["%s"]\n        labels: {service: "%s"}\n' "$m" "$name"
+        done
+      }
+      scrape_job hai-server "$dir/hai-server.ready"
+      scrape_job hai-agent "$dir"/agent-*.ready
+      scrape_job hai-health "$dir"/health-*.ready
+      if [ -d "$dir/fs3" ]; then
+        scrape_job fs3-mgmtd "$dir/fs3/mgmtd.ready"
+        scrape_job fs3-meta "$dir/fs3/meta.ready"
+        scrape_job fs3-storage "$dir"/fs3/storage*.ready
+        scrape_job fs3-fuse "$dir/fs3/fuse.ready"
+      fi
+    } >"$dir/prometheus.yml"
+    local port
+    port=$(free_port)
+    prom_url="http://127.0.0.1:$port"
+    echo "$prom_url" >"$dir/prometheus.url"
+    prometheus --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/prometheus" \
+      --web.listen-address="127.0.0.1:$port" >"$dir/prometheus.log" 2>&1 &
+    echo $! >"$dir/prometheus.pid"
+    local targets up=0
+    targets=$(grep -c 'targets:' "$dir/prometheus.yml")
+    for _ in $(seq 300); do
+      up=$(prom_query /api/v1/targets 2>/dev/null | grep -o '"health":"up"' | wc -l || true)
+      [ "$up" -ge "$targets" ] && break
+      sleep 0.1
     done
-    for node in "${nodes[@]}"; do wait_ready "$dir/agent-$node.ready" "agent-$node"; done
-    admin=$(cat "$dir/server/admin.token")
-    token=$(HAI_SERVER=$server HAI_TOKEN=$admin "$bin/platform/hai" admin user add researcher --json |
-      json_field /dev/stdin token)
-    printf 'export HAI_SERVER=%s\nexport HAI_TOKEN=%s\n' "$server" "$token" >"$dir/env"
-    printf 'export HAI_SERVER=%s\nexport HAI_TOKEN=%s\n' "$server" "$admin" >"$dir/admin.env"
-    chmod 600 "$dir/env" "$dir/admin.env"
-    say "checkpoints in $checkpoints"
-    say "hai-server at $server ($(json_field "$dir/server.ready" metrics)/metrics), agents: ${nodes[*]}"
-    say "as the user 'researcher': source $dir/env; as admin: source $dir/admin.env"
-    ;;
-  status)
-    [ -s "$dir/env" ] || { say "not running in $dir"; exit 1; }
+    [ "$up" -ge "$targets" ] || { say "Prometheus sees $up of $targets targets up; its log:"; tail "$dir/prometheus.log" >&2; false; }
+  fi
+
+  {
+    printf 'export HAI_SERVER=%s\nexport HAI_TOKEN=%s\n' "$server" "$token"
+    for kv in "${fs3_env[@]}"; do printf 'export %s\n' "$kv"; done
+    [ -n "$prom_url" ] && printf 'export PROMETHEUS_URL=%s\n' "$prom_url"
+    printf 'export PATH=%s:$PATH\n' "$root/$bin/platform:$root/$bin/fs3"
+  } >"$dir/env"
+  sed "s/^export HAI_TOKEN=.*/export HAI_TOKEN=$admin/" "$dir/env" >"$dir/admin.env"
+  chmod 600 "$dir/env" "$dir/admin.env"
+  trap - ERR
+  say "up in $dir:"
+  say "  nodes:       ${nodes[*]} (each with hai-agent and hai-health)"
+  say "  hai-server:  $server; as the user 'researcher': source $dir/env (admin: $dir/admin.env)"
+  if [ ${#fs3_env[@]} -gt 0 ]; then
+    say "  fs3:         mounted at $FS3_MOUNT ($FS3_STORAGE_SERVICES storage services, chains of $FS3_REPLICATION); meta $FS3_META, mgmtd $FS3_MGMTD"
+  fi
+  say "  checkpoints: $checkpoints"
+  [ -n "$prom_url" ] && say "  Prometheus:  $prom_url (targets: $prom_url/targets, alerts: $prom_url/alerts)"
+  return 0
+}
+
+status() {
+  [ -d "$dir" ] || { say "nothing in $dir"; exit 1; }
+  local bad=0
+  printf '%-24s %-8s %s\n' SERVICE STATE ENDPOINTS
+  for pidfile in "$dir"/*.pid "$dir"/fs3/*.pid; do
+    [ -e "$pidfile" ] || continue
+    local name state ready
+    name=$(basename "$pidfile" .pid)
+    ready="${pidfile%.pid}.ready"
+    if kill -0 "$(cat "$pidfile")" 2>/dev/null; then state=running; else state=DEAD; bad=1; fi
+    printf '%-24s %-8s %s\n' "$name" "$state" "$(cat "$ready" 2>/dev/null || true)"
+  done
+  if [ -s "$dir/prometheus.url" ] && [ -e "$dir/prometheus.pid" ]; then
+    echo "== Prometheus $(cat "$dir/prometheus.url"): scrape targets and alerts =="
+    prom_query /api/v1/targets | python3 -c '
+import json, sys
+for t in json.load(sys.stdin)["data"]["activeTargets"]:
+    lb = t["labels"]
+    print("  %-12s %-22s %-5s %s" % (lb["job"], lb.get("service", ""), t["health"], t["lastError"]))'
+    prom_query /api/v1/alerts | python3 -c '
+import json, sys
+alerts = json.load(sys.stdin)["data"]["alerts"]
+print("  alerts: " + (", ".join(a["labels"]["alertname"] + " (" + a["state"] + ")" for a in alerts) or "none"))'
+  fi
+  if [ -s "$dir/admin.env" ]; then
+    echo "== hai nodes =="
     # shellcheck disable=SC1091
-    source "$dir/admin.env"
-    "$bin/platform/hai" nodes --tree
-    "$bin/platform/hai" ls --all-users
-    ;;
-  stop) stop ;;
-  *) echo "usage: deploy/local-cluster.sh start|status|stop [DIR]" >&2; exit 64 ;;
+    (source "$dir/admin.env" && "$bin/platform/hai" nodes)
+  fi
+  return $bad
+}
+
+case "$cmd" in
+  up) up ;;
+  start) up ;;
+  status) status ;;
+  down) down ;;
+  stop) purge=1; down ;;
+  *) echo "usage: deploy/local-cluster.sh up|status|down [DIR] [--config FILE] [--purge]" >&2; exit 64 ;;
 esac

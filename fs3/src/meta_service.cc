@@ -118,6 +118,16 @@ grpc::Status MetaService::Serve(const char* op, const std::function<Status()>& b
         ->Histogram("fs3_meta_op_seconds", "Metadata operation latency", Metrics::LatencyBuckets(),
                     {{"op", op}})
         .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    // Failures of the service itself (not a caller's ENOENT or EACCES): storage, RocksDB, bugs.
+    const grpc::StatusCode c = st.error_code();
+    if (c == grpc::StatusCode::INTERNAL || c == grpc::StatusCode::DATA_LOSS ||
+        c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::UNKNOWN) {
+      metrics_
+          ->Counter("fs3_meta_op_errors_total",
+                    "Operations that failed in the service (internal, data loss, unavailable)",
+                    {{"op", op}})
+          .Increment();
+    }
   }
   return st;
 }

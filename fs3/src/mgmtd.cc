@@ -248,6 +248,18 @@ void Mgmtd::UpdateGauges() {
         .Set(by_state[name]);
   }
   metrics_->Gauge("fs3_mgmtd_chains", "Chains").Set(static_cast<double>(chains_.size()));
+  int unavailable = 0, degraded = 0;
+  for (const auto& [id, chain] : chains_) {
+    const std::size_t serving = chain.Readable().size();
+    unavailable += serving == 0 ? 1 : 0;
+    degraded += serving > 0 && serving < chain.targets.size() ? 1 : 0;
+  }
+  metrics_->Gauge("fs3_mgmtd_chains_unavailable", "Chains without a serving replica")
+      .Set(unavailable);
+  metrics_
+      ->Gauge("fs3_mgmtd_chains_degraded",
+              "Chains with a serving replica but not all targets serving")
+      .Set(degraded);
 }
 
 // ---- RPCs -------------------------------------------------------------------------------------

@@ -51,6 +51,9 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default=None, help="a file whose bytes are the tokens (vocabulary 256)")
+    p.add_argument("--fs3-data", default=None,
+                   help="a token file on fs3 (fs3client; FS3_META, FS3_MGMTD), read in one batch per step")
+    p.add_argument("--fs3-dtype", default="uint16", help="the token type of --fs3-data")
     p.add_argument("--ckpt-dir", default=os.environ.get("HAI_CHECKPOINT_DIR", ""))
     p.add_argument("--save-every", type=int, default=0, help="steps between checkpoints (0: only on suspend)")
     p.add_argument("--log-every", type=int, default=10)
@@ -66,7 +69,12 @@ class Tokens:
     def __init__(self, args):
         self.args = args
         self.data = None
-        if args.data:
+        self.windows = None
+        if args.fs3_data:
+            from fs3client.data import TokenWindows
+            # Every offset starts a window; this rank reads only its data-parallel slice.
+            self.windows = TokenWindows(args.fs3_data, args.seq_len, dtype=args.fs3_dtype, stride=1)
+        elif args.data:
             raw = open(args.data, "rb").read()
             if len(raw) < args.seq_len + 2:
                 raise SystemExit(f"train_gpt: {args.data} has {len(raw)} bytes, fewer than a sequence")
@@ -74,9 +82,17 @@ class Tokens:
                 raise SystemExit("train_gpt: --data needs --vocab 256 (tokens are bytes)")
             self.data = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
 
-    def batch(self, step):
+    def batch(self, step, lo, hi):
+        """Sequences lo..hi of step's global batch."""
         a = self.args
         g = torch.Generator().manual_seed(a.seed * 1_000_003 + step)
+        if self.windows is not None:
+            starts = torch.randint(len(self.windows), (a.batch,), generator=g)[lo:hi]
+            pairs = self.windows.__getitems__(starts.tolist())
+            x, y = torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+            if int(x.max()) >= a.vocab or int(y.max()) >= a.vocab:
+                raise SystemExit(f"train_gpt: {a.fs3_data} has tokens beyond --vocab {a.vocab}")
+            return x, y
         if self.data is not None:
             starts = torch.randint(len(self.data) - a.seq_len - 1, (a.batch,), generator=g)
             tokens = torch.stack([self.data[s:s + a.seq_len + 1] for s in starts.tolist()])
@@ -84,7 +100,14 @@ class Tokens:
             start = torch.randint(a.vocab, (a.batch, 1), generator=g)
             stride = torch.randint(1, 8, (a.batch, 1), generator=g)
             tokens = (start + stride * torch.arange(a.seq_len + 1)) % a.vocab
-        return tokens[:, :-1], tokens[:, 1:]
+        return tokens[lo:hi, :-1], tokens[lo:hi, 1:]
+
+
+def write_csv(path, points):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("step,loss\n" + "".join(f"{s},{v:.6f}\n" for s, v in points))
+    os.replace(tmp, path)
 
 
 def write_svg(path, points, title):
@@ -178,12 +201,16 @@ def main(argv=None):
         return {"step": step, "model": model_state(model, args), "opt": opt.state_dict()}
 
     curve = []
+    if rank == 0 and start_step > 0 and args.loss_csv and os.path.exists(args.loss_csv):
+        # Resumed: the curve goes on from what the earlier runs recorded.
+        with open(args.loss_csv) as f:
+            rows = [line.strip().split(",") for line in f.readlines()[1:] if line.strip()]
+        curve = [(int(s), float(v)) for s, v in rows if int(s) <= start_step]
     started = time.time()
     loss_holder = torch.zeros(1)
     for step in range(start_step + 1, args.steps + 1):
-        x, y = tokens.batch(step)
         per = args.batch // data_size
-        x, y = x[dp_rank * per:(dp_rank + 1) * per], y[dp_rank * per:(dp_rank + 1) * per]
+        x, y = tokens.batch(step, dp_rank * per, (dp_rank + 1) * per)
         opt.zero_grad()
         if pipeline is not None:
             loss, _ = pipeline.forward_backward(x, criterion=gpt.criterion, labels=(y,))
@@ -202,15 +229,18 @@ def main(argv=None):
                 print(f"step {step:5d}  loss {value:.4f}  ({time.time() - started:.1f} s)", flush=True)
         if args.ckpt_dir and args.save_every and step % args.save_every == 0:
             checkpoint.save(args.ckpt_dir, step, make_state(step), sharded=sharded)
+            if rank == 0 and args.loss_csv:
+                write_csv(args.loss_csv, curve)
         if job is not None and job.should_suspend():
+            if rank == 0 and args.loss_csv:
+                write_csv(args.loss_csv, curve)
             job.suspend(step, make_state(step))
     if args.final_state:
         state = model_state(model, args, full=True)
         torch.save(state, f"{args.final_state}.rank{rank}")
     if rank == 0 and curve:
         if args.loss_csv:
-            with open(args.loss_csv, "w") as f:
-                f.write("step,loss\n" + "".join(f"{s},{v:.6f}\n" for s, v in curve))
+            write_csv(args.loss_csv, curve)
         if args.loss_plot:
             write_svg(args.loss_plot, curve, f"GPT {total_params / 1e6:.2f} M, dp {data_size} pp {args.pp} tp {args.tp}")
             print(f"loss curve: {args.loss_plot}", flush=True)
