@@ -8,7 +8,7 @@
 # (DEMO_KEEP=0 takes it down) so that `hai ls`, `hai logs` and Prometheus can be looked at.
 #
 # Environment: DEMO_DIR (default /tmp/fireflyer-demo; an earlier demo there is purged first),
-# DEMO_STEPS (default 80), FF_JOBS (build jobs).
+# DEMO_STEPS (default 300), FF_JOBS (build jobs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -20,7 +20,7 @@ sed -n '/fireflyer .* configuration/,/^-- $/p' build.configure.log
 cmake --build build -j "${FF_JOBS:-$(nproc)}"
 
 dir=${DEMO_DIR:-/tmp/fireflyer-demo}
-steps=${DEMO_STEPS:-80}
+steps=${DEMO_STEPS:-300}
 bash deploy/local-cluster.sh down "$dir" --purge >/dev/null 2>&1 || true
 if [ "${DEMO_KEEP:-1}" = 0 ]; then
   trap 'bash deploy/local-cluster.sh down "$dir" --purge >/dev/null 2>&1 || true' EXIT
@@ -55,16 +55,16 @@ PY
 
 echo "== a researcher submits a 2-node x 2-rank GPT training job at low priority =="
 train="$py $root/haiscale/examples/train_gpt.py --fs3-data /datasets/corpus.u16 --vocab 256"
-train+=" --seq-len 64 --batch 16 --steps $steps --save-every 10 --log-every 5 --lr 3e-3"
+train+=" --seq-len 64 --batch 16 --steps $steps --save-every 25 --log-every 25 --lr 3e-3"
 train+=" --loss-csv $dir/loss.csv --loss-plot $dir/loss.svg"
 run "$hai" submit --name gpt --nodes 2 --gpus-per-node 2 --procs-per-node 2 --priority 1 -- "$train"
 wait_state 1 RUNNING
-for _ in $(seq 600); do "$hai" logs 1 2>/dev/null | grep -q "step    20" && break; sleep 0.2; done
+for _ in $(seq 600); do "$hai" logs 1 2>/dev/null | grep -q "step    50" && break; sleep 0.2; done
 run "$hai" logs 1 --rank 0
 echo "== an urgent job needs all four nodes: the training job checkpoints and is suspended =="
 run "$hai" submit --name urgent --nodes 4 --gpus-per-node 2 --priority 5 --may-span-zones -- \
-  "$root/build/platform/hai-demo-train" 10 0.05
-wait_state 1 SUSPENDED
+  "$root/build/platform/hai-demo-train" 60 0.05
+for _ in $(seq 1200); do "$hai" show 1 --json | grep -q '"end_reason":"suspended"' && break; sleep 0.1; done
 run "$hai" ls
 wait_state 2 SUCCEEDED
 echo "== the training job resumes from its checkpoint on fs3 and finishes =="

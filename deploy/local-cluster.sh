@@ -151,7 +151,7 @@ TOML
   local server
   server=$(json_field "$dir/hai-server.ready" rpc)
   for node in "${nodes[@]}"; do
-    env PATH="$root/.venv/bin:$PATH" PYTHONPATH="$python_path${PYTHONPATH:+:$PYTHONPATH}" \
+    env PATH="$root/.venv/bin:$PATH" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" PYTHONPATH="$python_path${PYTHONPATH:+:$PYTHONPATH}" \
       "${fs3_env[@]}" "$bin/platform/hai-agent" --node "$node" --set "agent.server=$server" \
       --set "agent.token_file=$dir/agent.token" --set "agent.state_dir=$dir/agent-$node" \
       --set "agent.gpus=$GPUS_PER_NODE" --set metrics.listen=127.0.0.1:0 \

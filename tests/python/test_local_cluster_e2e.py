@@ -98,7 +98,7 @@ def test_demo_training_job_preempted_resumed_through_a_storage_crash(cluster):
     sh(sys.executable, "-c", code, env=env)
 
     train = (f"{sys.executable} {ROOT}/haiscale/examples/train_gpt.py --fs3-data /corpus.u16 "
-             f"--vocab 256 --seq-len 64 --batch 16 --steps 60 --save-every 10 --log-every 5 "
+             f"--vocab 256 --seq-len 64 --batch 16 --steps 300 --save-every 20 --log-every 10 "
              f"--loss-csv {d}/loss.csv")
     sh(hai, "submit", "--name", "gpt", "--nodes", "2", "--gpus-per-node", "2",
        "--procs-per-node", "2", "--priority", "1", "--", train, env=env)
@@ -113,8 +113,12 @@ def test_demo_training_job_preempted_resumed_through_a_storage_crash(cluster):
 
     # Preemption: a 4-node job at higher priority; the training job checkpoints and waits.
     sh(hai, "submit", "--name", "urgent", "--nodes", "4", "--gpus-per-node", "2", "--priority",
-       "5", "--may-span-zones", "--", f"{build}/platform/hai-demo-train 10 0.05", env=env)
-    wait_for("job 1 suspended", lambda: show(1)["state"] == "SUSPENDED", 120)
+       "5", "--may-span-zones", "--", f"{build}/platform/hai-demo-train 60 0.05", env=env)
+    try:
+        wait_for("job 1 suspended", lambda: show(1)["runs"][0]["end_reason"] == "suspended", 120)
+    except AssertionError:
+        server_log = open(os.path.join(d, "hai-server.log")).read()[-3000:]
+        raise AssertionError(f"{show(1)}\n{show(2)}\n{logs()}\n{server_log}")
     wait_for("job 2 done", lambda: show(2)["state"] == "SUCCEEDED", 120)
 
     # The storage service comes back: its target resyncs and the alert clears.
@@ -138,7 +142,7 @@ def test_demo_training_job_preempted_resumed_through_a_storage_crash(cluster):
     assert resumed_at >= 10
     rows = [line.split(",") for line in open(f"{d}/loss.csv").read().split()[1:]]
     losses = [float(v) for _, v in rows]
-    assert int(rows[-1][0]) == 60 and losses[-1] < losses[0] * 0.75, rows
+    assert int(rows[-1][0]) == 300 and losses[-1] < losses[0] * 0.75, rows
     ckpt = os.path.join(env["FS3_MOUNT"], "checkpoints", "researcher", "1")
     assert any(name.startswith("step-") for name in os.listdir(ckpt)), os.listdir(ckpt)
 
