@@ -20,21 +20,17 @@ struct fs3_batch {
 
 namespace {
 
-int Fail(const ff::Status& st, char* err, size_t err_len) {
-  if (err && err_len > 0) {
-    std::strncpy(err, st.message().c_str(), err_len - 1);
-    err[err_len - 1] = '\0';
-  }
-  const int e = ff::StatusCodeToErrno(st.code());
-  return e > 0 ? e : EIO;
-}
-
 int FailWith(int e, const std::string& message, char* err, size_t err_len) {
   if (err && err_len > 0) {
     std::strncpy(err, message.c_str(), err_len - 1);
     err[err_len - 1] = '\0';
   }
   return e;
+}
+
+int Fail(const ff::Status& st, char* err, size_t err_len) {
+  const int e = ff::StatusCodeToErrno(st.code());
+  return FailWith(e > 0 ? e : EIO, st.message(), err, err_len);
 }
 
 uint32_t ModeOf(const fs3rpc::Inode& inode) {

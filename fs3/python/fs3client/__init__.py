@@ -92,7 +92,7 @@ def _call(fn, *args, what: str):
         raise OSError(rc, f"{what}: {msg}")
 
 
-def _buffer(buf, length: int | None) -> tuple[int, int, object]:
+def _buffer(buf) -> tuple[int, int, object]:
     """(address, usable bytes, keep-alive) of a writable C-contiguous buffer."""
     # torch tensors: the storage behind data_ptr(), no copy.
     if hasattr(buf, "data_ptr") and hasattr(buf, "is_contiguous"):
@@ -302,7 +302,7 @@ class FileSystem:
         keep = []
         for i, r in enumerate(ranges):
             f, off, buf = r[0], r[1], r[2]
-            addr, nbytes, k = _buffer(buf, None)
+            addr, nbytes, k = _buffer(buf)
             length = nbytes if len(r) < 4 else int(r[3])
             if length > nbytes:
                 raise ValueError(f"range {i}: {length} bytes do not fit its {nbytes}-byte buffer")
