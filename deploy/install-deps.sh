@@ -23,6 +23,8 @@ PACKAGES=(
   fio
   # the local cluster's Prometheus server and promtool (alert rules and their tests)
   prometheus
+  # deploy/ansible (the playbook for real nodes) and its test against a debootstrap root
+  ansible debootstrap
   # the Python environment (.venv) and the haiscale extension's headers
   python3-venv python3-dev
 )

@@ -3,8 +3,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -17,8 +21,37 @@ std::vector<std::string> DaemonFlags::AllOverrides() const {
   return all;
 }
 
+Status NotifyServiceManager(const std::string& state) {
+  const char* socket_path = std::getenv("NOTIFY_SOCKET");
+  if (socket_path == nullptr || socket_path[0] == '\0') return Status::Ok();
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::size_t len = std::strlen(socket_path);
+  if ((socket_path[0] != '/' && socket_path[0] != '@') || len >= sizeof(addr.sun_path)) {
+    return Status(StatusCode::kInvalidArgument,
+                  "NOTIFY_SOCKET '" + std::string(socket_path) + "' is not a unix socket path");
+  }
+  std::memcpy(addr.sun_path, socket_path, len);
+  if (addr.sun_path[0] == '@') addr.sun_path[0] = '\0';  // abstract namespace
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::FromErrno(errno, "socket for NOTIFY_SOCKET");
+  auto addr_len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len);
+  ssize_t n = sendto(fd, state.data(), state.size(), MSG_NOSIGNAL,
+                     reinterpret_cast<const sockaddr*>(&addr), addr_len);
+  int err = errno;
+  close(fd);
+  if (n < 0)
+    return Status::FromErrno(err, "notify the service manager at " + std::string(socket_path));
+  return Status::Ok();
+}
+
 Status DaemonContext::Ready(const nlohmann::json& endpoints) {
   spdlog::info("{} ready: {}", name_, endpoints.dump());
+  std::string status = endpoints.dump();
+  if (status.size() > 200) status = status.substr(0, 200) + "...";
+  if (Status st = NotifyServiceManager("READY=1\nSTATUS=serving " + status); !st.ok()) {
+    spdlog::warn("{}: {}", name_, st.ToString());
+  }
   if (flags_.ready_file.empty()) return Status::Ok();
   std::string tmp = flags_.ready_file + ".tmp." + std::to_string(getpid());
   {
@@ -44,6 +77,8 @@ std::string DaemonContext::WaitForShutdown() {
   }
   std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
   spdlog::info("{} received {}, shutting down", name_, name);
+  if (Status st = NotifyServiceManager("STOPPING=1"); !st.ok())
+    spdlog::warn("{}: {}", name_, st.ToString());
   return name;
 }
 

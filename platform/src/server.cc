@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <regex>
+#include <string_view>
 
 #include "auth.h"
 #include "common/rpc_client.h"
@@ -30,6 +30,22 @@ std::string StateName(hai::JobState s) {
   std::string n = hai::JobState_Name(s);
   std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
   return n;
+}
+
+// [A-Za-z_][A-Za-z0-9_]{0,255}: what a POSIX shell accepts as a variable name.
+bool IsEnvName(std::string_view k) {
+  auto letter = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; };
+  if (k.empty() || k.size() > 256 || !letter(k.front())) return false;
+  return std::all_of(k.begin(), k.end(),
+                     [&](char c) { return letter(c) || (c >= '0' && c <= '9'); });
+}
+
+// [a-z][a-z0-9_-]{0,31}: also a Unix login name.
+bool IsUserName(std::string_view n) {
+  if (n.empty() || n.size() > 32 || n.front() < 'a' || n.front() > 'z') return false;
+  return std::all_of(n.begin(), n.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
 }
 
 bool Active(const hai::Job& job) {
@@ -271,9 +287,8 @@ Status HaiServer::ValidateSpec(const hai::JobSpec& spec) const {
     return InvalidArgument("more than " + std::to_string(kMaxEnvEntries) +
                            " environment variables");
   }
-  static const std::regex kEnvKey("[A-Za-z_][A-Za-z0-9_]{0,255}");
   for (const auto& [k, v] : spec.env()) {
-    if (!std::regex_match(k, kEnvKey)) {
+    if (!IsEnvName(k)) {
       return InvalidArgument("environment variable name '" + k.substr(0, 64) + "' is not valid");
     }
     if (k.rfind("HAI_", 0) == 0) {
@@ -572,8 +587,7 @@ grpc::Status HaiServer::AddUser(grpc::ServerContext* ctx, const hai::AddUserRequ
   return ServeRpc("AddUser", [&]() -> Status {
     FF_ASSIGN_OR_RETURN(hai::User caller, Authenticate(*ctx));
     if (!caller.admin()) return PermissionDenied("only admins may add users");
-    static const std::regex kName("[a-z][a-z0-9_-]{0,31}");
-    if (!std::regex_match(req->name(), kName)) {
+    if (!IsUserName(req->name())) {
       return InvalidArgument(
           "user names are 1-32 of a-z, 0-9, '_' and '-', starting with a letter");
     }

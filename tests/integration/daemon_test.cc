@@ -2,7 +2,11 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -98,6 +102,40 @@ TEST_F(DaemonTest, ServesRpcAndMetricsThenShutsDownCleanlyOnSigterm) {
   for (std::string line; std::getline(lines, line);) {
     EXPECT_THAT(line, MatchesRegex(".* (info|warning|error) ff-echod\\[[0-9]+\\] .*")) << line;
   }
+}
+
+// What a Type=notify systemd unit relies on: READY=1 once serving, STOPPING=1 on SIGTERM.
+TEST_F(DaemonTest, TellsSystemdWhenReadyAndWhenStopping) {
+  std::string socket_path = dir_.File("notify.sock");
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(socket_path.size(), sizeof(addr.sun_path));
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size());
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << strerror(errno);
+  auto receive = [fd]() -> std::string {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 20000) != 1) return "(nothing within 20 s)";
+    char buf[512];
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    return n < 0 ? "(recv failed)" : std::string(buf, static_cast<std::size_t>(n));
+  };
+
+  test::Subprocess::Options options;
+  options.env["NOTIFY_SOCKET"] = socket_path;
+  auto proc =
+      test::Subprocess::Start({FF_ECHOD_PATH, "--config", WriteConfig(kGoodConfig)}, options);
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  std::string ready = receive();
+  EXPECT_THAT(ready, ::testing::StartsWith("READY=1\nSTATUS=serving {\"metrics\":"));
+  EXPECT_THAT(ready, HasSubstr("\"rpc\":\"127.0.0.1:"));
+  proc->Signal(SIGTERM);
+  EXPECT_EQ(receive(), "STOPPING=1");
+  auto code = proc->Wait(20s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0) << proc->Stderr();
+  close(fd);
 }
 
 TEST_F(DaemonTest, FlagsOverrideTheConfigFile) {

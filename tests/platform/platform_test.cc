@@ -500,6 +500,8 @@ TEST_F(PlatformTest, BadSubmissionsAreRefusedAndCreateNothing) {
       {{"--name", long_name, "--", "true"}, "the name is longer than 128 bytes"},
       {{"--env", "HAI_JOB_ID=7", "--", "true"}, "HAI_JOB_ID is set by the platform"},
       {{"--workdir", "relative", "--", "true"}, "must be an absolute path"},
+      {{"--env", "1X=7", "--", "true"}, "environment variable name '1X' is not valid"},
+      {{"--env", "A-B=7", "--", "true"}, "environment variable name 'A-B' is not valid"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = c.args;
@@ -512,6 +514,14 @@ TEST_F(PlatformTest, BadSubmissionsAreRefusedAndCreateNothing) {
   CliResult ls = Hai({"ls", "-a", "--json"}, alice_);
   EXPECT_EQ(json::parse(ls.out, nullptr, false).value("jobs", json::array()).size(), 0u);
   EXPECT_EQ(Hai({"show", "abc"}, alice_).code, 2);
+
+  for (const std::string& bad :
+       std::vector<std::string>{"Carol", "9lives", "a b", "x/y", std::string(33, 'a')}) {
+    CliResult r = Hai({"admin", "user", "add", bad}, admin_token_);
+    EXPECT_EQ(r.code, 1) << bad;
+    EXPECT_THAT(r.err, HasSubstr("user names are 1-32 of a-z")) << bad;
+  }
+  EXPECT_EQ(Hai({"admin", "user", "add", "c-3_po"}, admin_token_).code, 0);
 }
 
 }  // namespace

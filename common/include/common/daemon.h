@@ -44,6 +44,10 @@ struct DaemonFlags {
   std::vector<std::string> AllOverrides() const;
 };
 
+// Sends `state` ("READY=1", "STOPPING=1", ...) to systemd when it started the daemon as a
+// Type=notify service ($NOTIFY_SOCKET set); without it, does nothing.
+Status NotifyServiceManager(const std::string& state);
+
 // Handed to a daemon's serve function.
 class DaemonContext {
  public:
@@ -53,8 +57,9 @@ class DaemonContext {
   const std::string& name() const { return name_; }
   const DaemonFlags& flags() const { return flags_; }
 
-  // Announces that the daemon serves: logs the endpoints and, with --ready-file, writes them as
-  // JSON (atomically, via rename) so scripts and tests learn ports chosen at run time.
+  // Announces that the daemon serves: logs the endpoints, tells systemd (READY=1, for units of
+  // Type=notify) and, with --ready-file, writes them as JSON (atomically, via rename) so scripts
+  // and tests learn ports chosen at run time.
   Status Ready(const nlohmann::json& endpoints);
 
   // Blocks until SIGTERM or SIGINT (or RequestShutdown); returns the signal's name.
