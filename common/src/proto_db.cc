@@ -2,7 +2,10 @@
 
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
+#include <sys/statvfs.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <filesystem>
 
 namespace ff {
@@ -14,6 +17,18 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
 }
 
 }  // namespace
+
+Status ProtoDb::CheckSpace() const {
+  struct statvfs fs {};
+  if (statvfs(path_.c_str(), &fs) != 0) return Status::FromErrno(errno, "statvfs " + path_);
+  const uint64_t size = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize;
+  const uint64_t free = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  const uint64_t reserve = std::min<uint64_t>(kMaxReserveBytes, size / 20);
+  if (free > reserve) return Status::Ok();
+  return ResourceExhausted("No space left on device for " + path_ + ": " +
+                           std::to_string(free >> 20) + " MiB free, below the reserve of " +
+                           std::to_string(reserve >> 20) + " MiB kept for the database's own work");
+}
 
 Result<std::unique_ptr<ProtoDb>> ProtoDb::Open(const std::string& path) {
   std::error_code ec;
@@ -31,6 +46,11 @@ ProtoDb::ProtoDb(rocksdb::DB* db, std::string path) : db_(db), path_(std::move(p
 
 ProtoDb::~ProtoDb() = default;
 
+void ProtoDb::Abandon() {
+  rocksdb::DB* leaked = db_.release();
+  (void)leaked;  // on purpose: see the header
+}
+
 Status ProtoDb::Put(const std::string& key, const google::protobuf::Message& value) {
   return PutBatch({{key, &value}});
 }
@@ -38,6 +58,7 @@ Status ProtoDb::Put(const std::string& key, const google::protobuf::Message& val
 Status ProtoDb::PutBatch(
     const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs) {
   if (kvs.empty()) return Status::Ok();
+  FF_RETURN_IF_ERROR(CheckSpace());
   rocksdb::WriteBatch batch;
   for (const auto& [key, value] : kvs) {
     if (value == nullptr) {
@@ -54,6 +75,7 @@ Status ProtoDb::PutBatch(
 }
 
 Status ProtoDb::Delete(const std::string& key) {
+  FF_RETURN_IF_ERROR(CheckSpace());
   rocksdb::WriteOptions options;
   options.sync = true;
   return FromRocks(db_->Delete(options, key), "delete " + key + " in " + path_);

@@ -93,9 +93,10 @@ Result<fs3rpc::ChunkMetaRecord> ChunkStore::MetaOrNew(const fs3rpc::ChunkId& id)
 
 Result<std::string> ChunkStore::Base(const fs3rpc::ChunkMetaRecord& meta, uint64_t version) const {
   if (meta.committed_version() + 1 != version) {
-    return FailedPrecondition("version mismatch on chunk " + IdName(meta.id()) + ": committed " +
-                              std::to_string(meta.committed_version()) + ", update makes " +
-                              std::to_string(version));
+    return Status(StatusCode::kStaleVersion, "version mismatch on chunk " + IdName(meta.id()) +
+                                                 ": committed " +
+                                                 std::to_string(meta.committed_version()) +
+                                                 ", update makes " + std::to_string(version));
   }
   if (meta.committed_version() == 0) return std::string();
   return Read(meta.id(), 0, meta.length());
@@ -206,13 +207,13 @@ Result<std::vector<fs3rpc::ChunkMetaRecord>> ChunkStore::List() const {
   return db_->Scan<fs3rpc::ChunkMetaRecord>("c/");
 }
 
-Result<fs3rpc::ChunkMetaRecord> ChunkStore::LastChunk(uint64_t inode) const {
+Result<std::optional<fs3rpc::ChunkMetaRecord>> ChunkStore::LastChunk(uint64_t inode) const {
   fs3rpc::ChunkId id;
   id.set_inode(inode);
   std::string prefix = Key(id).substr(0, 10);  // "c/" + the inode
   FF_ASSIGN_OR_RETURN(auto chunks, db_->Scan<fs3rpc::ChunkMetaRecord>(prefix));
-  if (chunks.empty()) return NotFound("inode " + std::to_string(inode) + " has no chunks here");
-  return chunks.back();
+  if (chunks.empty()) return std::optional<fs3rpc::ChunkMetaRecord>();
+  return std::optional<fs3rpc::ChunkMetaRecord>(chunks.back());
 }
 
 }  // namespace ff::fs3

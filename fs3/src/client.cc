@@ -18,6 +18,7 @@ bool Retryable(const Status& st) {
     case StatusCode::kUnavailable:  // service down, fenced, chunk changing
     case StatusCode::kDeadlineExceeded:
     case StatusCode::kFailedPrecondition:  // target not serving / not writable any more
+    case StatusCode::kStaleVersion:        // a replica's chunk changed under the write
     case StatusCode::kNotFound:            // target moved
     case StatusCode::kDataLoss:            // a corrupt replica: try another
       return true;
@@ -148,7 +149,8 @@ Status StorageClient::SendToHead(fs3rpc::WriteRequest& req, Chains chains) {
       req.set_chain_version(chain.version());
       req.clear_target();
       for (const auto& t : chain.targets()) {
-        if (t.state() == "serving" || t.state() == "syncing") {
+        const auto state = ParsePublicState(t.state());
+        if (state == PublicState::kServing || state == PublicState::kSyncing) {
           req.set_target(t.target());
           break;
         }
@@ -235,7 +237,7 @@ Result<std::string> StorageClient::ReadChunk(uint64_t inode, uint32_t index, uin
       const auto& chain = routing_.chains(position);
       const auto address_of = TargetAddressesLocked();
       for (const auto& t : chain.targets()) {
-        if (t.state() == "serving")
+        if (ParsePublicState(t.state()) == PublicState::kServing)
           replicas.emplace_back(t.target(), AddressOf(address_of, t.target()));
       }
     }
@@ -300,7 +302,7 @@ std::vector<std::pair<uint64_t, std::string>> StorageClient::ChainTails() {
   for (const auto& chain : routing_.chains()) {
     uint64_t tail = 0;
     for (const auto& t : chain.targets()) {
-      if (t.state() == "serving") tail = t.target();
+      if (ParsePublicState(t.state()) == PublicState::kServing) tail = t.target();
     }
     out.emplace_back(tail, tail == 0 ? std::string() : AddressOf(address_of, tail));
   }
@@ -325,12 +327,11 @@ Result<uint64_t> StorageClient::StoredLength(uint64_t inode) {
       auto* stub = transport_.Stub(address);
       Status st = CallRpc("fs3-storage LastChunk", CallOptions::Idempotent(options_.rpc_timeout),
                           [&](grpc::ClientContext* c) { return stub->LastChunk(c, req, &rec); });
-      if (st.code() == StatusCode::kNotFound && st.message().find("no chunks") != std::string::npos)
-        continue;
       if (!st.ok()) {
         last = st;
         break;
       }
+      if (!rec.has_id()) continue;  // no chunks of the file on this chain
       length = std::max(length, uint64_t{rec.id().index()} * size + rec.length());
     }
     if (last.ok()) return length;
@@ -398,7 +399,7 @@ Result<StorageClient::Space> StorageClient::SpaceInfo() {
     replication = std::max<uint32_t>(1, routing_.replication());
     const auto address_of = TargetAddressesLocked();
     for (const auto& t : routing_.targets()) {
-      if (t.chain() != 0 && t.public_state() == "serving")
+      if (t.chain() != 0 && ParsePublicState(t.public_state()) == PublicState::kServing)
         targets.emplace_back(t.id(), AddressOf(address_of, t.id()));
     }
   }

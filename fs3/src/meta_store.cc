@@ -93,12 +93,16 @@ class MetaStore::Txn {
     }
     return inode;
   }
-  std::optional<Dentry> GetDentry(uint64_t parent, const std::string& name) {
+  // No entry is an empty optional; a failed read (I/O error, a corrupt record) is an error, never
+  // taken for a missing entry.
+  Result<std::optional<Dentry>> GetDentry(uint64_t parent, const std::string& name) {
     const std::string key = DentryKey(parent, name);
     if (auto it = dentries_.find(key); it != dentries_.end()) return it->second;
     Dentry d;
-    if (db_.Get(key, &d).ok()) return d;
-    return std::nullopt;
+    Status st = db_.Get(key, &d);
+    if (st.code() == StatusCode::kNotFound) return std::optional<Dentry>();
+    FF_RETURN_IF_ERROR(st);
+    return std::optional<Dentry>(std::move(d));
   }
   Result<bool> DirEmpty(uint64_t ino) {
     for (const auto& [key, d] : dentries_) {
@@ -129,9 +133,13 @@ class MetaStore::Txn {
     garbage_.emplace_back(ino, layout);
   }
   // Durable request ids: a mutating request already applied is answered, not applied again.
-  bool Done(uint64_t request_id) {
+  Result<bool> Done(uint64_t request_id) {
+    if (request_id == 0) return false;
     fs3rpc::Counter c;
-    return request_id != 0 && db_.Get(RequestKey(request_id), &c).ok();
+    Status st = db_.Get(RequestKey(request_id), &c);
+    if (st.code() == StatusCode::kNotFound) return false;
+    FF_RETURN_IF_ERROR(st);
+    return true;
   }
   void MarkDone(uint64_t request_id) { done_ = request_id; }
   Result<uint64_t> NextIno() {
@@ -228,7 +236,7 @@ Result<Inode> MetaStore::Lookup(const Caller& c, uint64_t parent, const std::str
   if (name == ".") return dir;
   if (name == "..") return t.GetInode(dir.parent());
   FF_RETURN_IF_ERROR(CheckName(name));
-  auto d = t.GetDentry(parent, name);
+  FF_ASSIGN_OR_RETURN(auto d, t.GetDentry(parent, name));
   if (!d) return Err(StatusCode::kNotFound, "no entry '" + name + "'");
   return t.GetInode(d->ino());
 }
@@ -251,9 +259,13 @@ Result<Inode> MetaStore::MakeEntry(const Caller& c, uint64_t parent, const std::
   FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
   if (Dot(name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
   FF_RETURN_IF_ERROR(CheckName(name));
-  if (auto d = t.GetDentry(parent, name)) {
+  FF_ASSIGN_OR_RETURN(auto existing_entry, t.GetDentry(parent, name));
+  if (existing_entry) {
     if (request_id != 0) {
-      auto existing = t.GetInode(d->ino());
+      auto existing = t.GetInode(existing_entry->ino());
+      if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) {
+        return existing.status();
+      }
       if (existing.ok() && existing->create_request() == request_id) return *existing;  // a retry
     }
     return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
@@ -341,7 +353,8 @@ Result<Inode> MetaStore::Link(const Caller& c, uint64_t ino, uint64_t parent,
                               const std::string& name, uint64_t request_id) {
   std::lock_guard lock(mu_);
   Txn t(*db_);
-  if (t.Done(request_id)) return t.GetInode(ino);
+  FF_ASSIGN_OR_RETURN(bool done, t.Done(request_id));
+  if (done) return t.GetInode(ino);
   FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
   if (inode.type() == fs3rpc::INODE_DIR) {
     return Err(StatusCode::kNotPermitted, "hard links to directories are not allowed");
@@ -350,7 +363,8 @@ Result<Inode> MetaStore::Link(const Caller& c, uint64_t ino, uint64_t parent,
   FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
   if (Dot(name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
   FF_RETURN_IF_ERROR(CheckName(name));
-  if (t.GetDentry(parent, name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
+  FF_ASSIGN_OR_RETURN(auto taken, t.GetDentry(parent, name));
+  if (taken) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
   if (!Permitted(c, dir, 3)) return PermissionDenied("no write permission on the directory");
   const int64_t now = NowNs();
   inode.set_nlink(inode.nlink() + 1);
@@ -387,11 +401,12 @@ Status MetaStore::Unlink(const Caller& c, uint64_t parent, const std::string& na
                          uint64_t request_id) {
   std::lock_guard lock(mu_);
   Txn t(*db_);
-  if (t.Done(request_id)) return Status::Ok();
+  FF_ASSIGN_OR_RETURN(bool done, t.Done(request_id));
+  if (done) return Status::Ok();
   FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
   if (Dot(name)) return Err(StatusCode::kIsADirectory, "'" + name + "' is a directory");
   FF_RETURN_IF_ERROR(CheckName(name));
-  auto d = t.GetDentry(parent, name);
+  FF_ASSIGN_OR_RETURN(auto d, t.GetDentry(parent, name));
   if (!d) return Err(StatusCode::kNotFound, "no entry '" + name + "'");
   FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(d->ino()));
   if (inode.type() == fs3rpc::INODE_DIR) {
@@ -415,12 +430,13 @@ Status MetaStore::Rmdir(const Caller& c, uint64_t parent, const std::string& nam
                         uint64_t request_id) {
   std::lock_guard lock(mu_);
   Txn t(*db_);
-  if (t.Done(request_id)) return Status::Ok();
+  FF_ASSIGN_OR_RETURN(bool done, t.Done(request_id));
+  if (done) return Status::Ok();
   FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
   if (name == ".") return InvalidArgument("cannot remove '.'");
   if (name == "..") return Err(StatusCode::kNotEmpty, "cannot remove '..'");
   FF_RETURN_IF_ERROR(CheckName(name));
-  auto d = t.GetDentry(parent, name);
+  FF_ASSIGN_OR_RETURN(auto d, t.GetDentry(parent, name));
   if (!d) return Err(StatusCode::kNotFound, "no entry '" + name + "'");
   FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(d->ino()));
   if (inode.type() != fs3rpc::INODE_DIR) {
@@ -454,10 +470,11 @@ Status MetaStore::Rename(const Caller& c, uint64_t src_parent, const std::string
   FF_RETURN_IF_ERROR(CheckName(dst_name));
   std::lock_guard lock(mu_);
   Txn t(*db_);
-  if (t.Done(request_id)) return Status::Ok();
+  FF_ASSIGN_OR_RETURN(bool done, t.Done(request_id));
+  if (done) return Status::Ok();
   FF_ASSIGN_OR_RETURN(Inode sdir, t.GetDir(src_parent));
   FF_ASSIGN_OR_RETURN(Inode ddir, t.GetDir(dst_parent));
-  auto sd = t.GetDentry(src_parent, src_name);
+  FF_ASSIGN_OR_RETURN(auto sd, t.GetDentry(src_parent, src_name));
   if (!sd) return Err(StatusCode::kNotFound, "no entry '" + src_name + "'");
   FF_ASSIGN_OR_RETURN(Inode src, t.GetInode(sd->ino()));
   if (!Permitted(c, sdir, 3) || !Permitted(c, ddir, 3)) {
@@ -466,7 +483,7 @@ Status MetaStore::Rename(const Caller& c, uint64_t src_parent, const std::string
   if (StickyDenies(c, sdir, src)) {
     return Err(StatusCode::kNotPermitted, "sticky directory: not the owner of '" + src_name + "'");
   }
-  auto dd = t.GetDentry(dst_parent, dst_name);
+  FF_ASSIGN_OR_RETURN(auto dd, t.GetDentry(dst_parent, dst_name));
   if (src_parent == dst_parent && src_name == dst_name) return Status::Ok();
   if ((flags & kRenameNoReplace) && dd) {
     return Err(StatusCode::kAlreadyExists, "'" + dst_name + "' exists");
@@ -833,9 +850,14 @@ Result<std::vector<std::string>> MetaStore::CheckData(const std::map<uint64_t, u
   std::vector<std::string> problems;
   for (const auto& [ino, length] : stored) {
     auto inode = t.GetInode(ino);
+    // Only a file that is surely gone makes its chunks garbage: a failed read stops the check
+    // (a repair would otherwise delete a live file's data).
+    if (!inode.ok() && inode.status().code() != StatusCode::kNotFound) return inode.status();
     if (!inode.ok()) {
       fs3rpc::Layout queued;
-      if (db_->Get(GarbageKey(ino), &queued).ok()) continue;  // deletion under way
+      Status q = db_->Get(GarbageKey(ino), &queued);
+      if (q.ok()) continue;  // deletion under way
+      if (q.code() != StatusCode::kNotFound) return q;
       problems.push_back("chunks of inode " + std::to_string(ino) + " (" + std::to_string(length) +
                          " bytes) belong to no file");
       if (repair) t.AddGarbage(ino);
@@ -941,8 +963,11 @@ Result<std::vector<std::string>> MetaStore::Fsck(bool repair) {
     if (changed && repair) t.PutInode(inode);
   }
   uint64_t live = 0;
-  for (const auto& [ino, inode] : inodes)
-    live += t.GetInode(ino).ok();
+  for (const auto& [ino, inode] : inodes) {
+    auto now = t.GetInode(ino);
+    if (!now.ok() && now.status().code() != StatusCode::kNotFound) return now.status();
+    live += now.ok();
+  }
   fs3rpc::Counter counted;
   Status counted_st = db_->Get("m/inodes", &counted);
   if (!counted_st.ok() && counted_st.code() != StatusCode::kNotFound) return counted_st;

@@ -32,6 +32,34 @@ void StorageTargetOptions::Bind(ConfigSection& s) {
   s.Required("path", path);
 }
 
+std::optional<RecentWrites::Applied> RecentWrites::Find(uint64_t request_id) const {
+  if (request_id == 0) return std::nullopt;
+  auto it = by_id_.find(request_id);
+  if (it == by_id_.end()) return std::nullopt;
+  return it->second.applied;
+}
+
+void RecentWrites::Add(uint64_t request_id, Applied applied, Clock::time_point now) {
+  if (request_id == 0) return;
+  by_id_[request_id] = Entry{applied, now};
+  order_.emplace_back(now, request_id);
+  // An id added again (a replica's retried forward) has a newer entry: only the queue position
+  // that matches the entry's time removes it.
+  auto drop_front = [&] {
+    auto [at, id] = order_.front();
+    order_.pop_front();
+    auto it = by_id_.find(id);
+    if (it != by_id_.end() && it->second.at == at) {
+      if (now - at < retention_) ++evicted_early_;
+      by_id_.erase(it);
+    }
+  };
+  while (!order_.empty() && now - order_.front().first >= retention_)
+    drop_front();
+  while (by_id_.size() > max_entries_)
+    drop_front();
+}
+
 void StorageOptions::Bind(ConfigSection& s) {
   s.Required("node", node);
   s.Required("mgmtd", mgmtd);
@@ -40,6 +68,10 @@ void StorageOptions::Bind(ConfigSection& s) {
   s.Check(!targets.empty(), "targets", "list at least one target ([[storage.targets]] id, path)");
   s.Optional("forward_timeout_ms", forward_timeout_ms);
   s.Check(forward_timeout_ms > 0, "forward_timeout_ms", "must be positive");
+  s.Optional("dedup_retention_s", dedup_retention_s);
+  s.Check(dedup_retention_s > 0, "dedup_retention_s", "must be positive");
+  s.Optional("dedup_max_entries", dedup_max_entries);
+  s.Check(dedup_max_entries >= 1, "dedup_max_entries", "must be at least 1");
 }
 
 Result<std::unique_ptr<StorageService>> StorageService::Create(const StorageOptions& options,
@@ -58,7 +90,9 @@ Result<std::unique_ptr<StorageService>> StorageService::Create(const StorageOpti
 StorageService::StorageService(const StorageOptions& options, Metrics* metrics)
     : options_(options),
       metrics_(metrics),
-      mgmtd_(fs3rpc::Mgmtd::NewStub(MakeChannel(options.mgmtd))) {}
+      mgmtd_(fs3rpc::Mgmtd::NewStub(MakeChannel(options.mgmtd))),
+      done_(std::chrono::seconds(options.dedup_retention_s),
+            static_cast<std::size_t>(options.dedup_max_entries)) {}
 
 StorageService::~StorageService() {
   Stop();
@@ -159,7 +193,8 @@ void StorageService::HeartbeatLoop() {
       for (const fs3rpc::ChainInfo& c : routing_.chains()) {
         for (const fs3rpc::ChainTargetInfo& t : c.targets()) {
           if (!stores_.contains(t.target())) continue;
-          if (t.state() != "offline" && t.state() != "lastsrv") ready = false;
+          const auto state = ParsePublicState(t.state());
+          if (state != PublicState::kOffline && state != PublicState::kLastSrv) ready = false;
         }
       }
       if (ready) break;
@@ -360,9 +395,9 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
   }
   {
     std::lock_guard lock(mu_);
-    if (auto it = done_.find(req.request_id()); it != done_.end() && req.request_id() != 0) {
-      resp->set_version(it->second.first);  // a retry of a write already applied
-      resp->set_length(it->second.second);
+    if (auto applied = done_.Find(req.request_id())) {
+      resp->set_version(applied->version);  // a retry of a write already applied
+      resp->set_length(applied->length);
       return Status::Ok();
     }
   }
@@ -394,9 +429,7 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
     fs3rpc::WriteResponse down;
     Status st = transport_.Write(pos.successor, fwd, &down, std::chrono::seconds(10));
     if (st.ok()) break;
-    if (st.code() == StatusCode::kFailedPrecondition &&
-        st.message().find("version mismatch") != std::string::npos && !fwd.full_replace() &&
-        !req.remove()) {
+    if (st.code() == StatusCode::kStaleVersion && !fwd.full_replace() && !req.remove()) {
       // The successor lacks the base version: send the whole chunk.
       FF_ASSIGN_OR_RETURN(std::string whole, store.Read(req.chunk(), 0, length, /*pending=*/true));
       fwd.set_full_replace(true);
@@ -424,8 +457,14 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
   }
   {
     std::lock_guard lock(mu_);
-    if (done_.size() > 100000) done_.clear();
-    done_[req.request_id()] = {version, length};
+    const uint64_t early = done_.evicted_early();
+    done_.Add(req.request_id(), {version, length}, Clock::now());
+    if (done_.evicted_early() > early && early == 0) {
+      spdlog::warn(
+          "fs3-storage: more than {} writes within {} s: request ids are forgotten early, so a "
+          "client retrying an older one applies it again (raise storage.dedup_max_entries)",
+          options_.dedup_max_entries, options_.dedup_retention_s);
+    }
   }
   if (metrics_) {
     metrics_->Counter("fs3_storage_write_bytes_total", "Bytes written (this replica)")
@@ -572,7 +611,8 @@ grpc::Status StorageService::LastChunk(grpc::ServerContext*, const fs3rpc::LastC
   return ServeRpc("LastChunk", [&]() -> Status {
     auto it = stores_.find(req->target());
     if (it == stores_.end()) return NotFound("no target " + std::to_string(req->target()));
-    FF_ASSIGN_OR_RETURN(*resp, it->second->LastChunk(req->inode()));
+    FF_ASSIGN_OR_RETURN(auto last, it->second->LastChunk(req->inode()));
+    if (last) *resp = std::move(*last);  // none: an empty record (no id)
     return Status::Ok();
   });
 }
@@ -612,7 +652,9 @@ void StorageService::SyncLoop() {
         std::lock_guard lock(mu_);
         for (const auto& c : routing_.chains()) {
           for (const auto& t : c.targets()) {
-            if (t.target() == pos->successor_target) syncing = t.state() == "syncing";
+            if (t.target() == pos->successor_target) {
+              syncing = ParsePublicState(t.state()) == PublicState::kSyncing;
+            }
           }
         }
         if (synced_.contains({pos->chain, pos->chain_version, pos->successor_target})) continue;

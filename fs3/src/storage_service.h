@@ -17,12 +17,16 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "common/config.h"
 #include "fs3/chain.h"
@@ -33,6 +37,39 @@
 #include "monitoring/metrics.h"
 
 namespace ff::fs3 {
+
+// Writes applied recently, by request id, so that a retried write is answered with what it did
+// the first time instead of being applied again. An entry is kept for `retention`; past
+// `max_entries` the oldest go first (never the whole table: the write applied just now is the
+// one a client is most likely retrying).
+class RecentWrites {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Applied {
+    uint64_t version = 0;
+    uint32_t length = 0;
+  };
+  RecentWrites(Clock::duration retention, std::size_t max_entries)
+      : retention_(retention), max_entries_(max_entries) {}
+
+  std::optional<Applied> Find(uint64_t request_id) const;
+  // Request id 0 (none given) is not remembered.
+  void Add(uint64_t request_id, Applied applied, Clock::time_point now);
+  std::size_t size() const { return by_id_.size(); }
+  // Entries dropped for lack of room while younger than `retention`.
+  uint64_t evicted_early() const { return evicted_early_; }
+
+ private:
+  struct Entry {
+    Applied applied;
+    Clock::time_point at;
+  };
+  const Clock::duration retention_;
+  const std::size_t max_entries_;
+  std::unordered_map<uint64_t, Entry> by_id_;
+  std::deque<std::pair<Clock::time_point, uint64_t>> order_;  // oldest first
+  uint64_t evicted_early_ = 0;
+};
 
 struct StorageTargetOptions {
   uint64_t id = 0;
@@ -47,6 +84,10 @@ struct StorageOptions {
   std::string advertise;  // address others reach this service at; default: the bound one
   std::vector<StorageTargetOptions> targets;
   int64_t forward_timeout_ms = 30000;  // how long a write keeps retrying a failed successor
+  // Applied writes are remembered by request id so a retry is not applied twice: each for
+  // `dedup_retention_s` (longer than any client retries), at most `dedup_max_entries` of them.
+  int64_t dedup_retention_s = 600;
+  int64_t dedup_max_entries = 1000000;
 
   void Bind(ConfigSection& s);
 };
@@ -115,10 +156,10 @@ class StorageService final : public fs3rpc::Storage::Service {
   mutable std::mutex mu_;
   std::condition_variable routing_changed_;
   fs3rpc::RoutingInfo routing_;
-  std::map<uint64_t, std::string> target_address_;          // from routing_: target -> its service
-  std::string AddressOf(uint64_t target) const;             // mu_ held
-  std::map<uint64_t, LocalState> local_;                    // per target
-  std::map<uint64_t, std::pair<uint64_t, uint32_t>> done_;  // request id -> (version, length)
+  std::map<uint64_t, std::string> target_address_;  // from routing_: target -> its service
+  std::string AddressOf(uint64_t target) const;     // mu_ held
+  std::map<uint64_t, LocalState> local_;            // per target
+  RecentWrites done_;                               // mu_ held
   std::set<std::tuple<uint32_t, uint64_t, uint64_t>> synced_;  // (chain, version, successor)
   int64_t lease_ms_ = 10000;
   std::chrono::steady_clock::time_point renewed_{};

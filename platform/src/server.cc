@@ -1,6 +1,8 @@
 #include "server.h"
 
+#include <signal.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -46,6 +48,27 @@ bool IsUserName(std::string_view n) {
   return std::all_of(n.begin(), n.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
   });
+}
+
+// A node's state, as hai.proto's Node.state spells it on the wire and in `hai nodes`.
+enum class NodeState { kUnknown, kUp, kLost };
+
+std::string NodeStateName(NodeState s) {
+  switch (s) {
+    case NodeState::kUp:
+      return "up";
+    case NodeState::kLost:
+      return "lost";
+    case NodeState::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+NodeState StateOf(const hai::Node& n) {
+  if (n.state() == NodeStateName(NodeState::kUp)) return NodeState::kUp;
+  if (n.state() == NodeStateName(NodeState::kLost)) return NodeState::kLost;
+  return NodeState::kUnknown;
 }
 
 bool Active(const hai::Job& job) {
@@ -131,7 +154,7 @@ HaiServer::HaiServer(const HaiOptions& options, scheduler::Topology topology,
     rt.record.set_zone(topology_.zones()[n.zone].name);
     rt.record.set_leaf(topology_.leaves()[n.leaf].name);
     rt.record.set_gpus(n.gpus);
-    rt.record.set_state("unknown");
+    rt.record.set_state(NodeStateName(NodeState::kUnknown));
     rt.last_heartbeat = now;
   }
 }
@@ -160,7 +183,7 @@ Status HaiServer::Load() {
     it->second.record.set_drained_by(n.drained_by());
     it->second.record.set_agent_address(n.agent_address());
     // A node that was up counts as up until its heartbeat timeout runs out.
-    if (n.state() == "up") it->second.record.set_state("up");
+    if (StateOf(n) == NodeState::kUp) it->second.record.set_state(NodeStateName(NodeState::kUp));
   }
   if (users_.empty()) {
     // First start: an admin user whose token only the operator can read.
@@ -207,14 +230,17 @@ void HaiServer::Stop() {
   }
   loop_cv_.notify_all();
   if (loop_.joinable()) loop_.join();
+  std::lock_guard lock(mu_);
+  if (!write_failure_.ok() && store_) store_->Abandon();
 }
 
 void HaiServer::Tick() {
   auto start = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(mu_);
+    if (!write_failure_.ok()) return;
     CheckLostNodes();
-    ScheduleRound();
+    if (write_failure_.ok()) ScheduleRound();
     UpdateGauges();
   }
   if (metrics_) {
@@ -260,6 +286,25 @@ Status HaiServer::Save(const hai::Job& job) {
   Status st = store_->PutJob(job);
   if (!st.ok()) spdlog::error("job {}: {}", job.id(), st.message());
   return st;
+}
+
+Status HaiServer::MustPersist(Status st, const std::string& what) {
+  if (st.ok()) return st;
+  if (write_failure_.ok()) {
+    write_failure_ =
+        Status(st.code(), "could not write " + what + " to " + options_.data_dir + ": " +
+                              st.message() + "; stopped so that a restart serves what is on disk");
+    spdlog::error("hai-server: {}", write_failure_.message());
+    shutting_down_ = true;
+    work_cv_.notify_all();
+    kill(getpid(), SIGTERM);  // the daemon's shutdown; it exits 1 with WriteFailure()
+  }
+  return write_failure_;
+}
+
+Status HaiServer::WriteFailure() const {
+  std::lock_guard lock(mu_);
+  return write_failure_;
 }
 
 // ---- jobs -------------------------------------------------------------------------------------
@@ -664,15 +709,17 @@ grpc::Status HaiServer::Heartbeat(grpc::ServerContext* ctx, const hai::Heartbeat
     }
     NodeRuntime& node = it->second;
     node.last_heartbeat = std::chrono::steady_clock::now();
-    const bool changed =
-        node.record.state() != "up" || node.record.agent_address() != req->agent_address();
-    if (node.record.state() != "up") {
+    const bool changed = StateOf(node.record) != NodeState::kUp ||
+                         node.record.agent_address() != req->agent_address();
+    if (StateOf(node.record) != NodeState::kUp) {
       spdlog::info("node {} is up (agent at {})", req->node(), req->agent_address());
     }
-    node.record.set_state("up");
+    node.record.set_state(NodeStateName(NodeState::kUp));
     node.record.set_agent_address(req->agent_address());
     node.record.set_last_heartbeat_ms(NowMs());
-    if (changed) (void)store_->PutNode(node.record);
+    if (!write_failure_.ok()) return write_failure_;
+    if (changed)
+      FF_RETURN_IF_ERROR(MustPersist(store_->PutNode(node.record), "node " + req->node()));
     node.reported_running.clear();
     for (const hai::TaskStatus& t : req->tasks()) {
       if (!t.exited()) {
@@ -683,7 +730,8 @@ grpc::Status HaiServer::Heartbeat(grpc::ServerContext* ctx, const hai::Heartbeat
       if (job == jobs_.end() || !Active(job->second)) continue;
       const hai::Run& run = job->second.runs(job->second.runs_size() - 1);
       if (run.index() != t.run() || run.exit_codes().count(t.rank()) > 0) continue;
-      RecordExit(job->second, t.rank(), t.exit_code());
+      // Not acknowledged unless durable: the agent reports the exit until it is.
+      FF_RETURN_IF_ERROR(RecordExit(job->second, t.rank(), t.exit_code()));
     }
     if (req->wait_ms() > 0 && req->generation() == node.generation) {
       // Nothing new for this node: hold the call until there is, or the wait is over.
@@ -694,6 +742,7 @@ grpc::Status HaiServer::Heartbeat(grpc::ServerContext* ctx, const hai::Heartbeat
       });
       node.last_heartbeat = std::chrono::steady_clock::now();
     }
+    if (!write_failure_.ok()) return write_failure_;  // work decided but not kept: none
     for (hai::Task& t : TasksFor(req->node()))
       *resp->add_tasks() = std::move(t);
     resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
@@ -814,7 +863,7 @@ std::vector<hai::Task> HaiServer::TasksFor(const std::string& node) const {
   return tasks;
 }
 
-void HaiServer::RecordExit(hai::Job& job, int rank, int code) {
+Status HaiServer::RecordExit(hai::Job& job, int rank, int code) {
   hai::Run& run = *job.mutable_runs(job.runs_size() - 1);
   (*run.mutable_exit_codes())[rank] = code;
   if (code != 0 && run.end_reason().empty() && job.state() == hai::RUNNING &&
@@ -826,7 +875,7 @@ void HaiServer::RecordExit(hai::Job& job, int rank, int code) {
   }
   spdlog::info("job {} run {}: rank {} exited with {}", job.id(), run.index(), rank, code);
   FinishRunIfDone(job);
-  (void)Save(job);
+  return MustPersist(Save(job), "job " + std::to_string(job.id()));
 }
 
 void HaiServer::EndRun(hai::Job& job, const std::string& reason) {
@@ -890,10 +939,10 @@ void HaiServer::CheckLostNodes() {
   const auto now = std::chrono::steady_clock::now();
   const auto timeout = std::chrono::milliseconds(options_.heartbeat_timeout_ms);
   for (auto& [name, node] : nodes_) {
-    if (node.record.state() != "up" || now - node.last_heartbeat < timeout) continue;
-    node.record.set_state("lost");
+    if (StateOf(node.record) != NodeState::kUp || now - node.last_heartbeat < timeout) continue;
+    node.record.set_state(NodeStateName(NodeState::kLost));
     node.reported_running.clear();
-    (void)store_->PutNode(node.record);
+    if (!MustPersist(store_->PutNode(node.record), "node " + name).ok()) return;
     spdlog::warn("node {} is lost: no heartbeat for {} ms", name, options_.heartbeat_timeout_ms);
     for (auto& [id, job] : jobs_) {
       if (!Active(job)) continue;
@@ -912,7 +961,7 @@ void HaiServer::CheckLostNodes() {
       EndRun(job, "node " + name + " lost");
       Touch(job);
       FinishRunIfDone(job);
-      (void)Save(job);
+      if (!MustPersist(Save(job), "job " + std::to_string(id)).ok()) return;
     }
   }
 }
@@ -943,7 +992,7 @@ void HaiServer::ScheduleRound() {
     bool lingering = false;  // processes of ended runs still dying there
     for (const auto& [job, run, rank] : node.reported_running)
       lingering |= !active_runs.contains({job, run});
-    if (node.record.state() != "up" || node.record.drained() || lingering) {
+    if (StateOf(node.record) != NodeState::kUp || node.record.drained() || lingering) {
       state.SetDrained(static_cast<int>(i), true);
     }
   }
@@ -991,7 +1040,7 @@ void HaiServer::ScheduleRound() {
     Touch(job);
   }
   // The round's decisions in one synced write.
-  if (Status st = store_->PutJobs(changed); !st.ok()) spdlog::error("{}", st.message());
+  if (!MustPersist(store_->PutJobs(changed), "the scheduling round's decisions").ok()) return;
   for (const auto& [id, reason] : d.pending)
     jobs_.at(id).set_pending_reason(reason);
 }

@@ -50,6 +50,10 @@ class HaiServer final : public hai::Hai::Service {
   // Starts / stops the scheduling loop.
   void Start();
   void Stop();
+  // Not OK once a durable write failed after memory had changed: the server then refuses every
+  // call and asks its process to stop (SIGTERM), and the daemon exits 1 with this status, so a
+  // restart serves only what is on disk. Agents keep reporting what the failed write lost.
+  Status WriteFailure() const;
 
   grpc::Status Submit(grpc::ServerContext*, const hai::SubmitRequest*, hai::Job*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const hai::ListJobsRequest*,
@@ -98,6 +102,9 @@ class HaiServer final : public hai::Hai::Service {
   Status DoSubmit(const hai::User& user, const hai::JobSpec& spec, hai::Job* out);
   Status ValidateSpec(const hai::JobSpec& spec) const;
   Status Save(const hai::Job& job);  // mu_ held
+  // mu_ held: `st` is the result of a durable write made after memory changed; a failure stops
+  // the server (see WriteFailure) and is returned.
+  Status MustPersist(Status st, const std::string& what);
 
   void CheckLostNodes();  // mu_ held
   void ScheduleRound();   // mu_ held
@@ -109,7 +116,7 @@ class HaiServer final : public hai::Hai::Service {
   InUse ComputeInUse() const;  // mu_ held
   // Adds a run (not saved: the caller saves).
   void StartRun(hai::Job& job, const scheduler::Placement& placement, InUse& in_use);  // mu_ held
-  void RecordExit(hai::Job& job, int rank, int code);                                  // mu_ held
+  Status RecordExit(hai::Job& job, int rank, int code);                                // mu_ held
   void EndRun(hai::Job& job, const std::string& reason);                               // mu_ held
   void FinishRunIfDone(hai::Job& job);                                                 // mu_ held
   std::vector<hai::Task> TasksFor(const std::string& node) const;                      // mu_ held
@@ -126,6 +133,7 @@ class HaiServer final : public hai::Hai::Service {
   mutable std::mutex mu_;
   std::condition_variable work_cv_;  // with mu_: a node's generation changed, or stopping
   bool shutting_down_ = false;       // under mu_
+  Status write_failure_;             // under mu_
   std::map<int64_t, hai::Job> jobs_;
   std::map<std::string, hai::User> users_;            // by name
   std::map<std::string, std::string> user_by_token_;  // token hash -> name

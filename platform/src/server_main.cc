@@ -11,5 +11,6 @@ int main(int argc, char** argv) {
   daemon.make = [](HaiOptions& o, ff::Metrics& m) { return HaiServer::Create(o, &m); };
   daemon.start = [](HaiServer& s, const std::string&) { s.Start(); };
   daemon.stop = [](HaiServer& s) { s.Stop(); };
+  daemon.failure = [](const HaiServer& s) { return s.WriteFailure(); };
   return daemon.Run(argc, argv);
 }

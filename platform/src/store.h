@@ -23,6 +23,8 @@ class Store {
   Result<std::vector<hai::Job>> LoadJobs() { return db_->Scan<hai::Job>("job/"); }
   Result<std::vector<hai::User>> LoadUsers() { return db_->Scan<hai::User>("user/"); }
   Result<std::vector<hai::Node>> LoadNodes() { return db_->Scan<hai::Node>("node/"); }
+  // After a failed write: leaves the database as it is on disk (see ProtoDb::Abandon).
+  void Abandon() { db_->Abandon(); }
 
  private:
   explicit Store(std::unique_ptr<ProtoDb> db) : db_(std::move(db)) {}

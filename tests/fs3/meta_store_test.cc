@@ -3,6 +3,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 #include <sys/stat.h>
 
 #include <set>
@@ -387,6 +388,38 @@ TEST_F(MetaStoreTest, RetriedMutationsAreAppliedOnceAcrossRestarts) {
   EXPECT_EQ(Code(store_->Unlink(root_, kRootIno, "b", 79)), StatusCode::kNotFound);
   EXPECT_EQ(*store_->PruneRequests(3600), 0u);  // still fresh
   EXPECT_TRUE(store_->Fsck(false)->empty());
+}
+
+// A record that cannot be read is an error, never "no such entry": taken for a missing entry, a
+// lookup would say ENOENT and a create would write a new file over the old one's name.
+TEST_F(MetaStoreTest, AnUnreadableEntryIsAnErrorNotAMissingOne) {
+  auto f = store_->Create(root_, kRootIno, "victim", 0644);
+  ASSERT_TRUE(f.ok()) << f.status();
+  store_.reset();
+  {  // Corrupt the entry's record in RocksDB (its key ends with the name).
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir_.File("meta"), &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+    std::string key;
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (it->key().ends_with("victim")) key = it->key().ToString();
+    }
+    ASSERT_FALSE(key.empty());
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key, std::string("\xff\xff\xff\xff", 4)).ok());
+  }
+  Reopen();
+  auto looked = store_->Lookup(root_, kRootIno, "victim");
+  ASSERT_FALSE(looked.ok());
+  EXPECT_EQ(looked.status().code(), StatusCode::kDataLoss) << looked.status();
+  EXPECT_THAT(looked.status().message(), ::testing::HasSubstr("corrupt"));
+  auto again = store_->Create(root_, kRootIno, "victim", 0644);
+  EXPECT_EQ(Code(again), StatusCode::kDataLoss) << "created over an unreadable entry";
+  EXPECT_EQ(Code(store_->Unlink(root_, kRootIno, "victim")), StatusCode::kDataLoss);
+  EXPECT_EQ(Code(store_->Rename(root_, kRootIno, "victim", kRootIno, "other")),
+            StatusCode::kDataLoss);
+  // Other names are unaffected.
+  EXPECT_TRUE(store_->Create(root_, kRootIno, "fine", 0644).ok());
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ class StorageTest : public ::testing::Test {
       std::string name = "s" + std::to_string(i);
       std::string config = "[server]\nlisten = \"127.0.0.1:" + std::to_string(*p) +
                            "\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[storage]\nnode = \"" + name +
-                           "\"\nmgmtd = \"" + mgmtd_address_ + "\"\n";
+                           "\"\nmgmtd = \"" + mgmtd_address_ + "\"\n" + extra_storage_config_;
       for (int t = 1; t <= 2; ++t) {
         config += "[[storage.targets]]\nid = " + std::to_string((i + 1) * 10 + t) + "\npath = \"" +
                   dir_.File(name + "-t" + std::to_string(t)) + "\"\n";
@@ -169,6 +169,7 @@ class StorageTest : public ::testing::Test {
     return st;
   }
 
+  std::string extra_storage_config_;  // [storage] keys a derived fixture adds
   test::TempDir dir_;
   std::string mgmtd_address_;
   std::unique_ptr<test::Subprocess> mgmtd_;
@@ -375,6 +376,50 @@ TEST_F(StorageTest, LargeTransfersAreStreamedInPieces) {
   w.set_request_id(4243);
   w.set_data(data + "x");
   EXPECT_EQ(streaming.Write(address, w, &wr, 10s).code(), StatusCode::kInvalidArgument);
+}
+
+// With a small request-id table: applied writes are forgotten oldest first, never all at once.
+class StorageDedupTest : public StorageTest {
+ protected:
+  StorageDedupTest() { extra_storage_config_ = "dedup_max_entries = 4\n"; }
+};
+
+TEST_F(StorageDedupTest, ARetryJustAfterTheTableFillsIsNotAppliedTwice) {
+  const fs3rpc::RoutingInfo r = Routing();
+  const auto& chain = r.chains(1);  // chunk 0 of inode 21: chain (21 + 0) % 2 = 1
+  const uint64_t head = chain.targets(0).target();
+  std::string address;
+  for (const auto& n : r.nodes()) {
+    if (n.name() == "s" + std::to_string(head / 10 - 1)) address = n.address();
+  }
+  auto stub = fs3rpc::Storage::NewStub(MakeChannel(address));
+  auto write = [&](uint64_t request_id, const std::string& data) -> fs3rpc::WriteResponse {
+    fs3rpc::WriteRequest w;
+    w.set_request_id(request_id);
+    w.mutable_chunk()->set_inode(21);
+    w.set_chain(chain.id());
+    w.set_chain_version(chain.version());
+    w.set_target(head);
+    w.set_data(data);
+    fs3rpc::WriteResponse resp;
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + 10s);
+    grpc::Status st = stub->Write(&c, w, &resp);
+    EXPECT_TRUE(st.ok()) << request_id << ": " << st.error_message();
+    return resp;
+  };
+  // Six writes fill the table past its four entries; each commits the next version.
+  for (uint64_t i = 1; i <= 6; ++i) {
+    EXPECT_EQ(write(1000 + i, "write " + std::to_string(i)).version(), i);
+  }
+  // The answer to write 6 was lost and the client retries it: answered as before, not applied.
+  EXPECT_EQ(write(1006, "write 6").version(), 6u);
+  EXPECT_EQ(write(1005, "write 5").version(), 5u);
+  // The oldest are the ones forgotten (four are kept): write 1 again is a new write now.
+  EXPECT_EQ(write(1001, "write 1").version(), 7u);
+  std::string data;
+  ASSERT_TRUE(ReadFrom(head, 21, 0, 0, 7, &data).ok());
+  EXPECT_EQ(data, "write 1");
 }
 
 TEST_F(StorageTest, ResyncRemovesWhatThePredecessorNoLongerHas) {

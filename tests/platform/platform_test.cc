@@ -1,8 +1,12 @@
 // HAI-Platform as researchers and admins meet it: a real hai-server, three hai-agents acting as
 // nodes, and the hai CLI, all as processes on loopback.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -522,6 +526,84 @@ TEST_F(PlatformTest, BadSubmissionsAreRefusedAndCreateNothing) {
     EXPECT_THAT(r.err, HasSubstr("user names are 1-32 of a-z")) << bad;
   }
   EXPECT_EQ(Hai({"admin", "user", "add", "c-3_po"}, admin_token_).code, 0);
+}
+
+// hai-server on a disk that fills up: what it cannot write durably it neither acknowledges nor
+// keeps serving. A new job is refused with the cause; a rank's exit that cannot be recorded stops
+// the server (exit 1, the cause on stderr) instead of living on in memory only; once there is room
+// again a restarted server learns the exit from the agent, which kept reporting it.
+class PlatformFullDiskTest : public PlatformTest {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(geteuid(), 0u)
+        << "mounts a small tmpfs under hai-server's data: run as root (CI does)";
+    ASSERT_EQ(mkdir(dir_.File("server").c_str(), 0700), 0);
+    ASSERT_EQ(mount("tmpfs", dir_.File("server").c_str(), "tmpfs", 0, "size=16m"), 0)
+        << strerror(errno);
+    mounted_ = true;
+    PlatformTest::SetUp();
+  }
+  void TearDown() override {
+    PlatformTest::TearDown();
+    if (mounted_) umount2(dir_.File("server").c_str(), MNT_DETACH);
+  }
+  // Fills the data directory's file system; returns the filler's path.
+  std::string Fill() {
+    std::string path = dir_.File("server/filler");
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    EXPECT_GE(fd, 0);
+    std::string block(1 << 16, 'x');
+    while (write(fd, block.data(), block.size()) > 0) {
+    }
+    while (write(fd, block.data(), 1) > 0) {
+    }
+    EXPECT_EQ(errno, ENOSPC);
+    close(fd);
+    return path;
+  }
+  bool mounted_ = false;
+};
+
+TEST_F(PlatformFullDiskTest, WhatCannotBeWrittenIsNeitherAcknowledgedNorServedFromMemory) {
+  const std::string flag = dir_.File("go");
+  int64_t id = Submit(alice_, {"--name", "waits", "--", "sh", "-c",
+                               "while [ ! -e " + flag + " ]; do sleep 0.1; done"});
+  ASSERT_GT(id, 0);
+  ASSERT_TRUE(WaitUntil([&] { return State(id, alice_) == "RUNNING"; }, 20s)) << State(id, alice_);
+  const std::string filler = Fill();
+  // RocksDB's log has the rest of its last page: small writes fit there until it is used up.
+  CliResult add;
+  int added = 0;
+  for (; added < 500; ++added) {
+    add = Hai({"admin", "user", "add", "u" + std::to_string(added)}, admin_token_);
+    if (add.code != 0) break;
+  }
+  EXPECT_EQ(add.code, 1) << "the disk never filled up";
+  EXPECT_THAT(add.err, HasSubstr("No space left on device")) << add.err;
+  EXPECT_EQ(std::count(add.err.begin(), add.err.end(), '\n'), 1) << add.err;
+
+  CliResult refused = Hai({"submit", "--", "true"}, alice_);
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("No space left on device")) << refused.err;
+
+  test::WriteFile(flag, "");  // the job's rank exits 0; hai-server cannot record it
+  auto code = server_->Wait(30s);
+  ASSERT_TRUE(code.has_value()) << "hai-server kept serving an exit it could not write";
+  EXPECT_EQ(*code, 1) << server_->Stderr();
+  EXPECT_THAT(server_->Stderr(), HasSubstr("could not write job " + std::to_string(id)));
+  EXPECT_THAT(server_->Stderr(), HasSubstr("stopped so that a restart serves what is on disk"));
+
+  ASSERT_EQ(unlink(filler.c_str()), 0);
+  StartServer();
+  EXPECT_TRUE(WaitUntil([&] { return State(id, alice_) == "SUCCEEDED"; }, 30s))
+      << State(id, alice_);
+  // The refused submission and user left nothing behind; the acknowledged users are there.
+  CliResult ls = Hai({"ls", "-a", "--json"}, alice_);
+  EXPECT_EQ(json::parse(ls.out, nullptr, false).value("jobs", json::array()).size(), 1u);
+  CliResult users = Hai({"admin", "user", "ls", "--json"}, admin_token_);
+  const std::string users_out = users.out;
+  if (added > 0) EXPECT_THAT(users_out, HasSubstr("\"u" + std::to_string(added - 1) + "\""));
+  EXPECT_THAT(users_out, ::testing::Not(HasSubstr("\"u" + std::to_string(added) + "\"")));
 }
 
 }  // namespace

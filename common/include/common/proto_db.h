@@ -1,6 +1,9 @@
 // A RocksDB database of protobuf records under string keys, for daemons' durable state
 // (hai-server's jobs, fs3-mgmtd's chains). Every write is synced before it returns, so what a
 // daemon acknowledged survives a crash; several records can go in one atomic, synced batch.
+// Writes are refused (kResourceExhausted, "No space left on device") while the file system has
+// less free than a reserve (64 MiB, or a twentieth of a smaller file system): RocksDB needs room
+// to flush and compact, and Debian's build aborts the process on a write that hits a full disk.
 #pragma once
 
 #include <google/protobuf/message.h>
@@ -25,6 +28,13 @@ class ProtoDb {
   // kUnavailable names the path and RocksDB's reason (e.g. another process holds its lock).
   static Result<std::unique_ptr<ProtoDb>> Open(const std::string& path);
   ~ProtoDb();
+
+  static constexpr uint64_t kMaxReserveBytes = 64ull << 20;
+
+  // Lets go of the database without closing it: closing writes (and on a full disk Debian's
+  // RocksDB aborts the process there). Every acknowledged write is already synced; the next
+  // Open recovers from the log as after a crash. For a daemon that stops because a write failed.
+  void Abandon();
 
   Status Put(const std::string& key, const google::protobuf::Message& value);
   // All of them or none; a null value deletes its key.
@@ -55,6 +65,7 @@ class ProtoDb {
 
  private:
   explicit ProtoDb(rocksdb::DB* db, std::string path);
+  Status CheckSpace() const;  // kResourceExhausted below the reserve
   Status ScanRaw(const std::string& prefix,
                  const std::function<Status(const std::string&, const std::string&)>& fn) const;
 

@@ -138,6 +138,9 @@ inline Status Internal(std::string m) {
 inline Status IoError(std::string m) {
   return Status(StatusCode::kIoError, std::move(m));
 }
+inline Status ResourceExhausted(std::string m) {
+  return Status(StatusCode::kResourceExhausted, std::move(m));
+}
 inline Status DeadlineExceeded(std::string m) {
   return Status(StatusCode::kDeadlineExceeded, std::move(m));
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,8 +49,8 @@ class ChunkStore {
                            bool pending = false) const;
 
   Result<std::vector<fs3rpc::ChunkMetaRecord>> List() const;
-  // The chunk of `inode` with the highest index; kNotFound when it has none.
-  Result<fs3rpc::ChunkMetaRecord> LastChunk(uint64_t inode) const;
+  // The chunk of `inode` with the highest index; empty when it has none here.
+  Result<std::optional<fs3rpc::ChunkMetaRecord>> LastChunk(uint64_t inode) const;
 
   const std::string& dir() const { return dir_; }
 

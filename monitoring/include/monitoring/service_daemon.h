@@ -46,6 +46,8 @@ struct ServiceDaemon {
   std::function<Result<std::unique_ptr<Service>>(Options&, Metrics&)> make;
   std::function<void(Service&, const std::string& address)> start;  // optional
   std::function<void(Service&)> stop;                               // optional
+  // Optional: after shutdown, why the service stopped itself (not OK: the daemon exits 1 with it).
+  std::function<Status(const Service&)> failure;
   // Optional shorthand flags; `--listen` (server.listen) is always there.
   std::function<void(CLI::App&, DaemonFlags&)> add_flags;
 
@@ -69,7 +71,7 @@ struct ServiceDaemon {
       context.WaitForShutdown();
       if (stop) stop(*service);
       server->Shutdown();
-      return Status::Ok();
+      return failure ? failure(*service) : Status::Ok();
     };
     return RunDaemon(argc, argv, spec);
   }

@@ -1,0 +1,56 @@
+// fs3-storage's table of applied writes (request id -> what the write did): retries within the
+// retention are answered from it; it forgets by age, and past its size the oldest first.
+#include <gtest/gtest.h>
+
+#include "storage_service.h"
+
+namespace ff::fs3 {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = RecentWrites::Clock;
+
+TEST(RecentWrites, RemembersWithinTheRetentionAndForgetsAfter) {
+  RecentWrites w(10s, 1000);
+  const Clock::time_point t0{};
+  w.Add(1, {5, 100}, t0);
+  w.Add(0, {6, 100}, t0);  // no request id: nothing to remember
+  ASSERT_TRUE(w.Find(1).has_value());
+  EXPECT_EQ(w.Find(1)->version, 5u);
+  EXPECT_EQ(w.Find(1)->length, 100u);
+  EXPECT_FALSE(w.Find(0).has_value());
+  w.Add(2, {7, 1}, t0 + 9s);
+  EXPECT_TRUE(w.Find(1).has_value());  // 9 s old
+  w.Add(3, {8, 1}, t0 + 10s);
+  EXPECT_FALSE(w.Find(1).has_value());  // 10 s old: gone
+  EXPECT_TRUE(w.Find(2).has_value());
+  EXPECT_EQ(w.size(), 2u);
+  EXPECT_EQ(w.evicted_early(), 0u);
+}
+
+TEST(RecentWrites, PastItsSizeTheOldestGoFirstNeverTheNewest) {
+  RecentWrites w(1h, 100000);
+  const Clock::time_point t0{};
+  for (uint64_t id = 1; id <= 100001; ++id)
+    w.Add(id, {id, 0}, t0 + std::chrono::milliseconds(id));
+  EXPECT_EQ(w.size(), 100000u);
+  EXPECT_FALSE(w.Find(1).has_value());
+  EXPECT_TRUE(w.Find(2).has_value());
+  EXPECT_TRUE(w.Find(100001).has_value());  // the write applied just now
+  EXPECT_EQ(w.evicted_early(), 1u);
+}
+
+TEST(RecentWrites, AnIdAddedAgainKeepsItsNewerEntry) {
+  RecentWrites w(10s, 1000);
+  const Clock::time_point t0{};
+  w.Add(1, {1, 0}, t0);
+  w.Add(1, {2, 0}, t0 + 8s);
+  w.Add(9, {3, 0}, t0 + 12s);  // the first entry of id 1 expires; its newer one stays
+  ASSERT_TRUE(w.Find(1).has_value());
+  EXPECT_EQ(w.Find(1)->version, 2u);
+  w.Add(9, {3, 0}, t0 + 18s);
+  EXPECT_FALSE(w.Find(1).has_value());
+}
+
+}  // namespace
+}  // namespace ff::fs3
