@@ -36,6 +36,23 @@ class MetaStoreTest : public ::testing::Test {
     return out;
   }
   StatusCode Code(const Status& s) { return s.code(); }
+
+  // With the store closed, overwrites the record whose key ends with `suffix` by bytes that do
+  // not parse (a corrupt record, as a failing disk leaves one).
+  void CorruptRecordEndingWith(const std::string& suffix) {
+    store_.reset();
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir_.File("meta"), &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+    std::string key;
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (it->key().ends_with(suffix)) key = it->key().ToString();
+    }
+    it.reset();
+    ASSERT_FALSE(key.empty()) << "no record ends with " << suffix;
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key, std::string("\xff\xff\xff\xff", 4)).ok());
+  }
   template <typename T>
   StatusCode Code(const Result<T>& r) {
     return r.status().code();
@@ -395,19 +412,7 @@ TEST_F(MetaStoreTest, RetriedMutationsAreAppliedOnceAcrossRestarts) {
 TEST_F(MetaStoreTest, AnUnreadableEntryIsAnErrorNotAMissingOne) {
   auto f = store_->Create(root_, kRootIno, "victim", 0644);
   ASSERT_TRUE(f.ok()) << f.status();
-  store_.reset();
-  {  // Corrupt the entry's record in RocksDB (its key ends with the name).
-    rocksdb::DB* raw = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir_.File("meta"), &raw).ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
-    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
-    std::string key;
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      if (it->key().ends_with("victim")) key = it->key().ToString();
-    }
-    ASSERT_FALSE(key.empty());
-    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key, std::string("\xff\xff\xff\xff", 4)).ok());
-  }
+  CorruptRecordEndingWith("victim");
   Reopen();
   auto looked = store_->Lookup(root_, kRootIno, "victim");
   ASSERT_FALSE(looked.ok());
@@ -420,6 +425,25 @@ TEST_F(MetaStoreTest, AnUnreadableEntryIsAnErrorNotAMissingOne) {
             StatusCode::kDataLoss);
   // Other names are unaffected.
   EXPECT_TRUE(store_->Create(root_, kRootIno, "fine", 0644).ok());
+}
+
+// fsck's data check: chunks whose file cannot be read are not "chunks of no file"; a repair must
+// not queue a live file's data for deletion because its record could not be read.
+TEST_F(MetaStoreTest, DataCheckStopsAtAnUnreadableInodeInsteadOfDeletingItsChunks) {
+  auto f = store_->Create(root_, kRootIno, "precious", 0644);
+  ASSERT_TRUE(f.ok()) << f.status();
+  const uint64_t ino = f->ino();
+  std::string be8(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    be8[i] = static_cast<char>((ino >> (56 - 8 * i)) & 0xff);
+  CorruptRecordEndingWith("i/" + be8);
+  Reopen();
+  auto problems = store_->CheckData({{ino, 4096}}, /*repair=*/true);
+  ASSERT_FALSE(problems.ok()) << "reported: "
+                              << (problems.ok() && !problems->empty() ? (*problems)[0] : "");
+  EXPECT_EQ(problems.status().code(), StatusCode::kDataLoss) << problems.status();
+  // Nothing was queued for deletion: a second check still stops at the same record.
+  EXPECT_EQ(Code(store_->CheckData({{ino, 4096}}, /*repair=*/true)), StatusCode::kDataLoss);
 }
 
 }  // namespace
