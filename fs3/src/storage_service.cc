@@ -58,6 +58,9 @@ void RecentWrites::Add(uint64_t request_id, Applied applied, Clock::time_point n
     drop_front();
   while (by_id_.size() > max_entries_)
     drop_front();
+  // Ids added again leave stale queue positions behind: the queue is bounded too.
+  while (order_.size() > 2 * max_entries_ + 1)
+    drop_front();
 }
 
 void StorageOptions::Bind(ConfigSection& s) {

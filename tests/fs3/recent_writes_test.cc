@@ -52,5 +52,15 @@ TEST(RecentWrites, AnIdAddedAgainKeepsItsNewerEntry) {
   EXPECT_FALSE(w.Find(1).has_value());
 }
 
+TEST(RecentWrites, RetriesOfOneIdDoNotGrowItWithoutBound) {
+  RecentWrites w(1h, 4);
+  const Clock::time_point t0{};
+  for (int i = 0; i < 1000; ++i)
+    w.Add(7, {static_cast<uint64_t>(i), 0}, t0 + std::chrono::milliseconds(i));
+  EXPECT_EQ(w.size(), 1u);
+  ASSERT_TRUE(w.Find(7).has_value());
+  EXPECT_EQ(w.Find(7)->version, 999u);
+}
+
 }  // namespace
 }  // namespace ff::fs3

@@ -602,7 +602,9 @@ TEST_F(PlatformFullDiskTest, WhatCannotBeWrittenIsNeitherAcknowledgedNorServedFr
   EXPECT_EQ(json::parse(ls.out, nullptr, false).value("jobs", json::array()).size(), 1u);
   CliResult users = Hai({"admin", "user", "ls", "--json"}, admin_token_);
   const std::string users_out = users.out;
-  if (added > 0) EXPECT_THAT(users_out, HasSubstr("\"u" + std::to_string(added - 1) + "\""));
+  if (added > 0) {
+    EXPECT_THAT(users_out, HasSubstr("\"u" + std::to_string(added - 1) + "\""));
+  }
   EXPECT_THAT(users_out, ::testing::Not(HasSubstr("\"u" + std::to_string(added) + "\"")));
 }
 
