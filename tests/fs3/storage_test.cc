@@ -704,5 +704,41 @@ TEST_F(StorageTest, IoContinuesAcrossAManagerRestart) {
   EXPECT_TRUE(AllServing());
 }
 
+// A storage service frozen (SIGSTOP) for longer than its lease is fenced: while it sleeps the
+// chain goes on without it, and when it wakes it serves no read of what it held before.
+TEST_F(StorageTest, AServiceFrozenPastItsLeaseServesNoStaleDataWhenItWakes) {
+  const std::string old_data(4096, 'o'), new_data(4096, 'n');
+  ASSERT_TRUE(client_->Write(9, 0, old_data).ok());  // chunk 0 of inode 9: chain (9 + 0) % 2 = 1
+  const fs3rpc::RoutingInfo before = Routing();
+  const uint64_t frozen_target = before.chains(1).targets(2).target();  // the tail
+  const int frozen = static_cast<int>(frozen_target / 10) - 1;
+  std::string data;
+  ASSERT_TRUE(ReadFrom(frozen_target, 9, 0, 0, 4096, &data, &before).ok());
+  ASSERT_EQ(data, old_data);
+
+  storage_[frozen]->Signal(SIGSTOP);
+  ASSERT_TRUE(WaitUntil([&] { return CountNodes("down") == 1; }, 20s));
+  ASSERT_TRUE(client_->Write(9, 0, new_data).ok());  // the chain without it
+  storage_[frozen]->Signal(SIGCONT);
+  // From the moment it wakes: a read of the chunk from it is refused or current, never old.
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  int refused = 0, current = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    grpc::Status st = ReadFrom(frozen_target, 9, 0, 0, 4096, &data, &before);
+    if (!st.ok()) {
+      ++refused;
+    } else {
+      ASSERT_NE(data, old_data) << "the woken service served the chunk it held before";
+      ASSERT_EQ(data, new_data);
+      ++current;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_GT(refused, 0) << "a woken service must refuse until it has its lease and its data back";
+  ASSERT_TRUE(WaitUntil([&] { return AllServing(); }, 60s)) << Order(1);
+  ASSERT_TRUE(ReadFrom(frozen_target, 9, 0, 0, 4096, &data).ok());
+  EXPECT_EQ(data, new_data);
+}
+
 }  // namespace
 }  // namespace ff::fs3
