@@ -75,6 +75,19 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "hai-sim: %s\n", st.message().c_str());
     return 1;
   };
+  // The results' folder is checked before the policies run (that can take minutes), not after.
+  if (!out_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    if (ec || !fs::is_directory(out_dir)) {
+      return fail(InvalidArgument("--out " + out_dir + ": cannot make a folder there (" +
+                                  (ec ? ec.message() : std::string("a file is in the way")) + ")"));
+    }
+    const fs::path probe = fs::path(out_dir) / ".hai-sim-write-test";
+    if (!std::ofstream(probe) || (fs::remove(probe, ec), ec)) {
+      return fail(InvalidArgument("--out " + out_dir + ": cannot write there"));
+    }
+  }
   auto topology = Topology::Load(cluster_path);
   if (!topology.ok()) return fail(topology.status());
   auto trace = LoadTrace(trace_path);
@@ -136,7 +149,6 @@ int Main(int argc, char** argv) {
   }
 
   if (!out_dir.empty()) {
-    fs::create_directories(out_dir);
     std::ofstream csv(fs::path(out_dir) / "results.csv");
     csv << "policy,mean_jct_s,median_jct_s,p99_jct_s,mean_wait_s,median_wait_s,p99_wait_s,"
            "gpu_utilisation,fragmentation,cross_leaf_tb,cross_zone_tb,preemptions\n";

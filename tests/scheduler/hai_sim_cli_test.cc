@@ -1,0 +1,62 @@
+// hai-sim as a user runs it: a bad --out is refused with one line before any policy runs, and a
+// good one gets the results.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tests/support/subprocess.h"
+
+namespace ff {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+class HaiSimCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    test::WriteFile(dir_.File("trace.csv"),
+                    "job_id,submission_time,duration,num_gpu\na,0,100,8\nb,10,50,16\nc,20,30,1\n");
+  }
+  struct Run {
+    int code = -1;
+    std::string out, err;
+  };
+  Run Sim(const std::string& out) {
+    auto proc = test::Subprocess::Start(
+        {FF_HAI_SIM_PATH, "--trace", dir_.File("trace.csv"), "--cluster",
+         std::string(FF_SOURCE_DIR) + "/deploy/config/cluster-small.toml", "--out", out},
+        {.env = {}, .output_dir = dir_.path()});
+    EXPECT_TRUE(proc.ok()) << proc.status();
+    if (!proc.ok()) return {};
+    auto code = proc->Wait(120s);
+    EXPECT_TRUE(code.has_value());
+    return {code.value_or(-1), proc->Stdout(), proc->Stderr()};
+  }
+  test::TempDir dir_;
+};
+
+TEST_F(HaiSimCliTest, AnOutPathThatIsAFileOrUncreatableIsRefusedBeforeRunning) {
+  test::WriteFile(dir_.File("taken"), "a file");
+  for (const std::string& bad :
+       {dir_.File("taken"), dir_.File("taken") + "/sub", std::string("/proc/hai-sim-results")}) {
+    Run r = Sim(bad);
+    EXPECT_EQ(r.code, 1) << bad;
+    EXPECT_THAT(r.err, HasSubstr("hai-sim: --out " + bad + ": cannot")) << r.err;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("jobs from"))) << "ran before checking --out";
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("terminate"))) << r.err;
+  }
+  EXPECT_EQ(test::ReadFileOrEmpty(dir_.File("taken")), "a file");
+}
+
+TEST_F(HaiSimCliTest, AGoodOutFolderGetsTheResults) {
+  Run r = Sim(dir_.File("results/run1"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir_.File("results/run1/results.csv")));
+  EXPECT_TRUE(std::filesystem::exists(dir_.File("results/run1/jct-cdf.svg")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("results/run1/.hai-sim-write-test")));
+}
+
+}  // namespace
+}  // namespace ff
