@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <random>
+#include <unordered_map>
 
 #include "common/files.h"
 
@@ -29,6 +30,8 @@ bool ParseCount(std::string_view field, int64_t* out) {
 }  // namespace
 
 Result<std::vector<TraceJob>> ParseTrace(std::string_view text, const std::string& source) {
+  // A UTF-8 byte-order mark (spreadsheets write one) is not part of the header.
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
   std::vector<std::string_view> lines = Split(text, '\n');
   if (!lines.empty() && lines.back().empty()) lines.pop_back();  // the final newline
   for (auto& l : lines) {
@@ -57,6 +60,7 @@ Result<std::vector<TraceJob>> ParseTrace(std::string_view text, const std::strin
 
   std::vector<TraceJob> jobs;
   jobs.reserve(lines.size());
+  std::unordered_map<std::string, int> line_of_id;
   for (std::size_t i = 1; i < lines.size(); ++i) {
     const int line_no = static_cast<int>(i + 1);
     const std::string where = source + ":" + std::to_string(line_no) + ": ";
@@ -69,6 +73,10 @@ Result<std::vector<TraceJob>> ParseTrace(std::string_view text, const std::strin
     job.line = line_no;
     job.id = std::string(fields[id_col]);
     if (job.id.empty()) return InvalidArgument(where + "empty job_id");
+    if (auto [it, fresh] = line_of_id.emplace(job.id, line_no); !fresh) {
+      return InvalidArgument(where + "job_id '" + job.id + "' is already on line " +
+                             std::to_string(it->second));
+    }
     int64_t submit = 0, duration = 0, gpus = 0;
     if (!ParseCount(fields[submit_col], &submit)) {
       return InvalidArgument(where + "submission time '" + std::string(fields[submit_col]) +

@@ -12,6 +12,11 @@ using ::testing::HasSubstr;
 
 TEST(TraceTest, ItpFormatWithoutFinalNewline) {
   auto jobs = ParseTrace("job_id,submission_time,duration,num_gpu\na,5,100,16\nb,3,7,1", "t.csv");
+  // The same with a UTF-8 byte-order mark, as spreadsheets save CSV.
+  auto with_bom = ParseTrace(
+      "\xEF\xBB\xBFjob_id,submission_time,duration,num_gpu\na,5,100,16\nb,3,7,1", "t.csv");
+  ASSERT_TRUE(with_bom.ok()) << with_bom.status();
+  EXPECT_EQ(with_bom->size(), 2u);
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   ASSERT_EQ(jobs->size(), 2u);
   EXPECT_EQ((*jobs)[0].id, "b");  // sorted by submission
@@ -42,6 +47,8 @@ TEST(TraceTest, MalformedRowsNameTheLine) {
             "t.csv:2: duration '0' is not a positive integer");
   EXPECT_EQ(ParseTrace(header + "a,1,5,-2\n", "t.csv").status().message(),
             "t.csv:2: num_gpu '-2' is not a positive integer");
+  EXPECT_EQ(ParseTrace(header + "a,1,5,2\nb,2,5,1\na,3,5,1\n", "t.csv").status().message(),
+            "t.csv:4: job_id 'a' is already on line 2");
   EXPECT_EQ(ParseTrace(header + "a,1,5,1\n\nb,1,5,1\n", "t.csv").status().message(),
             "t.csv:3: expected 4 fields, found 1");
   EXPECT_EQ(ParseTrace("", "t.csv").status().message(), "t.csv: empty trace (no header line)");
