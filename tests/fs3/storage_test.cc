@@ -50,18 +50,25 @@ class StorageTest : public ::testing::Test {
                         "\"\nlease_ms = 1500\ncheck_interval_ms = 100\nrestart_grace_ms = 10000\n");
     StartMgmtd();
     for (int i = 0; i < kServices; ++i) {
-      auto p = FindFreePort();
-      ASSERT_TRUE(p.ok());
-      std::string name = "s" + std::to_string(i);
-      std::string config = "[server]\nlisten = \"127.0.0.1:" + std::to_string(*p) +
-                           "\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[storage]\nnode = \"" + name +
-                           "\"\nmgmtd = \"" + mgmtd_address_ + "\"\n" + extra_storage_config_;
-      for (int t = 1; t <= 2; ++t) {
-        config += "[[storage.targets]]\nid = " + std::to_string((i + 1) * 10 + t) + "\npath = \"" +
-                  dir_.File(name + "-t" + std::to_string(t)) + "\"\n";
+      // A port found free may be taken by a test running beside this one before the service
+      // binds it: then the service exits at once, and another port is tried.
+      for (int attempt = 0;; ++attempt) {
+        auto p = FindFreePort();
+        ASSERT_TRUE(p.ok());
+        std::string name = "s" + std::to_string(i);
+        std::string config = "[server]\nlisten = \"127.0.0.1:" + std::to_string(*p) +
+                             "\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[storage]\nnode = \"" +
+                             name + "\"\nmgmtd = \"" + mgmtd_address_ + "\"\n" +
+                             extra_storage_config_;
+        for (int t = 1; t <= 2; ++t) {
+          config += "[[storage.targets]]\nid = " + std::to_string((i + 1) * 10 + t) +
+                    "\npath = \"" + dir_.File(name + "-t" + std::to_string(t)) + "\"\n";
+        }
+        test::WriteFile(dir_.File(name + ".toml"), config);
+        if (TryStartStorage(i) || attempt == 4) break;
       }
-      test::WriteFile(dir_.File(name + ".toml"), config);
-      StartStorage(i);
+      ASSERT_TRUE(storage_[i] && !storage_[i]->Wait(0s).has_value())
+          << "s" << i << " did not start: " << storage_[i]->Stderr();
     }
     ASSERT_TRUE(WaitUntil([&] { return CountNodes("up") == kServices; }, 20s));
     auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd_address_));
@@ -89,6 +96,27 @@ class StorageTest : public ::testing::Test {
     ASSERT_TRUE(proc.ok());
     mgmtd_ = std::make_unique<test::Subprocess>(std::move(*proc));
     ASSERT_TRUE(test::WaitForFile(ready, 20s).has_value()) << mgmtd_->Stderr();
+  }
+
+  // Starts service i; false when it exited before serving (its port was taken).
+  bool TryStartStorage(int i) {
+    std::string name = "s" + std::to_string(i);
+    std::string ready = dir_.File(name + ".ready");
+    std::remove(ready.c_str());
+    auto proc = test::Subprocess::Start(
+        {FF_FS3_STORAGE_PATH, "--config", dir_.File(name + ".toml"), "--ready-file", ready},
+        {.env = {}, .output_dir = dir_.path()});
+    if (!proc.ok()) return false;
+    storage_[i] = std::make_unique<test::Subprocess>(std::move(*proc));
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (auto endpoints = test::WaitForFile(ready, 100ms)) {
+        metrics_[i] = nlohmann::json::parse(*endpoints)["metrics"];
+        return true;
+      }
+      if (storage_[i]->Wait(0s).has_value()) return false;
+    }
+    return false;
   }
 
   void StartStorage(int i) {
