@@ -120,17 +120,7 @@ class StorageTest : public ::testing::Test {
   }
 
   void StartStorage(int i) {
-    std::string name = "s" + std::to_string(i);
-    std::string ready = dir_.File(name + ".ready");
-    std::remove(ready.c_str());
-    auto proc = test::Subprocess::Start(
-        {FF_FS3_STORAGE_PATH, "--config", dir_.File(name + ".toml"), "--ready-file", ready},
-        {.env = {}, .output_dir = dir_.path()});
-    ASSERT_TRUE(proc.ok());
-    storage_[i] = std::make_unique<test::Subprocess>(std::move(*proc));
-    auto endpoints = test::WaitForFile(ready, 20s);
-    ASSERT_TRUE(endpoints.has_value()) << storage_[i]->Stderr();
-    metrics_[i] = nlohmann::json::parse(*endpoints)["metrics"];
+    ASSERT_TRUE(TryStartStorage(i)) << (storage_[i] ? storage_[i]->Stderr() : "not started");
   }
 
   fs3rpc::RoutingInfo Routing() {
