@@ -48,7 +48,7 @@ std::optional<LocalState> ParseLocalState(std::string_view name) {
 }
 
 PublicState NextPublicState(LocalState local, PublicState current,
-                            std::optional<PublicState> predecessor) {
+                            std::optional<PublicState> predecessor, bool data_before) {
   using P = PublicState;
   const bool pred_serving = predecessor == P::kServing;
   switch (local) {
@@ -83,7 +83,10 @@ PublicState NextPublicState(LocalState local, PublicState current,
     case LocalState::kOffline:
       switch (current) {
         case P::kServing:
-          return predecessor ? P::kOffline : P::kLastSrv;
+          // The chain's data lives on ahead of it, or this was the last target holding it (a
+          // waiting or syncing predecessor does not count: found by fs3/model/chain.pml, where
+          // every target ended up waiting for ever).
+          return data_before ? P::kOffline : P::kLastSrv;
         case P::kSyncing:
           return P::kOffline;
         case P::kWaiting:
@@ -96,6 +99,23 @@ PublicState NextPublicState(LocalState local, PublicState current,
       break;
   }
   return P::kOffline;
+}
+
+LocalState LocalAfterRouting(LocalState local, PublicState published) {
+  switch (published) {
+    case PublicState::kServing:
+      return LocalState::kUpToDate;
+    case PublicState::kOffline:
+    case PublicState::kLastSrv:
+    case PublicState::kWaiting:
+      // Waiting too: mgmtd moves an offline target that reports up-to-date to waiting, and a
+      // service whose routing skipped the offline version would otherwise stay up-to-date, and
+      // waiting, for ever (waiting + up-to-date stays waiting).
+      return local == LocalState::kUpToDate ? LocalState::kOnline : local;
+    case PublicState::kSyncing:
+      return local;
+  }
+  return local;
 }
 
 std::vector<TargetId> Chain::Readable() const {
@@ -142,10 +162,13 @@ bool UpdateChain(Chain& chain, const std::map<TargetId, LocalState>& local) {
   std::vector<ChainTarget> next = chain.targets;
   std::stable_sort(next.begin(), next.end(),
                    [&](const ChainTarget& a, const ChainTarget& b) { return rank(a) < rank(b); });
+  bool data_before = false;
   for (std::size_t i = 0; i < next.size(); ++i) {
     std::optional<PublicState> pred;
     if (i > 0) pred = next[i - 1].state;  // already updated: changes flow down the chain at once
-    next[i].state = NextPublicState(local_of(next[i].target), next[i].state, pred);
+    next[i].state = NextPublicState(local_of(next[i].target), next[i].state, pred, data_before);
+    if (next[i].state == PublicState::kServing || next[i].state == PublicState::kLastSrv)
+      data_before = true;
   }
   if (next == chain.targets) return false;
   chain.targets = std::move(next);

@@ -63,6 +63,20 @@ void RecentWrites::Add(uint64_t request_id, Applied applied, Clock::time_point n
     drop_front();
 }
 
+Status MayContinueWrite(PublicState state, bool head, bool forwarded, uint64_t target) {
+  if (!Writable(state)) {
+    return Unavailable("target " + std::to_string(target) + " left its chain mid-write");
+  }
+  if (!forwarded && !head) {
+    // A head that lost its place (it paused, was dropped, and came back as the syncing tail)
+    // would otherwise commit alone and acknowledge a write no serving replica holds (found by
+    // fs3/model/chain.pml). The client retries at the new head.
+    return Unavailable("target " + std::to_string(target) +
+                       " is no longer the head of its chain; retry at the new head");
+  }
+  return Status::Ok();
+}
+
 void StorageOptions::Bind(ConfigSection& s) {
   s.Required("node", node);
   s.Required("mgmtd", mgmtd);
@@ -145,14 +159,12 @@ Status StorageService::RefreshRouting(bool wait, uint64_t known) {
       auto it = local_.find(t.target());
       if (it == local_.end() || !registered_) continue;
       auto state = ParsePublicState(t.state()).value_or(PublicState::kOffline);
-      if (state == PublicState::kServing) {
-        it->second = LocalState::kUpToDate;
-      } else if ((state == PublicState::kOffline || state == PublicState::kLastSrv) &&
-                 it->second == LocalState::kUpToDate) {
+      const LocalState next = LocalAfterRouting(it->second, state);
+      if (it->second == LocalState::kUpToDate && next != LocalState::kUpToDate) {
         // The cluster gave up on it (our lease lapsed): it must be resynced before serving.
         spdlog::warn("target {} was marked {}; it will resync", t.target(), t.state());
-        it->second = LocalState::kOnline;
       }
+      it->second = next;
     }
   }
   if (metrics_) {
@@ -223,6 +235,10 @@ void StorageService::HeartbeatLoop() {
       lease = lease_ms_;
     }
     fs3rpc::HeartbeatResponse resp;
+    // The lease runs from when the request left, not from when the answer came: an answer that
+    // arrives late (this process was frozen, or the network slow) must not extend it past what
+    // fs3-mgmtd granted (found by fs3/model/chain.pml).
+    const auto sent = Clock::now();
     CallOptions o;
     o.deadline = std::chrono::milliseconds(std::max<int64_t>(200, lease / 4));
     o.max_attempts = 1;
@@ -231,9 +247,10 @@ void StorageService::HeartbeatLoop() {
     {
       std::lock_guard lock(mu_);
       if (st.ok()) {
-        renewed_ = Clock::now();
+        renewed_ = std::max(renewed_, sent);
         lease_ms_ = resp.lease_ms();
         registered_ = true;
+        lease_.Renewed(resp.routing_version());
       }
     }
     if (!st.ok()) spdlog::warn("{}", st.message());
@@ -249,6 +266,14 @@ Status StorageService::CheckServing() const {
   if (Clock::now() - renewed_ > std::chrono::milliseconds(lease_ms_ / 2)) {
     return Unavailable("fs3-storage " + options_.node +
                        " could not renew its lease: it serves nothing until it can");
+  }
+  if (!lease_.RoutingCurrent(routing_.version())) {
+    // Renewed after a pause: the cluster may have moved on while we did not hear from it. Serve
+    // only with routing at least as new as what the renewal reported (found by the model).
+    return Unavailable("fs3-storage " + options_.node + " has routing v" +
+                       std::to_string(routing_.version()) + ", older than v" +
+                       std::to_string(lease_.required_routing()) +
+                       " its lease was renewed at: it serves nothing until it has caught up");
   }
   return Status::Ok();
 }
@@ -449,9 +474,7 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     (void)RefreshRouting(false, 0);
     FF_ASSIGN_OR_RETURN(pos, Locate(req.target(), 0));
-    if (!Writable(pos.state)) {
-      return Unavailable("target " + std::to_string(req.target()) + " left its chain mid-write");
-    }
+    FF_RETURN_IF_ERROR(MayContinueWrite(pos.state, pos.head, req.forwarded(), req.target()));
   }
   if (req.remove()) {
     FF_RETURN_IF_ERROR(store.Remove(req.chunk()));

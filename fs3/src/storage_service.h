@@ -71,6 +71,23 @@ class RecentWrites {
   uint64_t evicted_early_ = 0;
 };
 
+// What a lease renewal requires before the service serves again: routing at least as new as the
+// version fs3-mgmtd reported with the renewal. A service that paused past its lease was dropped
+// from its chains meanwhile; until it has read that, its old routing still says it serves.
+class LeaseRouting {
+ public:
+  void Renewed(uint64_t routing_version) { required_ = std::max(required_, routing_version); }
+  bool RoutingCurrent(uint64_t have) const { return have >= required_; }
+  uint64_t required_routing() const { return required_; }
+
+ private:
+  uint64_t required_ = 0;
+};
+
+// Whether a write may go on after its replica refreshed its routing mid-write: the target must
+// still take writes, and a write that entered here as the head must still be at the head.
+Status MayContinueWrite(PublicState state, bool head, bool forwarded, uint64_t target);
+
 struct StorageTargetOptions {
   uint64_t id = 0;
   std::string path;
@@ -162,7 +179,8 @@ class StorageService final : public fs3rpc::Storage::Service {
   RecentWrites done_;                               // mu_ held
   std::set<std::tuple<uint32_t, uint64_t, uint64_t>> synced_;  // (chain, version, successor)
   int64_t lease_ms_ = 10000;
-  std::chrono::steady_clock::time_point renewed_{};
+  std::chrono::steady_clock::time_point renewed_{};  // when the last renewal was sent
+  LeaseRouting lease_;                               // mu_ held
   bool registered_ = false;
   bool fetched_ = false;  // the routing table was fetched at least once
 

@@ -17,6 +17,8 @@ struct Row {
   P current;
   std::optional<P> predecessor;
   P next;
+  // Whether a target before it holds the chain's data; by default, whether the predecessor does.
+  std::optional<bool> data_before = std::nullopt;
 };
 
 TEST(TargetStateTest, EveryRowOfTheTransitionTable) {
@@ -45,7 +47,12 @@ TEST(TargetStateTest, EveryRowOfTheTransitionTable) {
       // offline
       {L::kOffline, P::kServing, none, P::kLastSrv},
       {L::kOffline, P::kServing, P::kServing, P::kOffline},
-      {L::kOffline, P::kServing, P::kOffline, P::kOffline},
+      {L::kOffline, P::kServing, P::kOffline, P::kOffline, true},
+      // The last target holding the data is lastsrv, whatever waits or syncs ahead of it.
+      {L::kOffline, P::kServing, P::kOffline, P::kLastSrv, false},
+      {L::kOffline, P::kServing, P::kWaiting, P::kLastSrv},
+      {L::kOffline, P::kServing, P::kSyncing, P::kLastSrv},
+      {L::kOffline, P::kServing, P::kLastSrv, P::kOffline},
       {L::kOffline, P::kSyncing, P::kServing, P::kOffline},
       {L::kOffline, P::kSyncing, none, P::kOffline},
       {L::kOffline, P::kWaiting, P::kServing, P::kOffline},
@@ -54,7 +61,9 @@ TEST(TargetStateTest, EveryRowOfTheTransitionTable) {
       {L::kOffline, P::kOffline, none, P::kOffline},
   };
   for (const Row& r : rows) {
-    EXPECT_EQ(NextPublicState(r.local, r.current, r.predecessor), r.next)
+    const bool data_before =
+        r.data_before.value_or(r.predecessor == P::kServing || r.predecessor == P::kLastSrv);
+    EXPECT_EQ(NextPublicState(r.local, r.current, r.predecessor, data_before), r.next)
         << Name(r.local) << " " << Name(r.current) << " pred "
         << (r.predecessor ? Name(*r.predecessor) : "none");
   }
@@ -141,6 +150,51 @@ TEST(ChainTest, WhenEveryTargetFailsTheFirstIsLastServingAndMustReturnFirst) {
   EXPECT_THAT(View(c), ElementsAre(std::pair<TargetId, P>{1, P::kServing},
                                    std::pair<TargetId, P>{3, P::kSyncing},
                                    std::pair<TargetId, P>{2, P::kOffline}));
+}
+
+// Found by the model checker (fs3/model/chain.pml): the only serving target fails while a
+// returning target syncs ahead of it in the sorted chain. It must be lastsrv, or no target would
+// ever serve the chain again.
+TEST(ChainTest, TheLastServingTargetIsFoundEvenBehindAWaitingOne) {
+  Chain c = Abc();
+  ASSERT_TRUE(UpdateChain(c, {{1, L::kUpToDate}}));                   // 2 and 3 fail
+  ASSERT_TRUE(UpdateChain(c, {{1, L::kUpToDate}, {2, L::kOnline}}));  // 2 returns: waiting
+  ASSERT_TRUE(UpdateChain(c, {{1, L::kUpToDate}, {2, L::kOnline}}));  // ... then syncing
+  ASSERT_THAT(View(c), ElementsAre(std::pair<TargetId, P>{1, P::kServing},
+                                   std::pair<TargetId, P>{2, P::kSyncing},
+                                   std::pair<TargetId, P>{3, P::kOffline}));
+  ASSERT_TRUE(UpdateChain(c, {{2, L::kOnline}}));  // 1 fails before the sync finished
+  EXPECT_THAT(View(c), ElementsAre(std::pair<TargetId, P>{2, P::kWaiting},
+                                   std::pair<TargetId, P>{1, P::kLastSrv},
+                                   std::pair<TargetId, P>{3, P::kOffline}));
+  // 1 returns: it serves again and 2 syncs from it.
+  ASSERT_TRUE(UpdateChain(c, {{1, L::kOnline}, {2, L::kOnline}}));
+  EXPECT_THAT(View(c), ElementsAre(std::pair<TargetId, P>{1, P::kServing},
+                                   std::pair<TargetId, P>{2, P::kSyncing},
+                                   std::pair<TargetId, P>{3, P::kOffline}));
+}
+
+TEST(ChainTest, TwoServingTargetsFailingTogetherLeaveOneLastServing) {
+  Chain c = Abc();
+  ASSERT_TRUE(UpdateChain(c, {{1, L::kUpToDate}, {2, L::kUpToDate}}));  // 3 fails
+  ASSERT_TRUE(UpdateChain(c, {{1, L::kUpToDate}, {2, L::kUpToDate}, {3, L::kOnline}}));
+  ASSERT_EQ(c.targets.back().state, P::kWaiting);
+  ASSERT_TRUE(UpdateChain(c, {{3, L::kOnline}}));  // 1 and 2 fail at once
+  EXPECT_THAT(View(c), ElementsAre(std::pair<TargetId, P>{3, P::kWaiting},
+                                   std::pair<TargetId, P>{1, P::kLastSrv},
+                                   std::pair<TargetId, P>{2, P::kOffline}));
+}
+
+TEST(TargetStateTest, AServiceResyncsATargetThatIsNotServing) {
+  EXPECT_EQ(LocalAfterRouting(L::kOnline, P::kServing), L::kUpToDate);
+  EXPECT_EQ(LocalAfterRouting(L::kUpToDate, P::kOffline), L::kOnline);
+  EXPECT_EQ(LocalAfterRouting(L::kUpToDate, P::kLastSrv), L::kOnline);
+  // Its routing may skip the offline version and show it waiting: up-to-date + waiting would
+  // stay waiting for ever.
+  EXPECT_EQ(LocalAfterRouting(L::kUpToDate, P::kWaiting), L::kOnline);
+  EXPECT_EQ(LocalAfterRouting(L::kOnline, P::kWaiting), L::kOnline);
+  EXPECT_EQ(LocalAfterRouting(L::kUpToDate, P::kSyncing), L::kUpToDate);  // synced, not yet serving
+  EXPECT_EQ(LocalAfterRouting(L::kOnline, P::kSyncing), L::kOnline);
 }
 
 TEST(ChainTest, TwoFailuresInARowKeepTheOrderOfData) {

@@ -1,5 +1,6 @@
 // fs3-storage's table of applied writes (request id -> what the write did): retries within the
 // retention are answered from it; it forgets by age, and past its size the oldest first.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "storage_service.h"
@@ -60,6 +61,41 @@ TEST(RecentWrites, RetriesOfOneIdDoNotGrowItWithoutBound) {
   EXPECT_EQ(w.size(), 1u);
   ASSERT_TRUE(w.Find(7).has_value());
   EXPECT_EQ(w.Find(7)->version, 999u);
+}
+
+}  // namespace
+}  // namespace ff::fs3
+
+// ---- rules the model checker found missing (fs3/model/chain.pml) ----------------------------
+
+namespace ff::fs3 {
+namespace {
+
+TEST(LeaseRoutingTest, ARenewalServesOnlyWithRoutingAsNewAsItReported) {
+  LeaseRouting lease;
+  EXPECT_TRUE(lease.RoutingCurrent(0));
+  // The service paused past its lease; mgmtd dropped its target (routing v7) and then heard the
+  // service again: the renewal says v7, the service still holds v5, where it serves.
+  lease.Renewed(7);
+  EXPECT_FALSE(lease.RoutingCurrent(5));
+  EXPECT_EQ(lease.required_routing(), 7u);
+  EXPECT_TRUE(lease.RoutingCurrent(7));
+  EXPECT_TRUE(lease.RoutingCurrent(8));
+  lease.Renewed(6);  // an older answer never lowers it
+  EXPECT_FALSE(lease.RoutingCurrent(6));
+}
+
+TEST(MayContinueWriteTest, AHeadThatLostItsPlaceDoesNotCommitAlone) {
+  // Came back as the syncing tail: writable, but not the head the client sent the write to.
+  Status st = MayContinueWrite(PublicState::kSyncing, /*head=*/false, /*forwarded=*/false, 7);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_THAT(st.message(), ::testing::HasSubstr("no longer the head"));
+  EXPECT_EQ(MayContinueWrite(PublicState::kWaiting, true, false, 7).code(),
+            StatusCode::kUnavailable);
+  EXPECT_TRUE(MayContinueWrite(PublicState::kServing, true, false, 7).ok());
+  // A replica forwarded to goes on down the new chain from where it is.
+  EXPECT_TRUE(MayContinueWrite(PublicState::kServing, false, true, 7).ok());
+  EXPECT_TRUE(MayContinueWrite(PublicState::kSyncing, false, true, 7).ok());
 }
 
 }  // namespace

@@ -50,8 +50,15 @@ inline bool Writable(PublicState s) {
 
 // The next public state of a target from its local state, its current public state and its
 // predecessor's public state (nullopt: it has no predecessor, i.e. it heads the chain).
+// `data_before`: a target before it in the chain (already updated) is serving or lastsrv, i.e.
+// holds the chain's data; a serving target that goes down without one is the last serving.
 PublicState NextPublicState(LocalState local, PublicState current,
-                            std::optional<PublicState> predecessor);
+                            std::optional<PublicState> predecessor, bool data_before);
+
+// The local state a storage service keeps for its target after reading the routing table: a
+// target the cluster gave up on (offline, lastsrv) or holds back (waiting) must be resynced
+// before it serves again, whatever it believed before.
+LocalState LocalAfterRouting(LocalState local, PublicState published);
 
 struct ChainTarget {
   TargetId target = 0;
