@@ -31,6 +31,7 @@ Status WriteFileSynced(const std::string& path, const std::string& content) {
     if (n < 0) {
       int e = errno;
       close(fd);
+      unlink(tmp.c_str());  // a full disk keeps none of what did not fit
       return Status::FromErrno(e, "write " + tmp);
     }
     done += static_cast<std::size_t>(n);
@@ -38,6 +39,7 @@ Status WriteFileSynced(const std::string& path, const std::string& content) {
   if (fdatasync(fd) != 0) {
     int e = errno;
     close(fd);
+    unlink(tmp.c_str());
     return Status::FromErrno(e, "sync " + tmp);
   }
   close(fd);

@@ -466,6 +466,13 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
       fwd.set_data(std::move(whole));
       continue;
     }
+    if (st.code() == StatusCode::kResourceExhausted || st.code() == StatusCode::kIoError ||
+        st.code() == StatusCode::kInvalidArgument) {
+      // The successor cannot store it (full disk, I/O error): a retry would fail the same way.
+      // The write fails now, with the replica's reason; nothing was committed anywhere.
+      return Status(st.code(), "chain " + std::to_string(pos.chain) + ": target " +
+                                   std::to_string(pos.successor_target) + ": " + st.message());
+    }
     if (Clock::now() > deadline || stopping_) {
       return Unavailable("chain " + std::to_string(pos.chain) + ": successor " + pos.successor +
                          " unreachable: " + st.message());

@@ -1,10 +1,13 @@
 // fs3 storage end to end: fs3-mgmtd and three fs3-storage services (chains of 3) as processes
 // on loopback with real RocksDB and chunk files, driven by the client library.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -756,6 +759,91 @@ TEST_F(StorageTest, AServiceFrozenPastItsLeaseServesNoStaleDataWhenItWakes) {
   ASSERT_TRUE(WaitUntil([&] { return AllServing(); }, 60s)) << Order(1);
   ASSERT_TRUE(ReadFrom(frozen_target, 9, 0, 0, 4096, &data).ok());
   EXPECT_EQ(data, new_data);
+}
+
+// A storage target on a full disk: a write that needs it fails at once with the disk's error
+// (not a retry loop until the forward timeout), changes no replica, and works again once there
+// is room.
+class StorageFullDiskTest : public StorageTest {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(geteuid(), 0u) << "mounts a small tmpfs as a storage target: run as root (CI does)";
+    target_dir_ = dir_.File("s1-t1");  // target 21
+    ASSERT_EQ(mkdir(target_dir_.c_str(), 0700), 0);
+    ASSERT_EQ(mount("tmpfs", target_dir_.c_str(), "tmpfs", 0, "size=8m"), 0) << strerror(errno);
+    mounted_ = true;
+    StorageTest::SetUp();
+  }
+  void TearDown() override {
+    for (auto& [i, s] : storage_) {
+      if (s) s->Signal(SIGKILL);
+    }
+    for (auto& [i, s] : storage_) {
+      if (s) (void)s->Wait(10s);
+    }
+    if (mounted_) umount2(target_dir_.c_str(), MNT_DETACH);
+  }
+  std::string Fill() {
+    std::string path = target_dir_ + "/filler";
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    EXPECT_GE(fd, 0);
+    std::string block(1 << 16, 'x');
+    while (write(fd, block.data(), block.size()) > 0) {
+    }
+    while (write(fd, block.data(), 1) > 0) {
+    }
+    EXPECT_EQ(errno, ENOSPC);
+    close(fd);
+    return path;
+  }
+  std::string target_dir_;
+  bool mounted_ = false;
+};
+
+TEST_F(StorageFullDiskTest, AWriteNeedingAFullTargetFailsAtOnceAndChangesNothing) {
+  fs3rpc::RoutingInfo r = Routing();
+  int chain = -1;
+  for (int c = 0; c < r.chains_size(); ++c) {
+    for (const auto& t : r.chains(c).targets()) {
+      if (t.target() == 21) chain = c;
+    }
+  }
+  ASSERT_GE(chain, 0);
+  // Chunk 0 of inode n lives on chain n % 2.
+  const uint64_t kept = 100 + static_cast<uint64_t>(chain),
+                 refused = 102 + static_cast<uint64_t>(chain);
+  const std::string before(4096, 'a');
+  ASSERT_TRUE(client_->Write(kept, 0, before).ok());
+  const std::string filler = Fill();
+
+  const std::string big(kChunk, 'b');
+  const auto start = std::chrono::steady_clock::now();
+  Status st = client_->Write(refused, 0, big);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(st.ok()) << "the target's disk never filled up";
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st;
+  EXPECT_THAT(st.message(), HasSubstr("No space left on device")) << st;
+  EXPECT_LT(took, 10s) << "a full disk is not a reason to retry: " << st;
+  Status over = client_->Write(kept, 0, std::string(4096, 'c'));
+  EXPECT_EQ(over.code(), StatusCode::kResourceExhausted) << over;
+
+  // No replica changed: the acknowledged chunk reads back everywhere, the refused one nowhere.
+  for (const auto& t : r.chains(chain).targets()) {
+    std::string data;
+    ASSERT_TRUE(ReadFrom(t.target(), kept, 0, 0, 4096, &data).ok()) << t.target();
+    EXPECT_EQ(data, before) << "target " << t.target();
+    ASSERT_TRUE(ReadFrom(t.target(), refused, 0, 0, kChunk, &data).ok()) << t.target();
+    EXPECT_TRUE(data.empty()) << "target " << t.target() << " kept part of a refused write";
+  }
+  // Room again: the same write succeeds and reaches every replica.
+  ASSERT_EQ(unlink(filler.c_str()), 0);
+  ASSERT_TRUE(client_->Write(refused, 0, big).ok());
+  for (const auto& t : r.chains(chain).targets()) {
+    std::string data;
+    ASSERT_TRUE(ReadFrom(t.target(), refused, 0, 0, kChunk, &data).ok()) << t.target();
+    EXPECT_EQ(data, big) << "target " << t.target();
+  }
+  EXPECT_TRUE(AllServing());
 }
 
 }  // namespace
