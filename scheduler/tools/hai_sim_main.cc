@@ -97,6 +97,30 @@ int Main(int argc, char** argv) {
     t.submit = static_cast<Seconds>(static_cast<double>(t.submit) / time_scale);
   rules.gpus_per_node = topology->max_gpus_per_node();
   std::vector<JobRequest> jobs = MakeWorkload(*trace, rules);
+  // Jobs are numbered in submission order; messages name the trace's own line and job id.
+  std::size_t rounded = 0;
+  const TraceJob* first_rounded = nullptr;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const TraceJob& t = (*trace)[i];
+    if (jobs[i].TotalGpus() > topology->total_gpus()) {
+      return fail(InvalidArgument(trace_path + ":" + std::to_string(t.line) + ": job " + t.id +
+                                  " asks for " + std::to_string(t.gpus) +
+                                  " GPUs, more than cluster '" + topology->name() + "' has (" +
+                                  std::to_string(topology->total_gpus()) + ")"));
+    }
+    if (jobs[i].TotalGpus() != t.gpus) {
+      if (rounded++ == 0) first_rounded = &t;
+    }
+  }
+  if (rounded > 0) {
+    std::fprintf(stderr,
+                 "hai-sim: %zu job%s ask for a GPU count that is not a multiple of %d GPUs per "
+                 "node (first: job %s at line %d, %d GPUs): each runs on whole nodes (%d GPUs)\n",
+                 rounded, rounded == 1 ? "" : "s", rules.gpus_per_node, first_rounded->id.c_str(),
+                 first_rounded->line, first_rounded->gpus,
+                 (first_rounded->gpus + rules.gpus_per_node - 1) / rules.gpus_per_node *
+                     rules.gpus_per_node);
+  }
   std::vector<std::string> policies;
   {
     std::stringstream ss(policies_arg);

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "tests/support/subprocess.h"
@@ -23,9 +24,9 @@ class HaiSimCliTest : public ::testing::Test {
     int code = -1;
     std::string out, err;
   };
-  Run Sim(const std::string& out) {
+  Run Sim(const std::string& out, const std::string& trace = "trace.csv") {
     auto proc = test::Subprocess::Start(
-        {FF_HAI_SIM_PATH, "--trace", dir_.File("trace.csv"), "--cluster",
+        {FF_HAI_SIM_PATH, "--trace", dir_.File(trace), "--cluster",
          std::string(FF_SOURCE_DIR) + "/deploy/config/cluster-small.toml", "--out", out},
         {.env = {}, .output_dir = dir_.path()});
     EXPECT_TRUE(proc.ok()) << proc.status();
@@ -48,6 +49,30 @@ TEST_F(HaiSimCliTest, AnOutPathThatIsAFileOrUncreatableIsRefusedBeforeRunning) {
     EXPECT_THAT(r.err, ::testing::Not(HasSubstr("terminate"))) << r.err;
   }
   EXPECT_EQ(test::ReadFileOrEmpty(dir_.File("taken")), "a file");
+}
+
+TEST_F(HaiSimCliTest, AJobTooBigIsNamedByItsLineAndIdBeforeRunning) {
+  // Sorted by submission, job "huge" would be the first; the message names its line (3) and id.
+  test::WriteFile(dir_.File("big.csv"),
+                  "job_id,submission_time,duration,num_gpu\na,50,100,8\nhuge,0,100,100000\n");
+  Run r = Sim(dir_.File("big-out"), "big.csv");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("big.csv:3: job huge asks for 100000 GPUs, more than cluster"))
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST_F(HaiSimCliTest, GpuCountsRoundedToWholeNodesAreReportedOnce) {
+  test::WriteFile(dir_.File("odd.csv"),
+                  "job_id,submission_time,duration,num_gpu\na,0,100,12\nb,10,50,12\nc,20,30,8\n");
+  Run r = Sim(dir_.File("odd-out"), "odd.csv");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("2 jobs ask for a GPU count that is not a multiple of 8 GPUs per "
+                               "node (first: job a at line 2, 12 GPUs): each runs on whole nodes "
+                               "(16 GPUs)"))
+      << r.err;
+  Run plain = Sim(dir_.File("plain-out"));
+  EXPECT_THAT(plain.err, ::testing::Not(HasSubstr("not a multiple"))) << plain.err;
 }
 
 TEST_F(HaiSimCliTest, AGoodOutFolderGetsTheResults) {
