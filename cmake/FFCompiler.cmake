@@ -2,6 +2,8 @@
 #
 #   FF_WERROR     treat warnings as errors (default: ON when the CI environment variable is set)
 #   FF_SANITIZE   "" (default), "address" (ASan + LeakSan), "thread" (TSan) or "undefined" (UBSan)
+#   FF_FUZZ       Clang only: every target instrumented for libFuzzer with ASan and UBSan, and the
+#                 fuzz targets built as libFuzzer binaries (tests/fuzz/run.sh)
 
 if(DEFINED ENV{CI} AND NOT "$ENV{CI}" STREQUAL "" AND NOT "$ENV{CI}" STREQUAL "false")
   set(_ff_werror_default ON)
@@ -28,6 +30,19 @@ endif()
 # keeps the warning, so nothing real goes unreported.
 if(NOT FF_SANITIZE STREQUAL "" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   list(APPEND FF_WARNINGS -Wno-maybe-uninitialized)
+endif()
+
+option(FF_FUZZ "Build the libFuzzer targets (Clang)" OFF)
+if(FF_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "FF_FUZZ needs Clang (CC=clang CXX=clang++); found ${CMAKE_CXX_COMPILER_ID}")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  list(REMOVE_ITEM FF_WARNINGS -Wshadow=local)  # GCC's spelling
+  list(APPEND FF_WARNINGS -Wshadow-uncaptured-local)
 endif()
 
 if(FF_SANITIZE STREQUAL "address")

@@ -25,8 +25,8 @@ PACKAGES=(
   prometheus
   # deploy/ansible (the playbook for real nodes) and its test against a debootstrap root
   ansible debootstrap
-  # fs3/model/check.sh (the chain protocol's Promela model)
-  spin
+  # fs3/model/check.sh (the chain protocol's Promela model); tests/fuzz/run.sh (libFuzzer)
+  spin clang libclang-rt-14-dev
   # the Python environment (.venv) and the haiscale extension's headers
   python3-venv python3-dev
 )

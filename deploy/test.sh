@@ -6,8 +6,10 @@
 #   deploy/test.sh --sanitizers ""      # skip the sanitizer pass
 #   deploy/test.sh --sanitizers "address thread undefined"
 #   deploy/test.sh --slow               # also the slow suites (long benchmarks, soak tests)
+#   FF_FUZZ_SECONDS=600 deploy/test.sh  # a longer fuzzing run (default 20 s per target)
 #
-# Build trees: build/ (RelWithDebInfo) and build-<sanitizer>/. ccache is used when installed.
+# Build trees: build/ (RelWithDebInfo), build-fuzz/ (Clang, libFuzzer) and build-<sanitizer>/.
+# ccache is used when installed.
 # Environment: FF_JOBS (parallel build and test jobs; default: number of cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +49,9 @@ label_args=(-LE slow)
 status=0
 echo "== tests (build/) =="
 ctest --test-dir build -j "$jobs" --output-on-failure "${label_args[@]}" || status=1
+
+echo "== fuzz targets, briefly (build-fuzz/; the campaign: tests/fuzz/run.sh --seconds 600) =="
+tests/fuzz/run.sh --seconds "${FF_FUZZ_SECONDS:-20}" || status=1
 
 for san in $sanitizers; do
   dir="build-$san"

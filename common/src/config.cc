@@ -382,7 +382,9 @@ bool ConfigSection::BeginArray(std::string_view key, std::size_t& count) {
   toml::node* node = table_ ? table_->get(key) : nullptr;
   if (node == nullptr) return false;
   toml::array* arr = node->as_array();
-  if (arr == nullptr || !arr->is_array_of_tables()) {
+  // An empty array is an empty list of tables: --print-config writes `key = []` for none
+  // (found by tests/fuzz/config_fuzz.cc: printed configs did not load back).
+  if (arr == nullptr || (!arr->empty() && !arr->is_array_of_tables())) {
     Fail(key, node, Expected("array of tables", *node));
     return false;
   }

@@ -254,5 +254,22 @@ TEST(ConfigTest, EffectiveConfigRoundTrips) {
   EXPECT_EQ(again->storage.labels, r->storage.labels);
 }
 
+// Found by tests/fuzz/config_fuzz.cc: with no [[peers]], --print-config wrote `peers = []`,
+// which did not load back ("expected array of tables, got array").
+TEST(ConfigTest, APrintedConfigWithNoSectionsLoadsBack) {
+  Result<TestConfig> r = Load("[storage]\ndata_dir = \"/data\"\n");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->peers.empty());
+  std::string text = ConfigToToml(*r);
+  Result<TestConfig> again = LoadConfigString<TestConfig>(text, "effective.toml");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << text;
+  EXPECT_TRUE(again->peers.empty());
+  EXPECT_EQ(ConfigToToml(*again), text);
+  // A non-empty array that is not of tables is still refused.
+  Result<TestConfig> bad = Load("peers = [1]\n[storage]\ndata_dir = \"/d\"\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("expected array of tables"));
+}
+
 }  // namespace
 }  // namespace ff
