@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
 done
 command -v clang++ >/dev/null || { echo "run.sh: clang is not installed (deploy/install-deps.sh)" >&2; exit 1; }
 
-targets=(config trace cluster)
+targets=(config trace cluster meta)
 [ -n "$only" ] && targets=("$only")
 dir=build-fuzz
 jobs="${FF_JOBS:-$(nproc)}"
