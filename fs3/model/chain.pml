@@ -34,9 +34,9 @@
  *      the synced target holds exactly what its predecessor holds;
  *   plus no deadlock (spin's invalid end states) and the model's own bounds.
  *
- * Knobs (-D to spin -a): NW writers (default 2), NR readers (2), MAXCRASH crashes (1),
- * MAXT clock ticks (8). BUG_LEASE_FROM_REPLY and BUG_SERVE_STALE_ROUTING put back the two
- * lease bugs this model found (see README.md); the check script shows spin finding each.
+ * Knobs (-D to spin -a): NT targets (default 3), NW writers (2), NR readers (2), MAXCRASH
+ * crashes (1), MAXCV routing versions while the clock runs (8), LEASE ticks (2). The BUG_...
+ * switches put back the bugs this model found (README.md); check.sh shows spin finding them.
  */
 
 #ifndef NT
