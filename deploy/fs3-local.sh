@@ -56,20 +56,6 @@ start_daemon() {  # NAME BINARY ARGS...
   pin_ports "$dir/$name.toml" "$dir/$name.ready"
 }
 
-# Writes the ports a daemon bound (port 0 in its config) into its config, so that a restart from
-# the same config comes back at the same addresses (clients, scrape targets).
-pin_ports() {  # CONFIG READY
-  [ -e "$1" ] || return 0
-  local rpc metrics
-  rpc=$(grep -o '"rpc":"[^"]*"' "$2" | cut -d'"' -f4 || true)
-  metrics=$(grep -o '"metrics":"[^"]*"' "$2" | cut -d'"' -f4 || true)
-  awk -v rpc="$rpc" -v metrics="$metrics" '
-    /^\[/ { section = $0 }
-    /^listen = "127.0.0.1:0"$/ && section == "[server]" && rpc != "" { print "listen = \"" rpc "\""; next }
-    /^listen = "127.0.0.1:0"$/ && section == "[metrics]" && metrics != "" { print "listen = \"" metrics "\""; next }
-    { print }' "$1" >"$1.tmp" && mv "$1.tmp" "$1"
-}
-
 case "$cmd" in
   start)
     for b in fs3-mgmtd fs3-storage fs3-meta fs3-fuse fs3; do

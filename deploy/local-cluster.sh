@@ -64,6 +64,11 @@ start_daemon() {  # NAME ARGS...: runs ARGS with a ready file and a log, waits f
   "$@" --ready-file "$dir/$name.ready" >"$dir/$name.log" 2>&1 &
   echo $! >"$dir/$name.pid"
   wait_ready "$dir/$name.ready" "$name"
+  pin_ports "$(config_of "$@")" "$dir/$name.ready"
+}
+
+config_of() {  # ARGS...: the file after --config
+  while [ $# -gt 1 ]; do [ "$1" = "--config" ] && { echo "$2"; return; }; shift; done
 }
 
 down() {

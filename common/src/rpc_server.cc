@@ -1,7 +1,10 @@
 #include "common/rpc_server.h"
 
 #include <grpcpp/server_builder.h>
+#include <grpcpp/server_context.h>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include "common/config.h"
 
@@ -56,6 +59,21 @@ Result<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& opti
   spdlog::info("rpc server listening on {}", bound);
   return std::unique_ptr<RpcServer>(new RpcServer(
       std::move(server), bound, bound_port, std::chrono::milliseconds(options.shutdown_grace_ms)));
+}
+
+std::shared_ptr<grpc::Channel> RpcServer::InProcessChannel() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  return server_->InProcessChannel(args);
+}
+
+std::chrono::milliseconds LongPollWait(const grpc::ServerContext* context,
+                                       std::chrono::milliseconds wait) {
+  if (context == nullptr) return wait;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      context->deadline() - std::chrono::system_clock::now());
+  return std::clamp(left, std::chrono::milliseconds(0), wait);
 }
 
 void RpcServer::Shutdown() {

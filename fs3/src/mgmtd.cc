@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <set>
 
+#include "common/rpc_server.h"
 #include "common/rpc_status.h"
 
 namespace ff::fs3 {
@@ -327,11 +328,12 @@ grpc::Status Mgmtd::GetRouting(grpc::ServerContext* ctx, const fs3rpc::GetRoutin
   return ServeRpc("GetRouting", [&]() -> Status {
     std::unique_lock lock(mu_);
     if (req->wait_ms() > 0 && req->known_version() == cluster_.routing_version()) {
-      changed_.wait_for(lock, std::chrono::milliseconds(std::min<int64_t>(req->wait_ms(), 30000)),
-                        [&] {
-                          return stopping_ || ctx->IsCancelled() ||
-                                 cluster_.routing_version() != req->known_version();
-                        });
+      const auto wait =
+          LongPollWait(ctx, std::chrono::milliseconds(std::min<int64_t>(req->wait_ms(), 30000)));
+      changed_.wait_for(lock, wait, [&] {
+        return stopping_ || ctx->IsCancelled() ||
+               cluster_.routing_version() != req->known_version();
+      });
     }
     Fill(resp);
     return Status::Ok();

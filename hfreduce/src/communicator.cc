@@ -507,10 +507,11 @@ Status CommunicatorImpl::ConnectTrees(const CommunicatorOptions& options, Store&
   for (int n = 0; n < expected_children; ++n) {
     FF_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, listener->Accept(deadline));
     Hello hello{};
-    FF_RETURN_IF_ERROR(conn->Recv(&hello, sizeof hello));
+    FF_RETURN_IF_ERROR(conn->RecvBefore(&hello, sizeof hello, deadline));
+    const bool tree_ok = hello.tree == 0 || hello.tree == 1;  // it indexes arrays below
     TreePosition pos = DoubleBinaryTreePosition(hello.tree & 1, node_index_, num_nodes_);
     int index = -1;
-    for (int i = 0; i < pos.num_children; ++i) {
+    for (int i = 0; i < pos.num_children && tree_ok; ++i) {
       if (pos.children[i] == hello.child) index = i;
     }
     if (hello.magic != kHelloMagic || index < 0 || config->children[hello.tree][index]) {
@@ -526,7 +527,7 @@ Status CommunicatorImpl::ConnectTrees(const CommunicatorOptions& options, Store&
   for (int t = 0; t < 2; ++t) {
     if (!config->parent[t]) continue;
     int32_t theirs = 0;
-    FF_RETURN_IF_ERROR(config->parent[t]->Recv(&theirs, sizeof theirs));
+    FF_RETURN_IF_ERROR(config->parent[t]->RecvBefore(&theirs, sizeof theirs, deadline));
     upgrade_parent[t] = mine && theirs;
   }
   // Verbs: Begin on every connection to upgrade, then Finish on every one.

@@ -10,6 +10,7 @@
 
 #include "auth.h"
 #include "common/rpc_client.h"
+#include "common/rpc_server.h"
 #include "common/rpc_status.h"
 
 namespace ff::platform {
@@ -735,8 +736,8 @@ grpc::Status HaiServer::Heartbeat(grpc::ServerContext* ctx, const hai::Heartbeat
     }
     if (req->wait_ms() > 0 && req->generation() == node.generation) {
       // Nothing new for this node: hold the call until there is, or the wait is over.
-      const auto wait = std::chrono::milliseconds(
-          std::min<int64_t>(req->wait_ms(), options_.heartbeat_timeout_ms / 2));
+      const auto wait = LongPollWait(ctx, std::chrono::milliseconds(std::min<int64_t>(
+                                              req->wait_ms(), options_.heartbeat_timeout_ms / 2)));
       work_cv_.wait_for(lock, wait, [&] {
         return shutting_down_ || node.generation != req->generation() || ctx->IsCancelled();
       });

@@ -1,6 +1,7 @@
 // Runs a fuzz target over inputs (files, or every file under directories) without libFuzzer:
 // how the seed corpora and the kept crash inputs run as regression tests in every build.
 //   fuzz_<target>_replay DIR_OR_FILE...
+//   fuzz_<target>_replay --write-seeds DIR    # targets whose seeds are built from requests
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -10,9 +11,19 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+extern "C" __attribute__((weak)) void FuzzWriteSeeds(const char* dir);
 
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
+  if (argc == 3 && std::string(argv[1]) == "--write-seeds") {
+    if (FuzzWriteSeeds == nullptr) {
+      std::fprintf(stderr, "replay: this target writes no seeds\n");
+      return 2;
+    }
+    FuzzWriteSeeds(argv[2]);
+    std::printf("replay: seeds written to %s\n", argv[2]);
+    return 0;
+  }
   std::vector<fs::path> inputs;
   for (int i = 1; i < argc; ++i) {
     std::error_code ec;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes fireflyer's input parsers with libFuzzer (Clang), ASan and UBSan. See tests/fuzz/README.md.
+# Fuzzes fireflyer's input parsers, request handlers and wire with libFuzzer (Clang), ASan and UBSan.
+# See tests/fuzz/README.md.
 #
 #   tests/fuzz/run.sh                  # every target for 20 s (what CI runs)
 #   tests/fuzz/run.sh --seconds 600    # the campaign: longer per target
@@ -25,7 +26,7 @@ while [ $# -gt 0 ]; do
 done
 command -v clang++ >/dev/null || { echo "run.sh: clang is not installed (deploy/install-deps.sh)" >&2; exit 1; }
 
-targets=(config trace cluster meta)
+targets=(config trace cluster meta mgmtd storage hai hfreduce)
 [ -n "$only" ] && targets=("$only")
 dir=build-fuzz
 jobs="${FF_JOBS:-$(nproc)}"

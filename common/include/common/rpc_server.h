@@ -17,6 +17,8 @@
 #include "common/result.h"
 
 namespace grpc {
+class Channel;
+class ServerContext;
 class Service;
 }  // namespace grpc
 
@@ -46,6 +48,10 @@ class RpcServer {
   const std::string& address() const { return address_; }
   int port() const { return port_; }
 
+  // A channel to this server within the process (no socket): for fuzzing the handlers through
+  // the real server, its limits and its message parsing.
+  std::shared_ptr<grpc::Channel> InProcessChannel();
+
   // Stops accepting calls, lets in-flight calls finish within the configured grace, then cancels
   // them. Idempotent.
   void Shutdown();
@@ -60,5 +66,11 @@ class RpcServer {
   std::chrono::milliseconds grace_;
   std::once_flag shutdown_once_;
 };
+
+// How long a long poll may hold a call: at most `wait`, and not past the caller's deadline (a
+// condition-variable wait is not woken when its call is cancelled, so without this a client that
+// gave up still holds one of the server's threads for the whole wait).
+std::chrono::milliseconds LongPollWait(const grpc::ServerContext* context,
+                                       std::chrono::milliseconds wait);
 
 }  // namespace ff

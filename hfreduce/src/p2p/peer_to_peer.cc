@@ -6,6 +6,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <thread>
 
@@ -34,6 +35,8 @@ struct MessageHeader {
   uint32_t reserved2;
 };
 static_assert(sizeof(MessageHeader) == 24);
+// Larger messages are refused as garbage (the count would overflow a size, or no host holds it).
+constexpr std::size_t kMaxMessageBytes = std::size_t{1} << 40;
 
 std::string Describe(std::size_t count, DataType type) {
   return std::to_string(count) + " x " + std::string(DataTypeName(type));
@@ -230,6 +233,10 @@ class PeerToPeer::Channel {
       return DataLoss("hfreduce: garbage from " + conn->peer() + " (not an HFReduce message)");
     }
     const auto type = static_cast<DataType>(h.dtype);
+    if (h.count > kMaxMessageBytes / ElementSize(type)) {
+      return DataLoss("hfreduce: " + conn->peer() + " announced a message of " +
+                      std::to_string(h.count) + " elements (garbage, or not an HFReduce peer)");
+    }
     const std::size_t bytes = h.count * ElementSize(type);
     std::optional<Op> target;
     {
@@ -246,7 +253,12 @@ class PeerToPeer::Channel {
       u.tag = h.tag;
       u.dtype = h.dtype;
       u.count = h.count;
-      u.data.reset(new char[std::max<std::size_t>(bytes, 1)]);
+      u.data.reset(new (std::nothrow) char[std::max<std::size_t>(bytes, 1)]);
+      if (!u.data) {
+        return ResourceExhausted("hfreduce: no memory to buffer a message of " +
+                                 std::to_string(bytes) + " bytes from rank " +
+                                 std::to_string(peer_) + " before its receive is posted");
+      }
       if (bytes > 0) FF_RETURN_IF_ERROR(conn->Recv(u.data.get(), bytes));
       std::lock_guard lock(mu_);
       unexpected_.push_back(std::move(u));
@@ -332,6 +344,7 @@ PeerToPeer::PeerToPeer(int rank, std::unique_ptr<TcpListener> listener,
 
 PeerToPeer::~PeerToPeer() {
   state_->stop = true;
+  state_->listener->Shutdown();  // the acceptor returns now, not at its next poll
   state_->acceptor.join();
   std::lock_guard lock(state_->mu);
   state_->channels.clear();
@@ -349,9 +362,11 @@ void PeerToPeer::AcceptLoop() {
     auto conn = state_->listener->Accept(Clock::now() + std::chrono::milliseconds(200));
     if (!conn.ok()) continue;  // a timeout (checks stop) or a failed handshake
     Hello hello{};
-    if (!(*conn)->WaitReadable(Clock::now() + std::chrono::seconds(10)).ok() ||
-        !(*conn)->Recv(&hello, sizeof hello).ok() || hello.magic != kHelloMagic || hello.rank < 0 ||
-        hello.rank >= state_->rank || hello.rank >= static_cast<int>(state_->addresses.size())) {
+    // Within 2 s, so that a connection that sends nothing or part of a Hello cannot hold up
+    // the ranks that connect after it.
+    if (!(*conn)->RecvBefore(&hello, sizeof hello, Clock::now() + std::chrono::seconds(2)).ok() ||
+        hello.magic != kHelloMagic || hello.rank < 0 || hello.rank >= state_->rank ||
+        hello.rank >= static_cast<int>(state_->addresses.size())) {
       continue;  // not one of our lower ranks: dropped
     }
     (*conn)->set_peer("rank " + std::to_string(hello.rank) + " (" + (*conn)->peer() + ")");

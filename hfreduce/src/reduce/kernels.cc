@@ -1,15 +1,23 @@
 #include "reduce/kernels.h"
 
+#include <cpuid.h>
+
 #include <cstdlib>
 #include <string>
 
 namespace ff::hfreduce {
 namespace {
 
+// F16C from CPUID leaf 1 (ECX bit 29): Clang's __builtin_cpu_supports does not know "f16c".
+bool HaveF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+
 Isa DetectIsa() {
   __builtin_cpu_init();
   Isa best = Isa::kScalar;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) best = Isa::kAvx2;
+  if (__builtin_cpu_supports("avx2") && HaveF16c()) best = Isa::kAvx2;
   if (best == Isa::kAvx2 && __builtin_cpu_supports("avx512f") &&
       __builtin_cpu_supports("avx512bw")) {
     best = Isa::kAvx512;

@@ -21,6 +21,14 @@ class Connection {
   // Blocks until data can be received (or the stream ended), up to `deadline`;
   // kDeadlineExceeded when nothing arrived in time.
   virtual Status WaitReadable(std::chrono::steady_clock::time_point deadline) = 0;
+  // Receives exactly `n` bytes by `deadline` (handshakes): kDeadlineExceeded when they have not
+  // all come, so a peer that sends part of a message and stops cannot hold the caller past it.
+  // By default WaitReadable then Recv, right for transports that deliver messages whole.
+  virtual Status RecvBefore(void* data, std::size_t n,
+                            std::chrono::steady_clock::time_point deadline) {
+    Status st = WaitReadable(deadline);
+    return st.ok() ? Recv(data, n) : st;
+  }
   // Makes blocked and future Send/Recv fail; the peer sees the stream end. Idempotent.
   virtual void Shutdown() = 0;
   // Names the peer in messages ("node 3 (10.0.0.7:4000)"); the transport's address by default.

@@ -64,6 +64,23 @@ class TcpConnection final : public Connection {
     return Status::Ok();
   }
 
+  Status RecvBefore(void* data, std::size_t n,
+                    std::chrono::steady_clock::time_point deadline) override {
+    char* p = static_cast<char*>(data);
+    while (n > 0) {
+      FF_RETURN_IF_ERROR(WaitReadable(deadline));
+      ssize_t got = recv(fd_, p, n, MSG_DONTWAIT);
+      if (got < 0) {
+        if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+        return Lost(errno);
+      }
+      if (got == 0) return Lost(0);
+      p += got;
+      n -= static_cast<std::size_t>(got);
+    }
+    return Status::Ok();
+  }
+
   Status WaitReadable(std::chrono::steady_clock::time_point deadline) override {
     while (true) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -139,6 +156,7 @@ TcpListener::~TcpListener() {
 Result<std::unique_ptr<Connection>> TcpListener::Accept(
     std::chrono::steady_clock::time_point deadline) {
   while (true) {
+    if (shut_.load()) return Status(StatusCode::kCancelled, "listener " + address_ + " shut down");
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
@@ -152,7 +170,7 @@ Result<std::unique_ptr<Connection>> TcpListener::Accept(
     socklen_t len = sizeof addr;
     int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EINTR || errno == ECONNABORTED || shut_.load()) continue;
       return Status::FromErrno(errno, "hfreduce: accept on " + address_);
     }
     char host[NI_MAXHOST], port[NI_MAXSERV];
@@ -161,6 +179,11 @@ Result<std::unique_ptr<Connection>> TcpListener::Accept(
     return std::unique_ptr<Connection>(
         new TcpConnection(fd, std::string(host) + ":" + std::string(port)));
   }
+}
+
+void TcpListener::Shutdown() {
+  // On Linux, shutting down a listening socket wakes its poll and fails its accept.
+  if (!shut_.exchange(true)) shutdown(fd_, SHUT_RDWR);
 }
 
 Result<std::unique_ptr<Connection>> TcpConnect(const std::string& address,

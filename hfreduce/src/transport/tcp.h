@@ -1,6 +1,7 @@
 // TCP transport: connections between node leaders over plain sockets (runs everywhere).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -19,10 +20,13 @@ class TcpListener {
   const std::string& address() const { return address_; }
   // Accepts one connection; kDeadlineExceeded when none arrives by `deadline`.
   Result<std::unique_ptr<Connection>> Accept(std::chrono::steady_clock::time_point deadline);
+  // Makes a blocked Accept (another thread's) and every later one fail with kCancelled at once.
+  void Shutdown();
 
  private:
   TcpListener(int fd, std::string address) : fd_(fd), address_(std::move(address)) {}
   int fd_;
+  std::atomic<bool> shut_{false};
   std::string address_;
 };
 

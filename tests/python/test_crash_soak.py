@@ -1,0 +1,301 @@
+"""Crash soak (label slow): the whole local cluster under a mixed workload while a random daemon is
+killed -9 at a random moment, again and again, and started again from its own command line.
+
+Workload, in three threads: files written through the FUSE mount (write, fsync, close; some renamed
+or removed afterwards), files written with fs3's native client (fs3client; durable when write
+returns), and jobs submitted with `hai submit`, some suspended or stopped. Whatever returned
+success is recorded as acknowledged.
+
+Killed: fs3-mgmtd, fs3-meta, each fs3-storage, hai-server. After each restart the workload pauses
+and the test checks: `fs3 fsck` is clean; every acknowledged file reads back with its content
+(through the mount or the native client), renamed files under their new name, removed files are
+gone; every acknowledged job is there. At the end every job has ended (succeeded or stopped).
+
+    SOAK_KILLS=100 SOAK_SEED=7 FF_BUILD_DIR=build .venv/bin/python -m pytest -q \\
+        tests/python/test_crash_soak.py                    # or: ctest -L slow -R soak
+
+Needs root (the FUSE mount), like the README's commands."""
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from test_local_cluster_e2e import ROOT, cluster, sh, wait_for  # noqa: F401 (the fixture)
+
+KILLS = int(os.environ.get("SOAK_KILLS", "20"))
+SEED = int(os.environ.get("SOAK_SEED", str(int(time.time()))))
+
+
+def read_proc(pid, what):
+    with open(f"/proc/{pid}/{what}", "rb") as f:
+        return f.read()
+
+
+class Daemon:
+    """A daemon of the local cluster, known by its pid file; restarted from its own command line,
+    environment and directory as /proc shows them."""
+
+    def __init__(self, name, pidfile):
+        self.name, self.pidfile = name, pidfile
+
+    def pid(self):
+        return int(open(self.pidfile).read())
+
+    def kill_and_restart(self, rng):
+        pid = self.pid()
+        argv = [a.decode() for a in read_proc(pid, "cmdline").split(b"\0")[:-1]]
+        env = dict(kv.decode().split("=", 1) for kv in read_proc(pid, "environ").split(b"\0")
+                   if b"=" in kv)
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+        os.kill(pid, signal.SIGKILL)
+        wait_for(f"{self.name} to die", lambda: not os.path.exists(f"/proc/{pid}")
+                 or b"zombie" in read_proc(pid, "status") or b"Z (" in read_proc(pid, "status"),
+                 10)
+        time.sleep(rng.uniform(0, 2))  # down for a while, the workload running on
+        ready = argv[argv.index("--ready-file") + 1]
+        if os.path.exists(ready):
+            os.remove(ready)
+        log = open(self.pidfile[:-len(".pid")] + ".log", "a")
+        p = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=log,
+                             start_new_session=True)
+        with open(self.pidfile, "w") as f:
+            f.write(str(p.pid))
+        wait_for(f"{self.name} to start again", lambda: os.path.exists(ready)
+                 and os.path.getsize(ready) > 0 or p.poll() is not None, 60)
+        assert p.poll() is None, f"{self.name} exited {p.returncode} on restart; see its log"
+
+
+class Workload:
+    def __init__(self, env, d, rng):
+        self.env, self.d, self.rng = env, d, rng
+        self.build = os.environ["FF_BUILD_DIR"]
+        self.hai = os.path.join(self.build, "platform", "hai")
+        self.mnt = env["FS3_MOUNT"]
+        self.lock = threading.Lock()
+        self.files = {}          # acknowledged: path under the mount -> sha256
+        self.removed = set()     # acknowledged removals
+        self.native = {}         # acknowledged native writes: fs3 path -> sha256
+        self.jobs = {}           # acknowledged submissions: id -> what was asked of it
+        self.stats = {"fuse_writes": 0, "native_writes": 0, "jobs": 0, "failed_ops": 0}
+        self.running = threading.Event()
+        self.running.set()
+        self.stop = False
+        self.idle = [threading.Event() for _ in range(3)]
+
+    def payload(self):
+        data = os.urandom(self.rng.randint(1, 96 * 1024))
+        return data, hashlib.sha256(data).hexdigest()
+
+    def step(self, k, body):
+        """Runs body() unless paused; a failure (a daemon is down) is counted, not acknowledged."""
+        while not self.stop:
+            if not self.running.is_set():
+                self.idle[k].set()
+                self.running.wait(1)
+                continue
+            self.idle[k].clear()
+            try:
+                body()
+            except (OSError, RuntimeError, subprocess.SubprocessError, AssertionError):
+                with self.lock:
+                    self.stats["failed_ops"] += 1
+                time.sleep(0.2)
+        self.idle[k].set()
+
+    def fuse(self):
+        base = os.path.join(self.mnt, "soak")
+        os.makedirs(base, exist_ok=True)
+        n = [0]
+
+        def body():
+            n[0] += 1
+            path = os.path.join(base, f"f{n[0]}")
+            data, digest = self.payload()
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            with self.lock:
+                self.files[path] = digest
+                self.stats["fuse_writes"] += 1
+                names = sorted(self.files)
+            if n[0] % 5 == 0:
+                old = self.rng.choice(names)
+                new = old + "-renamed"
+                with self.lock:  # unknown until it returns
+                    digest = self.files.pop(old)
+                os.rename(old, new)
+                with self.lock:
+                    self.files[new] = digest
+            elif n[0] % 7 == 0:
+                victim = self.rng.choice(names)
+                with self.lock:
+                    self.files.pop(victim, None)
+                os.unlink(victim)
+                with self.lock:
+                    self.removed.add(victim)
+            time.sleep(0.05)
+
+        self.step(0, body)
+
+    def native_writes(self):
+        import fs3client
+        fs = fs3client.FileSystem(self.env["FS3_META"], self.env["FS3_MGMTD"])
+        try:
+            fs.makedirs("/soak-native")
+        except OSError:
+            pass
+        n = [0]
+
+        def body():
+            n[0] += 1
+            path = f"/soak-native/n{n[0]}"
+            data, digest = self.payload()
+            fs.write_file(path, data)
+            with self.lock:
+                self.native[path] = digest
+                self.stats["native_writes"] += 1
+            time.sleep(0.05)
+
+        self.step(1, body)
+
+    def hai_cli(self, *args, timeout=20):
+        r = subprocess.run([self.hai, *args], capture_output=True, text=True, env=self.env,
+                           timeout=timeout, cwd=ROOT)
+        if r.returncode != 0:
+            raise RuntimeError(f"hai {' '.join(args)}: {r.stderr.strip()}")
+        return r.stdout
+
+    def job_submissions(self):
+        n = [0]
+
+        def body():
+            n[0] += 1
+            out = self.hai_cli("--json", "submit", "--name", f"soak{n[0]}", "--nodes", "1",
+                               "--gpus-per-node", "1", "--", "sleep 1")
+            job = int(json.loads(out)["id"])  # int64: a string in proto3's JSON
+            with self.lock:
+                self.jobs[job] = "run"
+                self.stats["jobs"] += 1
+            if n[0] % 4 == 0:
+                self.hai_cli("suspend", str(job))
+            elif n[0] % 9 == 0:
+                with self.lock:
+                    self.jobs[job] = "stop"
+                self.hai_cli("stop", str(job))
+            time.sleep(0.5)
+
+        self.step(2, body)
+
+    def pause(self):
+        self.running.clear()
+        for e in self.idle:
+            assert e.wait(120), "a workload thread did not pause (an operation hangs)"
+
+    def resume(self):
+        for e in self.idle:
+            e.clear()
+        self.running.set()
+
+    def verify(self):
+        """Every acknowledged operation is there; fsck is clean."""
+        fsck = os.path.join(self.build, "fs3", "fs3")
+        wait_for("fs3 fsck clean", lambda: subprocess.run(
+            [fsck, "fsck", "--meta", self.env["FS3_META"]], env=self.env, capture_output=True,
+            timeout=60).returncode == 0, 90)
+        with self.lock:
+            files, removed, native, jobs = (dict(self.files), set(self.removed),
+                                            dict(self.native), dict(self.jobs))
+
+        def readable(path, digest):
+            try:
+                with open(path, "rb") as f:
+                    return hashlib.sha256(f.read()).hexdigest() == digest or f"{path}: content"
+            except OSError as e:
+                return False if e.errno in (5, 107, 110, 11) else f"{path}: {e}"
+
+        for path, digest in files.items():
+            ok = wait_for(f"{path} readable", lambda: readable(path, digest), 90)
+            assert ok is True, f"an acknowledged write is lost or wrong: {ok}"
+        for path in removed:
+            assert not os.path.exists(path), f"{path} was removed (acknowledged) and is back"
+        import fs3client
+        fs = fs3client.FileSystem(self.env["FS3_META"], self.env["FS3_MGMTD"])
+        for path, digest in native.items():
+            def native_ok():
+                try:
+                    data = fs.read(fs.open(path))
+                except (OSError, RuntimeError):
+                    return False
+                return hashlib.sha256(data).hexdigest() == digest or "content differs"
+            ok = wait_for(f"{path} readable (native)", native_ok, 90)
+            assert ok is True, f"{path}: an acknowledged native write is lost or wrong"
+        fs.close()
+        present = set(wait_for("hai ls", lambda: [self._try(self.listed_jobs)]
+                               if self._try(self.listed_jobs) is not None else None, 60)[0])
+        missing = set(jobs) - present
+        assert not missing, f"acknowledged jobs missing after a restart: {sorted(missing)}"
+
+    def listed_jobs(self):
+        out = json.loads(self.hai_cli("--json", "ls", "--finished"))
+        return {int(j["id"]): j for j in out.get("jobs", [])}
+
+    @staticmethod
+    def _try(f):
+        try:
+            return f()
+        except (RuntimeError, subprocess.SubprocessError):
+            return None
+
+
+def test_crash_soak(cluster):  # noqa: F811 (the fixture)
+    d, env = cluster
+    rng = random.Random(SEED)
+    print(f"crash soak: seed {SEED}, {KILLS} kills", file=sys.stderr)
+    fs3 = os.path.join(d, "fs3")
+    daemons = [Daemon("fs3-mgmtd", f"{fs3}/mgmtd.pid"), Daemon("fs3-meta", f"{fs3}/meta.pid"),
+               Daemon("hai-server", f"{d}/hai-server.pid")]
+    daemons += [Daemon(f"fs3-storage {n[len('storage'):-4]}", f"{fs3}/{n}")
+                for n in sorted(os.listdir(fs3)) if n.startswith("storage") and n.endswith(".pid")]
+    w = Workload(env, d, rng)
+    threads = [threading.Thread(target=t, daemon=True)
+               for t in (w.fuse, w.native_writes, w.job_submissions)]
+    for t in threads:
+        t.start()
+    killed = {}
+    try:
+        for k in range(KILLS):
+            time.sleep(rng.uniform(0.5, 4))
+            victim = rng.choice(daemons)
+            victim.kill_and_restart(rng)
+            killed[victim.name] = killed.get(victim.name, 0) + 1
+            w.pause()
+            w.verify()
+            print(f"crash soak: kill {k + 1}/{KILLS}: {victim.name}; acknowledged so far: "
+                  f"{len(w.files)} files, {len(w.native)} native files, {len(w.jobs)} jobs",
+                  file=sys.stderr)
+            w.resume()
+    finally:
+        w.stop = True
+        w.running.set()
+        for t in threads:
+            t.join(60)
+    # Every job ends: nothing is stuck after all those restarts.
+    def ended():
+        jobs = w.listed_jobs()
+        return [jobs] if all(jobs[i]["state"] in ("SUCCEEDED", "STOPPED") for i in w.jobs) else None
+    jobs = wait_for("every job ended", lambda: Workload._try(ended), 300)[0]
+    stopped = sum(1 for i in w.jobs if jobs[i]["state"] == "STOPPED")
+    print(f"crash soak: PASSED: {KILLS} kills ({', '.join(f'{n} x{c}' for n, c in sorted(killed.items()))}); "
+          f"{w.stats['fuse_writes']} FUSE writes, {w.stats['native_writes']} native writes, "
+          f"{len(w.jobs)} jobs ({stopped} stopped), {w.stats['failed_ops']} operations refused "
+          f"while a daemon was down; fsck clean and nothing acknowledged lost after every restart",
+          file=sys.stderr)
