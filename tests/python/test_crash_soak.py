@@ -74,7 +74,7 @@ class Daemon:
 class Workload:
     def __init__(self, env, d, rng):
         self.env, self.d, self.rng = env, d, rng
-        self.build = os.environ["FF_BUILD_DIR"]
+        self.build = os.path.abspath(os.environ["FF_BUILD_DIR"])
         self.hai = os.path.join(self.build, "platform", "hai")
         self.mnt = env["FS3_MOUNT"]
         self.lock = threading.Lock()
