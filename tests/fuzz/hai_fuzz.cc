@@ -181,7 +181,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Fixture& f = Get();
   for (const fuzz::FuzzCall& c : fuzz::SplitCalls(data, size)) {
     fuzz::Invoke(f.channel.get(), kMethods[c.method % kMethods.size()], c.messages,
-                 f.As(c.flags % kCallers), std::chrono::milliseconds(200));
+                 f.As(c.flags % kCallers), std::chrono::milliseconds(50));
     f.server->Tick();
   }
   if (!f.server->WriteFailure().ok())

@@ -126,7 +126,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Fixture& f = Get();
   for (const fuzz::FuzzCall& c : fuzz::SplitCalls(data, size)) {
     fuzz::Invoke(f.channel.get(), kMethods[c.method % kMethods.size()], c.messages, {},
-                 std::chrono::milliseconds(100));
+                 std::chrono::milliseconds(50));
   }
   f.mgmtd->Check();
   fs3rpc::RoutingInfo before = f.Routing();

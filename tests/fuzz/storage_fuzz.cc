@@ -198,7 +198,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Fixture& f = Get();
   for (const fuzz::FuzzCall& c : fuzz::SplitCalls(data, size)) {
     fuzz::Invoke(f.channel[c.flags % kServices].get(), kMethods[c.method % kMethods.size()],
-                 c.messages, {}, 200ms);
+                 c.messages, {}, 100ms);
   }
   for (int i = 0; i < kServices; ++i)
     CheckTarget(f.channel[i].get(), TargetOf(i));

@@ -6,7 +6,8 @@ or removed afterwards), files written with fs3's native client (fs3client; durab
 returns), and jobs submitted with `hai submit`, some suspended or stopped. Whatever returned
 success is recorded as acknowledged.
 
-Killed: fs3-mgmtd, fs3-meta, each fs3-storage, hai-server. After each restart the workload pauses
+Killed: fs3-mgmtd, fs3-meta, each fs3-storage, hai-server, each once per round in a random order,
+at a random moment. After each restart the workload pauses
 and the test checks: `fs3 fsck` is clean; every acknowledged file reads back with its content
 (through the mount or the native client), renamed files under their new name, removed files are
 gone; every acknowledged job is there. At the end every job has ended (succeeded or stopped).
@@ -272,9 +273,12 @@ def test_crash_soak(cluster):  # noqa: F811 (the fixture)
         t.start()
     killed = {}
     try:
+        order = []
         for k in range(KILLS):
             time.sleep(rng.uniform(0.5, 4))
-            victim = rng.choice(daemons)
+            if not order:  # every daemon once per round, in a random order
+                order = rng.sample(daemons, len(daemons))
+            victim = order.pop()
             victim.kill_and_restart(rng)
             killed[victim.name] = killed.get(victim.name, 0) + 1
             w.pause()
