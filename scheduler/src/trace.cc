@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <random>
 #include <unordered_map>
 
@@ -139,6 +140,61 @@ std::vector<JobRequest> MakeWorkload(const std::vector<TraceJob>& trace,
     jobs.push_back(std::move(j));
   }
   return jobs;
+}
+
+std::vector<TraceJob> GenerateWorkload(const SyntheticWorkload& w) {
+  std::mt19937_64 rng(w.seed);
+  std::uniform_real_distribution<double> unit(0, 1);
+  const int max_nodes =
+      std::max(1, std::min(w.max_nodes, w.cluster_gpus / std::max(1, w.gpus_per_node)));
+  int max_k = 0;
+  while ((2 << max_k) <= max_nodes)
+    ++max_k;  // 2^max_k <= max_nodes
+  std::lognormal_distribution<double> duration(std::log(static_cast<double>(w.median_duration)),
+                                               1.5);
+  std::vector<TraceJob> jobs(w.jobs);
+  double gpu_seconds = 0;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    TraceJob& j = jobs[i];
+    j.id = "syn" + std::to_string(i + 1);
+    j.line = static_cast<int>(i) + 2;
+    const double r = unit(rng);
+    bool multi = false;
+    if (r < 0.40) {
+      j.gpus = 1;
+    } else if (r < 0.55) {
+      j.gpus = unit(rng) < 0.5 ? 2 : 4;
+    } else if (r < 0.75 || max_k == 0) {
+      j.gpus = w.gpus_per_node;
+    } else {
+      const int k = 1 + static_cast<int>(unit(rng) * max_k);
+      j.gpus = (1 << std::min(k, max_k)) * w.gpus_per_node;
+      multi = true;
+    }
+    j.gpus = std::min(j.gpus, w.cluster_gpus);
+    const double d = duration(rng) * (multi ? 2 : 1);
+    j.duration = static_cast<Seconds>(std::clamp(d, 300.0, 7 * 86400.0));
+    gpu_seconds += static_cast<double>(j.gpus) * static_cast<double>(j.duration);
+  }
+  // Poisson arrivals at the rate that offers `load` x the cluster's GPUs.
+  const double per_job = jobs.empty() ? 1 : gpu_seconds / static_cast<double>(jobs.size());
+  const double rate = w.load * w.cluster_gpus / per_job;  // jobs per second
+  std::exponential_distribution<double> gap(rate);
+  double t = 0;
+  for (TraceJob& j : jobs) {
+    j.submit = static_cast<Seconds>(t);
+    t += gap(rng);
+  }
+  return jobs;
+}
+
+std::string FormatTrace(const std::vector<TraceJob>& trace) {
+  std::string out = "job_id,submission_time,duration,num_gpu\n";
+  for (const TraceJob& j : trace) {
+    out += j.id + "," + std::to_string(j.submit) + "," + std::to_string(j.duration) + "," +
+           std::to_string(j.gpus) + "\n";
+  }
+  return out;
 }
 
 }  // namespace ff::scheduler

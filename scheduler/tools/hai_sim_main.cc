@@ -8,6 +8,9 @@
 // across leaf uplinks and zones, preemptions) and last a summary line comparing congestion-aware
 // with the baselines. With --out, also writes results.csv, jobs-<policy>.csv and SVG plots
 // (jct-cdf.svg, utilisation.svg). Progress goes to stderr.
+//
+//   hai-sim sweep --traces ... (sweep.cc): held-out traces x loads x seeds, ratios and spread.
+//   hai-sim generate --out FILE ... (sweep.cc): a synthetic trace that loads any cluster.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +22,7 @@
 #include "scheduler/simulator.h"
 #include "scheduler/svg_plot.h"
 #include "scheduler/trace.h"
+#include "sweep.h"
 
 namespace ff::scheduler {
 namespace {
@@ -244,5 +248,10 @@ int Main(int argc, char** argv) {
 }  // namespace ff::scheduler
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "sweep")
+    return ff::scheduler::SweepMain(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "generate") {
+    return ff::scheduler::GenerateMain(argc - 1, argv + 1);
+  }
   return ff::scheduler::Main(argc, argv);
 }

@@ -35,8 +35,54 @@ class HaiSimCliTest : public ::testing::Test {
     EXPECT_TRUE(code.has_value());
     return {code.value_or(-1), proc->Stdout(), proc->Stderr()};
   }
+  Run Command(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {FF_HAI_SIM_PATH};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto proc = test::Subprocess::Start(argv, {.env = {}, .output_dir = dir_.path()});
+    EXPECT_TRUE(proc.ok()) << proc.status();
+    if (!proc.ok()) return {};
+    auto code = proc->Wait(120s);
+    EXPECT_TRUE(code.has_value());
+    return {code.value_or(-1), proc->Stdout(), proc->Stderr()};
+  }
+  const std::string small_ = std::string(FF_SOURCE_DIR) + "/deploy/config/cluster-small.toml";
   test::TempDir dir_;
 };
+
+// A synthetic trace for the small cluster (128 GPUs) that the sweep replays at two loads and two
+// seeds: a table row per run, the per-trace summary, and the last line in its documented form.
+TEST_F(HaiSimCliTest, GenerateThenSweepHeldOutTraces) {
+  Run g = Command({"generate", "--cluster", small_, "--jobs", "300", "--load", "2", "--max-nodes",
+                   "8", "--out", dir_.File("syn.csv")});
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_THAT(g.out, HasSubstr("300 jobs for small (128 GPUs), load 2"));
+  Run r = Command({"sweep", "--traces", dir_.File("syn.csv"), "--tuned-on", dir_.File("trace.csv"),
+                   "--cluster", small_, "--loads", "1,3", "--seeds", "1-2", "--csv",
+                   dir_.File("sweep.csv")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("1 traces held out; tuned on"));
+  EXPECT_THAT(r.out,
+              ::testing::ContainsRegex("\nsyn +3x +2 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+\n"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex(
+                         "\nhai-sim sweep: cross-leaf vs first-fit median [0-9.]+ \\(worst "
+                         "[0-9.]+\\), vs slurm-tree median [0-9.]+; mean JCT vs slurm-tree "
+                         "median [0-9.]+ \\(worst [0-9.]+\\)\n$"));
+  const std::string csv = test::ReadFileOrEmpty(dir_.File("sweep.csv"));
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5) << csv;  // a header and 4 runs
+}
+
+TEST_F(HaiSimCliTest, SweepRefusesATunedTraceAndBadSeeds) {
+  Run r = Command({"sweep", "--traces", dir_.File("trace.csv"), "--tuned-on",
+                   dir_.File("trace.csv"), "--cluster", small_});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("was tuned on (--tuned-on): a held-out report cannot use it"));
+  r = Command({"sweep", "--traces", dir_.File("trace.csv"), "--seeds", "5-1", "--cluster", small_});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--seeds: bad range '5-1'"));
+  r = Command({"sweep", "--traces", dir_.File("trace.csv"), "--loads", "x", "--cluster", small_});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--loads: 'x' is not a number"));
+}
 
 TEST_F(HaiSimCliTest, AnOutPathThatIsAFileOrUncreatableIsRefusedBeforeRunning) {
   test::WriteFile(dir_.File("taken"), "a file");

@@ -102,5 +102,55 @@ TEST(WorkloadTest, RulesAreSeededAndDocumented) {
   EXPECT_EQ(a[0].expected_runtime, 100);
 }
 
+TEST(SyntheticWorkloadTest, SeededWithTheDocumentedDistributionsAndLoad) {
+  SyntheticWorkload w;
+  w.jobs = 20000;
+  w.cluster_gpus = 10000;
+  w.load = 2;
+  const std::vector<TraceJob> a = GenerateWorkload(w);
+  const std::vector<TraceJob> b = GenerateWorkload(w);
+  w.seed = 2;
+  const std::vector<TraceJob> c = GenerateWorkload(w);
+  ASSERT_EQ(a.size(), 20000u);
+  int one = 0, sub = 0, node = 0, multi = 0, differ = 0, biggest = 0;
+  double gpu_seconds = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].gpus, b[i].gpus);
+    EXPECT_EQ(a[i].submit, b[i].submit);
+    differ += a[i].gpus != c[i].gpus || a[i].duration != c[i].duration;
+    if (i > 0) {
+      EXPECT_GE(a[i].submit, a[i - 1].submit);
+    }
+    EXPECT_GE(a[i].duration, 300);
+    EXPECT_LE(a[i].duration, 7 * 86400);
+    one += a[i].gpus == 1;
+    sub += a[i].gpus == 2 || a[i].gpus == 4;
+    node += a[i].gpus == 8;
+    if (a[i].gpus > 8) {
+      ++multi;
+      EXPECT_EQ(a[i].gpus % 8, 0);
+      EXPECT_LE(a[i].gpus, 128 * 8);
+    }
+    biggest = std::max(biggest, a[i].gpus);
+    gpu_seconds += static_cast<double>(a[i].gpus) * static_cast<double>(a[i].duration);
+  }
+  EXPECT_GT(differ, 10000);  // another seed, other jobs
+  EXPECT_NEAR(one, 8000, 400);
+  EXPECT_NEAR(sub, 3000, 300);
+  EXPECT_NEAR(node, 4000, 300);
+  EXPECT_NEAR(multi, 5000, 300);
+  EXPECT_EQ(biggest, 128 * 8);
+  // Offered load: GPU-seconds asked per second of arrivals, against the cluster's GPUs.
+  const double span = static_cast<double>(a.back().submit - a.front().submit);
+  EXPECT_NEAR(gpu_seconds / span / w.cluster_gpus, 2.0, 0.1);
+  // The ITP format, which the trace parser reads back.
+  auto parsed = ParseTrace(FormatTrace(a), "synthetic");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->size(), a.size());
+  EXPECT_EQ((*parsed)[5].gpus, a[5].gpus);
+  EXPECT_EQ((*parsed)[5].duration, a[5].duration);
+  EXPECT_EQ((*parsed)[5].id, a[5].id);
+}
+
 }  // namespace
 }  // namespace ff::scheduler

@@ -50,4 +50,26 @@ struct WorkloadRules {
 std::vector<JobRequest> MakeWorkload(const std::vector<TraceJob>& trace,
                                      const WorkloadRules& rules);
 
+// A synthetic trace, for clusters the recorded traces cannot load (the 10,000-GPU topology: the
+// ITP traces never queue there). Seeded: the same options give the same jobs.
+//   - size: 1 GPU (40%), 2 or 4 GPUs (15%), 8 (20%), else multi-node: 2^k nodes of
+//     gpus_per_node GPUs, k uniform in 1..log2(max_nodes) (a heavy tail: a job of max_nodes nodes
+//     is as likely as one of 2);
+//   - duration: log-normal with median `median_duration` and sigma 1.5, cut to 5 minutes..7 days
+//     (multi-node jobs twice as long: large training runs last longer);
+//   - arrivals: a Poisson process whose rate makes the offered load (GPU-seconds asked per
+//     second) `load` times the cluster's GPUs; load 1 fills the cluster on average, more queues.
+struct SyntheticWorkload {
+  uint64_t seed = 1;
+  std::size_t jobs = 10000;
+  int cluster_gpus = 10000;
+  int gpus_per_node = 8;
+  int max_nodes = 128;
+  double load = 1.5;
+  Seconds median_duration = 3600;
+};
+std::vector<TraceJob> GenerateWorkload(const SyntheticWorkload& w);
+// The trace in the ITP format (job_id,submission_time,duration,num_gpu), which ParseTrace reads.
+std::string FormatTrace(const std::vector<TraceJob>& trace);
+
 }  // namespace ff::scheduler

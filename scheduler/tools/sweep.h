@@ -1,0 +1,11 @@
+// hai-sim sweep (sweep.cc): the policies over held-out traces, loads and seeds; hai-sim generate.
+#pragma once
+
+namespace ff::scheduler {
+
+// `argv[0]` is "sweep".
+int SweepMain(int argc, char** argv);
+// hai-sim generate: a synthetic trace (trace.h's SyntheticWorkload). `argv[0]` is "generate".
+int GenerateMain(int argc, char** argv);
+
+}  // namespace ff::scheduler
