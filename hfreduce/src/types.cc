@@ -10,14 +10,19 @@ constexpr std::array<std::size_t, 8> kTypeSizes = {4, 8, 2, 2, 4, 8, 1, 1};
 constexpr std::array<std::string_view, 5> kOpNames = {"sum", "avg", "max", "min", "product"};
 }  // namespace
 
+// Values from the network (a peer's frame) may be out of range: they get a name that says so
+// (and size 0) instead of reading past the tables.
 std::size_t ElementSize(DataType type) {
-  return kTypeSizes[static_cast<std::size_t>(type)];
+  const auto i = static_cast<std::size_t>(type);
+  return i < kTypeSizes.size() ? kTypeSizes[i] : 0;
 }
 std::string_view DataTypeName(DataType type) {
-  return kTypeNames[static_cast<std::size_t>(type)];
+  const auto i = static_cast<std::size_t>(type);
+  return i < kTypeNames.size() ? kTypeNames[i] : "an unknown type";
 }
 std::string_view ReduceOpName(ReduceOp op) {
-  return kOpNames[static_cast<std::size_t>(op)];
+  const auto i = static_cast<std::size_t>(op);
+  return i < kOpNames.size() ? kOpNames[i] : "an unknown op";
 }
 
 bool ParseDataType(std::string_view name, DataType* type) {

@@ -26,7 +26,7 @@ enum class ReduceOp : uint8_t {
   kProduct,  // integer products wrap around
 };
 
-std::size_t ElementSize(DataType type);
+std::size_t ElementSize(DataType type);  // 0 for a value out of range (from the network)
 // "fp32", "fp64", "fp16", "bf16", "int32", "int64", "uint8", "int8"
 std::string_view DataTypeName(DataType type);
 std::string_view ReduceOpName(ReduceOp op);  // "sum", "avg", "max", "min", "product"

@@ -2,7 +2,7 @@
 
 namespace ff::hfreduce {
 
-RouteTable::RouteTable(int node, int num_nodes) : node_(node), num_nodes_(num_nodes) {
+RouteTable::RouteTable(int node, int num_nodes) : num_nodes_(num_nodes) {
   const auto n = static_cast<std::size_t>(num_nodes);
   for (int t = 0; t < 2; ++t) {
     tree_[t] = DoubleBinaryTreePosition(t, node, num_nodes);

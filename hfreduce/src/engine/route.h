@@ -36,7 +36,7 @@ class RouteTable {
   const TreePosition& position(int tree) const { return tree_[tree]; }
 
  private:
-  int node_, num_nodes_;
+  int num_nodes_;
   std::array<TreePosition, 2> tree_;
   // Per tree: whether node d lies in this node's subtree, and in child i's.
   std::array<std::vector<uint8_t>, 2> below_self_;
