@@ -77,6 +77,24 @@ std::string Ago(int64_t ms) {
   return std::to_string(s / 86400) + "d";
 }
 
+// "90", "90s", "30m", "2h", "1h30m", "2d12h" -> seconds; -1 when it is none of these.
+int64_t ParseDuration(const std::string& text) {
+  if (text.empty()) return -1;
+  int64_t total = 0, number = -1;
+  for (char c : text) {
+    if (c >= '0' && c <= '9') {
+      number = (number < 0 ? 0 : number) * 10 + (c - '0');
+      if (number > 1000000000) return -1;
+      continue;
+    }
+    const int64_t unit = c == 's' ? 1 : c == 'm' ? 60 : c == 'h' ? 3600 : c == 'd' ? 86400 : 0;
+    if (unit == 0 || number < 0) return -1;
+    total += number * unit;
+    number = -1;
+  }
+  return number >= 0 ? total + number : total;
+}
+
 std::string Clock(int64_t ms) {
   if (ms <= 0) return "-";
   std::time_t t = ms / 1000;
@@ -170,12 +188,21 @@ void PrintJob(const hai::Job& j) {
   std::printf("job %lld (%s) of %s: %s\n", static_cast<long long>(j.id()), s.name().c_str(),
               j.user().c_str(), StateOf(j.state()).c_str());
   if (!j.pending_reason().empty()) std::printf("  waiting: %s\n", j.pending_reason().c_str());
+  if (j.pending_history_size() > 0) {
+    std::printf("  why it waited, over time:\n");
+    for (const hai::PendingEvent& e : j.pending_history())
+      std::printf("    %s  %s\n", Clock(e.time_ms()).c_str(), e.reason().c_str());
+  }
   if (!j.message().empty()) std::printf("  %s\n", j.message().c_str());
   std::printf("  command:   %s\n", s.command().c_str());
   std::printf("  workdir:   %s\n", s.workdir().empty() ? "/" : s.workdir().c_str());
   std::printf("  shape:     %d node(s) x %d GPU(s), %d process(es) per node, priority %d, %s\n",
               s.nodes(), s.gpus_per_node(), s.procs_per_node(), s.priority(),
               Lower(hai::CommKind_Name(s.comm())).c_str());
+  if (s.expected_runtime_s() > 0) {
+    std::printf("  expected:  runs %llds (--time)\n",
+                static_cast<long long>(s.expected_runtime_s()));
+  }
   std::printf("  submitted: %s\n", Clock(j.submit_ms()).c_str());
   if (j.end_ms() > 0) std::printf("  ended:     %s\n", Clock(j.end_ms()).c_str());
   for (const auto& [k, v] : s.env())
@@ -235,6 +262,10 @@ int Main(int argc, char** argv) {
   submit->add_option("--comm", comm, "allreduce, pipeline or none")->capture_default_str();
   submit->add_flag("--may-span-zones", span_zones, "Allow an allreduce job across zones");
   submit->add_option("--min-runtime", min_runtime, "Seconds before it may be suspended for others");
+  std::string expected_time;
+  submit->add_option("--time,-t", expected_time,
+                     "How long it is expected to run (90s, 30m, 2h, 1h30m, 2d): lets the "
+                     "scheduler estimate start times and start it early in a gap it fits");
   submit->add_option("--restart", restart, "on-node-lost, never or on-failure")
       ->capture_default_str();
   submit->add_option("--max-restarts", max_restarts, "on-failure: how many times (default 3)");
@@ -343,6 +374,12 @@ int Main(int argc, char** argv) {
     }
     spec.set_may_span_zones(span_zones);
     spec.set_min_runtime_s(min_runtime);
+    if (!expected_time.empty()) {
+      const int64_t seconds = ParseDuration(expected_time);
+      if (seconds <= 0)
+        Die("--time '" + expected_time + "': give a duration like 90s, 30m, 2h or 1h30m", 2);
+      spec.set_expected_runtime_s(seconds);
+    }
     if (restart == "on-node-lost") {
       spec.set_restart_policy(hai::RESTART_ON_NODE_LOST);
     } else if (restart == "never") {

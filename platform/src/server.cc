@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <string_view>
 
@@ -368,6 +369,9 @@ Status HaiServer::ValidateSpec(const hai::JobSpec& spec) const {
     return InvalidArgument("unknown communication kind or restart policy");
   }
   if (spec.min_runtime_s() < 0) return InvalidArgument("min runtime must not be negative");
+  if (spec.expected_runtime_s() < 0 || spec.expected_runtime_s() > 365LL * 86400) {
+    return InvalidArgument("the expected run time must be 0 (unknown) to 365 days");
+  }
   if (spec.max_restarts() < 0 || spec.max_restarts() > 100) {
     return InvalidArgument("max restarts must be 0..100");
   }
@@ -398,6 +402,10 @@ JobRequest HaiServer::RequestOf(const hai::Job& job) const {
   r.may_span_zones = spec.may_span_zones();
   r.min_runtime = spec.min_runtime_s();
   r.submit_time = job.submit_ms() / 1000;
+  r.expected_runtime = spec.expected_runtime_s();
+  r.preempted_by = job.preempted_by();
+  r.preempted_by_priority = job.preempted_by_priority();
+  r.preempted_at = job.preempted_at_ms() / 1000;
   return r;
 }
 
@@ -1015,9 +1023,19 @@ void HaiServer::ScheduleRound() {
       sched);
   scheduler::Decision d = round.Decide(state, queue, NowMs() / 1000);
   std::vector<const hai::Job*> changed;
+  const int64_t now_ms = NowMs();
   for (scheduler::JobId v : d.suspends) {
     hai::Job& job = jobs_.at(v);
     job.set_state(hai::SUSPENDING);
+    if (auto f = d.suspended_for.find(v); f != d.suspended_for.end()) {
+      const int priority = jobs_.at(f->second).spec().priority();
+      job.set_preempted_by(f->second);
+      job.set_preempted_by_priority(priority);
+      job.set_preempted_at_ms(now_ms);
+      RecordPending(job, now_ms,
+                    "suspended for job " + std::to_string(f->second) + " (priority " +
+                        std::to_string(priority) + ")");
+    }
     changed.push_back(&job);
     Touch(job);
     for (const std::string& n : job.runs(job.runs_size() - 1).nodes())
@@ -1043,7 +1061,40 @@ void HaiServer::ScheduleRound() {
   // The round's decisions in one synced write.
   if (!MustPersist(store_->PutJobs(changed), "the scheduling round's decisions").ok()) return;
   for (const auto& [id, reason] : d.pending)
-    jobs_.at(id).set_pending_reason(reason);
+    RecordPending(jobs_.at(id), now_ms, reason);
+}
+
+namespace {
+
+// A reason with its numbers blanked: "2 jobs ahead" and "3 jobs ahead", or a start estimate
+// counting down, are one entry of the history, not one per round.
+std::string Shape(const std::string& reason) {
+  std::string out;
+  for (char c : reason) {
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      if (out.empty() || out.back() != '#') out += '#';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void HaiServer::RecordPending(hai::Job& job, int64_t now_ms, const std::string& reason) {
+  const bool changed =
+      job.pending_history_size() == 0 ||
+      Shape(job.pending_history(job.pending_history_size() - 1).reason()) != Shape(reason);
+  job.set_pending_reason(reason);
+  if (!changed) return;
+  constexpr int kKept = 20;
+  if (job.pending_history_size() >= kKept) {
+    job.mutable_pending_history()->DeleteSubrange(0, job.pending_history_size() - kKept + 1);
+  }
+  hai::PendingEvent* e = job.add_pending_history();
+  e->set_time_ms(now_ms);
+  e->set_reason(reason);
 }
 
 HaiServer::InUse HaiServer::ComputeInUse() const {
@@ -1088,7 +1139,11 @@ void HaiServer::StartRun(hai::Job& job, const Placement& placement, InUse& in_us
   run->set_master_port(port);
   run->set_start_ms(NowMs());
   job.set_state(hai::RUNNING);
+  RecordPending(job, run->start_ms(), "started: run " + std::to_string(run->index()));
   job.set_pending_reason("");
+  job.set_preempted_by(0);
+  job.set_preempted_by_priority(0);
+  job.set_preempted_at_ms(0);
   job.set_message("");
   std::string where;
   for (const std::string& n : run->nodes())

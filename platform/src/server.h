@@ -122,6 +122,9 @@ class HaiServer final : public hai::Hai::Service {
   std::vector<hai::Task> TasksFor(const std::string& node) const;                      // mu_ held
   scheduler::JobRequest RequestOf(const hai::Job& job) const;
   void UpdateGauges();  // mu_ held
+  // Sets the job's pending reason; a reason of another kind than the last is added to its
+  // history (at most 20 kept). mu_ held.
+  void RecordPending(hai::Job& job, int64_t now_ms, const std::string& reason);
 
   const HaiOptions options_;
   const scheduler::Topology topology_;

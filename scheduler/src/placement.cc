@@ -40,7 +40,7 @@ bool ZoneBound(const JobRequest& job) {
 // False (with the reason) when fewer nodes have room than the gang needs, wherever they are.
 bool EnoughNodes(const JobRequest& job, const Eligible& e, std::string* why) {
   if (e.total >= job.nodes) return true;
-  *why = GangNeed(job) + "; " + std::to_string(e.total) + " are free";
+  *why = GangNeed(job) + "; " + std::to_string(e.total) + (e.total == 1 ? " is" : " are") + " free";
   return false;
 }
 
@@ -87,7 +87,8 @@ class FirstFit final : public PlacementPolicy {
       if (!state.drained(n) && state.free_gpus(n) >= job.gpus_per_node) p.nodes.push_back(n);
     }
     if (static_cast<int>(p.nodes.size()) < job.nodes) {
-      *why = GangNeed(job) + "; " + std::to_string(p.nodes.size()) + " are free";
+      *why = GangNeed(job) + "; " + std::to_string(p.nodes.size()) +
+             (p.nodes.size() == 1 ? " is" : " are") + " free";
       return {};
     }
     return p;
@@ -231,7 +232,9 @@ class CongestionAware final : public PlacementPolicy {
     if (best.placement.empty()) {
       *why = GangNeed(job) + " in one zone; the largest such set is " +
              std::to_string(largest_zone_set) + " node" + (largest_zone_set == 1 ? "" : "s") +
-             " (zone " + largest_zone + ")";
+             " (zone " + largest_zone +
+             "). An allreduce job stays in one zone because the links "
+             "between zones are few and shared; submit it with --may-span-zones to let it span";
     }
     return best.placement;
   }

@@ -24,6 +24,7 @@ bool ComesBefore(const JobRequest& a, const JobRequest& b) {
 
 std::string FormatDuration(Seconds s) {
   if (s < 60) return std::to_string(s) + "s";
+  if (s < 600 && s % 60 != 0) return std::to_string(s / 60) + "m" + std::to_string(s % 60) + "s";
   if (s < 3600) return std::to_string(s / 60) + "m";
   if (s < 86400) {
     return std::to_string(s / 3600) + "h" +
@@ -48,7 +49,7 @@ Placement Scheduler::PlaceJob(const JobRequest& job, const ClusterState& state, 
     for (std::size_t l = 0; l < topo.leaves().size(); ++l)
       freest = std::max(freest, state.leaf_free_nodes(static_cast<int>(l)));
     *why = "needs " + Plural(job.nodes, "node") + " under one leaf switch, so that its traffic " +
-           "stays off the shared uplinks; the freest leaf has " + std::to_string(freest);
+           "stays off the shared uplinks; the freest leaf has " + Plural(freest, "free node");
     return {};
   }
   return p;
@@ -184,6 +185,11 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
       if (priority > job->priority) ahead += count;
     }
     auto wait = [&](std::string reason) {
+      if (job->preempted_by != 0) {
+        reason = "preempted " + FormatDuration(std::max<Seconds>(0, now - job->preempted_at)) +
+                 " ago for job " + std::to_string(job->preempted_by) + " (priority " +
+                 std::to_string(job->preempted_by_priority) + "), it waits to resume: " + reason;
+      }
       if (ahead > 0)
         reason += "; " + Plural(ahead, "job") + " with higher priority " +
                   (ahead == 1 ? "is" : "are") + " ahead";
@@ -229,8 +235,21 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
         std::string reason = "it fits now, but job " + std::to_string(head->id) + " (priority " +
                              std::to_string(head->priority) + ", " +
                              Plural(NodesHeld(*head), "node") + ") is ahead and ";
-        reason += reservation >= 0 ? "holds a reservation in " + FormatDuration(reservation - now)
-                                   : "no running job has an expected end";
+        if (reservation < 0) {
+          reason += "no running job has an expected end, so nothing can start ahead of it";
+        } else if (!options_.backfill) {
+          reason +=
+              "holds a reservation in " + FormatDuration(reservation - now) + " (backfill is off)";
+        } else if (job->expected_runtime <= 0) {
+          reason += "holds a reservation in " + FormatDuration(reservation - now) +
+                    "; this job gives no expected run time, so it cannot be backfilled (one of " +
+                    "at most " + FormatDuration(reservation - now) + " would start now)";
+        } else {
+          reason += "holds a reservation in " + FormatDuration(reservation - now) +
+                    ", before this job would end (expected run time " +
+                    FormatDuration(job->expected_runtime) + "); one of at most " +
+                    FormatDuration(reservation - now) + " would start now";
+        }
         wait(reason);
         continue;
       }
@@ -239,6 +258,7 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
       ++searches;
       std::vector<JobId> victims = FindVictims(*job, work, now, one_leaf, &placement);
       for (JobId v : victims) {
+        decision.suspended_for[v] = job->id;
         const JobRequest& victim = work.find(v)->request;
         held[victim.user] -= NodesHeld(victim);
         (void)work.Release(v);
@@ -248,12 +268,27 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
     }
     if (placement.empty()) {
       failed[shape] = why;
+      bool is_head = false;
       if (head == nullptr) {
         head = job;
+        is_head = true;
         reservation = options_.backfill ? EarliestStart(*job, work, now, one_leaf) : -1;
       }
       if (one_leaf && why.find("under one leaf switch") != std::string::npos) {
         why += " (after " + FormatDuration(until - now) + " more it takes any leaves)";
+      }
+      if (is_head && reservation >= 0) {
+        why += "; expected to start in " + FormatDuration(reservation - now) +
+               ", when running jobs reach their expected run times (nothing that would delay it "
+               "starts meanwhile)";
+      } else if (is_head && options_.backfill) {
+        int unknown = 0;
+        for (const RunningJob& r : work.running())
+          unknown += r.request.expected_runtime <= 0;
+        why += unknown > 0 ? "; no start time can be estimated: " + Plural(unknown, "running job") +
+                                 (unknown == 1 ? " gives" : " give") + " no expected run time"
+                           : "; it would not fit even with every running job ended (drained "
+                             "nodes, or a rule it cannot meet)";
       }
       wait(why);
       continue;

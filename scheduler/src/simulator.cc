@@ -68,6 +68,8 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
   std::map<JobId, std::size_t> index_of;
   for (std::size_t i = 0; i < jobs.size(); ++i)
     index_of[jobs[i].id] = i;
+  std::vector<std::string> last_reason(options.record_reasons ? jobs.size() : 0);
+  std::vector<bool> reason_seen(options.record_reasons ? jobs.size() : 0, false);
 
   ClusterState state(topology);
   std::vector<std::size_t> queue;    // indices into runs
@@ -138,17 +140,21 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
     const double dt = std::max(0.0, t_next - now);
     busy_gpu_seconds += dt * busy_gpus();
     fragmentation_seconds += dt * fragmentation();
+    double leaf_gbps = 0, zone_gbps = 0;  // sent across leaf uplinks and zones, until t_next
     for (std::size_t i : running) {
       JobRun& r = runs[i];
       r.remaining -= dt * r.rate;
       const TrafficLoad& load = state.load(r.request.id);
-      cross_leaf_gbit += dt * r.rate * load.cross_leaf_gbps;
-      cross_zone_gbit += dt * r.rate * load.cross_zone_gbps;
+      leaf_gbps += r.rate * load.cross_leaf_gbps;
+      zone_gbps += r.rate * load.cross_zone_gbps;
     }
+    cross_leaf_gbit += dt * leaf_gbps;
+    cross_zone_gbit += dt * zone_gbps;
     while (next_sample <= t_next) {
       result.utilisation_series.emplace_back(
           static_cast<Seconds>(next_sample),
           static_cast<double>(busy_gpus()) / topology.total_gpus());
+      result.traffic_series.push_back({static_cast<Seconds>(next_sample), leaf_gbps, zone_gbps});
       next_sample += static_cast<double>(options.sample_interval);
     }
     now = t_next;
@@ -190,9 +196,32 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
     Decision d = scheduler.Decide(state, waiting, now_s);
     recheck = d.recheck_at >= 0 ? static_cast<double>(d.recheck_at)
                                 : std::numeric_limits<double>::infinity();
+    if (options.record_reasons) {
+      for (std::size_t i : queue) {
+        const JobId id = runs[i].request.id;
+        auto p = d.pending.find(id);
+        const std::string& reason = p == d.pending.end() ? std::string() : p->second;
+        if (last_reason[i] != reason || !reason_seen[i]) {
+          result.pending_history.push_back({now_s, id, reason});
+          last_reason[i] = reason;
+          reason_seen[i] = true;
+        }
+      }
+    }
     for (JobId v : d.suspends) {
       std::size_t i = index_of.at(v);
       JobRun& r = runs[i];
+      // Its reasons name the job it makes room for.
+      const JobId for_job = d.suspended_for.count(v) ? d.suspended_for.at(v) : 0;
+      r.request.preempted_by = for_job;
+      r.request.preempted_by_priority =
+          for_job != 0 ? runs[index_of.at(for_job)].request.priority : 0;
+      r.request.preempted_at = now_s;
+      if (options.record_reasons) {
+        last_reason[i] = "suspended for job " + std::to_string(for_job) + " (priority " +
+                         std::to_string(r.request.preempted_by_priority) + ")";
+        result.pending_history.push_back({now_s, v, last_reason[i]});
+      }
       // Work since the last checkpoint is lost.
       double ran = now - static_cast<double>(r.started);
       double lost = std::fmod(ran, static_cast<double>(options.checkpoint_interval));
@@ -209,6 +238,7 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
       Status st = state.Allocate(r.request, s.placement, now_s);
       if (!st.ok()) return Internal("simulator: the scheduler's decision failed: " + st.message());
       r.started = now_s;
+      r.request.preempted_by = 0;
       if (r.outcome.first_start < 0) r.outcome.first_start = now_s;
       running.push_back(i);
       queue.erase(std::find(queue.begin(), queue.end(), i));

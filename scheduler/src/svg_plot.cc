@@ -66,7 +66,8 @@ std::vector<double> LogTicks(double lo, double hi) {
 Status WriteSvgPlot(const std::string& path, const std::string& title, const std::string& x_label,
                     const std::string& y_label, const std::vector<PlotSeries>& series, bool log_x) {
   constexpr double kW = 800, kH = 500, kLeft = 70, kRight = 170, kTop = 40, kBottom = 60;
-  constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd"};
+  constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c",
+                                      "#ff7f0e", "#9467bd", "#8c564b"};
   auto fx = [&](double x) { return log_x ? std::log10(x) : x; };
   double x0 = std::numeric_limits<double>::max(), x1 = -x0, y0 = x0, y1 = -x0;
   for (const PlotSeries& s : series) {
@@ -114,9 +115,19 @@ Status WriteSvgPlot(const std::string& path, const std::string& title, const std
       << "<text x=\"18\" y=\"" << (kTop + kH - kBottom) / 2 << "\" text-anchor=\"middle\" "
       << "transform=\"rotate(-90 18 " << (kTop + kH - kBottom) / 2 << ")\">" << Escape(y_label)
       << "</text>\n";
+  // Lines that overlap stay visible: each later series is thinner and dashed differently, so it
+  // shows on top of the earlier ones without hiding them.
+  static const char* kDashes[] = {"", "8 4", "3 3", "12 3 3 3", "1 3"};
+  auto style = [&](std::size_t s, double width) {
+    const std::string dash = kDashes[s % 5];
+    std::ostringstream o;
+    o << "stroke=\"" << kColours[s % 6] << "\" stroke-width=\"" << Num(width)
+      << "\" stroke-opacity=\"0.9\"" << (dash.empty() ? "" : " stroke-dasharray=\"" + dash + "\"");
+    return o.str();
+  };
   for (std::size_t s = 0; s < series.size(); ++s) {
-    const char* colour = kColours[s % 5];
-    svg << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"1.5\" points=\"";
+    const double width = std::max(1.2, 3.6 - 1.1 * static_cast<double>(s));
+    svg << "<polyline fill=\"none\" " << style(s, width) << " points=\"";
     for (const auto& [x, y] : series[s].points) {
       if (log_x && x <= 0) continue;
       svg << Num(px(x)) << "," << Num(py(y)) << " ";
@@ -124,7 +135,7 @@ Status WriteSvgPlot(const std::string& path, const std::string& title, const std
     svg << "\"/>\n";
     double ly = kTop + 20 + 20 * static_cast<double>(s);
     svg << "<line x1=\"" << kW - kRight + 15 << "\" y1=\"" << ly << "\" x2=\"" << kW - kRight + 40
-        << "\" y2=\"" << ly << "\" stroke=\"" << colour << "\" stroke-width=\"2\"/>\n"
+        << "\" y2=\"" << ly << "\" " << style(s, width) << "/>\n"
         << "<text x=\"" << kW - kRight + 46 << "\" y=\"" << ly + 4 << "\">"
         << Escape(series[s].name) << "</text>\n";
   }

@@ -65,6 +65,10 @@ int Main(int argc, char** argv) {
                  "load); durations are kept")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 1000.0));
+  bool reasons = false;
+  app.add_flag("--reasons", reasons,
+               "With --out: write reasons-<policy>.csv, every waiting job's reason whenever it "
+               "changed (time, job, reason; empty when the job started)");
   app.add_option("--locality-wait", policy_options.locality_wait,
                  "congestion-aware: seconds a multi-node job that fits under one leaf waits for "
                  "one before it spreads over several (0: never waits)")
@@ -146,6 +150,7 @@ int Main(int argc, char** argv) {
   for (const std::string& policy : policies) {
     SimulationOptions options;
     options.policy = policy_options;
+    options.record_reasons = reasons && !out_dir.empty();
     int last_shown = -1;
     options.on_progress = [&](double share) {
       int pct = static_cast<int>(share * 100);
@@ -185,6 +190,16 @@ int Main(int argc, char** argv) {
           << r.mean_queue << "," << r.median_queue << "," << r.p99_queue << "," << r.gpu_utilisation
           << "," << r.fragmentation << "," << r.cross_leaf_tb << "," << r.cross_zone_tb << ","
           << r.preemptions << "\n";
+      if (reasons) {
+        std::ofstream why(fs::path(out_dir) / ("reasons-" + r.policy + ".csv"));
+        why << "time,job,reason\n";
+        for (const SimulationResult::ReasonChange& c : r.pending_history) {
+          std::string quoted;
+          for (char ch : c.reason)
+            quoted += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+          why << c.time << "," << c.job << ",\"" << quoted << "\"\n";
+        }
+      }
       std::ofstream per_job(fs::path(out_dir) / ("jobs-" + r.policy + ".csv"));
       per_job << "job,gpus,submit,first_start,finish,preemptions\n";
       for (const JobOutcome& j : r.jobs) {
@@ -192,7 +207,7 @@ int Main(int argc, char** argv) {
                 << j.finish << "," << j.preemptions << "\n";
       }
     }
-    std::vector<PlotSeries> cdf, util;
+    std::vector<PlotSeries> cdf, util, traffic;
     for (const SimulationResult& r : results) {
       std::vector<double> jct;
       for (const JobOutcome& j : r.jobs)
@@ -209,18 +224,35 @@ int Main(int argc, char** argv) {
         u.points.emplace_back(static_cast<double>(t) / 86400, 100 * share);
       }
       util.push_back(std::move(u));
+      PlotSeries leaf{r.policy + " cross-leaf", {}}, zone{r.policy + " cross-zone", {}};
+      for (const auto& t : r.traffic_series) {
+        leaf.points.emplace_back(static_cast<double>(t.time) / 86400, t.cross_leaf_gbps);
+        zone.points.emplace_back(static_cast<double>(t.time) / 86400, t.cross_zone_gbps);
+      }
+      traffic.push_back(std::move(leaf));
+      traffic.push_back(std::move(zone));
     }
-    Status st = WriteSvgPlot((fs::path(out_dir) / "jct-cdf.svg").string(),
-                             "Job completion time CDF (" + trace_name + ")", "JCT (hours, log)",
-                             "share of jobs", cdf, /*log_x=*/true);
+    // Every title names what was simulated: trace, cluster, arrival rate and seed.
+    char scale[32];
+    std::snprintf(scale, sizeof scale, "%g", time_scale);
+    const std::string what = trace_name + " on " + topology->name() + ", arrivals x" + scale +
+                             ", seed " + std::to_string(rules.seed);
+    Status st = WriteSvgPlot((fs::path(out_dir) / "traffic.svg").string(),
+                             "Traffic across leaf uplinks and zones (" + what + ")", "days", "Gb/s",
+                             traffic, /*log_x=*/false);
+    if (st.ok()) {
+      st = WriteSvgPlot((fs::path(out_dir) / "jct-cdf.svg").string(),
+                        "Job completion time CDF (" + what + ")", "JCT (hours, log)",
+                        "share of jobs", cdf, /*log_x=*/true);
+    }
     if (st.ok()) {
       st = WriteSvgPlot((fs::path(out_dir) / "utilisation.svg").string(),
-                        "GPU utilisation (" + trace_name + ")", "days", "busy GPUs (%)", util,
+                        "GPU utilisation (" + what + ")", "days", "busy GPUs (%)", util,
                         /*log_x=*/false);
     }
     if (!st.ok()) return fail(st);
-    std::printf("\nwrote %s/{results.csv,jobs-*.csv,jct-cdf.svg,utilisation.svg}\n",
-                out_dir.c_str());
+    std::printf("\nwrote %s/{results.csv,jobs-*.csv,%straffic.svg,jct-cdf.svg,utilisation.svg}\n",
+                out_dir.c_str(), reasons ? "reasons-*.csv," : "");
   }
 
   auto find = [&](const std::string& name) -> const SimulationResult* {

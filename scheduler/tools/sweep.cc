@@ -78,6 +78,7 @@ struct Run {
   std::map<std::string, Figures> by_policy;
   // congestion-aware / baseline; NaN when the baseline's figure is 0.
   double cl_ff = NAN, cl_slurm = NAN, jct_ff = NAN, jct_slurm = NAN;
+  double ff_tb = 0;  // first-fit's cross-leaf traffic: how much the ratios rest on
 };
 
 double RatioOf(double a, double b) {
@@ -255,9 +256,12 @@ int SweepMain(int argc, char** argv) {
               topology->name().c_str(), topology->total_gpus(), traces.size(),
               tuned.empty() ? "" : "; tuned on ", tuned_arg.c_str(), loads_arg.c_str(),
               seeds_arg.c_str());
-  std::printf("%-12s %6s %5s %14s %14s %14s %14s\n", "trace", "load", "seed", "cross-leaf/ff",
-              "cross-leaf/slurm", "JCT/ff", "JCT/slurm");
-  if (csv) csv << "trace,load,seed,cross_leaf_vs_ff,cross_leaf_vs_slurm,jct_vs_ff,jct_vs_slurm\n";
+  std::printf("%-12s %6s %5s %14s %16s %12s %14s %12s\n", "trace", "load", "seed", "cross-leaf/ff",
+              "cross-leaf/slurm", "JCT/ff", "JCT/slurm", "ff TB");
+  if (csv) {
+    csv << "trace,load,seed,cross_leaf_vs_ff,cross_leaf_vs_slurm,jct_vs_ff,jct_vs_slurm,"
+           "ff_cross_leaf_tb\n";
+  }
   for (Run& run : runs) {
     const Run::Figures &ff = run.by_policy.at("first-fit"), &slurm = run.by_policy.at("slurm-tree"),
                        &ours = run.by_policy.at("congestion-aware");
@@ -265,12 +269,14 @@ int SweepMain(int argc, char** argv) {
     run.cl_slurm = RatioOf(ours.cross_leaf_tb, slurm.cross_leaf_tb);
     run.jct_ff = RatioOf(ours.mean_jct, ff.mean_jct);
     run.jct_slurm = RatioOf(ours.mean_jct, slurm.mean_jct);
-    std::printf("%-12s %5gx %5llu %14s %16s %12s %14s\n", run.trace.c_str(), run.load,
+    run.ff_tb = ff.cross_leaf_tb;
+    std::printf("%-12s %5gx %5llu %14s %16s %12s %14s %12.1f\n", run.trace.c_str(), run.load,
                 static_cast<unsigned long long>(run.seed), Fmt(run.cl_ff).c_str(),
-                Fmt(run.cl_slurm).c_str(), Fmt(run.jct_ff).c_str(), Fmt(run.jct_slurm).c_str());
+                Fmt(run.cl_slurm).c_str(), Fmt(run.jct_ff).c_str(), Fmt(run.jct_slurm).c_str(),
+                run.ff_tb);
     if (csv) {
       csv << run.trace << "," << run.load << "," << run.seed << "," << run.cl_ff << ","
-          << run.cl_slurm << "," << run.jct_ff << "," << run.jct_slurm << "\n";
+          << run.cl_slurm << "," << run.jct_ff << "," << run.jct_slurm << "," << run.ff_tb << "\n";
     }
   }
   auto column = [&](double Run::*field, const std::string& trace) {

@@ -276,6 +276,35 @@ print("result=%d" % total, flush=True)
   EXPECT_THAT(log, HasSubstr("restart=1"));
   EXPECT_THAT(log, Not(HasSubstr("start step=0 restart=1")));  // resumed, not restarted
   EXPECT_THAT(log, HasSubstr("result=1830"));                  // 1 + 2 + ... + 60
+  // hai show tells why it waited: suspended for the high job, then started again.
+  CliResult shown = Hai({"show", std::to_string(low)}, alice_);
+  EXPECT_THAT(shown.out, HasSubstr("why it waited, over time:"));
+  EXPECT_THAT(shown.out, HasSubstr("suspended for job " + std::to_string(high) + " (priority 5)"));
+  EXPECT_THAT(shown.out, HasSubstr("started: run 1"));
+  EXPECT_EQ(job.value("preempted_by", "0"), "0");  // cleared once it runs again
+}
+
+TEST_F(PlatformTest, AnExpectedRunTimeGivesTheJobBehindAStartEstimate) {
+  int64_t first =
+      Submit(alice_, {"--nodes", "3", "--gpus-per-node", "2", "--time", "1h", "--", "sleep 120"});
+  ASSERT_TRUE(WaitForState(first, alice_, "RUNNING"));
+  EXPECT_EQ(Show(first, alice_)["spec"].value("expected_runtime_s", ""), "3600");
+  int64_t next = Submit(bob_, {"--nodes", "3", "--gpus-per-node", "2", "--", "true"});
+  std::string reason;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        reason = Show(next, bob_).value("pending_reason", "");
+        return reason.find("expected to start in") != std::string::npos;
+      },
+      20s))
+      << reason;
+  EXPECT_THAT(reason, ::testing::ContainsRegex(
+                          "needs 3 nodes with 2 free GPUs; 0 are free; expected to start in "
+                          "(59m|1h), when running jobs reach their expected run times"));
+  EXPECT_THAT(Hai({"show", std::to_string(next)}, bob_).out,
+              HasSubstr("why it waited, over time:"));
+  EXPECT_EQ(Hai({"stop", std::to_string(next)}, bob_).code, 0);
+  EXPECT_EQ(Hai({"stop", std::to_string(first)}, alice_).code, 0);
 }
 
 TEST_F(PlatformTest, DemoTrainingJobOverHFReduceSuspendsAndResumes) {
@@ -515,6 +544,9 @@ TEST_F(PlatformTest, BadSubmissionsAreRefusedAndCreateNothing) {
     EXPECT_THAT(r.err, HasSubstr(c.error));
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
+  CliResult bad_time = Hai({"submit", "--time", "soon", "--", "true"}, alice_);
+  EXPECT_EQ(bad_time.code, 2);
+  EXPECT_THAT(bad_time.err, HasSubstr("--time 'soon': give a duration like 90s, 30m, 2h or 1h30m"));
   CliResult ls = Hai({"ls", "-a", "--json"}, alice_);
   EXPECT_EQ(json::parse(ls.out, nullptr, false).value("jobs", json::array()).size(), 0u);
   EXPECT_EQ(Hai({"show", "abc"}, alice_).code, 2);

@@ -61,8 +61,8 @@ TEST_F(HaiSimCliTest, GenerateThenSweepHeldOutTraces) {
                    dir_.File("sweep.csv")});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("1 traces held out; tuned on"));
-  EXPECT_THAT(r.out,
-              ::testing::ContainsRegex("\nsyn +3x +2 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+\n"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex(
+                         "\nsyn +3x +2 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+\n"));
   EXPECT_THAT(r.out, ::testing::ContainsRegex(
                          "\nhai-sim sweep: cross-leaf vs first-fit median [0-9.]+ \\(worst "
                          "[0-9.]+\\), vs slurm-tree median [0-9.]+; mean JCT vs slurm-tree "
@@ -121,11 +121,38 @@ TEST_F(HaiSimCliTest, GpuCountsRoundedToWholeNodesAreReportedOnce) {
   EXPECT_THAT(plain.err, ::testing::Not(HasSubstr("not a multiple"))) << plain.err;
 }
 
+TEST_F(HaiSimCliTest, ReasonsOverTimeAsCsv) {
+  // 16 nodes: job big (16 nodes) runs; job w (8 nodes) waits for it, then starts.
+  test::WriteFile(dir_.File("wait.csv"),
+                  "job_id,submission_time,duration,num_gpu\nbig,0,100,128\nw,10,50,64\n");
+  Run r = Command({"--trace", dir_.File("wait.csv"), "--cluster", small_, "--policies",
+                   "congestion-aware", "--out", dir_.File("why"), "--reasons"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string csv = test::ReadFileOrEmpty(dir_.File("why/reasons-congestion-aware.csv"));
+  EXPECT_THAT(csv, ::testing::StartsWith("time,job,reason\n0,1,\"\"\n"));
+  EXPECT_THAT(csv, ::testing::ContainsRegex(
+                       "10,2,\"needs 8 nodes with 8 free GPUs; 0 are free; expected to start in "
+                       "1m30s, when running jobs reach their expected run times"));
+  // Started when job 1 ended (at 100, later if its traffic crossing leaves slowed it).
+  EXPECT_THAT(csv, ::testing::ContainsRegex("\n1[0-9][0-9],2,\"\"\n$"));
+  // Without --reasons, no such file.
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("results/reasons-congestion-aware.csv")));
+}
+
 TEST_F(HaiSimCliTest, AGoodOutFolderGetsTheResults) {
   Run r = Sim(dir_.File("results/run1"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(std::filesystem::exists(dir_.File("results/run1/results.csv")));
   EXPECT_TRUE(std::filesystem::exists(dir_.File("results/run1/jct-cdf.svg")));
+  // The headline plot: traffic across leaves and zones over time, a line per policy and kind;
+  // every title names trace, cluster, arrival rate and seed.
+  const std::string traffic = test::ReadFileOrEmpty(dir_.File("results/run1/traffic.svg"));
+  EXPECT_THAT(traffic, HasSubstr("Traffic across leaf uplinks and zones (trace on small, "
+                                 "arrivals x1, seed 1)"));
+  EXPECT_THAT(traffic, HasSubstr("congestion-aware cross-zone"));
+  EXPECT_THAT(test::ReadFileOrEmpty(dir_.File("results/run1/utilisation.svg")),
+              HasSubstr("GPU utilisation (trace on small, arrivals x1, seed 1)"));
+  EXPECT_THAT(traffic, HasSubstr("stroke-dasharray"));  // overlapping lines stay visible
   EXPECT_FALSE(std::filesystem::exists(dir_.File("results/run1/.hai-sim-write-test")));
 }
 

@@ -74,7 +74,8 @@ TEST_F(PlacementTest, AllreduceNeverSpansZonesUnlessAllowed) {
   EXPECT_TRUE(Place("congestion-aware", Gang(1, 8), &why).empty());
   EXPECT_EQ(why,
             "needs 8 nodes with 8 free GPUs in one zone; the largest such set is 6 nodes "
-            "(zone A)");
+            "(zone A). An allreduce job stays in one zone because the links between zones are "
+            "few and shared; submit it with --may-span-zones to let it span");
   JobRequest spanning = Gang(1, 8);
   spanning.may_span_zones = true;
   EXPECT_EQ(Place("congestion-aware", spanning).size(), 8u);

@@ -69,7 +69,9 @@ TEST_F(SchedulerTest, HigherPriorityFirstThenFifo) {
 TEST_F(SchedulerTest, GangIsAllOrNothing) {
   Decision d = Decide({Job(1, 20)});
   EXPECT_THAT(d.starts, IsEmpty());
-  EXPECT_EQ(d.pending.at(1), "needs 20 nodes with 8 free GPUs; 16 are free");
+  EXPECT_EQ(d.pending.at(1),
+            "needs 20 nodes with 8 free GPUs; 16 are free; it would not fit even with every "
+            "running job ended (drained nodes, or a rule it cannot meet)");
 }
 
 TEST_F(SchedulerTest, ExplainsZoneLimitAndJobsAhead) {
@@ -78,11 +80,14 @@ TEST_F(SchedulerTest, ExplainsZoneLimitAndJobsAhead) {
   // Two 8-node jobs: none fits a zone (6 free in each). The first waits for the zone; the second
   // also has one job of higher priority ahead.
   Decision d = Decide({Job(1, 8, 6), Job(2, 8, 4)}, 100, NoPreemption());
-  EXPECT_EQ(d.pending.at(1),
-            "needs 8 nodes with 8 free GPUs in one zone; the largest such set is 6 nodes (zone A)");
-  EXPECT_EQ(d.pending.at(2),
-            "needs 8 nodes with 8 free GPUs in one zone; the largest such set is 6 nodes (zone A); "
-            "1 job with higher priority is ahead");
+  const std::string zone_rule =
+      "needs 8 nodes with 8 free GPUs in one zone; the largest such set is 6 nodes (zone A). An "
+      "allreduce job stays in one zone because the links between zones are few and shared; "
+      "submit it with --may-span-zones to let it span";
+  EXPECT_EQ(d.pending.at(1), zone_rule +
+                                 "; no start time can be estimated: 2 running jobs give no "
+                                 "expected run time");
+  EXPECT_EQ(d.pending.at(2), zone_rule + "; 1 job with higher priority is ahead");
 }
 
 TEST_F(SchedulerTest, TimeSharingSuspendsLowerPriorityJobs) {
@@ -91,6 +96,7 @@ TEST_F(SchedulerTest, TimeSharingSuspendsLowerPriorityJobs) {
   Decision d = Decide({Job(1, 4, 5)});
   ASSERT_EQ(d.suspends.size(), 1u);  // one victim is enough
   ASSERT_THAT(Started(d), ElementsAre(1));
+  EXPECT_EQ(d.suspended_for.at(d.suspends[0]), 1);
   EXPECT_THAT(d.pending, IsEmpty());
 }
 
@@ -140,8 +146,36 @@ TEST_F(SchedulerTest, BackfillOnlyWhatEndsBeforeTheReservation) {
   slow.expected_runtime = 5000;  // would still run at 1000
   Decision d = Decide({head, quick, slow}, 100, NoPreemption());
   EXPECT_THAT(Started(d), ElementsAre(2));
-  EXPECT_THAT(d.pending.at(3), HasSubstr("it fits now, but job 1 (priority 3, 8 nodes) is ahead "
-                                         "and holds a reservation in 15m"));
+  EXPECT_EQ(d.pending.at(3),
+            "it fits now, but job 1 (priority 3, 8 nodes) is ahead and holds a reservation in "
+            "15m, before this job would end (expected run time 1h23m); one of at most 15m would "
+            "start now");
+  // The head: when it is expected to start.
+  EXPECT_EQ(d.pending.at(1),
+            "needs 8 nodes with 8 free GPUs; 4 are free; expected to start in 15m, when running "
+            "jobs reach their expected run times (nothing that would delay it starts "
+            "meanwhile)");
+  // A job that gives no expected run time cannot be backfilled, and is told so.
+  JobRequest unknown = Job(4, 2, 3);
+  d = Decide({head, unknown}, 100, NoPreemption());
+  EXPECT_THAT(Started(d), IsEmpty());
+  EXPECT_THAT(d.pending.at(4), HasSubstr("holds a reservation in 15m; this job gives no expected "
+                                         "run time, so it cannot be backfilled (one of at most "
+                                         "15m would start now)"));
+}
+
+TEST_F(SchedulerTest, APreemptedJobIsToldByWhomAndWhen) {
+  Run(Job(10, 8, 5, "bob"), {0, 1, 2, 3, 4, 5, 6, 7});
+  Run(Job(11, 8, 5, "bob"), {8, 9, 10, 11, 12, 13, 14, 15});
+  JobRequest victim = Job(1, 4, 1);
+  victim.preempted_by = 11;
+  victim.preempted_by_priority = 5;
+  victim.preempted_at = 40;
+  Decision d = Decide({victim}, 100);
+  EXPECT_EQ(d.pending.at(1),
+            "preempted 1m ago for job 11 (priority 5), it waits to resume: needs 4 nodes with 8 "
+            "free GPUs; 0 are free; no start time can be estimated: 2 running jobs give no "
+            "expected run time");
 }
 
 TEST_F(SchedulerTest, SubNodeJobsShareNodes) {
@@ -167,7 +201,8 @@ TEST_F(SchedulerTest, CongestionAwareWaitsAWhileForOneLeaf) {
   EXPECT_THAT(Started(d), IsEmpty());
   EXPECT_EQ(d.pending.at(1),
             "needs 3 nodes under one leaf switch, so that its traffic stays off the shared "
-            "uplinks; the freest leaf has 2 (after 28m more it takes any leaves)");
+            "uplinks; the freest leaf has 2 free nodes (after 28m more it takes any leaves); no "
+            "start time can be estimated: 4 running jobs give no expected run time");
   EXPECT_EQ(d.recheck_at, 1800);  // the round that may decide differently
 
   // Once the wait is over it spreads, two nodes in one leaf and one in another of its zone.

@@ -50,6 +50,14 @@ TEST_F(SimulatorTest, OversubscribedUplinksSlowJobsThatCrossLeaves) {
   EXPECT_GT(r.jobs[0].finish, 1000);
   EXPECT_GT(r.cross_leaf_tb, 0);
   // Interleaving ranks across leaves (first-fit fills nodes in order; here equal) is never better.
+  SimulationOptions every_100s;
+  every_100s.sample_interval = 100;
+  auto sampled = Simulate(*topology_, {Job(1, 6, 0, 1000)}, "congestion-aware", every_100s);
+  ASSERT_TRUE(sampled.ok());
+  ASSERT_GE(sampled->traffic_series.size(), 10u);
+  EXPECT_EQ(sampled->traffic_series.size(), sampled->utilisation_series.size());
+  EXPECT_EQ(sampled->traffic_series[5].time, 500);
+  EXPECT_GT(sampled->traffic_series[5].cross_leaf_gbps, 0);  // while it ran
   SimulationResult ff = Run({Job(1, 6, 0, 1000)}, "first-fit");
   EXPECT_GE(ff.jobs[0].finish, r.jobs[0].finish);
 }
@@ -64,6 +72,28 @@ TEST_F(SimulatorTest, QueuedJobsWaitAndHighPriorityPreempts) {
   EXPECT_EQ(r.jobs[1].first_start, 1000);  // started at once, by suspending the big job
   EXPECT_EQ(r.jobs[0].preemptions, 1);
   EXPECT_GT(r.jobs[0].finish, 10000);  // it lost the work since its last checkpoint, and waited
+}
+
+TEST_F(SimulatorTest, ReasonsOverTimeNameThePreemptingJob) {
+  JobRequest big = Job(1, 16, 0, 10000, /*priority=*/1);
+  big.comm = CommKind::kNone;
+  JobRequest urgent = Job(2, 4, 1000, 100, /*priority=*/5);
+  SimulationOptions options;
+  options.record_reasons = true;
+  auto r = Simulate(*topology_, {big, urgent}, "congestion-aware", options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<std::string> big_history;
+  for (const auto& c : r->pending_history) {
+    if (c.job == 1) big_history.push_back(std::to_string(c.time) + " " + c.reason);
+  }
+  // Started at 0; suspended at 1000 for job 2; started again at 1100 when job 2 ended (no round
+  // in between, so no other reason).
+  ASSERT_EQ(big_history.size(), 3u) << ::testing::PrintToString(big_history);
+  EXPECT_EQ(big_history[0], "0 ");
+  EXPECT_EQ(big_history[1], "1000 suspended for job 2 (priority 5)");
+  EXPECT_EQ(big_history[2], "1100 ");
+  // Off by default: nothing recorded.
+  EXPECT_TRUE(Run({big, urgent}, "congestion-aware").pending_history.empty());
 }
 
 TEST_F(SimulatorTest, ALocalityWaitEndsWithARoundOfItsOwn) {

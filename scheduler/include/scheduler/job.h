@@ -34,6 +34,10 @@ struct JobRequest {
   Seconds min_runtime = 0;      // not preempted before it has run this long
   Seconds submit_time = 0;
   Seconds expected_runtime = 0;  // 0: unknown (then never backfilled ahead of a reservation)
+  // Set while the job waits because it was suspended for another job (its reasons say so).
+  JobId preempted_by = 0;
+  int preempted_by_priority = 0;
+  Seconds preempted_at = 0;
 
   int TotalGpus() const { return nodes > 0 ? nodes * gpus_per_node : gpus; }
   bool Gang() const { return nodes > 0; }

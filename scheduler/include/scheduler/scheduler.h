@@ -45,8 +45,12 @@ struct Decision {
     Placement placement;
   };
   std::vector<JobId> suspends;           // suspend these first; their nodes go to `starts`
+  std::map<JobId, JobId> suspended_for;  // each suspended job -> the job it makes room for
   std::vector<Start> starts;             // in the order decided
-  std::map<JobId, std::string> pending;  // every queued job left waiting, and why
+  // Every queued job left waiting, and why: what it waits for and what would change it (an
+  // estimated start where running jobs' expected run times give one; how short a job would have
+  // to be to backfill; the flag that relaxes a placement rule; who preempted it).
+  std::map<JobId, std::string> pending;
   // The earliest time at which a waiting job's prospects change by time alone (a locality wait
   // runs out), so a round then may decide differently; -1 if none.
   Seconds recheck_at = -1;

@@ -33,6 +33,8 @@ struct SimulationOptions {
   PolicyOptions policy;
   Seconds checkpoint_interval = 300;
   Seconds sample_interval = 3600;  // utilisation series resolution
+  // Keep every change of every waiting job's reason (SimulationResult::pending_history).
+  bool record_reasons = false;
   // Called now and then with the share of jobs finished (0..1).
   std::function<void(double)> on_progress;
 };
@@ -58,6 +60,19 @@ struct SimulationResult {
   int preemptions = 0;
   Seconds makespan = 0;                                        // first submission to last finish
   std::vector<std::pair<Seconds, double>> utilisation_series;  // (time, busy GPU share)
+  struct TrafficSample {
+    Seconds time = 0;
+    double cross_leaf_gbps = 0, cross_zone_gbps = 0;  // sent across leaf uplinks, between zones
+  };
+  std::vector<TrafficSample> traffic_series;  // at the utilisation series' times
+  // With record_reasons: why each job waited, whenever that changed; an empty reason marks the
+  // round that started it.
+  struct ReasonChange {
+    Seconds time = 0;
+    JobId job = 0;
+    std::string reason;
+  };
+  std::vector<ReasonChange> pending_history;
 };
 
 // Fails (kInvalidArgument) on an unknown policy or a job that can never fit the topology.
