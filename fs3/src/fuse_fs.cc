@@ -98,6 +98,7 @@ struct FuseFs::DirHandle {
   std::mutex mu;
   std::vector<DirEntry> entries;  // loaded page by page: offsets stay valid while it is open
   bool complete = false;
+  uint64_t parent = 0;  // the inode of "..", looked up when first listed
 };
 
 void FuseOptions::Bind(ConfigSection& s) {
@@ -689,7 +690,21 @@ void FuseFs::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fus
       st.st_ino = ino;
       st.st_mode = S_IFDIR;
     } else if (next == 1) {
+      // ".." needs its inode number: readdir(3) skips an entry whose d_ino is 0.
+      if (d->parent == 0) {
+        fs3rpc::InoRequest r;
+        r.set_ino(ino);
+        fs3rpc::Inode dir;
+        Status s = Meta("fs3-meta GetAttr", &fs3rpc::Meta::Stub::GetAttr, r, &dir);
+        if (!s.ok()) {
+          if (used > 0) break;
+          lock.unlock();
+          return ReplyErr(req, s);
+        }
+        d->parent = dir.parent() != 0 ? dir.parent() : ino;  // the root is its own parent
+      }
       name = "..";
+      st.st_ino = d->parent;
       st.st_mode = S_IFDIR;
     } else {
       const std::size_t k = next - 2;

@@ -593,6 +593,37 @@ TEST_F(FuseTest, PermissionsAsAnotherUser) {
   EXPECT_EQ(access(P("tmp/roots").c_str(), F_OK), 0);
 }
 
+// Listings carry "." and ".." with their inode numbers (readdir(3) hides an entry whose d_ino is
+// 0), as ls -a shows them; ".." of the mount's root is the root.
+TEST_F(FuseTest, ListingsCarryDotAndDotDot) {
+  ASSERT_EQ(mkdir(P("sub").c_str(), 0755), 0);
+  auto list = [](const std::string& dir) {
+    std::map<std::string, ino_t> names;
+    DIR* d = opendir(dir.c_str());
+    EXPECT_NE(d, nullptr) << dir;
+    if (d == nullptr) return names;
+    while (dirent* e = readdir(d))
+      names[e->d_name] = e->d_ino;
+    closedir(d);
+    return names;
+  };
+  struct stat root {
+  }, sub{};
+  ASSERT_EQ(stat(root_.c_str(), &root), 0);
+  ASSERT_EQ(stat(P("sub").c_str(), &sub), 0);
+  auto names = list(P("sub"));
+  ASSERT_EQ(names.count("."), 1u);
+  ASSERT_EQ(names.count(".."), 1u);
+  EXPECT_EQ(names["."], sub.st_ino);
+  EXPECT_EQ(names[".."], root.st_ino);
+  EXPECT_EQ(names.size(), 2u);
+  struct stat top {};
+  ASSERT_EQ(stat(cluster_->mount_.c_str(), &top), 0);
+  auto at_top = list(cluster_->mount_);
+  ASSERT_EQ(at_top.count(".."), 1u);
+  EXPECT_EQ(at_top[".."], top.st_ino);
+}
+
 TEST_F(FuseTest, ReaddirOfTenThousandEntries) {
   constexpr int kEntries = 10000;
   for (int i = 0; i < kEntries; ++i) {
