@@ -69,7 +69,8 @@ Result<std::vector<uint64_t>> ParseSeeds(const std::string& s) {
 }
 
 struct Run {
-  std::string trace;
+  std::string trace;  // its name (the file's stem)
+  std::string path;
   double load = 1;
   uint64_t seed = 1;
   struct Figures {
@@ -204,7 +205,7 @@ int SweepMain(int argc, char** argv) {
   for (const std::string& t : traces) {
     for (double load : loads) {
       for (uint64_t seed : *seeds)
-        runs.push_back({fs::path(t).stem().string(), load, seed, {}});
+        runs.push_back({fs::path(t).stem().string(), t, load, seed, {}});
     }
   }
   // Every (run, policy) simulation is independent: a pool of threads takes them in turn.
@@ -217,11 +218,7 @@ int SweepMain(int argc, char** argv) {
     for (std::size_t k; (k = next++) < runs.size() * policies.size();) {
       Run& run = runs[k / policies.size()];
       const std::string& policy = policies[k % policies.size()];
-      std::string path;
-      for (const std::string& t : traces) {
-        if (fs::path(t).stem().string() == run.trace) path = t;
-      }
-      std::vector<TraceJob> trace = loaded.at(path);
+      std::vector<TraceJob> trace = loaded.at(run.path);
       for (TraceJob& j : trace)
         j.submit = static_cast<Seconds>(static_cast<double>(j.submit) / run.load);
       WorkloadRules rules;

@@ -16,6 +16,7 @@
 #include "common/rpc_client.h"
 #include "common/rpc_status.h"
 #include "fs3/proto/meta.grpc.pb.h"
+#include "tests/support/full_disk.h"
 #include "tests/support/subprocess.h"
 
 namespace ff {
@@ -253,19 +254,7 @@ class MetaFullDiskTest : public MetaServiceTest {
     }
     if (mounted_) umount2(dir_.File("meta").c_str(), MNT_DETACH);
   }
-  std::string Fill() {
-    std::string path = dir_.File("meta/filler");
-    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    EXPECT_GE(fd, 0);
-    std::string block(1 << 16, 'x');
-    while (write(fd, block.data(), block.size()) > 0) {
-    }
-    while (write(fd, block.data(), 1) > 0) {
-    }
-    EXPECT_EQ(errno, ENOSPC);
-    close(fd);
-    return path;
-  }
+  std::string Fill() { return test::FillFileSystem(dir_.File("meta")); }
   bool mounted_ = false;
 };
 

@@ -24,6 +24,7 @@
 #include "fs3/crc32c.h"
 #include "fs3/fs.h"
 #include "fs3/transport.h"
+#include "tests/support/full_disk.h"
 #include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/wait.h"
@@ -783,19 +784,7 @@ class StorageFullDiskTest : public StorageTest {
     }
     if (mounted_) umount2(target_dir_.c_str(), MNT_DETACH);
   }
-  std::string Fill() {
-    std::string path = target_dir_ + "/filler";
-    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    EXPECT_GE(fd, 0);
-    std::string block(1 << 16, 'x');
-    while (write(fd, block.data(), block.size()) > 0) {
-    }
-    while (write(fd, block.data(), 1) > 0) {
-    }
-    EXPECT_EQ(errno, ENOSPC);
-    close(fd);
-    return path;
-  }
+  std::string Fill() { return test::FillFileSystem(target_dir_); }
   std::string target_dir_;
   bool mounted_ = false;
 };

@@ -144,14 +144,6 @@ grpc::Status Call(grpc::Channel* channel, const std::string& method, const Reque
   return r.status;
 }
 
-// A fresh directory for a target's state (/dev/shm when there is one).
-inline std::string MakeScratchDir(const std::string& name) {
-  const char* base = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
-  std::string tmpl = std::string(base) + "/" + name + "-XXXXXX";
-  if (mkdtemp(tmpl.data()) == nullptr) std::abort();
-  return tmpl;
-}
-
 [[noreturn]] inline void Fail(const std::string& what) {
   std::fprintf(stderr, "fuzz oracle: %s\n", what.c_str());
   std::abort();

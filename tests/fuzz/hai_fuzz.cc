@@ -21,6 +21,7 @@
 
 #include "auth.h"
 #include "grpc_fuzz.h"
+#include "persistent_fixture.h"
 #include "server.h"
 
 namespace {
@@ -136,19 +137,8 @@ struct Fixture {
   }
 };
 
-Fixture* g_fixture = nullptr;  // never destroyed (see meta_fuzz.cc)
-
 Fixture& Get() {
-  if (g_fixture == nullptr) {
-    spdlog::set_level(spdlog::level::critical);
-    g_fixture = new Fixture;
-    std::atexit([] {
-      std::error_code ec;
-      if (!g_fixture->dir.empty()) std::filesystem::remove_all(g_fixture->dir, ec);
-    });
-  }
-  if (!g_fixture->server || ++g_fixture->inputs % 1024 == 0) g_fixture->Reset();
-  return *g_fixture;
+  return ff::fuzz::PersistentFixture<Fixture>(1024);
 }
 
 bool Active(hai::JobState s) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "meta_service.h"
+#include "persistent_fixture.h"
 
 namespace {
 
@@ -61,10 +62,7 @@ struct Fixture {
   void Reset() {
     service.reset();
     if (!dir.empty()) std::filesystem::remove_all(dir);
-    const char* base = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
-    std::string tmpl = std::string(base) + "/fs3-meta-fuzz-XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr) std::abort();
-    dir = tmpl;
+    dir = ff::fuzz::MakeScratchDir("fs3-meta-fuzz");
     MetaOptions options;
     options.data_dir = dir + "/meta";
     options.chunk_size = 1 << 20;
@@ -79,20 +77,8 @@ struct Fixture {
   }
 };
 
-// Never destroyed: closing RocksDB after its own statics are gone (at exit) crashes inside it.
-// Only the directory is removed at exit (its files may be unlinked while open).
-Fixture* g_fixture = nullptr;
-
 Fixture& Get() {
-  if (g_fixture == nullptr) {
-    g_fixture = new Fixture;
-    std::atexit([] {
-      std::error_code ec;
-      if (!g_fixture->dir.empty()) std::filesystem::remove_all(g_fixture->dir, ec);
-    });
-  }
-  if (!g_fixture->service || ++g_fixture->inputs % 256 == 0) g_fixture->Reset();
-  return *g_fixture;
+  return ff::fuzz::PersistentFixture<Fixture>(256);
 }
 
 void SetCred(Bytes& in, fs3rpc::Credentials* c) {

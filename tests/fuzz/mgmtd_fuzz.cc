@@ -16,6 +16,7 @@
 
 #include "grpc_fuzz.h"
 #include "mgmtd.h"
+#include "persistent_fixture.h"
 
 namespace {
 
@@ -67,19 +68,8 @@ struct Fixture {
   }
 };
 
-Fixture* g_fixture = nullptr;  // never destroyed (see meta_fuzz.cc)
-
 Fixture& Get() {
-  if (g_fixture == nullptr) {
-    spdlog::set_level(spdlog::level::critical);
-    g_fixture = new Fixture;
-    std::atexit([] {
-      std::error_code ec;
-      if (!g_fixture->dir.empty()) std::filesystem::remove_all(g_fixture->dir, ec);
-    });
-  }
-  if (!g_fixture->mgmtd || ++g_fixture->inputs % 1024 == 0) g_fixture->Reset();
-  return *g_fixture;
+  return ff::fuzz::PersistentFixture<Fixture>(1024);
 }
 
 void CheckWellFormed(const fs3rpc::RoutingInfo& r) {

@@ -17,6 +17,7 @@
 #include "fs3/crc32c.h"
 #include "grpc_fuzz.h"
 #include "mgmtd.h"
+#include "persistent_fixture.h"
 #include "storage_service.h"
 
 namespace {
@@ -134,19 +135,8 @@ struct Fixture {
   }
 };
 
-Fixture* g_fixture = nullptr;  // never destroyed (see meta_fuzz.cc)
-
 Fixture& Get() {
-  if (g_fixture == nullptr) {
-    spdlog::set_level(spdlog::level::critical);
-    g_fixture = new Fixture;
-    std::atexit([] {
-      std::error_code ec;
-      if (!g_fixture->dir.empty()) std::filesystem::remove_all(g_fixture->dir, ec);
-    });
-  }
-  if (!g_fixture->mgmtd || ++g_fixture->inputs % 2048 == 0) g_fixture->Reset();
-  return *g_fixture;
+  return ff::fuzz::PersistentFixture<Fixture>(2048);
 }
 
 std::string Name(const fs3rpc::ChunkMetaRecord& r) {

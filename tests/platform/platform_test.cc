@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/net.h"
+#include "tests/support/full_disk.h"
 #include "tests/support/subprocess.h"
 
 namespace ff {
@@ -580,19 +581,7 @@ class PlatformFullDiskTest : public PlatformTest {
     if (mounted_) umount2(dir_.File("server").c_str(), MNT_DETACH);
   }
   // Fills the data directory's file system; returns the filler's path.
-  std::string Fill() {
-    std::string path = dir_.File("server/filler");
-    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    EXPECT_GE(fd, 0);
-    std::string block(1 << 16, 'x');
-    while (write(fd, block.data(), block.size()) > 0) {
-    }
-    while (write(fd, block.data(), 1) > 0) {
-    }
-    EXPECT_EQ(errno, ENOSPC);
-    close(fd);
-    return path;
-  }
+  std::string Fill() { return test::FillFileSystem(dir_.File("server")); }
   bool mounted_ = false;
 };
 
