@@ -92,6 +92,7 @@ struct FuseFs::OpenFile {
 struct FuseFs::Handle {
   std::shared_ptr<OpenFile> file;
   bool wrote = false;
+  bool writable = false;  // opened for writing: ftruncate through it needs no further permission
 };
 
 struct FuseFs::DirHandle {
@@ -345,10 +346,17 @@ void FuseFs::GetAttr(fuse_req_t req, fuse_ino_t ino) {
   fuse_reply_attr(req, &s, options_.attr_timeout_s);
 }
 
-void FuseFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set) {
+void FuseFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
+                     const fuse_file_info* fi) {
   fs3rpc::SetAttrRequest r;
   *r.mutable_cred() = Cred(req);
   r.set_ino(ino);
+  // ftruncate: permission to write was decided when the file was opened. (Only ftruncate names
+  // the handle, and only on regular files, so fh is a file Handle.)
+  if (fi != nullptr && (to_set & FUSE_SET_ATTR_SIZE) &&
+      reinterpret_cast<const Handle*>(fi->fh)->writable) {
+    r.set_through_writable_handle(true);
+  }
   if (to_set & FUSE_SET_ATTR_MODE) r.set_mode(attr->st_mode & 07777);
   if (to_set & FUSE_SET_ATTR_UID) r.set_uid(attr->st_uid);
   if (to_set & FUSE_SET_ATTR_GID) r.set_gid(attr->st_gid);
@@ -482,7 +490,7 @@ void FuseFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   // another mount wrote and closed is read afresh (only attributes: no page locks involved, so
   // this is safe inside the open).
   if (session_ != nullptr) fuse_lowlevel_notify_inval_inode(session_, ino, -1, 0);
-  auto* h = new Handle{Acquire(inode), false};
+  auto* h = new Handle{Acquire(inode), false, acc != O_RDONLY};
   fi->fh = reinterpret_cast<uint64_t>(h);
   fi->keep_cache = 0;                         // and the pages
   if (fuse_reply_open(req, fi) == -ENOENT) {  // the caller was interrupted
@@ -504,7 +512,7 @@ void FuseFs::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t 
   fs3rpc::Inode inode;
   Status st = Meta("fs3-meta Make", &fs3rpc::Meta::Stub::Make, r, &inode);
   if (!st.ok()) return ReplyErr(req, st);
-  auto* h = new Handle{Acquire(inode), false};
+  auto* h = new Handle{Acquire(inode), false, (fi->flags & O_ACCMODE) != O_RDONLY};
   fi->fh = reinterpret_cast<uint64_t>(h);
   fuse_entry_param e{};
   e.ino = inode.ino();
@@ -879,8 +887,8 @@ struct FuseOps {
     FF_TIMED("getattr", GetAttr(req, ino));
   }
   static void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
-                      fuse_file_info*) {
-    FF_TIMED("setattr", SetAttr(req, ino, attr, to_set));
+                      fuse_file_info* fi) {
+    FF_TIMED("setattr", SetAttr(req, ino, attr, to_set, fi));
   }
   static void Readlink(fuse_req_t req, fuse_ino_t ino) {
     FF_TIMED("readlink", Readlink(req, ino));

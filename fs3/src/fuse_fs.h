@@ -103,7 +103,9 @@ class FuseFs {
   // The operations (see Ops()).
   void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
   void GetAttr(fuse_req_t req, fuse_ino_t ino);
-  void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set);
+  // `fi`: the handle when the change came through a descriptor (ftruncate), else null.
+  void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
+               const fuse_file_info* fi);
   void Readlink(fuse_req_t req, fuse_ino_t ino);
   void Make(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev,
             const char* symlink);

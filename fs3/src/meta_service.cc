@@ -239,6 +239,7 @@ grpc::Status MetaService::SetAttr(grpc::ServerContext*, const fs3rpc::SetAttrReq
   return Serve("setattr", [&]() -> Status {
     fs3::SetAttr a;
     if (r->has_mode()) a.mode = r->mode();
+    a.through_writable_handle = r->through_writable_handle();
     if (r->has_uid()) a.uid = r->uid();
     if (r->has_gid()) a.gid = r->gid();
     if (r->has_size()) {
@@ -248,7 +249,7 @@ grpc::Status MetaService::SetAttr(grpc::ServerContext*, const fs3rpc::SetAttrReq
       FF_ASSIGN_OR_RETURN(fs3rpc::Inode before, store_->GetAttr(r->ino()));
       if (before.type() == fs3rpc::INODE_FILE && !options_.mgmtd.empty() &&
           r->size() < std::max<uint64_t>(before.size(), 1) &&
-          MetaStore::Permitted(CallerOf(r->cred()), before, 2)) {
+          (a.through_writable_handle || MetaStore::Permitted(CallerOf(r->cred()), before, 2))) {
         FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
         FF_ASSIGN_OR_RETURN(uint64_t stored, storage->StoredLength(r->ino()));
         FF_RETURN_IF_ERROR(storage->TruncateData(

@@ -717,9 +717,21 @@ Result<Inode> MetaStore::SetAttributes(const Caller& c, uint64_t ino, const SetA
       return Err(StatusCode::kIsADirectory, "a directory has no size to set");
     if (inode.type() != fs3rpc::INODE_FILE)
       return InvalidArgument("only regular files have a size to set");
-    if (!Permitted(c, inode, 2)) return PermissionDenied("no write permission");
+    if (!a.through_writable_handle && !Permitted(c, inode, 2)) {
+      return PermissionDenied("no write permission");
+    }
   }
-  if (a.mode && !owner) return Err(StatusCode::kNotPermitted, "only the owner may change the mode");
+  // Anyone who may write the file may drop its set-user-ID and set-group-ID bits: the kernel asks
+  // for exactly that before a write, truncate or chown by someone other than the owner (Linux's
+  // ATTR_KILL_SUID / ATTR_KILL_SGID). Any other change of mode is the owner's.
+  const auto kill_priv = static_cast<uint32_t>(S_ISUID | S_ISGID);
+  const uint32_t was = inode.mode() & 07777;
+  const bool only_drops_priv = a.mode && (*a.mode & 07777 & ~kill_priv) == (was & ~kill_priv) &&
+                               (*a.mode & kill_priv & ~was) == 0 &&
+                               (a.through_writable_handle || Permitted(c, inode, 2));
+  if (a.mode && !owner && !only_drops_priv) {
+    return Err(StatusCode::kNotPermitted, "only the owner may change the mode");
+  }
   if (a.uid && *a.uid != inode.uid() && !c.root()) {
     return Err(StatusCode::kNotPermitted, "only root may change the owner");
   }
@@ -735,7 +747,9 @@ Result<Inode> MetaStore::SetAttributes(const Caller& c, uint64_t ino, const SetA
   }
   if (a.mode) {
     uint32_t m = *a.mode & 07777;
-    if (!c.root() && !in_group(inode.gid())) m &= ~static_cast<uint32_t>(S_ISGID);
+    // chmod by the owner outside the file's group cannot set set-group-ID (a non-owner only
+    // drops what the kernel asked to drop).
+    if (owner && !c.root() && !in_group(inode.gid())) m &= ~static_cast<uint32_t>(S_ISGID);
     inode.set_mode(m);
   }
   if (a.uid || a.gid) {

@@ -593,6 +593,72 @@ TEST_F(FuseTest, PermissionsAsAnotherUser) {
   EXPECT_EQ(access(P("tmp/roots").c_str(), F_OK), 0);
 }
 
+// As on Linux: a write or truncate by someone other than the owner succeeds where the mode lets
+// them write, and drops the set-user-ID bit (and set-group-ID where group execute is set).
+TEST_F(FuseTest, WriteByAnotherUserClearsSetuidAndSetgid) {
+  ASSERT_EQ(chmod(root_.c_str(), 0755), 0);
+  ASSERT_TRUE(WriteAll(P("tool"), "old contents"));
+  ASSERT_EQ(chmod(P("tool").c_str(), 06777), 0);
+  auto mode_of = [&](const std::string& path) {
+    struct stat st {};
+    EXPECT_EQ(stat(path.c_str(), &st), 0);
+    return st.st_mode & 07777;
+  };
+  ASSERT_EQ(mode_of(P("tool")), 06777u);
+  EXPECT_EQ(AsUser(kNobody, kNogroup, {},
+                   [&] {
+                     int fd = open(P("tool").c_str(), O_WRONLY);
+                     if (fd < 0) return errno;
+                     const int rc = pwrite(fd, "NEW", 3, 0) == 3 ? 0 : errno;
+                     close(fd);
+                     return rc;
+                   }),
+            0);
+  EXPECT_EQ(ReadAll(P("tool")), "NEW contents");
+  EXPECT_EQ(mode_of(P("tool")), 0777u);
+  // truncate(2) by a non-owner; a setgid file without group execute keeps its setgid bit (there
+  // it marks mandatory locking, not privilege, and the kernel does not ask to drop it).
+  ASSERT_EQ(chmod(P("tool").c_str(), 06766), 0);
+  EXPECT_EQ(AsUser(kNobody, kNogroup, {}, [&] { return Errno(truncate(P("tool").c_str(), 3)); }),
+            0);
+  EXPECT_EQ(ReadAll(P("tool")), "NEW");
+  EXPECT_EQ(mode_of(P("tool")), 02766u);
+  // Dropping the bits is all a non-owner may do with the mode.
+  EXPECT_EQ(AsUser(kNobody, kNogroup, {}, [&] { return Errno(chmod(P("tool").c_str(), 0766)); }),
+            EPERM);
+  // Without write permission nothing changes.
+  ASSERT_EQ(chmod(P("tool").c_str(), 06755), 0);
+  EXPECT_EQ(AsUser(kNobody, kNogroup, {}, [&] { return Errno(truncate(P("tool").c_str(), 0)); }),
+            EACCES);
+  EXPECT_EQ(mode_of(P("tool")), 06755u);
+  EXPECT_EQ(ReadAll(P("tool")), "NEW");
+}
+
+// Permission to change a file's length through a descriptor is decided when it is opened: a file
+// created with mode 0 by O_CREAT|O_RDWR can be written and ftruncated through that descriptor.
+TEST_F(FuseTest, FtruncateThroughAWritableDescriptorIgnoresTheModeNow) {
+  ASSERT_EQ(chmod(root_.c_str(), 0777), 0);
+  EXPECT_EQ(AsUser(kNobody, kNogroup, {},
+                   [&] {
+                     int fd = open(P("locked").c_str(), O_CREAT | O_RDWR | O_EXCL, 0);
+                     if (fd < 0) return errno;
+                     int rc = write(fd, "0123456789", 10) == 10 ? 0 : errno;
+                     if (rc == 0 && ftruncate(fd, 4) != 0) rc = errno;
+                     if (rc == 0 && ftruncate(fd, 8) != 0) rc = errno;
+                     close(fd);
+                     return rc;
+                   }),
+            0);
+  struct stat st {};
+  ASSERT_EQ(stat(P("locked").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 8);
+  EXPECT_EQ(st.st_mode & 07777, 0u);
+  EXPECT_EQ(ReadAll(P("locked")), std::string("0123\0\0\0\0", 8));
+  // A path truncate by the same user is refused: the mode says no.
+  EXPECT_EQ(AsUser(kNobody, kNogroup, {}, [&] { return Errno(truncate(P("locked").c_str(), 0)); }),
+            EACCES);
+}
+
 // Listings carry "." and ".." with their inode numbers (readdir(3) hides an entry whose d_ino is
 // 0), as ls -a shows them; ".." of the mount's root is the root.
 TEST_F(FuseTest, ListingsCarryDotAndDotDot) {

@@ -286,6 +286,49 @@ TEST_F(MetaStoreTest, SetattrFollowsPosixRules) {
   EXPECT_EQ(Code(store_->SetAttributes(root_, kRootIno, dir_size)), StatusCode::kIsADirectory);
 }
 
+// What the kernel asks for before a write, truncate or chown by someone other than the owner:
+// drop set-user-ID / set-group-ID, nothing else, and only for someone who may write the file.
+TEST_F(MetaStoreTest, NonOwnersMayOnlyDropSetuidAndSetgid) {
+  auto f =
+      store_->Create(alice_, store_->Mkdir(root_, kRootIno, "home", 0777)->ino(), "tool", 0644);
+  ASSERT_TRUE(f.ok());
+  SetAttr mode;
+  mode.mode = 06666;
+  ASSERT_TRUE(store_->SetAttributes(alice_, f->ino(), mode).ok());
+  SetAttr drop_suid;
+  drop_suid.mode = 02666;
+  auto d = store_->SetAttributes(bob_, f->ino(), drop_suid);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->mode(), 02666u);  // exactly what was asked: setgid stays
+  SetAttr other;
+  other.mode = 0777;  // also adds execute bits
+  EXPECT_EQ(Code(store_->SetAttributes(bob_, f->ino(), other)), StatusCode::kNotPermitted);
+  SetAttr add_suid;
+  add_suid.mode = 06666;
+  EXPECT_EQ(Code(store_->SetAttributes(bob_, f->ino(), add_suid)), StatusCode::kNotPermitted);
+  // Without write permission, not even that.
+  mode.mode = 06644;
+  ASSERT_TRUE(store_->SetAttributes(alice_, f->ino(), mode).ok());
+  SetAttr drop_both;
+  drop_both.mode = 0644;
+  EXPECT_EQ(Code(store_->SetAttributes(bob_, f->ino(), drop_both)), StatusCode::kNotPermitted);
+  EXPECT_EQ(store_->GetAttr(f->ino())->mode(), 06644u);
+}
+
+// ftruncate: permission was decided at open, so a file's mode now does not stop a size change
+// made through a descriptor opened for writing.
+TEST_F(MetaStoreTest, SizeThroughAWritableHandleIgnoresTheModeNow) {
+  auto f = store_->Create(alice_, store_->Mkdir(root_, kRootIno, "home", 0777)->ino(), "locked", 0);
+  ASSERT_TRUE(f.ok());
+  SetAttr size;
+  size.size = 10;
+  EXPECT_EQ(Code(store_->SetAttributes(alice_, f->ino(), size)), StatusCode::kPermissionDenied);
+  size.through_writable_handle = true;
+  auto r = store_->SetAttributes(alice_, f->ino(), size);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->size(), 10u);
+}
+
 TEST_F(MetaStoreTest, ExtendedAttributes) {
   auto f = store_->Create(root_, kRootIno, "f", 0644);
   ASSERT_TRUE(store_->SetXattr(root_, f->ino(), "user.tag", "v1").ok());

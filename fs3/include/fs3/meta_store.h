@@ -51,6 +51,8 @@ struct SetAttr {
   std::optional<uint64_t> size;
   std::optional<int64_t> atime_ns, mtime_ns;  // explicit times
   bool atime_now = false, mtime_now = false;  // utimensat(UTIME_NOW)
+  // ftruncate on a descriptor opened for writing: permission was decided at open.
+  bool through_writable_handle = false;
 };
 
 enum XattrFlags : uint32_t {
