@@ -406,6 +406,8 @@ JobRequest HaiServer::RequestOf(const hai::Job& job) const {
   r.preempted_by = job.preempted_by();
   r.preempted_by_priority = job.preempted_by_priority();
   r.preempted_at = job.preempted_at_ms() / 1000;
+  r.locality_wait_since =
+      job.locality_wait_since_ms() > 0 ? job.locality_wait_since_ms() / 1000 : -1;
   return r;
 }
 
@@ -1042,6 +1044,11 @@ void HaiServer::ScheduleRound() {
       leaving[topology_.FindNode(n)] = v;
     spdlog::info("job {}: suspending it for a higher-priority job", v);
   }
+  for (const auto& [id, since] : d.locality_wait_started) {
+    hai::Job& job = jobs_.at(id);
+    job.set_locality_wait_since_ms(since * 1000);
+    changed.push_back(&job);
+  }
   InUse in_use = ComputeInUse();
   for (const scheduler::Decision::Start& s : d.starts) {
     hai::Job& job = jobs_.at(s.job);
@@ -1144,6 +1151,7 @@ void HaiServer::StartRun(hai::Job& job, const Placement& placement, InUse& in_us
   job.set_preempted_by(0);
   job.set_preempted_by_priority(0);
   job.set_preempted_at_ms(0);
+  job.set_locality_wait_since_ms(0);  // if it is suspended later, it waits afresh
   job.set_message("");
   std::string where;
   for (const std::string& n : run->nodes())

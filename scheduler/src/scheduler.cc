@@ -207,25 +207,40 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
       }
     }
 
-    // Within its locality wait, a job that fits under one leaf only starts there.
-    bool one_leaf = false;
+    // Within its locality wait, a job that fits under one leaf only starts there. The wait begins
+    // in the first round the job could start across leaves: waiting behind other jobs for
+    // capacity does not use it up.
+    const Seconds patience = policy_->LocalityWait(*job);
+    const bool may_wait = patience > 0 && job->nodes <= work.topology().max_leaf_nodes();
+    Seconds since = job->locality_wait_since;
+    bool one_leaf = may_wait && (since < 0 || now < since + patience);
+    auto place = [&](bool within_leaf, std::string* reason) {
+      const Shape shape = shape_of(*job, within_leaf);
+      if (auto known = failed.find(shape); known != failed.end()) {
+        *reason = known->second;
+        return Placement{};
+      }
+      Placement p = PlaceJob(*job, work, within_leaf, reason);
+      if (p.empty()) failed[shape] = *reason;
+      return p;
+    };
+    std::string why;
+    Placement placement = place(one_leaf, &why);
     Seconds until = -1;
-    if (Seconds patience = policy_->LocalityWait(*job);
-        patience > 0 && job->nodes <= work.topology().max_leaf_nodes()) {
-      until = job->submit_time + patience;
-      if (now < until) {
-        one_leaf = true;
-        decision.recheck_at =
-            decision.recheck_at < 0 ? until : std::min(decision.recheck_at, until);
+    if (placement.empty() && one_leaf && since < 0) {
+      std::string across_why;
+      if (!place(false, &across_why).empty()) {
+        since = now;
+        decision.locality_wait_started[job->id] = now;
+      } else {
+        // Short of nodes wherever they are: that is what it waits for first.
+        why = across_why + "; then it waits up to " + FormatDuration(patience) +
+              " for them under one leaf switch";
       }
     }
-    std::string why;
-    Placement placement;
-    const Shape shape = shape_of(*job, one_leaf);
-    if (auto known = failed.find(shape); known != failed.end()) {
-      why = known->second;
-    } else {
-      placement = PlaceJob(*job, work, one_leaf, &why);
+    if (placement.empty() && one_leaf && since >= 0) {
+      until = since + patience;
+      decision.recheck_at = decision.recheck_at < 0 ? until : std::min(decision.recheck_at, until);
     }
     if (!placement.empty() && head != nullptr) {
       // Backfill: start ahead of the blocked head only if done before its reservation.
@@ -267,16 +282,14 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
       if (!victims.empty()) failed.clear();
     }
     if (placement.empty()) {
-      failed[shape] = why;
       bool is_head = false;
       if (head == nullptr) {
         head = job;
         is_head = true;
         reservation = options_.backfill ? EarliestStart(*job, work, now, one_leaf) : -1;
       }
-      if (one_leaf && why.find("under one leaf switch") != std::string::npos) {
+      if (until >= 0)
         why += " (after " + FormatDuration(until - now) + " more it takes any leaves)";
-      }
       if (is_head && reservation >= 0) {
         why += "; expected to start in " + FormatDuration(reservation - now) +
                ", when running jobs reach their expected run times (nothing that would delay it "

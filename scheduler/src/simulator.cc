@@ -208,6 +208,8 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
         }
       }
     }
+    for (const auto& [id, since] : d.locality_wait_started)
+      runs[index_of.at(id)].request.locality_wait_since = since;
     for (JobId v : d.suspends) {
       std::size_t i = index_of.at(v);
       JobRun& r = runs[i];
@@ -239,6 +241,7 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
       if (!st.ok()) return Internal("simulator: the scheduler's decision failed: " + st.message());
       r.started = now_s;
       r.request.preempted_by = 0;
+      r.request.locality_wait_since = -1;  // if it is suspended, it waits afresh
       if (r.outcome.first_start < 0) r.outcome.first_start = now_s;
       running.push_back(i);
       queue.erase(std::find(queue.begin(), queue.end(), i));

@@ -71,6 +71,32 @@ TEST_F(HaiSimCliTest, GenerateThenSweepHeldOutTraces) {
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5) << csv;  // a header and 4 runs
 }
 
+// --try-locality-waits chooses the wait on the --tuned-on traces (one row per wait), then
+// reports the held-out traces with the chosen one.
+TEST_F(HaiSimCliTest, SweepChoosesTheLocalityWaitOnTheTunedTraces) {
+  Run g = Command({"generate", "--cluster", small_, "--jobs", "200", "--load", "2", "--max-nodes",
+                   "8", "--seed", "7", "--out", dir_.File("tune.csv")});
+  ASSERT_EQ(g.code, 0) << g.err;
+  Run r = Command({"sweep", "--traces", dir_.File("trace.csv"), "--tuned-on", dir_.File("tune.csv"),
+                   "--try-locality-waits", "0,600", "--cluster", small_, "--loads", "2", "--seeds",
+                   "1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("tuning the locality wait on 1 traces (1 runs each)"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n0s +[0-9.na/]+ +[0-9.na/]+ +[0-9.]+ +[0-9.]+\n"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n10m +[0-9.na/]+ +[0-9.na/]+ +[0-9.]+ +[0-9.]+\n"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("chosen: locality wait (0s|10m)\n"));
+  EXPECT_THAT(r.out,
+              ::testing::ContainsRegex("1 traces held out; tuned on .*, locality wait (0s|10m)\n"));
+  r = Command({"sweep", "--traces", dir_.File("trace.csv"), "--try-locality-waits", "600",
+               "--cluster", small_});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--try-locality-waits needs --tuned-on"));
+  r = Command({"sweep", "--traces", dir_.File("trace.csv"), "--tuned-on", dir_.File("tune.csv"),
+               "--try-locality-waits", "ten", "--cluster", small_});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--try-locality-waits: 'ten' is not a number of seconds"));
+}
+
 TEST_F(HaiSimCliTest, SweepRefusesATunedTraceAndBadSeeds) {
   Run r = Command({"sweep", "--traces", dir_.File("trace.csv"), "--tuned-on",
                    dir_.File("trace.csv"), "--cluster", small_});

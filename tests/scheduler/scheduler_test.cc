@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 #include <set>
 
@@ -174,8 +175,9 @@ TEST_F(SchedulerTest, APreemptedJobIsToldByWhomAndWhen) {
   Decision d = Decide({victim}, 100);
   EXPECT_EQ(d.pending.at(1),
             "preempted 1m ago for job 11 (priority 5), it waits to resume: needs 4 nodes with 8 "
-            "free GPUs; 0 are free; no start time can be estimated: 2 running jobs give no "
-            "expected run time");
+            "free GPUs; 0 are free; then it waits up to 30m for them under one leaf switch; no "
+            "start time can be estimated: 2 running jobs give no expected run time");
+  EXPECT_THAT(d.locality_wait_started, IsEmpty());  // short of nodes: its wait has not begun
 }
 
 TEST_F(SchedulerTest, SubNodeJobsShareNodes) {
@@ -195,18 +197,25 @@ TEST_F(SchedulerTest, CongestionAwareWaitsAWhileForOneLeaf) {
   for (int leaf = 0; leaf < 4; ++leaf) {
     Run(Job(id++, 2, 3, "bob"), {leaf * 4, leaf * 4 + 1});
   }
+  // It queued behind others for an hour; its wait starts in the first round it could spread.
   JobRequest job = Job(1, 3);
   job.submit_time = 0;
-  Decision d = Decide({job}, /*now=*/100, NoPreemption());
+  Decision d = Decide({job}, /*now=*/3600, NoPreemption());
   EXPECT_THAT(Started(d), IsEmpty());
   EXPECT_EQ(d.pending.at(1),
             "needs 3 nodes under one leaf switch, so that its traffic stays off the shared "
-            "uplinks; the freest leaf has 2 free nodes (after 28m more it takes any leaves); no "
+            "uplinks; the freest leaf has 2 free nodes (after 30m more it takes any leaves); no "
             "start time can be estimated: 4 running jobs give no expected run time");
-  EXPECT_EQ(d.recheck_at, 1800);  // the round that may decide differently
+  EXPECT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, 3600}}));
+  EXPECT_EQ(d.recheck_at, 3600 + 1800);  // the round that may decide differently
+  job.locality_wait_since = 3600;        // the caller keeps it
+  d = Decide({job}, /*now=*/3700, NoPreemption());
+  EXPECT_THAT(Started(d), IsEmpty());
+  EXPECT_THAT(d.pending.at(1), HasSubstr("(after 28m more it takes any leaves)"));
+  EXPECT_THAT(d.locality_wait_started, IsEmpty());  // already begun
 
   // Once the wait is over it spreads, two nodes in one leaf and one in another of its zone.
-  d = Decide({job}, /*now=*/1800, NoPreemption());
+  d = Decide({job}, /*now=*/3600 + 1800, NoPreemption());
   ASSERT_THAT(Started(d), ElementsAre(1));
   EXPECT_EQ(d.recheck_at, -1);
   std::set<int> leaves;

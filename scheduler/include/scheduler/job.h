@@ -38,6 +38,11 @@ struct JobRequest {
   JobId preempted_by = 0;
   int preempted_by_priority = 0;
   Seconds preempted_at = 0;
+  // When its locality wait began: the first round in which it could have started across leaves
+  // but was held to wait for one leaf (Decision::locality_wait_started, kept by the caller);
+  // -1 while it has not begun. The wait counts from then, not from submission, so a job that
+  // queued for hours behind others still gets its chance of one leaf once its turn comes.
+  Seconds locality_wait_since = -1;
 
   int TotalGpus() const { return nodes > 0 ? nodes * gpus_per_node : gpus; }
   bool Gang() const { return nodes > 0; }

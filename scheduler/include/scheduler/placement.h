@@ -35,8 +35,9 @@ class PlacementPolicy {
   // such set is 6 nodes (zone A)").
   virtual Placement Place(const JobRequest& job, const ClusterState& state,
                           std::string* why) const = 0;
-  // How long after submission the scheduler keeps `job` waiting rather than start it spread
-  // over several leaves when it would fit under one (0: never waits).
+  // How long the scheduler keeps `job` waiting rather than start it spread over several leaves
+  // when it would fit under one (0: never waits). The wait counts from the first round in which
+  // the job could have started across leaves (JobRequest::locality_wait_since).
   virtual Seconds LocalityWait(const JobRequest& /*job*/) const { return 0; }
 };
 

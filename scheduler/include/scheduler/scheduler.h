@@ -51,6 +51,9 @@ struct Decision {
   // estimated start where running jobs' expected run times give one; how short a job would have
   // to be to backfill; the flag that relaxes a placement rule; who preempted it).
   std::map<JobId, std::string> pending;
+  // Jobs whose locality wait began this round (at `now`): the caller keeps it in
+  // JobRequest::locality_wait_since for later rounds.
+  std::map<JobId, Seconds> locality_wait_started;
   // The earliest time at which a waiting job's prospects change by time alone (a locality wait
   // runs out), so a round then may decide differently; -1 if none.
   Seconds recheck_at = -1;
