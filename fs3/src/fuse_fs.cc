@@ -197,7 +197,37 @@ fs3rpc::Credentials FuseFs::Cred(fuse_req_t req) {
   return c;
 }
 
+void FuseFs::NoteXattrNames(const fs3rpc::Inode& inode) {
+  XattrNames seen;
+  for (const auto& [name, value] : inode.xattrs())
+    seen.names.push_back(name);
+  seen.expires = std::chrono::steady_clock::now() +
+                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                     std::chrono::duration<double>(options_.attr_timeout_s));
+  std::lock_guard lock(xattr_mu_);
+  if (xattr_names_.size() > 100000) xattr_names_.clear();  // bounded: it is only a cache
+  xattr_names_[inode.ino()] = std::move(seen);
+}
+
+bool FuseFs::KnownAbsent(uint64_t ino, const std::string& name) {
+  std::lock_guard lock(xattr_mu_);
+  auto it = xattr_names_.find(ino);
+  if (it == xattr_names_.end()) return false;
+  if (std::chrono::steady_clock::now() >= it->second.expires) {
+    xattr_names_.erase(it);
+    return false;
+  }
+  const auto& names = it->second.names;
+  return std::find(names.begin(), names.end(), name) == names.end();
+}
+
+void FuseFs::ForgetXattrNames(uint64_t ino) {
+  std::lock_guard lock(xattr_mu_);
+  xattr_names_.erase(ino);
+}
+
 struct stat FuseFs::ToStat(const fs3rpc::Inode& inode) {
+  NoteXattrNames(inode);
   struct stat st {};
   st.st_ino = inode.ino();
   st.st_mode = ModeOfType(inode.type()) | (inode.mode() & 07777);
@@ -782,11 +812,24 @@ void FuseFs::SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const ch
   if (flags & XATTR_REPLACE) f |= kXattrReplace;
   r.set_flags(f);
   fs3rpc::Empty out;
+  ForgetXattrNames(ino);
   Status st = Meta("fs3-meta SetXattr", &fs3rpc::Meta::Stub::SetXattr, r, &out);
+  ForgetXattrNames(ino);  // also what a getattr meanwhile brought back
   fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
 }
 
 void FuseFs::GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  // The kernel checked the caller may read this namespace (default_permissions); absence is all
+  // that is answered here.
+  if (KnownAbsent(ino, name)) {
+    if (metrics_ != nullptr) {
+      metrics_
+          ->Counter("fs3_fuse_xattr_absent_cached_total",
+                    "getxattr of a missing name answered from the attributes' cache")
+          .Increment();
+    }
+    return (void)fuse_reply_err(req, ENODATA);
+  }
   fs3rpc::XattrRequest r;
   *r.mutable_cred() = Cred(req);
   r.set_ino(ino);
@@ -830,7 +873,9 @@ void FuseFs::RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   r.set_ino(ino);
   r.set_name(name);
   fs3rpc::Empty out;
+  ForgetXattrNames(ino);
   Status st = Meta("fs3-meta RemoveXattr", &fs3rpc::Meta::Stub::RemoveXattr, r, &out);
+  ForgetXattrNames(ino);
   fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
 }
 

@@ -16,6 +16,10 @@
 // - sequential reads fetch blocks of `readahead_bytes`, two ahead of the reader; a file no
 //   larger than a quarter of `read_cache_bytes` is kept in such blocks while open, so random
 //   reads of it fetch each block once (larger files read randomly fetch exactly what is asked).
+// - the names of a file's extended attributes come with its attributes and are kept as long
+//   (`attr_timeout_s`), so a lookup of a missing one (security.capability, which the kernel asks
+//   before every write, or the ACL names `ls -l` asks) is answered here without a round trip;
+//   setxattr / removexattr on this mount drop them at once;
 // Lengths: a file's length grows as this mount writes; on flush and fsync it is settled at
 // fs3-meta (from what this mount wrote and what storage holds), so a later open on any mount sees
 // it. Calls to fs3-meta and storage are retried across restarts of fs3-meta and failures of a
@@ -148,6 +152,17 @@ class FuseFs {
     std::chrono::steady_clock::time_point expires;
   };
   std::unordered_map<pid_t, Groups> groups_;
+  // The extended attribute names seen with each inode's attributes, until they expire.
+  struct XattrNames {
+    std::vector<std::string> names;
+    std::chrono::steady_clock::time_point expires;
+  };
+  std::mutex xattr_mu_;
+  std::unordered_map<uint64_t, XattrNames> xattr_names_;
+  void NoteXattrNames(const fs3rpc::Inode& inode);
+  // Whether `name` is known to be absent on `ino` (from attributes still fresh).
+  bool KnownAbsent(uint64_t ino, const std::string& name);
+  void ForgetXattrNames(uint64_t ino);
   std::unordered_map<std::string_view, prometheus::Histogram*> latency_;  // by operation
 };
 
