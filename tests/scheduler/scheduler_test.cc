@@ -175,7 +175,7 @@ TEST_F(SchedulerTest, APreemptedJobIsToldByWhomAndWhen) {
   Decision d = Decide({victim}, 100);
   EXPECT_EQ(d.pending.at(1),
             "preempted 1m ago for job 11 (priority 5), it waits to resume: needs 4 nodes with 8 "
-            "free GPUs; 0 are free; then it waits up to 30m for them under one leaf switch; no "
+            "free GPUs; 0 are free; then it waits up to 1h for them under one leaf switch; no "
             "start time can be estimated: 2 running jobs give no expected run time");
   EXPECT_THAT(d.locality_wait_started, IsEmpty());  // short of nodes: its wait has not begun
 }
@@ -204,18 +204,18 @@ TEST_F(SchedulerTest, CongestionAwareWaitsAWhileForOneLeaf) {
   EXPECT_THAT(Started(d), IsEmpty());
   EXPECT_EQ(d.pending.at(1),
             "needs 3 nodes under one leaf switch, so that its traffic stays off the shared "
-            "uplinks; the freest leaf has 2 free nodes (after 30m more it takes any leaves); no "
+            "uplinks; the freest leaf has 2 free nodes (after 1h more it takes any leaves); no "
             "start time can be estimated: 4 running jobs give no expected run time");
   EXPECT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, 3600}}));
-  EXPECT_EQ(d.recheck_at, 3600 + 1800);  // the round that may decide differently
+  EXPECT_EQ(d.recheck_at, 3600 + 3600);  // the round that may decide differently
   job.locality_wait_since = 3600;        // the caller keeps it
   d = Decide({job}, /*now=*/3700, NoPreemption());
   EXPECT_THAT(Started(d), IsEmpty());
-  EXPECT_THAT(d.pending.at(1), HasSubstr("(after 28m more it takes any leaves)"));
+  EXPECT_THAT(d.pending.at(1), HasSubstr("(after 58m more it takes any leaves)"));
   EXPECT_THAT(d.locality_wait_started, IsEmpty());  // already begun
 
   // Once the wait is over it spreads, two nodes in one leaf and one in another of its zone.
-  d = Decide({job}, /*now=*/3600 + 1800, NoPreemption());
+  d = Decide({job}, /*now=*/3600 + 3600, NoPreemption());
   ASSERT_THAT(Started(d), ElementsAre(1));
   EXPECT_EQ(d.recheck_at, -1);
   std::set<int> leaves;

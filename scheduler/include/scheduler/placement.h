@@ -43,7 +43,8 @@ class PlacementPolicy {
 
 struct PolicyOptions {
   // congestion-aware: the longest a communicating multi-node job waits for one leaf.
-  Seconds locality_wait = 1800;
+  // Chosen by `hai-sim sweep --try-locality-waits` on synthetic traces (scheduler/README.md).
+  Seconds locality_wait = 3600;
 };
 
 // "first-fit", "slurm-tree" or "congestion-aware"; null for another name.
