@@ -221,6 +221,12 @@ bool FuseFs::KnownAbsent(uint64_t ino, const std::string& name) {
   return std::find(names.begin(), names.end(), name) == names.end();
 }
 
+bool FuseFs::KnowsXattrNames(uint64_t ino) {
+  std::lock_guard lock(xattr_mu_);
+  auto it = xattr_names_.find(ino);
+  return it != xattr_names_.end() && std::chrono::steady_clock::now() < it->second.expires;
+}
+
 void FuseFs::ForgetXattrNames(uint64_t ino) {
   std::lock_guard lock(xattr_mu_);
   xattr_names_.erase(ino);
@@ -820,8 +826,20 @@ void FuseFs::SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const ch
 
 void FuseFs::GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   // The kernel checked the caller may read this namespace (default_permissions); absence is all
-  // that is answered here.
-  if (KnownAbsent(ino, name)) {
+  // that is answered here. When the names expired, one GetAttr brings them (and keeps them for
+  // the attribute timeout): the kernel asks for security.capability before every write, and
+  // writes do not refresh attributes.
+  bool absent = KnownAbsent(ino, name);
+  if (!absent && !KnowsXattrNames(ino)) {
+    fs3rpc::InoRequest a;
+    a.set_ino(ino);
+    fs3rpc::Inode inode;
+    if (Meta("fs3-meta GetAttr", &fs3rpc::Meta::Stub::GetAttr, a, &inode).ok()) {
+      NoteXattrNames(inode);
+      absent = KnownAbsent(ino, name);
+    }
+  }
+  if (absent) {
     if (metrics_ != nullptr) {
       metrics_
           ->Counter("fs3_fuse_xattr_absent_cached_total",

@@ -162,6 +162,7 @@ class FuseFs {
   void NoteXattrNames(const fs3rpc::Inode& inode);
   // Whether `name` is known to be absent on `ino` (from attributes still fresh).
   bool KnownAbsent(uint64_t ino, const std::string& name);
+  bool KnowsXattrNames(uint64_t ino);  // fresh names for `ino` are at hand
   void ForgetXattrNames(uint64_t ino);
   std::unordered_map<std::string_view, prometheus::Histogram*> latency_;  // by operation
 };
