@@ -18,8 +18,9 @@
 //   reads of it fetch each block once (larger files read randomly fetch exactly what is asked).
 // - the names of a file's extended attributes come with its attributes and are kept as long
 //   (`attr_timeout_s`), so a lookup of a missing one (security.capability, which the kernel asks
-//   before every write, or the ACL names `ls -l` asks) is answered here without a round trip;
-//   setxattr / removexattr on this mount drop them at once;
+//   before every write, or the ACL names `ls -l` asks) is answered here without a round trip
+//   (when they expired, one GetAttr brings them again); setxattr / removexattr on this mount drop
+//   them at once;
 // Lengths: a file's length grows as this mount writes; on flush and fsync it is settled at
 // fs3-meta (from what this mount wrote and what storage holds), so a later open on any mount sees
 // it. Calls to fs3-meta and storage are retried across restarts of fs3-meta and failures of a
