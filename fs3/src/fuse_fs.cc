@@ -141,6 +141,9 @@ FuseFs::FuseFs(const FuseOptions& options, std::unique_ptr<StorageClient> storag
     latency_[op] = &metrics_->Histogram("fs3_fuse_op_seconds", "FUSE operation latency",
                                         Metrics::LatencyBuckets(), {{"op", op}});
   }
+  xattr_absent_cached_ =
+      &metrics_->Counter("fs3_fuse_xattr_absent_cached_total",
+                         "getxattr of a missing name answered from the attributes' cache");
 }
 
 void FuseFs::Observe(const char* op, Clock::time_point start) {
@@ -209,22 +212,16 @@ void FuseFs::NoteXattrNames(const fs3rpc::Inode& inode) {
   xattr_names_[inode.ino()] = std::move(seen);
 }
 
-bool FuseFs::KnownAbsent(uint64_t ino, const std::string& name) {
+std::optional<bool> FuseFs::HasXattr(uint64_t ino, const std::string& name) {
   std::lock_guard lock(xattr_mu_);
   auto it = xattr_names_.find(ino);
-  if (it == xattr_names_.end()) return false;
+  if (it == xattr_names_.end()) return std::nullopt;
   if (std::chrono::steady_clock::now() >= it->second.expires) {
     xattr_names_.erase(it);
-    return false;
+    return std::nullopt;
   }
   const auto& names = it->second.names;
-  return std::find(names.begin(), names.end(), name) == names.end();
-}
-
-bool FuseFs::KnowsXattrNames(uint64_t ino) {
-  std::lock_guard lock(xattr_mu_);
-  auto it = xattr_names_.find(ino);
-  return it != xattr_names_.end() && std::chrono::steady_clock::now() < it->second.expires;
+  return std::find(names.begin(), names.end(), name) != names.end();
 }
 
 void FuseFs::ForgetXattrNames(uint64_t ino) {
@@ -829,23 +826,18 @@ void FuseFs::GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t s
   // that is answered here. When the names expired, one GetAttr brings them (and keeps them for
   // the attribute timeout): the kernel asks for security.capability before every write, and
   // writes do not refresh attributes.
-  bool absent = KnownAbsent(ino, name);
-  if (!absent && !KnowsXattrNames(ino)) {
+  std::optional<bool> has = HasXattr(ino, name);
+  if (!has) {
     fs3rpc::InoRequest a;
     a.set_ino(ino);
     fs3rpc::Inode inode;
     if (Meta("fs3-meta GetAttr", &fs3rpc::Meta::Stub::GetAttr, a, &inode).ok()) {
       NoteXattrNames(inode);
-      absent = KnownAbsent(ino, name);
+      has = HasXattr(ino, name);
     }
   }
-  if (absent) {
-    if (metrics_ != nullptr) {
-      metrics_
-          ->Counter("fs3_fuse_xattr_absent_cached_total",
-                    "getxattr of a missing name answered from the attributes' cache")
-          .Increment();
-    }
+  if (has == false) {
+    if (xattr_absent_cached_ != nullptr) xattr_absent_cached_->Increment();
     return (void)fuse_reply_err(req, ENODATA);
   }
   fs3rpc::XattrRequest r;

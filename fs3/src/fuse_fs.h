@@ -35,6 +35,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -161,10 +162,10 @@ class FuseFs {
   std::mutex xattr_mu_;
   std::unordered_map<uint64_t, XattrNames> xattr_names_;
   void NoteXattrNames(const fs3rpc::Inode& inode);
-  // Whether `name` is known to be absent on `ino` (from attributes still fresh).
-  bool KnownAbsent(uint64_t ino, const std::string& name);
-  bool KnowsXattrNames(uint64_t ino);  // fresh names for `ino` are at hand
+  // Whether `ino` has the attribute `name`, from names still fresh; nullopt if none are at hand.
+  std::optional<bool> HasXattr(uint64_t ino, const std::string& name);
   void ForgetXattrNames(uint64_t ino);
+  prometheus::Counter* xattr_absent_cached_ = nullptr;
   std::unordered_map<std::string_view, prometheus::Histogram*> latency_;  // by operation
 };
 
