@@ -16,6 +16,20 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   return IoError(what + ": " + s.ToString());
 }
 
+Status FillBatch(const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs,
+                 rocksdb::WriteBatch* batch) {
+  for (const auto& [key, value] : kvs) {
+    if (value == nullptr) {
+      batch->Delete(key);
+      continue;
+    }
+    std::string bytes;
+    if (!value->SerializeToString(&bytes)) return Internal("cannot serialise " + key);
+    batch->Put(key, bytes);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ProtoDb::CheckSpace() const {
@@ -60,18 +74,53 @@ Status ProtoDb::PutBatch(
   if (kvs.empty()) return Status::Ok();
   FF_RETURN_IF_ERROR(CheckSpace());
   rocksdb::WriteBatch batch;
-  for (const auto& [key, value] : kvs) {
-    if (value == nullptr) {
-      batch.Delete(key);
-      continue;
-    }
-    std::string bytes;
-    if (!value->SerializeToString(&bytes)) return Internal("cannot serialise " + key);
-    batch.Put(key, bytes);
-  }
+  FF_RETURN_IF_ERROR(FillBatch(kvs, &batch));
   rocksdb::WriteOptions options;
   options.sync = true;
   return FromRocks(db_->Write(options, &batch), "write to " + path_);
+}
+
+Result<uint64_t> ProtoDb::PutBatchLogged(
+    const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs) {
+  if (kvs.empty()) return db_->GetLatestSequenceNumber();
+  {
+    std::lock_guard lock(sync_mu_);
+    FF_RETURN_IF_ERROR(sync_error_);  // nothing more is acknowledged after a failed sync
+  }
+  FF_RETURN_IF_ERROR(CheckSpace());
+  rocksdb::WriteBatch batch;
+  FF_RETURN_IF_ERROR(FillBatch(kvs, &batch));
+  rocksdb::WriteOptions options;  // logged (the log is written to the kernel), not synced
+  FF_RETURN_IF_ERROR(FromRocks(db_->Write(options, &batch), "write to " + path_));
+  ++logged_batches_;
+  // The caller's lock keeps other writers out, so the newest sequence number is this batch's
+  // last (or a later one, which only makes the wait cover more).
+  return db_->GetLatestSequenceNumber();
+}
+
+Status ProtoDb::AwaitDurable(uint64_t seq) {
+  std::unique_lock lock(sync_mu_);
+  while (sync_error_.ok() && synced_ < seq) {
+    if (syncing_) {  // a sync is under way: it may cover us; if not, the next one will
+      sync_cv_.wait(lock);
+      continue;
+    }
+    syncing_ = true;
+    // Everything logged so far goes in this sync, whoever wrote it.
+    const uint64_t upto = db_->GetLatestSequenceNumber();
+    lock.unlock();
+    const rocksdb::Status s = db_->SyncWAL();
+    lock.lock();
+    syncing_ = false;
+    ++group_syncs_;
+    if (s.ok()) {
+      synced_ = std::max(synced_, upto);
+    } else {
+      sync_error_ = FromRocks(s, "sync the log of " + path_);
+    }
+    sync_cv_.notify_all();
+  }
+  return sync_error_;
 }
 
 Status ProtoDb::Delete(const std::string& key) {

@@ -110,10 +110,33 @@ Result<std::size_t> MetaService::CollectGarbage() {
   return done;
 }
 
+void MetaService::ReportLog() {
+  // Counters only move forward, whichever thread reports last.
+  auto advance = [](std::atomic<uint64_t>& reported, uint64_t now, prometheus::Counter& c) {
+    uint64_t before = reported.load();
+    while (now > before && !reported.compare_exchange_weak(before, now)) {
+    }
+    if (now > before) c.Increment(static_cast<double>(now - before));
+  };
+  advance(reported_batches_, store_->LoggedBatches(),
+          metrics_->Counter("fs3_meta_logged_batches_total",
+                            "Metadata changes written to the log (one per operation)"));
+  advance(reported_syncs_, store_->LogSyncs(),
+          metrics_->Counter("fs3_meta_log_syncs_total",
+                            "Syncs of the log; concurrent operations share one (group commit)"));
+}
+
 grpc::Status MetaService::Serve(const char* op, const std::function<Status()>& body) {
   const auto start = std::chrono::steady_clock::now();
-  grpc::Status st = ServeRpc(op, body);
+  // Every answer waits until what the operation did or saw is on disk; concurrent operations
+  // share one sync (group commit, MetaStore::AwaitDurable).
+  grpc::Status st = ServeRpc(op, [&]() -> Status {
+    Status done = body();
+    FF_RETURN_IF_ERROR(store_->AwaitDurable());
+    return done;
+  });
   if (metrics_) {
+    ReportLog();
     metrics_
         ->Histogram("fs3_meta_op_seconds", "Metadata operation latency", Metrics::LatencyBuckets(),
                     {{"op", op}})

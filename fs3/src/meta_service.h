@@ -78,10 +78,13 @@ class MetaService final : public fs3rpc::Meta::Service {
   // and moves mtime / ctime.
   Result<fs3rpc::Inode> Settle(uint64_t ino, uint64_t at_least);
   grpc::Status Serve(const char* op, const std::function<Status()>& body);
+  void ReportLog();  // the group commit's counters
 
   const MetaOptions options_;
   std::unique_ptr<MetaStore> store_;
   Metrics* metrics_;
+  std::atomic<uint64_t> reported_batches_{0};
+  std::atomic<uint64_t> reported_syncs_{0};
   std::mutex storage_mu_;
   std::unique_ptr<StorageClient> storage_;
   std::mutex gc_mu_;

@@ -69,7 +69,7 @@ bool Dot(const std::string& name) {
 // Reads see the operation's own writes; Commit applies them in one synced batch.
 class MetaStore::Txn {
  public:
-  explicit Txn(ProtoDb& db) : db_(db) {}
+  Txn(ProtoDb& db, std::atomic<uint64_t>* needed) : db_(db), needed_(needed) {}
 
   Result<Inode> GetInode(uint64_t ino) {
     const std::string key = InodeKey(ino);
@@ -152,7 +152,8 @@ class MetaStore::Txn {
     return (*counter_)++;
   }
 
-  Status Commit() {
+  // Applies and logs the batch; `durable`: MetaStore::AwaitDurable waits for it.
+  Status Commit(bool durable = true) {
     std::vector<std::pair<std::string, const google::protobuf::Message*>> kvs;
     for (const auto& [key, inode] : inodes_)
       kvs.emplace_back(key, inode ? &*inode : nullptr);
@@ -182,11 +183,14 @@ class MetaStore::Txn {
     }
     for (const auto& [ino, layout] : garbage_)
       kvs.emplace_back(GarbageKey(ino), &layout);
-    return db_.PutBatch(kvs);
+    FF_ASSIGN_OR_RETURN(uint64_t seq, db_.PutBatchLogged(kvs));
+    if (durable && !kvs.empty()) needed_->store(std::max(needed_->load(), seq));
+    return Status::Ok();
   }
 
  private:
   ProtoDb& db_;
+  std::atomic<uint64_t>* needed_;
   std::map<std::string, std::optional<Inode>> inodes_;
   std::map<std::string, std::optional<Dentry>> dentries_;
   std::vector<std::pair<uint64_t, fs3rpc::Layout>> garbage_;
@@ -224,13 +228,13 @@ Result<std::unique_ptr<MetaStore>> MetaStore::Open(const std::string& path,
 
 Result<Inode> MetaStore::GetAttr(uint64_t ino) const {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   return t.GetInode(ino);
 }
 
 Result<Inode> MetaStore::Lookup(const Caller& c, uint64_t parent, const std::string& name) const {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
   if (!Permitted(c, dir, 1)) return PermissionDenied("no search permission on the directory");
   if (name == ".") return dir;
@@ -255,7 +259,7 @@ Result<Inode> MetaStore::MakeEntry(const Caller& c, uint64_t parent, const std::
                                    uint64_t rdev, const std::string& symlink, bool open,
                                    const std::vector<uint32_t>& chain_ids) {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
   if (Dot(name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
   FF_RETURN_IF_ERROR(CheckName(name));
@@ -343,7 +347,7 @@ Result<Inode> MetaStore::Symlink(const Caller& c, uint64_t parent, const std::st
 
 Result<std::string> MetaStore::Readlink(uint64_t ino) const {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
   if (inode.type() != fs3rpc::INODE_SYMLINK) return InvalidArgument("not a symbolic link");
   return inode.symlink();
@@ -352,7 +356,7 @@ Result<std::string> MetaStore::Readlink(uint64_t ino) const {
 Result<Inode> MetaStore::Link(const Caller& c, uint64_t ino, uint64_t parent,
                               const std::string& name, uint64_t request_id) {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(bool done, t.Done(request_id));
   if (done) return t.GetInode(ino);
   FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
@@ -400,7 +404,7 @@ void MetaStore::DropLink(Txn& t, Inode inode, int64_t now) {
 Status MetaStore::Unlink(const Caller& c, uint64_t parent, const std::string& name,
                          uint64_t request_id) {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(bool done, t.Done(request_id));
   if (done) return Status::Ok();
   FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
@@ -429,7 +433,7 @@ Status MetaStore::Unlink(const Caller& c, uint64_t parent, const std::string& na
 Status MetaStore::Rmdir(const Caller& c, uint64_t parent, const std::string& name,
                         uint64_t request_id) {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(bool done, t.Done(request_id));
   if (done) return Status::Ok();
   FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
@@ -469,7 +473,7 @@ Status MetaStore::Rename(const Caller& c, uint64_t src_parent, const std::string
   FF_RETURN_IF_ERROR(CheckName(src_name));
   FF_RETURN_IF_ERROR(CheckName(dst_name));
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(bool done, t.Done(request_id));
   if (done) return Status::Ok();
   FF_ASSIGN_OR_RETURN(Inode sdir, t.GetDir(src_parent));
@@ -578,7 +582,7 @@ Result<std::vector<DirEntry>> MetaStore::Readdir(const Caller& c, uint64_t ino,
                                                  const std::string& cursor,
                                                  std::size_t limit) const {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(ino));
   if (!Permitted(c, dir, 4)) return PermissionDenied("no read permission on the directory");
   const std::string prefix = DirPrefix(ino);
@@ -595,7 +599,7 @@ Result<std::vector<DirEntry>> MetaStore::Readdir(const Caller& c, uint64_t ino,
 
 Status MetaStore::OpenSession(uint64_t ino) {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
   inode.set_sessions(inode.sessions() + 1);
   t.PutInode(inode);
@@ -604,12 +608,13 @@ Status MetaStore::OpenSession(uint64_t ino) {
 
 Status MetaStore::CloseSession(uint64_t ino, std::optional<uint64_t> size) {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
   if (inode.sessions() == 0)
     return FailedPrecondition("inode " + std::to_string(ino) + " is not open");
   inode.set_sessions(inode.sessions() - 1);
-  if (size && *size > inode.size()) {
+  const bool grows = size && *size > inode.size();
+  if (grows) {
     inode.set_size(*size);
     inode.set_mtime_ns(NowNs());
     inode.set_ctime_ns(inode.mtime_ns());
@@ -617,15 +622,15 @@ Status MetaStore::CloseSession(uint64_t ino, std::optional<uint64_t> size) {
   if (inode.sessions() == 0 && inode.nlink() == 0) {
     t.DeleteInode(ino);  // unlinked while open: its data goes now
     if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(ino, inode.layout());
-  } else {
-    t.PutInode(inode);
+    return t.Commit();
   }
-  return t.Commit();
+  t.PutInode(inode);
+  return t.Commit(/*durable=*/grows);
 }
 
 Result<Inode> MetaStore::SettleLength(uint64_t ino, uint64_t length, bool written) {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
   if (inode.type() != fs3rpc::INODE_FILE) return inode;
   if (length > inode.size() || written) {
@@ -690,7 +695,7 @@ Status MetaStore::Forget(uint64_t ino) {
 
 Result<Inode> MetaStore::SetStripe(const Caller& c, uint64_t ino, uint32_t stripe) {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(ino));
   if (!c.root() && c.uid != dir.uid()) {
     return Err(StatusCode::kNotPermitted, "only the owner may change a directory's layout");
@@ -705,7 +710,7 @@ Result<Inode> MetaStore::SetStripe(const Caller& c, uint64_t ino, uint32_t strip
 
 Result<Inode> MetaStore::SetAttributes(const Caller& c, uint64_t ino, const SetAttr& a) {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
   const bool owner = c.root() || c.uid == inode.uid();
   auto in_group = [&](uint32_t gid) {
@@ -810,7 +815,7 @@ Status MetaStore::SetXattr(const Caller& c, uint64_t ino, const std::string& nam
     return Err(StatusCode::kOutOfRange, "attribute values are at most 64 KiB");
   }
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
   FF_RETURN_IF_ERROR(XattrAccess(c, inode, name, /*write=*/true));
   const bool exists = inode.xattrs().count(name) > 0;
@@ -825,7 +830,7 @@ Status MetaStore::SetXattr(const Caller& c, uint64_t ino, const std::string& nam
 Result<std::string> MetaStore::GetXattr(const Caller& c, uint64_t ino,
                                         const std::string& name) const {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
   FF_RETURN_IF_ERROR(XattrAccess(c, inode, name, /*write=*/false));
   auto it = inode.xattrs().find(name);
@@ -835,7 +840,7 @@ Result<std::string> MetaStore::GetXattr(const Caller& c, uint64_t ino,
 
 Result<std::vector<std::string>> MetaStore::ListXattrs(const Caller& c, uint64_t ino) const {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
   std::vector<std::string> names;
   for (const auto& [name, value] : inode.xattrs()) {
@@ -848,7 +853,7 @@ Result<std::vector<std::string>> MetaStore::ListXattrs(const Caller& c, uint64_t
 
 Status MetaStore::RemoveXattr(const Caller& c, uint64_t ino, const std::string& name) {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
   FF_RETURN_IF_ERROR(XattrAccess(c, inode, name, /*write=*/true));
   if (inode.mutable_xattrs()->erase(name) == 0) return Err(StatusCode::kNoAttribute, "no " + name);
@@ -860,7 +865,7 @@ Status MetaStore::RemoveXattr(const Caller& c, uint64_t ino, const std::string& 
 Result<std::vector<std::string>> MetaStore::CheckData(const std::map<uint64_t, uint64_t>& stored,
                                                       bool repair) {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   std::vector<std::string> problems;
   for (const auto& [ino, length] : stored) {
     auto inode = t.GetInode(ino);
@@ -892,7 +897,7 @@ Result<std::vector<std::string>> MetaStore::CheckData(const std::map<uint64_t, u
 
 Result<std::vector<std::string>> MetaStore::Fsck(bool repair) {
   std::lock_guard lock(mu_);
-  Txn t(*db_);
+  Txn t(*db_, &needed_);
   std::vector<std::string> problems;
   std::map<uint64_t, Inode> inodes;
   FF_ASSIGN_OR_RETURN(auto inode_rows, db_->ScanKeys("i/", "", SIZE_MAX));

@@ -6,7 +6,9 @@
 #include <rocksdb/db.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <set>
+#include <thread>
 
 #include "tests/support/subprocess.h"
 
@@ -349,6 +351,77 @@ TEST_F(MetaStoreTest, ExtendedAttributes) {
   ASSERT_TRUE(store_->RemoveXattr(root_, f->ino(), "user.tag").ok());
   EXPECT_EQ(Code(store_->GetXattr(root_, f->ino(), "user.tag")), StatusCode::kNoAttribute);
   EXPECT_EQ(Code(store_->RemoveXattr(root_, f->ino(), "user.tag")), StatusCode::kNoAttribute);
+}
+
+// Group commit: changes are applied and logged at once, and one sync makes every change logged
+// so far durable; a close that only ends a session needs none.
+TEST_F(MetaStoreTest, ChangesShareOneSyncAndBareClosesNeedNone) {
+  ASSERT_TRUE(store_->AwaitDurable().ok());
+  const uint64_t syncs = store_->LogSyncs();
+  const uint64_t batches = store_->LoggedBatches();
+  std::vector<uint64_t> inos;
+  for (const char* name : {"a", "b", "c"}) {
+    auto f = store_->Create(root_, kRootIno, name, 0644, 0, fs3rpc::INODE_FILE, 0, /*open=*/true);
+    ASSERT_TRUE(f.ok()) << f.status();
+    inos.push_back(f->ino());
+  }
+  EXPECT_EQ(store_->LoggedBatches(), batches + 3);
+  EXPECT_EQ(store_->LogSyncs(), syncs);  // nothing waited yet
+  ASSERT_TRUE(store_->AwaitDurable().ok());
+  EXPECT_EQ(store_->LogSyncs(), syncs + 1);  // the three share one sync
+  ASSERT_TRUE(store_->AwaitDurable().ok());
+  EXPECT_EQ(store_->LogSyncs(), syncs + 1);  // and a read after them waits for nothing more
+
+  // Closing a session (the length as it was) is logged but needs no sync of its own...
+  ASSERT_TRUE(store_->CloseSession(inos[0], std::nullopt).ok());
+  ASSERT_TRUE(store_->CloseSession(inos[1], 0).ok());
+  ASSERT_TRUE(store_->AwaitDurable().ok());
+  EXPECT_EQ(store_->LogSyncs(), syncs + 1);
+  // ...but one that grows the length does, as does one that ends an unlinked file.
+  ASSERT_TRUE(store_->CloseSession(inos[2], 4096).ok());
+  ASSERT_TRUE(store_->AwaitDurable().ok());
+  EXPECT_EQ(store_->LogSyncs(), syncs + 2);
+  ASSERT_TRUE(store_->OpenSession(inos[0]).ok());
+  ASSERT_TRUE(store_->Unlink(root_, kRootIno, "a").ok());
+  ASSERT_TRUE(store_->AwaitDurable().ok());
+  EXPECT_EQ(store_->LogSyncs(), syncs + 3);
+  ASSERT_TRUE(store_->CloseSession(inos[0], std::nullopt).ok());
+  ASSERT_TRUE(store_->AwaitDurable().ok());
+  EXPECT_EQ(store_->LogSyncs(), syncs + 4);
+  EXPECT_THAT(*store_->Garbage(), ElementsAre(inos[0]));
+
+  // What was logged is there after a reopen (the log is replayed), lazy closes included.
+  Reopen();
+  EXPECT_EQ(store_->GetAttr(inos[1])->sessions(), 0u);
+  EXPECT_EQ(store_->GetAttr(inos[2])->size(), 4096u);
+  EXPECT_EQ(Code(store_->GetAttr(inos[0])), StatusCode::kNotFound);
+  EXPECT_THAT(Names(kRootIno), ElementsAre("b", "c"));
+}
+
+// Operations from many threads at once: each sees the others' changes and nothing is lost.
+TEST_F(MetaStoreTest, ConcurrentOperationsAllLand) {
+  constexpr int kThreads = 8, kFiles = 40;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kFiles; ++i) {
+        const std::string name = "t" + std::to_string(t) + "-" + std::to_string(i);
+        auto f = store_->Create(root_, kRootIno, name, 0644);
+        if (!f.ok() || !store_->AwaitDurable().ok()) ++failures;
+        if (i % 2 == 1 &&
+            (!store_->Unlink(root_, kRootIno, name).ok() || !store_->AwaitDurable().ok())) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (auto& th : threads)
+    th.join();
+  EXPECT_EQ(failures.load(), 0);
+  Reopen();
+  EXPECT_EQ(Names(kRootIno).size(), static_cast<size_t>(kThreads * kFiles / 2));
+  EXPECT_TRUE(store_->Fsck(false)->empty());
 }
 
 TEST_F(MetaStoreTest, FsckFindsAndRepairsInconsistencies) {

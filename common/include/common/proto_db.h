@@ -8,8 +8,11 @@
 
 #include <google/protobuf/message.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,7 +21,8 @@
 
 namespace rocksdb {
 class DB;
-}
+class WriteBatch;
+}  // namespace rocksdb
 
 namespace ff {
 
@@ -40,6 +44,21 @@ class ProtoDb {
   // All of them or none; a null value deletes its key.
   Status PutBatch(const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs);
   Status Delete(const std::string& key);
+
+  // Group commit, for a daemon that serialises its own read-modify-write operations under a lock
+  // and would otherwise hold that lock through one disk sync per operation. PutBatchLogged applies
+  // the batch and writes it to the log without waiting for the disk, and returns its sequence
+  // number: readers see it at once, and it survives a kill of the process (the log is in the
+  // kernel's page cache), not a crash of the machine. AwaitDurable(seq), called after letting go
+  // of the lock, returns once everything up to `seq` is on disk; concurrent callers share one
+  // sync. A failed sync is sticky: what readers saw may never reach the disk, so every later
+  // AwaitDurable fails too, and the daemon must restart (recovering from the log).
+  Result<uint64_t> PutBatchLogged(
+      const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs);
+  Status AwaitDurable(uint64_t seq);
+  // Batches written by PutBatchLogged, and the log syncs AwaitDurable made for them (metrics).
+  uint64_t LoggedBatches() const { return logged_batches_; }
+  uint64_t GroupSyncs() const { return group_syncs_; }
   // kNotFound when absent; kDataLoss when the record does not parse as `out`'s type.
   Status Get(const std::string& key, google::protobuf::Message* out) const;
 
@@ -71,6 +90,14 @@ class ProtoDb {
 
   std::unique_ptr<rocksdb::DB> db_;
   std::string path_;
+
+  std::mutex sync_mu_;  // group commit
+  std::condition_variable sync_cv_;
+  uint64_t synced_ = 0;  // every sequence number up to this one is on disk
+  bool syncing_ = false;
+  Status sync_error_;
+  std::atomic<uint64_t> group_syncs_{0};
+  std::atomic<uint64_t> logged_batches_{0};
 };
 
 }  // namespace ff

@@ -117,10 +117,23 @@ class MetaStore {
   Result<std::vector<DirEntry>> Readdir(const Caller& c, uint64_t ino, const std::string& cursor,
                                         std::size_t limit) const;
 
+  // Durability. An operation returns once applied and logged (it survives a kill of the
+  // process); AwaitDurable returns once every change applied so far is on disk, so a server
+  // calls it after each operation before it answers (reads too: what they saw must not vanish in
+  // a crash). Concurrent operations share one sync instead of holding the lock through one each.
+  Status AwaitDurable() const { return db_->AwaitDurable(needed_); }
+  // Batches logged and log syncs made for them since Open (their ratio: how many operations
+  // share a sync).
+  uint64_t LoggedBatches() const { return db_->LoggedBatches(); }
+  uint64_t LogSyncs() const { return db_->GroupSyncs(); }
+
   // Sessions: an open file keeps its inode after unlink until it is closed.
   Status OpenSession(uint64_t ino);
   // Closes a session; `size` (if set) is a length the file has at least (what the closing
-  // client wrote up to): the recorded length grows to it.
+  // client wrote up to): the recorded length grows to it. A close that only ends a session (the
+  // length as it was, the file still linked) does not wait for the disk: lost in a crash of the
+  // machine, it leaves the session count too high, as a client that dies with the file open
+  // does; that keeps an unlinked file's data, never loses any.
   Status CloseSession(uint64_t ino, std::optional<uint64_t> size);
   // A file's length as its data says (close, fsync): grows the recorded length to `length`;
   // `written` (data was written) moves mtime and ctime.
@@ -164,6 +177,8 @@ class MetaStore {
 
   std::unique_ptr<ProtoDb> db_;
   mutable std::mutex mu_;  // serialises operations: each is one batch
+  // The newest batch that must be on disk before anything is acknowledged or read (group commit).
+  mutable std::atomic<uint64_t> needed_{0};
 };
 
 }  // namespace ff::fs3
