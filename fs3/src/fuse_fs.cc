@@ -124,13 +124,31 @@ void FuseOptions::Bind(ConfigSection& s) {
   s.Optional("threads", threads);
   s.Check(threads >= 1, "threads", "must be at least 1");
   s.Optional("retry_timeout_s", retry_timeout_s);
+  s.Optional("meta_frames", meta_frames);
 }
+
+namespace {
+
+MetaClientOptions MetaClientOptionsFor(const FuseOptions& options) {
+  MetaClientOptions o;
+  o.address = options.meta;
+  o.frames = options.meta_frames;
+  // Every call is safe to retry (reads, or mutations with a request id): keep trying while
+  // fs3-meta restarts.
+  o.call = CallOptions::Idempotent(std::chrono::seconds(10));
+  o.call.max_attempts = 1 << 20;
+  o.call.max_backoff = std::chrono::milliseconds(500);
+  o.call.total_deadline = std::chrono::seconds(options.retry_timeout_s);
+  return o;
+}
+
+}  // namespace
 
 FuseFs::FuseFs(const FuseOptions& options, std::unique_ptr<StorageClient> storage, Metrics* metrics)
     : options_(options),
       storage_(std::move(storage)),
       metrics_(metrics),
-      meta_(fs3rpc::Meta::NewStub(MakeChannel(options.meta))),
+      meta_(std::make_unique<MetaClient>(MetaClientOptionsFor(options))),
       next_request_(std::random_device{}() * uint64_t{0x100000000} + 1) {
   if (!metrics_) return;
   for (const char* op :
@@ -151,18 +169,6 @@ void FuseFs::Observe(const char* op, Clock::time_point start) {
   if (it != latency_.end()) {
     it->second->Observe(std::chrono::duration<double>(Clock::now() - start).count());
   }
-}
-
-template <typename Req, typename Resp, typename Method>
-Status FuseFs::Meta(const char* what, Method method, const Req& req, Resp* resp) {
-  // Every call is safe to retry (reads, or mutations with a request id): keep trying while
-  // fs3-meta restarts.
-  CallOptions o = CallOptions::Idempotent(std::chrono::seconds(10));
-  o.max_attempts = 1 << 20;
-  o.max_backoff = std::chrono::milliseconds(500);
-  o.total_deadline = std::chrono::seconds(options_.retry_timeout_s);
-  return CallRpc(what, o,
-                 [&](grpc::ClientContext* c) { return (meta_.get()->*method)(c, req, resp); });
 }
 
 std::vector<uint32_t> FuseFs::GroupsOf(fuse_req_t req, pid_t pid) {
@@ -345,7 +351,7 @@ Status FuseFs::Sync(OpenFile& f, std::unique_lock<std::mutex>& lock) {
   r.set_size(f.size);
   r.set_wrote(true);
   fs3rpc::Inode out;
-  FF_RETURN_IF_ERROR(Meta("fs3-meta Sync", &fs3rpc::Meta::Stub::Sync, r, &out));
+  FF_RETURN_IF_ERROR(meta_->Sync(r, &out));
   f.dirty = false;
   return Status::Ok();
 }
@@ -358,7 +364,7 @@ void FuseFs::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   r.set_parent(parent);
   r.set_name(name);
   fs3rpc::Inode out;
-  Status st = Meta("fs3-meta Lookup", &fs3rpc::Meta::Stub::Lookup, r, &out);
+  Status st = meta_->Lookup(r, &out);
   if (st.code() == StatusCode::kNotFound && options_.negative_timeout_s > 0) {
     fuse_entry_param e{};
     e.entry_timeout = options_.negative_timeout_s;
@@ -373,7 +379,7 @@ void FuseFs::GetAttr(fuse_req_t req, fuse_ino_t ino) {
   fs3rpc::InoRequest r;
   r.set_ino(ino);
   fs3rpc::Inode out;
-  Status st = Meta("fs3-meta GetAttr", &fs3rpc::Meta::Stub::GetAttr, r, &out);
+  Status st = meta_->GetAttr(r, &out);
   if (!st.ok()) return ReplyErr(req, st);
   struct stat s = ToStat(out);
   fuse_reply_attr(req, &s, options_.attr_timeout_s);
@@ -415,7 +421,7 @@ void FuseFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_s
     }
   }
   fs3rpc::Inode out;
-  Status st = Meta("fs3-meta SetAttr", &fs3rpc::Meta::Stub::SetAttr, r, &out);
+  Status st = meta_->SetAttr(r, &out);
   if (!st.ok()) return ReplyErr(req, st);
   if (f) {
     f->size = out.size();
@@ -430,7 +436,7 @@ void FuseFs::Readlink(fuse_req_t req, fuse_ino_t ino) {
   fs3rpc::InoRequest r;
   r.set_ino(ino);
   fs3rpc::XattrReply out;
-  Status st = Meta("fs3-meta Readlink", &fs3rpc::Meta::Stub::Readlink, r, &out);
+  Status st = meta_->Readlink(r, &out);
   if (!st.ok()) return ReplyErr(req, st);
   fuse_reply_readlink(req, out.value().c_str());
 }
@@ -447,7 +453,7 @@ void FuseFs::Make(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mo
   if (symlink) r.set_symlink_target(symlink);
   r.set_request_id(NextRequest());
   fs3rpc::Inode out;
-  Status st = Meta("fs3-meta Make", &fs3rpc::Meta::Stub::Make, r, &out);
+  Status st = meta_->Make(r, &out);
   if (!st.ok()) return ReplyErr(req, st);
   ReplyEntry(req, out);
 }
@@ -459,8 +465,7 @@ void FuseFs::Remove(fuse_req_t req, fuse_ino_t parent, const char* name, bool di
   r.set_name(name);
   r.set_request_id(NextRequest());
   fs3rpc::Empty out;
-  Status st = dir ? Meta("fs3-meta Rmdir", &fs3rpc::Meta::Stub::Rmdir, r, &out)
-                  : Meta("fs3-meta Unlink", &fs3rpc::Meta::Stub::Unlink, r, &out);
+  Status st = dir ? meta_->Rmdir(r, &out) : meta_->Unlink(r, &out);
   fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
 }
 
@@ -482,7 +487,7 @@ void FuseFs::Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_in
   r.set_flags(f);
   r.set_request_id(NextRequest());
   fs3rpc::Empty out;
-  Status st = Meta("fs3-meta Rename", &fs3rpc::Meta::Stub::Rename, r, &out);
+  Status st = meta_->Rename(r, &out);
   fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
 }
 
@@ -494,7 +499,7 @@ void FuseFs::Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const ch
   r.set_name(newname);
   r.set_request_id(NextRequest());
   fs3rpc::Inode out;
-  Status st = Meta("fs3-meta Link", &fs3rpc::Meta::Stub::Link, r, &out);
+  Status st = meta_->Link(r, &out);
   if (!st.ok()) return ReplyErr(req, st);
   ReplyEntry(req, out);
 }
@@ -504,7 +509,7 @@ void FuseFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   *r.mutable_cred() = Cred(req);
   r.set_ino(ino);
   fs3rpc::Inode inode;
-  Status st = Meta("fs3-meta Open", &fs3rpc::Meta::Stub::Open, r, &inode);
+  Status st = meta_->Open(r, &inode);
   if (!st.ok()) return ReplyErr(req, st);
   const int acc = fi->flags & O_ACCMODE;
   const uint32_t mask = (acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6);
@@ -515,7 +520,7 @@ void FuseFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fs3rpc::CloseRequest c;
     c.set_ino(ino);
     fs3rpc::Empty e;
-    (void)Meta("fs3-meta Close", &fs3rpc::Meta::Stub::Close, c, &e);
+    (void)meta_->Close(c, &e);
     fuse_reply_err(req, EACCES);
     return;
   }
@@ -543,7 +548,7 @@ void FuseFs::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t 
   r.set_open(true);
   r.set_request_id(NextRequest());
   fs3rpc::Inode inode;
-  Status st = Meta("fs3-meta Make", &fs3rpc::Meta::Stub::Make, r, &inode);
+  Status st = meta_->Make(r, &inode);
   if (!st.ok()) return ReplyErr(req, st);
   auto* h = new Handle{Acquire(inode), false, (fi->flags & O_ACCMODE) != O_RDONLY};
   fi->fh = reinterpret_cast<uint64_t>(h);
@@ -702,7 +707,7 @@ void FuseFs::Release(fuse_req_t req, fuse_file_info* fi) {
   }
   lock.unlock();
   fs3rpc::Empty out;
-  Status closed = Meta("fs3-meta Close", &fs3rpc::Meta::Stub::Close, r, &out);
+  Status closed = meta_->Close(r, &out);
   ReleaseFile(h->file);
   delete h;
   if (st.ok()) st = closed;
@@ -736,7 +741,7 @@ void FuseFs::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fus
         fs3rpc::InoRequest r;
         r.set_ino(ino);
         fs3rpc::Inode dir;
-        Status s = Meta("fs3-meta GetAttr", &fs3rpc::Meta::Stub::GetAttr, r, &dir);
+        Status s = meta_->GetAttr(r, &dir);
         if (!s.ok()) {
           if (used > 0) break;
           lock.unlock();
@@ -756,7 +761,7 @@ void FuseFs::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fus
         r.set_cursor(d->entries.empty() ? "" : d->entries.back().name);
         r.set_limit(kReaddirPage);
         fs3rpc::ReaddirReply page;
-        Status s = Meta("fs3-meta Readdir", &fs3rpc::Meta::Stub::Readdir, r, &page);
+        Status s = meta_->Readdir(r, &page);
         if (!s.ok()) {
           if (used > 0) break;  // what is in the buffer goes; the error comes with the next call
           lock.unlock();
@@ -788,7 +793,7 @@ void FuseFs::Releasedir(fuse_req_t req, fuse_file_info* fi) {
 void FuseFs::Statfs(fuse_req_t req) {
   fs3rpc::Empty r;
   fs3rpc::StatfsReply out;
-  Status st = Meta("fs3-meta Statfs", &fs3rpc::Meta::Stub::Statfs, r, &out);
+  Status st = meta_->Statfs(r, &out);
   if (!st.ok()) return ReplyErr(req, st);
   struct statvfs s {};
   s.f_bsize = 1 << 20;
@@ -816,7 +821,7 @@ void FuseFs::SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const ch
   r.set_flags(f);
   fs3rpc::Empty out;
   ForgetXattrNames(ino);
-  Status st = Meta("fs3-meta SetXattr", &fs3rpc::Meta::Stub::SetXattr, r, &out);
+  Status st = meta_->SetXattr(r, &out);
   ForgetXattrNames(ino);  // also what a getattr meanwhile brought back
   fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
 }
@@ -831,7 +836,7 @@ void FuseFs::GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t s
     fs3rpc::InoRequest a;
     a.set_ino(ino);
     fs3rpc::Inode inode;
-    if (Meta("fs3-meta GetAttr", &fs3rpc::Meta::Stub::GetAttr, a, &inode).ok()) {
+    if (meta_->GetAttr(a, &inode).ok()) {
       NoteXattrNames(inode);
       has = HasXattr(ino, name);
     }
@@ -845,7 +850,7 @@ void FuseFs::GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t s
   r.set_ino(ino);
   r.set_name(name);
   fs3rpc::XattrReply out;
-  Status st = Meta("fs3-meta GetXattr", &fs3rpc::Meta::Stub::GetXattr, r, &out);
+  Status st = meta_->GetXattr(r, &out);
   if (!st.ok()) return ReplyErr(req, st);
   if (size == 0) {
     fuse_reply_xattr(req, out.value().size());
@@ -861,7 +866,7 @@ void FuseFs::ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   *r.mutable_cred() = Cred(req);
   r.set_ino(ino);
   fs3rpc::XattrReply out;
-  Status st = Meta("fs3-meta ListXattrs", &fs3rpc::Meta::Stub::ListXattrs, r, &out);
+  Status st = meta_->ListXattrs(r, &out);
   if (!st.ok()) return ReplyErr(req, st);
   std::string names;
   for (const std::string& n : out.names()) {
@@ -884,7 +889,7 @@ void FuseFs::RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   r.set_name(name);
   fs3rpc::Empty out;
   ForgetXattrNames(ino);
-  Status st = Meta("fs3-meta RemoveXattr", &fs3rpc::Meta::Stub::RemoveXattr, r, &out);
+  Status st = meta_->RemoveXattr(r, &out);
   ForgetXattrNames(ino);
   fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
 }
@@ -893,7 +898,7 @@ void FuseFs::Access(fuse_req_t req, fuse_ino_t ino, int mask) {
   fs3rpc::InoRequest r;
   r.set_ino(ino);
   fs3rpc::Inode inode;
-  Status st = Meta("fs3-meta GetAttr", &fs3rpc::Meta::Stub::GetAttr, r, &inode);
+  Status st = meta_->GetAttr(r, &inode);
   if (!st.ok()) return ReplyErr(req, st);
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Caller caller{ctx->uid, ctx->gid, {}};

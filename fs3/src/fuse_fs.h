@@ -43,6 +43,7 @@
 
 #include "common/config.h"
 #include "fs3/client.h"
+#include "fs3/meta_client.h"
 #include "fs3/meta_store.h"
 #include "fs3/proto/meta.grpc.pb.h"
 #include "monitoring/metrics.h"
@@ -65,6 +66,8 @@ struct FuseOptions {
   uint64_t max_inflight_read_bytes = uint64_t{64} << 20;
   uint32_t threads = 16;          // FUSE worker threads at most
   uint32_t retry_timeout_s = 60;  // how long a call keeps retrying a restarting service
+  // Metadata calls over fs3-meta's frame transport when it offers one (false: always gRPC).
+  bool meta_frames = true;
   void Bind(ConfigSection& s);
 };
 
@@ -87,9 +90,6 @@ class FuseFs {
   fs3rpc::Credentials Cred(fuse_req_t req);
   std::vector<uint32_t> GroupsOf(fuse_req_t req, pid_t pid);
   uint64_t NextRequest() { return next_request_++; }
-  template <typename Req, typename Resp, typename Method>
-  Status Meta(const char* what, Method method, const Req& req, Resp* resp);
-
   struct stat ToStat(const fs3rpc::Inode& inode);
   void ReplyEntry(fuse_req_t req, const fs3rpc::Inode& inode);
   void ReplyErr(fuse_req_t req, const Status& st);
@@ -143,7 +143,7 @@ class FuseFs {
   fuse_session* session_ = nullptr;
   std::unique_ptr<StorageClient> storage_;
   Metrics* metrics_;
-  std::unique_ptr<fs3rpc::Meta::Stub> meta_;
+  std::unique_ptr<MetaClient> meta_;
   std::atomic<uint64_t> next_request_;
   std::atomic<uint64_t> cache_used_{0};  // bytes of small files' blocks kept
   std::mutex files_mu_;

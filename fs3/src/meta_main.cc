@@ -9,7 +9,7 @@ int main(int argc, char** argv) {
   using ff::fs3::MetaService;
   ff::ServiceDaemon<MetaOptions, MetaService> daemon{"fs3-meta", "fs3 metadata service"};
   daemon.make = [](MetaOptions& o, ff::Metrics& m) { return MetaService::Create(o, &m); };
-  daemon.start = [](MetaService& s, const std::string&) { s.Start(); };
+  daemon.start = [](MetaService& s, const std::string& address) { s.Start(address); };
   daemon.stop = [](MetaService& s) { s.Stop(); };
   return daemon.Run(argc, argv);
 }

@@ -5,7 +5,9 @@
 #include <chrono>
 
 #include "common/logging.h"
+#include "common/net.h"
 #include "common/rpc_status.h"
+#include "fs3/meta_frames.h"
 
 namespace ff::fs3 {
 namespace {
@@ -32,6 +34,13 @@ void MetaOptions::Bind(ConfigSection& s) {
   s.Optional("mgmtd", mgmtd);
   s.Optional("gc_interval_ms", gc_interval_ms);
   s.Check(gc_interval_ms >= 10, "gc_interval_ms", "must be at least 10");
+  s.Optional("frames_listen", frames_listen);
+  if (s.mode() == ConfigSection::Mode::kRead && !frames_listen.empty() && frames_listen != "off") {
+    std::string host;
+    int port = 0;
+    Status st = SplitHostPort(frames_listen, &host, &port);
+    s.Check(st.ok(), "frames_listen", st.message() + "; or \"\" or \"off\"");
+  }
 }
 
 Result<std::unique_ptr<MetaService>> MetaService::Create(const MetaOptions& options,
@@ -68,7 +77,30 @@ Result<fs3rpc::Inode> MetaService::Settle(uint64_t ino, uint64_t at_least) {
   return store_->SettleLength(ino, length, /*written=*/true);
 }
 
-void MetaService::Start() {
+void MetaService::Start(const std::string& rpc_address) {
+  std::string listen = options_.frames_listen;
+  if (listen.empty() && !rpc_address.empty()) {
+    std::string host;
+    int port = 0;
+    if (SplitHostPort(rpc_address, &host, &port).ok()) {
+      listen = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":0";
+    }
+  }
+  if (!listen.empty() && listen != "off") {
+    std::map<uint16_t, FrameServer::Handler> handlers;
+#define FS3_META_FRAME_HANDLER(id, name, Req, Resp)             \
+  handlers[id] = FrameServer::Typed<fs3rpc::Req, fs3rpc::Resp>( \
+      [this](const fs3rpc::Req& r, fs3rpc::Resp* out) { return name(nullptr, &r, out); });
+    FS3_META_FRAME_METHODS(FS3_META_FRAME_HANDLER)
+#undef FS3_META_FRAME_HANDLER
+    auto server = FrameServer::Start(listen, std::move(handlers));
+    if (server.ok()) {
+      frames_ = std::move(*server);
+      spdlog::info("frame transport listening on {}", frames_->address());
+    } else {  // clients use gRPC
+      spdlog::error("no frame transport: {}", server.status().message());
+    }
+  }
   gc_ = std::thread([this] {
     std::unique_lock lock(gc_mu_);
     while (!stopping_) {
@@ -89,6 +121,7 @@ void MetaService::Stop() {
   }
   gc_cv_.notify_all();
   if (gc_.joinable()) gc_.join();
+  if (frames_) frames_->Shutdown();
 }
 
 Result<std::size_t> MetaService::CollectGarbage() {
@@ -318,6 +351,19 @@ grpc::Status MetaService::RemoveXattr(grpc::ServerContext*, const fs3rpc::XattrR
                                       fs3rpc::Empty*) {
   return Serve("removexattr",
                [&] { return store_->RemoveXattr(CallerOf(r->cred()), r->ino(), r->name()); });
+}
+
+grpc::Status MetaService::Endpoints(grpc::ServerContext*, const fs3rpc::Empty*,
+                                    fs3rpc::EndpointsReply* out) {
+  return ServeRpc("Endpoints", [&] {
+    if (frames_) {
+      std::string host;
+      int port = 0;
+      FF_RETURN_IF_ERROR(SplitHostPort(frames_->address(), &host, &port));
+      out->set_frames_port(static_cast<uint32_t>(port));
+    }
+    return Status::Ok();
+  });
 }
 
 grpc::Status MetaService::Open(grpc::ServerContext*, const fs3rpc::InoRequest* r,

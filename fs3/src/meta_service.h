@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/config.h"
+#include "common/frame_rpc.h"
 #include "fs3/client.h"
 #include "fs3/meta_store.h"
 #include "fs3/proto/meta.grpc.pb.h"
@@ -28,6 +29,10 @@ struct MetaOptions {
   // cuts chunks on truncate, reports space in statfs and deletes removed files' chunks.
   std::string mgmtd;
   uint32_t gc_interval_ms = 1000;  // how often the garbage collector looks for removed files
+  // The frame transport (common/frame_rpc.h) clients use for metadata calls: "" listens on the
+  // gRPC address's host, any free port (clients learn it with Endpoints); "host:port"; or "off"
+  // (clients then use gRPC).
+  std::string frames_listen;
   void Bind(ConfigSection& s);
 };
 
@@ -62,9 +67,12 @@ class MetaService final : public fs3rpc::Meta::Service {
   grpc::Status SetLayout(grpc::ServerContext*, const fs3rpc::SetLayoutRequest*,
                          fs3rpc::Inode*) override;
   grpc::Status Fsck(grpc::ServerContext*, const fs3rpc::FsckRequest*, fs3rpc::FsckReply*) override;
+  grpc::Status Endpoints(grpc::ServerContext*, const fs3rpc::Empty*,
+                         fs3rpc::EndpointsReply*) override;
 
-  // The garbage collector: deletes the chunks of removed files (with `mgmtd` set).
-  void Start();
+  // The frame transport (on `rpc_address`'s host unless configured) and the garbage collector,
+  // which deletes the chunks of removed files (with `mgmtd` set).
+  void Start(const std::string& rpc_address = "");
   void Stop();
   // One pass of the collector; returns how many files' data it deleted.
   Result<std::size_t> CollectGarbage();
@@ -91,6 +99,7 @@ class MetaService final : public fs3rpc::Meta::Service {
   std::condition_variable gc_cv_;
   bool stopping_ = false;
   std::thread gc_;
+  std::unique_ptr<FrameServer> frames_;
 };
 
 }  // namespace ff::fs3

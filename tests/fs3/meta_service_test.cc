@@ -15,6 +15,7 @@
 #include "common/net.h"
 #include "common/rpc_client.h"
 #include "common/rpc_status.h"
+#include "fs3/meta_client.h"
 #include "fs3/proto/meta.grpc.pb.h"
 #include "tests/support/full_disk.h"
 #include "tests/support/subprocess.h"
@@ -23,6 +24,8 @@ namespace ff {
 namespace {
 
 using namespace std::chrono_literals;
+using fs3::MetaClient;
+using fs3::MetaClientOptions;
 
 class MetaServiceTest : public ::testing::Test {
  protected:
@@ -237,6 +240,65 @@ TEST_F(MetaServiceTest, KilledDuringAStormEveryAcknowledgedOperationSurvives) {
 
 // fs3-meta on a full disk: an operation it cannot make durable is refused with ENOSPC, nothing
 // acknowledged is lost, and with room again (and after a kill -9) it serves on, fsck clean.
+// The client's lean path: fs3-meta says where its frame transport is, the client sends its calls
+// there, and after fs3-meta is killed and comes back (its frames on a new port) the client finds
+// them again within the call's retries. With the transport off, calls go over gRPC.
+TEST_F(MetaServiceTest, TheClientUsesFramesAndFindsThemAgainAfterARestart) {
+  MetaClientOptions o;
+  o.address = address_;
+  o.call = CallOptions::Idempotent(2s);
+  o.call.max_attempts = 100;
+  o.call.total_deadline = 30s;
+  MetaClient client(o);
+  fs3rpc::MakeRequest make;
+  make.set_parent(1);
+  make.set_name("over-frames");
+  make.set_mode(0644);
+  make.set_type(fs3rpc::INODE_FILE);
+  make.set_request_id(77);
+  fs3rpc::Inode made;
+  ASSERT_TRUE(client.Make(make, &made).ok());
+  const std::string frames = client.FramesAddress();
+  EXPECT_FALSE(frames.empty());
+  EXPECT_NE(frames, address_);
+  // A handler's error arrives with its code, and changes nothing.
+  fs3rpc::Inode again;
+  make.set_request_id(78);
+  EXPECT_EQ(client.Make(make, &again).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(client.FramesAddress(), frames);
+
+  meta_->Signal(SIGKILL);
+  meta_->Wait(5s);
+  fs3rpc::NameRequest look;
+  look.set_parent(1);
+  look.set_name("over-frames");
+  fs3rpc::Inode found;
+  Status st;
+  std::thread call([&] { st = client.Lookup(look, &found); });  // retried until fs3-meta is back
+  std::this_thread::sleep_for(500ms);
+  Start();  // from this thread: the child dies with the thread that started it
+  call.join();
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(found.ino(), made.ino());
+  EXPECT_FALSE(client.FramesAddress().empty());
+
+  // fs3-meta without frames: the client asks, hears none, and uses gRPC.
+  meta_->Signal(SIGTERM);
+  meta_->Wait(5s);
+  test::WriteFile(dir_.File("meta.toml"),
+                  "[server]\nlisten = \"" + address_ +
+                      "\"\n[metrics]\nenabled = false\n[meta]\ndata_dir = \"" + dir_.File("meta") +
+                      "\"\nframes_listen = \"off\"\n");
+  Start();
+  MetaClient plain(o);
+  ASSERT_TRUE(plain.Lookup(look, &found).ok());
+  EXPECT_EQ(plain.FramesAddress(), "");
+  o.frames = false;  // and a client told not to use them never asks
+  MetaClient no_frames(o);
+  ASSERT_TRUE(no_frames.Lookup(look, &found).ok());
+  EXPECT_EQ(no_frames.FramesAddress(), "");
+}
+
 class MetaFullDiskTest : public MetaServiceTest {
  protected:
   void SetUp() override {

@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# fs3's metadata speed against libfuse's passthrough_ll over the same disk, in one run: create,
+# stat, rename, readdir (with a stat of each entry, as `ls -la`) and unlink of empty files, by one
+# worker and by several workers (processes) spread over two mounts of each; and `ls -la` of one
+# directory of 5,000 files after its cached entries expired. fs3 runs on this machine with one
+# replica (deploy/fs3-local.sh), and every fs3 metadata change is on disk before it is answered
+# (passthrough_ll's are not: ext4 syncs them later), so sync latency bounds fs3's single-worker
+# figure.
+#
+#   fs3/bench/meta-bench.sh [--files 2000] [--workers 8] [--ls-files 5000] [--dir /var/tmp]
+#
+# Needs root (mounts with allow_other), gcc, a built tree (build/). Measure on a quiet machine:
+# under CPU load passthrough_ll slows more than fs3, which flatters fs3's ratios.
+# Last line: meta bench: 1 worker create+stat+unlink X% of passthrough_ll, N workers on two
+#            mounts Y%, ls -la of 5000 files Z x passthrough_ll's time
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+files=2000
+workers=8
+ls_files=5000
+base=/var/tmp
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --files) files=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
+    --ls-files) ls_files=$2; shift 2 ;;
+    --dir) base=$2; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "meta-bench: unknown argument '$1'" >&2; exit 64 ;;
+  esac
+done
+say() { echo "meta-bench: $*" >&2; }
+for tool in gcc pkg-config fusermount3; do
+  command -v "$tool" >/dev/null || { say "$tool is missing (deploy/install-deps.sh installs it)"; exit 1; }
+done
+[ "$(id -u)" -eq 0 ] || { say "run as root (mounts with allow_other)"; exit 1; }
+[ -x build/fs3/fs3-fuse ] || { say "build the tree first (cmake --build build)"; exit 1; }
+
+work=$(mktemp -d "$base/meta-bench.XXXXXX")
+pids=()
+cleanup() {
+  for m in "$work"/pt-mnt1 "$work"/pt-mnt2 "$work"/fs3-mnt2; do
+    fusermount3 -u "$m" 2>/dev/null || true
+  done
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  deploy/fs3-local.sh stop "$work/fs3" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+wait_mount() {
+  for _ in $(seq 200); do mountpoint -q "$1" && return 0; sleep 0.05; done
+  say "$1 did not mount"; return 1
+}
+
+# Two passthrough_ll mounts of one source folder (Debian's libfuse3-dev example).
+examples=/usr/share/doc/libfuse3-dev/examples
+gcc -O2 -o "$work/passthrough_ll" "$examples/passthrough_ll.c" -I"$examples" \
+  $(pkg-config fuse3 --cflags --libs)
+mkdir -p "$work/pt-src"
+for i in 1 2; do
+  mkdir -p "$work/pt-mnt$i"
+  "$work/passthrough_ll" -f -o allow_other,source="$work/pt-src" "$work/pt-mnt$i" \
+    >"$work/passthrough$i.log" 2>&1 &
+  pids+=($!)
+  wait_mount "$work/pt-mnt$i"
+done
+
+# fs3 with one replica, its data on the same disk, and a second fs3-fuse mount of it.
+FS3_REPLICATION=1 FS3_DATA="$work/fs3-data" FS3_MOUNT="$work/fs3-mnt1" \
+  deploy/fs3-local.sh start "$work/fs3" 2>/dev/null
+mkdir -p "$work/fs3-mnt2"
+build/fs3/fs3-fuse "$work/fs3-mnt2" --config "$work/fs3/fuse.toml" \
+  --set metrics.listen=127.0.0.1:0 >"$work/fuse2.log" 2>&1 &
+pids+=($!)
+wait_mount "$work/fs3-mnt2"
+
+# One phase = every worker does its share at once; the rate is all operations over the time from
+# the common start to the last worker's end.
+cat >"$work/driver.py" <<'PY'
+import json, multiprocessing as mp, os, sys, time
+
+def worker(root, n, barrier, out, idx):
+    d = os.path.join(root, f"w{idx}")
+    os.mkdir(d)
+    times = {}
+    def phase(name, fn):
+        barrier.wait()
+        start = time.monotonic()
+        fn()
+        times[name] = (start, time.monotonic())
+    def create():
+        for i in range(n):
+            os.close(os.open(f"{d}/f{i}", os.O_CREAT | os.O_WRONLY, 0o644))
+    def stat():
+        for i in range(n):
+            os.stat(f"{d}/f{i}")
+    def rename():
+        for i in range(n):
+            os.rename(f"{d}/f{i}", f"{d}/g{i}")
+    def readdir():
+        with os.scandir(d) as it:
+            for e in it:
+                e.stat(follow_symlinks=False)
+    def unlink():
+        for i in range(n):
+            os.unlink(f"{d}/g{i}")
+    for name, fn in (("create", create), ("stat", stat), ("rename", rename),
+                     ("readdir", readdir), ("unlink", unlink)):
+        phase(name, fn)
+    os.rmdir(d)
+    out.put((idx, times))
+
+def run(mounts, workers, n):
+    barrier = mp.Barrier(workers)
+    out = mp.Queue()
+    procs = [mp.Process(target=worker, args=(mounts[i % len(mounts)], n, barrier, out, i))
+             for i in range(workers)]
+    for p in procs: p.start()
+    results = [out.get() for _ in procs]
+    for p in procs: p.join()
+    rates = {}
+    for name in ("create", "stat", "rename", "readdir", "unlink"):
+        start = min(t[name][0] for _, t in results)
+        end = max(t[name][1] for _, t in results)
+        rates[name] = workers * n / (end - start)
+    spans = {k: workers * n / v for k, v in rates.items()}
+    css = spans["create"] + spans["stat"] + spans["unlink"]
+    rates["create+stat+unlink"] = 3 * workers * n / css
+    return rates
+
+if __name__ == "__main__":
+    mounts, workers, n = sys.argv[1].split(","), int(sys.argv[2]), int(sys.argv[3])
+    print(json.dumps(run(mounts, workers, n)))
+PY
+
+ls_time() {  # DIR -> seconds of `ls -la` of DIR/big (median of three, cached entries expired)
+  /usr/bin/python3 - "$1" "$ls_files" <<'PY'
+import os, subprocess, sys, time
+d, n = os.path.join(sys.argv[1], "big"), int(sys.argv[2])
+os.mkdir(d)
+for i in range(n):
+    os.close(os.open(f"{d}/file-{i:05d}", os.O_CREAT | os.O_WRONLY, 0o644))
+runs = []
+for _ in range(3):
+    time.sleep(1.2)  # past the 1 s entry and attribute timeouts of both
+    start = time.monotonic()
+    subprocess.run(["ls", "-la", d], stdout=subprocess.DEVNULL, check=True)
+    runs.append(time.monotonic() - start)
+print(f"{sorted(runs)[1]:.3f}")
+PY
+}
+
+declare -A one many ls
+for fs in pt fs3; do
+  one[$fs]=$(/usr/bin/python3 "$work/driver.py" "$work/$fs-mnt1" 1 "$files")
+  many[$fs]=$(/usr/bin/python3 "$work/driver.py" "$work/$fs-mnt1,$work/$fs-mnt2" "$workers" \
+    "$((files / workers > 0 ? files / workers : 1))")
+  ls[$fs]=$(ls_time "$work/$fs-mnt1")
+done
+
+/usr/bin/python3 - "${one[pt]}" "${one[fs3]}" "${many[pt]}" "${many[fs3]}" "${ls[pt]}" \
+  "${ls[fs3]}" "$workers" "$ls_files" <<'PY'
+import json, sys
+one_pt, one_fs3, many_pt, many_fs3 = (json.loads(a) for a in sys.argv[1:5])
+ls_pt, ls_fs3, workers, ls_files = float(sys.argv[5]), float(sys.argv[6]), sys.argv[7], sys.argv[8]
+print(f"{'operations per second':<24} {'passthrough_ll':>15} {'fs3':>9} {'ratio':>6}"
+      f" | {workers + ' workers, 2 mounts':>20} {'fs3':>9} {'ratio':>6}")
+for op in ("create", "stat", "rename", "readdir", "unlink", "create+stat+unlink"):
+    print(f"{op:<24} {one_pt[op]:>15.0f} {one_fs3[op]:>9.0f} {100 * one_fs3[op] / one_pt[op]:>5.0f}%"
+          f" | {many_pt[op]:>20.0f} {many_fs3[op]:>9.0f} {100 * many_fs3[op] / many_pt[op]:>5.0f}%")
+print(f"ls -la of {ls_files} files: passthrough_ll {ls_pt:.3f} s, fs3 {ls_fs3:.3f} s "
+      f"({ls_fs3 / ls_pt:.1f}x)")
+key = "create+stat+unlink"
+print(f"meta bench: 1 worker {key} {100 * one_fs3[key] / one_pt[key]:.0f}% of passthrough_ll, "
+      f"{workers} workers on two mounts {100 * many_fs3[key] / many_pt[key]:.0f}%, "
+      f"ls -la of {ls_files} files {ls_fs3 / ls_pt:.1f} x passthrough_ll's time")
+PY
