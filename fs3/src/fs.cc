@@ -186,7 +186,7 @@ Status FileSystem::Unlink(const std::string& path) {
   r.set_parent(where.first);
   r.set_name(where.second);
   r.set_request_id(next_request_++);
-  fs3rpc::Empty e;
+  fs3rpc::DirsReply e;
   return CallRpc("fs3-meta Unlink", CallOptions::Idempotent(),
                  [&](grpc::ClientContext* c) { return meta_->Unlink(c, r, &e); });
 }

@@ -97,7 +97,10 @@ struct FuseFs::Handle {
 
 struct FuseFs::DirHandle {
   std::mutex mu;
-  std::vector<DirEntry> entries;  // loaded page by page: offsets stay valid while it is open
+  // Loaded page by page (offsets stay valid while it is open); with their attributes when the
+  // page was read for READDIRPLUS, and when that was.
+  std::vector<fs3rpc::DirEntryInfo> entries;
+  std::vector<std::chrono::steady_clock::time_point> loaded;
   bool complete = false;
   uint64_t parent = 0;  // the inode of "..", looked up when first listed
 };
@@ -152,13 +155,16 @@ FuseFs::FuseFs(const FuseOptions& options, std::unique_ptr<StorageClient> storag
       next_request_(std::random_device{}() * uint64_t{0x100000000} + 1) {
   if (!metrics_) return;
   for (const char* op :
-       {"lookup",   "getattr",  "setattr",   "readlink",    "mknod",   "mkdir",      "unlink",
-        "rmdir",    "symlink",  "rename",    "link",        "open",    "read",       "write",
-        "flush",    "release",  "fsync",     "opendir",     "readdir", "releasedir", "statfs",
-        "setxattr", "getxattr", "listxattr", "removexattr", "access",  "create"}) {
+       {"lookup", "getattr",  "setattr",  "readlink",  "mknod",       "mkdir",       "unlink",
+        "rmdir",  "symlink",  "rename",   "link",      "open",        "read",        "write",
+        "flush",  "release",  "fsync",    "opendir",   "readdir",     "readdirplus", "releasedir",
+        "statfs", "setxattr", "getxattr", "listxattr", "removexattr", "access",      "create"}) {
     latency_[op] = &metrics_->Histogram("fs3_fuse_op_seconds", "FUSE operation latency",
                                         Metrics::LatencyBuckets(), {{"op", op}});
   }
+  dir_attrs_local_ = &metrics_->Counter("fs3_fuse_dir_attrs_local_total",
+                                        "getattr of a directory answered with the attributes this "
+                                        "mount's last change in it returned");
   xattr_absent_cached_ =
       &metrics_->Counter("fs3_fuse_xattr_absent_cached_total",
                          "getxattr of a missing name answered from the attributes' cache");
@@ -233,6 +239,34 @@ std::optional<bool> FuseFs::HasXattr(uint64_t ino, const std::string& name) {
 void FuseFs::ForgetXattrNames(uint64_t ino) {
   std::lock_guard lock(xattr_mu_);
   xattr_names_.erase(ino);
+}
+
+void FuseFs::NoteDirs(const google::protobuf::RepeatedPtrField<fs3rpc::Inode>& dirs) {
+  if (dirs.empty() || options_.attr_timeout_s <= 0) return;
+  const auto expires = std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>(options_.attr_timeout_s));
+  std::lock_guard lock(dir_attrs_mu_);
+  for (const fs3rpc::Inode& d : dirs) {
+    auto [it, fresh] = dir_attrs_.try_emplace(d.ino(), DirAttrs{d, expires});
+    // Concurrent changes answer in any order: keep the later state.
+    if (!fresh && d.ctime_ns() >= it->second.inode.ctime_ns()) it->second = DirAttrs{d, expires};
+  }
+}
+
+std::optional<fs3rpc::Inode> FuseFs::TakeDirAttrs(uint64_t ino) {
+  std::lock_guard lock(dir_attrs_mu_);
+  auto it = dir_attrs_.find(ino);
+  if (it == dir_attrs_.end()) return std::nullopt;
+  std::optional<fs3rpc::Inode> out;
+  if (std::chrono::steady_clock::now() < it->second.expires) out = std::move(it->second.inode);
+  dir_attrs_.erase(it);
+  return out;
+}
+
+void FuseFs::ForgetDirAttrs(uint64_t ino) {
+  std::lock_guard lock(dir_attrs_mu_);
+  dir_attrs_.erase(ino);
 }
 
 struct stat FuseFs::ToStat(const fs3rpc::Inode& inode) {
@@ -376,6 +410,12 @@ void FuseFs::Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 void FuseFs::GetAttr(fuse_req_t req, fuse_ino_t ino) {
+  if (auto dir = TakeDirAttrs(ino)) {  // what this mount's last change in it returned
+    if (dir_attrs_local_) dir_attrs_local_->Increment();
+    struct stat s = ToStat(*dir);
+    fuse_reply_attr(req, &s, options_.attr_timeout_s);
+    return;
+  }
   fs3rpc::InoRequest r;
   r.set_ino(ino);
   fs3rpc::Inode out;
@@ -421,6 +461,7 @@ void FuseFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_s
     }
   }
   fs3rpc::Inode out;
+  ForgetDirAttrs(ino);
   Status st = meta_->SetAttr(r, &out);
   if (!st.ok()) return ReplyErr(req, st);
   if (f) {
@@ -455,6 +496,7 @@ void FuseFs::Make(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mo
   fs3rpc::Inode out;
   Status st = meta_->Make(r, &out);
   if (!st.ok()) return ReplyErr(req, st);
+  NoteDirs(out.dirs());
   ReplyEntry(req, out);
 }
 
@@ -464,8 +506,9 @@ void FuseFs::Remove(fuse_req_t req, fuse_ino_t parent, const char* name, bool di
   r.set_parent(parent);
   r.set_name(name);
   r.set_request_id(NextRequest());
-  fs3rpc::Empty out;
+  fs3rpc::DirsReply out;
   Status st = dir ? meta_->Rmdir(r, &out) : meta_->Unlink(r, &out);
+  if (st.ok()) NoteDirs(out.dirs());
   fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
 }
 
@@ -486,8 +529,9 @@ void FuseFs::Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_in
   if (flags & RENAME_EXCHANGE) f |= kRenameExchange;
   r.set_flags(f);
   r.set_request_id(NextRequest());
-  fs3rpc::Empty out;
+  fs3rpc::DirsReply out;
   Status st = meta_->Rename(r, &out);
+  if (st.ok()) NoteDirs(out.dirs());
   fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
 }
 
@@ -501,6 +545,7 @@ void FuseFs::Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const ch
   fs3rpc::Inode out;
   Status st = meta_->Link(r, &out);
   if (!st.ok()) return ReplyErr(req, st);
+  NoteDirs(out.dirs());
   ReplyEntry(req, out);
 }
 
@@ -550,6 +595,7 @@ void FuseFs::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t 
   fs3rpc::Inode inode;
   Status st = meta_->Make(r, &inode);
   if (!st.ok()) return ReplyErr(req, st);
+  NoteDirs(inode.dirs());
   auto* h = new Handle{Acquire(inode), false, (fi->flags & O_ACCMODE) != O_RDONLY};
   fi->fh = reinterpret_cast<uint64_t>(h);
   fuse_entry_param e{};
@@ -720,7 +766,8 @@ void FuseFs::Opendir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   if (fuse_reply_open(req, fi) == -ENOENT) delete reinterpret_cast<DirHandle*>(fi->fh);
 }
 
-void FuseFs::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+void FuseFs::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi,
+                     bool plus) {
   auto* d = reinterpret_cast<DirHandle*>(fi->fh);
   // The reply goes after the lock is released: once answered, the kernel may release (and
   // this process delete) the handle at any moment.
@@ -731,6 +778,7 @@ void FuseFs::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fus
   for (auto next = static_cast<std::size_t>(off);; ++next) {
     std::string name;
     struct stat st {};
+    const fs3rpc::Inode* attrs = nullptr;
     if (next == 0) {
       name = ".";
       st.st_ino = ino;
@@ -758,8 +806,9 @@ void FuseFs::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fus
         fs3rpc::ReaddirRequest r;
         *r.mutable_cred() = Cred(req);
         r.set_ino(ino);
-        r.set_cursor(d->entries.empty() ? "" : d->entries.back().name);
+        r.set_cursor(d->entries.empty() ? "" : d->entries.back().name());
         r.set_limit(kReaddirPage);
+        r.set_plus(plus);
         fs3rpc::ReaddirReply page;
         Status s = meta_->Readdir(r, &page);
         if (!s.ok()) {
@@ -767,17 +816,44 @@ void FuseFs::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fus
           lock.unlock();
           return ReplyErr(req, s);
         }
-        for (const auto& e : page.entries())
-          d->entries.push_back({e.name(), e.ino(), e.type()});
+        const auto now = std::chrono::steady_clock::now();
+        for (auto& e : *page.mutable_entries()) {
+          d->entries.push_back(std::move(e));
+          d->loaded.push_back(now);
+        }
         if (page.entries_size() < static_cast<int>(kReaddirPage)) d->complete = true;
       }
       if (k >= d->entries.size()) break;
-      name = d->entries[k].name;
-      st.st_ino = d->entries[k].ino;
-      st.st_mode = ModeOfType(d->entries[k].type);
+      const fs3rpc::DirEntryInfo& e = d->entries[k];
+      name = e.name();
+      st.st_ino = e.ino();
+      st.st_mode = ModeOfType(e.type());
+      // READDIRPLUS: the entry and its attributes, as a lookup would give them, while they are
+      // no older than the attribute timeout; else (or for a plain page) the kernel looks it up.
+      if (plus && e.has_inode() &&
+          std::chrono::steady_clock::now() - d->loaded[k] <
+              std::chrono::duration<double>(options_.attr_timeout_s)) {
+        attrs = &e.inode();
+      }
     }
-    const std::size_t need = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(),
-                                               &st, static_cast<off_t>(next + 1));
+    std::size_t need = 0;
+    if (!plus) {
+      need = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st,
+                               static_cast<off_t>(next + 1));
+    } else {
+      fuse_entry_param p{};  // ino 0: a name only ("." and "..", or no fresh attributes)
+      if (attrs != nullptr) {
+        p.ino = attrs->ino();
+        p.generation = 1;
+        p.attr = ToStat(*attrs);
+        p.attr_timeout = options_.attr_timeout_s;
+        p.entry_timeout = options_.entry_timeout_s;
+      } else {
+        p.attr = st;
+      }
+      need = fuse_add_direntry_plus(req, buf.data() + used, size - used, name.c_str(), &p,
+                                    static_cast<off_t>(next + 1));
+    }
     if (need > size - used) break;
     used += need;
   }
@@ -820,6 +896,7 @@ void FuseFs::SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const ch
   if (flags & XATTR_REPLACE) f |= kXattrReplace;
   r.set_flags(f);
   fs3rpc::Empty out;
+  ForgetDirAttrs(ino);
   ForgetXattrNames(ino);
   Status st = meta_->SetXattr(r, &out);
   ForgetXattrNames(ino);  // also what a getattr meanwhile brought back
@@ -889,6 +966,7 @@ void FuseFs::RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   r.set_name(name);
   fs3rpc::Empty out;
   ForgetXattrNames(ino);
+  ForgetDirAttrs(ino);
   Status st = meta_->RemoveXattr(r, &out);
   ForgetXattrNames(ino);
   fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
@@ -998,7 +1076,11 @@ struct FuseOps {
     FF_TIMED("opendir", Opendir(req, ino, fi));
   }
   static void Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
-    FF_TIMED("readdir", Readdir(req, ino, size, off, fi));
+    FF_TIMED("readdir", Readdir(req, ino, size, off, fi, false));
+  }
+  static void Readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                          fuse_file_info* fi) {
+    FF_TIMED("readdirplus", Readdir(req, ino, size, off, fi, true));
   }
   static void Releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
     FF_TIMED("releasedir", Releasedir(req, fi));
@@ -1057,6 +1139,7 @@ const fuse_lowlevel_ops& FuseFs::Ops() {
     o.fsync = FuseOps::Fsync;
     o.opendir = FuseOps::Opendir;
     o.readdir = FuseOps::Readdir;
+    o.readdirplus = FuseOps::Readdirplus;
     o.releasedir = FuseOps::Releasedir;
     o.fsyncdir = FuseOps::Fsyncdir;
     o.statfs = FuseOps::Statfs;

@@ -128,7 +128,9 @@ class FuseFs {
   void Release(fuse_req_t req, fuse_file_info* fi);
   void Fsync(fuse_req_t req, fuse_file_info* fi);
   void Opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
-  void Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
+  // `plus`: READDIRPLUS, each entry with its attributes (the kernel then needs no lookup).
+  void Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi,
+               bool plus);
   void Releasedir(fuse_req_t req, fuse_file_info* fi);
   void Statfs(fuse_req_t req);
   void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
@@ -166,6 +168,21 @@ class FuseFs {
   std::optional<bool> HasXattr(uint64_t ino, const std::string& name);
   void ForgetXattrNames(uint64_t ino);
   prometheus::Counter* xattr_absent_cached_ = nullptr;
+  // Directories' attributes as this mount's last change in them returned them (Make, Link,
+  // Unlink, Rmdir, Rename reply with them). The kernel drops a directory's attributes after each
+  // change of its entries and asks again (with default_permissions, before the next change): that
+  // one getattr is answered from here, once, within the attribute timeout. setattr and xattr
+  // changes through this mount forget the directory's entry.
+  struct DirAttrs {
+    fs3rpc::Inode inode;
+    std::chrono::steady_clock::time_point expires;
+  };
+  void NoteDirs(const google::protobuf::RepeatedPtrField<fs3rpc::Inode>& dirs);
+  std::optional<fs3rpc::Inode> TakeDirAttrs(uint64_t ino);
+  void ForgetDirAttrs(uint64_t ino);
+  std::mutex dir_attrs_mu_;
+  std::unordered_map<uint64_t, DirAttrs> dir_attrs_;
+  prometheus::Counter* dir_attrs_local_ = nullptr;
   std::unordered_map<std::string_view, prometheus::Histogram*> latency_;  // by operation
 };
 

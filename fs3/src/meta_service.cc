@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/logging.h"
@@ -212,11 +213,13 @@ grpc::Status MetaService::Make(grpc::ServerContext*, const fs3rpc::MakeRequest* 
       case fs3rpc::INODE_DIR: {
         FF_ASSIGN_OR_RETURN(*out,
                             store_->Mkdir(c, r->parent(), r->name(), r->mode(), r->request_id()));
+        AddDirs(out->mutable_dirs(), {r->parent()});
         return Status::Ok();
       }
       case fs3rpc::INODE_SYMLINK: {
         FF_ASSIGN_OR_RETURN(
             *out, store_->Symlink(c, r->parent(), r->name(), r->symlink_target(), r->request_id()));
+        AddDirs(out->mutable_dirs(), {r->parent()});
         return Status::Ok();
       }
       default: {
@@ -229,6 +232,7 @@ grpc::Status MetaService::Make(grpc::ServerContext*, const fs3rpc::MakeRequest* 
         FF_ASSIGN_OR_RETURN(
             *out, store_->Create(c, r->parent(), r->name(), r->mode(), r->request_id(), r->type(),
                                  r->rdev(), r->open(), chains));
+        AddDirs(out->mutable_dirs(), {r->parent()});
         return Status::Ok();
       }
     }
@@ -240,6 +244,7 @@ grpc::Status MetaService::Link(grpc::ServerContext*, const fs3rpc::LinkRequest* 
   return Serve("link", [&] {
     FF_ASSIGN_OR_RETURN(
         *out, store_->Link(CallerOf(r->cred()), r->ino(), r->parent(), r->name(), r->request_id()));
+    AddDirs(out->mutable_dirs(), {r->parent()});
     return Status::Ok();
   });
 }
@@ -253,38 +258,68 @@ grpc::Status MetaService::Readlink(grpc::ServerContext*, const fs3rpc::InoReques
 }
 
 grpc::Status MetaService::Unlink(grpc::ServerContext*, const fs3rpc::NameRequest* r,
-                                 fs3rpc::Empty*) {
+                                 fs3rpc::DirsReply* out) {
   return Serve("unlink", [&] {
-    return store_->Unlink(CallerOf(r->cred()), r->parent(), r->name(), r->request_id());
+    FF_RETURN_IF_ERROR(
+        store_->Unlink(CallerOf(r->cred()), r->parent(), r->name(), r->request_id()));
+    AddDirs(out->mutable_dirs(), {r->parent()});
+    return Status::Ok();
   });
 }
 
 grpc::Status MetaService::Rmdir(grpc::ServerContext*, const fs3rpc::NameRequest* r,
-                                fs3rpc::Empty*) {
+                                fs3rpc::DirsReply* out) {
   return Serve("rmdir", [&] {
-    return store_->Rmdir(CallerOf(r->cred()), r->parent(), r->name(), r->request_id());
+    FF_RETURN_IF_ERROR(store_->Rmdir(CallerOf(r->cred()), r->parent(), r->name(), r->request_id()));
+    AddDirs(out->mutable_dirs(), {r->parent()});
+    return Status::Ok();
   });
 }
 
 grpc::Status MetaService::Rename(grpc::ServerContext*, const fs3rpc::RenameRequest* r,
-                                 fs3rpc::Empty*) {
+                                 fs3rpc::DirsReply* out) {
   return Serve("rename", [&] {
-    return store_->Rename(CallerOf(r->cred()), r->src_parent(), r->src_name(), r->dst_parent(),
-                          r->dst_name(), r->flags(), r->request_id());
+    FF_RETURN_IF_ERROR(store_->Rename(CallerOf(r->cred()), r->src_parent(), r->src_name(),
+                                      r->dst_parent(), r->dst_name(), r->flags(), r->request_id()));
+    AddDirs(out->mutable_dirs(), {r->src_parent(), r->dst_parent()});
+    return Status::Ok();
   });
+}
+
+void MetaService::AddDirs(google::protobuf::RepeatedPtrField<fs3rpc::Inode>* dirs,
+                          std::initializer_list<uint64_t> inos) {
+  std::vector<uint64_t> done;
+  for (uint64_t ino : inos) {
+    if (std::find(done.begin(), done.end(), ino) != done.end()) continue;
+    done.push_back(ino);
+    auto dir = store_->GetAttr(ino);
+    if (dir.ok()) *dirs->Add() = std::move(*dir);
+  }
 }
 
 grpc::Status MetaService::Readdir(grpc::ServerContext*, const fs3rpc::ReaddirRequest* r,
                                   fs3rpc::ReaddirReply* out) {
   return Serve("readdir", [&]() -> Status {
     const std::size_t limit = r->limit() == 0 ? 1024 : std::min<uint32_t>(r->limit(), 65536);
-    FF_ASSIGN_OR_RETURN(auto entries,
-                        store_->Readdir(CallerOf(r->cred()), r->ino(), r->cursor(), limit));
+    const Caller caller = CallerOf(r->cred());
+    FF_ASSIGN_OR_RETURN(auto entries, store_->Readdir(caller, r->ino(), r->cursor(), limit));
+    bool plus = false;
+    if (r->plus()) {
+      FF_ASSIGN_OR_RETURN(fs3rpc::Inode dir, store_->GetAttr(r->ino()));
+      plus = MetaStore::Permitted(caller, dir, 1);  // what a lookup of each entry would ask
+    }
     for (const DirEntry& e : entries) {
       auto* d = out->add_entries();
       d->set_name(e.name);
       d->set_ino(e.ino);
       d->set_type(e.type);
+      if (!plus) continue;
+      auto inode = store_->GetAttr(e.ino);
+      if (inode.ok()) {
+        *d->mutable_inode() = std::move(*inode);
+      } else if (inode.status().code() != StatusCode::kNotFound) {  // gone since: no attributes
+        return inode.status();
+      }
     }
     return Status::Ok();
   });

@@ -46,9 +46,11 @@ class MetaService final : public fs3rpc::Meta::Service {
   grpc::Status Link(grpc::ServerContext*, const fs3rpc::LinkRequest*, fs3rpc::Inode*) override;
   grpc::Status Readlink(grpc::ServerContext*, const fs3rpc::InoRequest*,
                         fs3rpc::XattrReply*) override;
-  grpc::Status Unlink(grpc::ServerContext*, const fs3rpc::NameRequest*, fs3rpc::Empty*) override;
-  grpc::Status Rmdir(grpc::ServerContext*, const fs3rpc::NameRequest*, fs3rpc::Empty*) override;
-  grpc::Status Rename(grpc::ServerContext*, const fs3rpc::RenameRequest*, fs3rpc::Empty*) override;
+  grpc::Status Unlink(grpc::ServerContext*, const fs3rpc::NameRequest*,
+                      fs3rpc::DirsReply*) override;
+  grpc::Status Rmdir(grpc::ServerContext*, const fs3rpc::NameRequest*, fs3rpc::DirsReply*) override;
+  grpc::Status Rename(grpc::ServerContext*, const fs3rpc::RenameRequest*,
+                      fs3rpc::DirsReply*) override;
   grpc::Status Readdir(grpc::ServerContext*, const fs3rpc::ReaddirRequest*,
                        fs3rpc::ReaddirReply*) override;
   grpc::Status SetAttr(grpc::ServerContext*, const fs3rpc::SetAttrRequest*,
@@ -87,6 +89,10 @@ class MetaService final : public fs3rpc::Meta::Service {
   Result<fs3rpc::Inode> Settle(uint64_t ino, uint64_t at_least);
   grpc::Status Serve(const char* op, const std::function<Status()>& body);
   void ReportLog();  // the group commit's counters
+  // Appends the attributes of directories `inos` (after a change in them) to `dirs`; one that
+  // cannot be read is left out (the client then asks).
+  void AddDirs(google::protobuf::RepeatedPtrField<fs3rpc::Inode>* dirs,
+               std::initializer_list<uint64_t> inos);
 
   const MetaOptions options_;
   std::unique_ptr<MetaStore> store_;

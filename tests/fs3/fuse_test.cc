@@ -19,8 +19,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "common/net.h"
@@ -28,6 +30,7 @@
 #include "fs3/client.h"
 #include "fs3/proto/meta.grpc.pb.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
+#include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/wait.h"
 
@@ -175,12 +178,21 @@ class Cluster {
   }
 
   // A new fs3-fuse mount under the cluster's folder; returns its path.
-  std::string Mount(const std::string& name) {
+  std::string Mount(const std::string& name, const std::vector<std::string>& extra = {}) {
     const std::string path = dir_.File(name);
     stdfs::create_directories(path);
-    Start("fuse-" + name, FF_FS3_FUSE_PATH, {path, "--config", dir_.File("fuse.toml")});
+    std::vector<std::string> args = {path, "--config", dir_.File("fuse.toml")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Start("fuse-" + name, FF_FS3_FUSE_PATH, args);
     mounts_.push_back(path);
     return path;
+  }
+  // What a daemon's ready file says under `key` (e.g. "metrics").
+  std::string ReadyField(const std::string& name, const std::string& key) {
+    auto text = test::WaitForFile(dir_.File(name + ".ready"), 1s);
+    if (!text) return "";
+    auto j = nlohmann::json::parse(*text, nullptr, false);
+    return j.is_object() && j.contains(key) ? j[key].get<std::string>() : "";
   }
   test::Subprocess& proc(const std::string& name) { return *procs_[name]; }
 
@@ -755,6 +767,76 @@ TEST_F(FuseTest, MissingXattrsAreCachedWithTheAttributesAndStayCorrect) {
   EXPECT_TRUE(seen) << "another mount's xattr never showed";
   ASSERT_EQ(system(("fusermount3 -u " + second).c_str()), 0);
   (void)cluster_->proc("fuse-mnt3").Wait(10s);
+}
+
+// `ls -la` of a directory costs one READDIRPLUS per page, not a lookup per entry, and the
+// attributes it brings are right; a directory's getattr after a change in it is answered with the
+// attributes that change returned, and they are right too.
+TEST_F(FuseTest, ListingsBringAttributesAndDirectoryChangesNeedNoGetattr) {
+  const std::string mnt = cluster_->Mount(
+      "mnt4", {"--set", "metrics.enabled=true", "--set", "metrics.listen=127.0.0.1:0"});
+  const std::string metrics = cluster_->ReadyField("fuse-mnt4", "metrics");
+  ASSERT_FALSE(metrics.empty());
+  auto counter = [&](const std::string& line) -> double {
+    auto r = test::HttpGet(metrics, "/metrics");
+    if (!r.ok()) return -1;
+    std::istringstream in(r->body);
+    for (std::string l; std::getline(in, l);) {
+      if (l.rfind(line + " ", 0) == 0) return std::stod(l.substr(line.size() + 1));
+    }
+    return 0;
+  };
+  const std::string rel =
+      std::string("/") + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/d";
+  const std::string dir = mnt + rel;
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  struct stat before {};
+  ASSERT_EQ(stat(dir.c_str(), &before), 0);
+  EXPECT_EQ(before.st_nlink, 2u);
+  const double local0 = counter("fs3_fuse_dir_attrs_local_total");
+  // Changes in the directory: its attributes, asked for right after each, are the new ones.
+  ASSERT_EQ(mkdir((dir + "/sub").c_str(), 0700), 0);
+  struct stat st {};
+  ASSERT_EQ(stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 3u);
+  constexpr int kFiles = 300;
+  for (int i = 0; i < kFiles; ++i) {
+    ASSERT_TRUE(WriteAll(dir + "/f" + std::to_string(i), std::string(i, 'x')));
+  }
+  ASSERT_EQ(rename((dir + "/f0").c_str(), (dir + "/sub/moved").c_str()), 0);
+  ASSERT_EQ(rmdir((dir + "/sub").c_str()), -1);  // not empty
+  ASSERT_EQ(unlink((dir + "/sub/moved").c_str()), 0);
+  ASSERT_EQ(rmdir((dir + "/sub").c_str()), 0);
+  ASSERT_EQ(stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 2u);
+  EXPECT_GT(counter("fs3_fuse_dir_attrs_local_total"), local0);
+  // And they match what fs3-meta holds, seen from a mount that changed nothing.
+  struct stat other {};
+  ASSERT_EQ(stat((cluster_->mount_ + rel).c_str(), &other), 0);
+  EXPECT_EQ(other.st_nlink, st.st_nlink);
+  EXPECT_EQ(other.st_mtim.tv_sec, st.st_mtim.tv_sec);
+  EXPECT_EQ(other.st_mtim.tv_nsec, st.st_mtim.tv_nsec);
+
+  // Past the entry and attribute timeouts, a listing with a stat of each entry.
+  std::this_thread::sleep_for(1200ms);
+  const double lookups0 = counter("fs3_fuse_op_seconds_count{op=\"lookup\"}");
+  const double plus0 = counter("fs3_fuse_op_seconds_count{op=\"readdirplus\"}");
+  int seen = 0;
+  for (const auto& e : stdfs::directory_iterator(dir)) {
+    struct stat es {};
+    ASSERT_EQ(lstat(e.path().c_str(), &es), 0);
+    const int i = std::stoi(e.path().filename().string().substr(1));
+    EXPECT_EQ(es.st_size, i) << e.path();
+    EXPECT_EQ(es.st_mode & 07777, 0644u) << e.path();
+    EXPECT_TRUE(S_ISREG(es.st_mode));
+    ++seen;
+  }
+  EXPECT_EQ(seen, kFiles - 1);
+  EXPECT_GT(counter("fs3_fuse_op_seconds_count{op=\"readdirplus\"}"), plus0);
+  EXPECT_LT(counter("fs3_fuse_op_seconds_count{op=\"lookup\"}") - lookups0, kFiles / 10)
+      << "each entry was looked up";
+  ASSERT_EQ(system(("fusermount3 -u " + mnt).c_str()), 0);
+  (void)cluster_->proc("fuse-mnt4").Wait(10s);
 }
 
 TEST_F(FuseTest, CloseOnOneMountOpenOnAnotherSeesDataAndLength) {

@@ -93,6 +93,9 @@ TEST_F(MetaServiceTest, NamespaceOperationsOverRpc) {
   ASSERT_TRUE(d.ok()) << d.status();
   auto f = Make(d->ino(), "f", fs3rpc::INODE_FILE, /*request_id=*/5);
   ASSERT_TRUE(f.ok());
+  ASSERT_EQ(f->dirs_size(), 1);  // the directory's attributes after the create come with it
+  EXPECT_EQ(f->dirs(0).ino(), d->ino());
+  EXPECT_GE(f->dirs(0).mtime_ns(), d->mtime_ns());
   // A retried create answers with the same inode, not EEXIST.
   auto again = Make(d->ino(), "f", fs3rpc::INODE_FILE, 5);
   ASSERT_TRUE(again.ok()) << again.status();
@@ -106,21 +109,49 @@ TEST_F(MetaServiceTest, NamespaceOperationsOverRpc) {
   ASSERT_EQ(entries.entries_size(), 3);
   EXPECT_EQ(entries.entries(0).name(), "f");
   EXPECT_EQ(entries.entries(1).type(), fs3rpc::INODE_FIFO);
+  EXPECT_FALSE(entries.entries(0).has_inode());  // attributes only when asked for
+  rr.set_plus(true);                             // READDIRPLUS: each entry with its attributes
+  entries.Clear();
+  ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::Readdir, rr, &entries).ok());
+  ASSERT_EQ(entries.entries_size(), 3);
+  EXPECT_EQ(entries.entries(0).inode().ino(), entries.entries(0).ino());
+  EXPECT_EQ(entries.entries(1).inode().type(), fs3rpc::INODE_FIFO);
+  // Someone who may read the directory but not search it gets names only, as with lookups.
+  fs3rpc::SetAttrRequest chmod;
+  chmod.set_ino(d->ino());
+  chmod.set_mode(0744);
+  fs3rpc::Inode changed;
+  ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::SetAttr, chmod, &changed).ok());
+  rr.mutable_cred()->set_uid(1000);
+  rr.mutable_cred()->set_gid(1000);
+  entries.Clear();
+  ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::Readdir, rr, &entries).ok());
+  ASSERT_EQ(entries.entries_size(), 3);
+  EXPECT_FALSE(entries.entries(0).has_inode());
+  rr.clear_cred();
+  chmod.set_mode(0755);
+  ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::SetAttr, chmod, &changed).ok());
   fs3rpc::RenameRequest mv;
   mv.set_src_parent(d->ino());
   mv.set_src_name("f");
   mv.set_dst_parent(1);
   mv.set_dst_name("g");
   mv.set_request_id(9);
-  fs3rpc::Empty e;
+  fs3rpc::DirsReply e;
   ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::Rename, mv, &e).ok());
+  // The reply carries both directories' attributes after the change.
+  ASSERT_EQ(e.dirs_size(), 2);
+  EXPECT_EQ(e.dirs(0).ino(), d->ino());
+  EXPECT_EQ(e.dirs(1).ino(), 1u);
+  EXPECT_EQ(e.dirs(0).nlink(), 2u);
   ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::Rename, mv, &e).ok());  // a retry: same answer
   EXPECT_TRUE(Lookup(1, "g").ok());
   fs3rpc::XattrRequest x;
   x.set_ino(f->ino());
   x.set_name("user.k");
   x.set_value("v");
-  ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::SetXattr, x, &e).ok());
+  fs3rpc::Empty none;
+  ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::SetXattr, x, &none).ok());
   fs3rpc::XattrReply xv;
   ASSERT_TRUE(Call(&fs3rpc::Meta::Stub::GetXattr, x, &xv).ok());
   EXPECT_EQ(xv.value(), "v");
@@ -138,7 +169,7 @@ TEST_F(MetaServiceTest, BadInputGetsTheRightErrnoAndChangesNothing) {
   fs3rpc::NameRequest rm;
   rm.set_parent(1);
   rm.set_name("file");
-  fs3rpc::Empty e;
+  fs3rpc::DirsReply e;
   EXPECT_EQ(Call(&fs3rpc::Meta::Stub::Rmdir, rm, &e).code(), StatusCode::kNotADirectory);
   fs3rpc::MakeRequest bad;
   bad.set_parent(1);
@@ -181,7 +212,7 @@ TEST_F(MetaServiceTest, KilledDuringAStormEveryAcknowledgedOperationSurvives) {
         std::lock_guard lock(mu);
         present.insert(f);
       }
-      fs3rpc::Empty e;
+      fs3rpc::DirsReply e;
       if (i % 2 == 0) {
         fs3rpc::RenameRequest mv;
         mv.set_src_parent(1);

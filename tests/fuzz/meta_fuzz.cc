@@ -114,6 +114,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint8_t kind = in.Byte() % 14;
     fs3rpc::Inode inode;
     fs3rpc::Empty empty;
+    fs3rpc::DirsReply dirs;
     switch (kind) {
       case 0: {
         fs3rpc::MakeRequest r;
@@ -134,7 +135,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         SetCred(in, r.mutable_cred());
         r.set_parent(ino());
         r.set_name(in.Name());
-        (void)(kind == 1 ? m.Unlink(nullptr, &r, &empty) : m.Rmdir(nullptr, &r, &empty));
+        (void)(kind == 1 ? m.Unlink(nullptr, &r, &dirs) : m.Rmdir(nullptr, &r, &dirs));
         break;
       }
       case 3: {
@@ -145,7 +146,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         r.set_dst_parent(ino());
         r.set_dst_name(in.Name());
         r.set_flags(in.Byte() % 4);
-        (void)m.Rename(nullptr, &r, &empty);
+        (void)m.Rename(nullptr, &r, &dirs);
         break;
       }
       case 4: {

@@ -10,9 +10,9 @@
   X(3, Make, MakeRequest, Inode)              \
   X(4, Link, LinkRequest, Inode)              \
   X(5, Readlink, InoRequest, XattrReply)      \
-  X(6, Unlink, NameRequest, Empty)            \
-  X(7, Rmdir, NameRequest, Empty)             \
-  X(8, Rename, RenameRequest, Empty)          \
+  X(6, Unlink, NameRequest, DirsReply)        \
+  X(7, Rmdir, NameRequest, DirsReply)         \
+  X(8, Rename, RenameRequest, DirsReply)      \
   X(9, Readdir, ReaddirRequest, ReaddirReply) \
   X(10, SetAttr, SetAttrRequest, Inode)       \
   X(11, SetXattr, XattrRequest, Empty)        \
