@@ -35,7 +35,8 @@ Result<std::unique_ptr<FileSystem>> FileSystem::Connect(const FsOptions& options
 
 FileSystem::FileSystem(const FsOptions& options, std::unique_ptr<StorageClient> data)
     : options_(options),
-      meta_(fs3rpc::Meta::NewStub(MakeChannel(options.meta))),
+      meta_(std::make_unique<MetaClient>(
+          MetaClientOptions{options.meta, true, CallOptions::Idempotent()})),
       data_(std::move(data)),
       next_request_(std::random_device{}() * uint64_t{0x100000000}) {}
 
@@ -53,8 +54,7 @@ Result<fs3rpc::Inode> FileSystem::Resolve(const std::string& path, int depth) {
   fs3rpc::InoRequest root;
   root.set_ino(kRootIno);
   fs3rpc::Inode at;
-  FF_RETURN_IF_ERROR(CallRpc("fs3-meta GetAttr", CallOptions::Idempotent(),
-                             [&](grpc::ClientContext* c) { return meta_->GetAttr(c, root, &at); }));
+  FF_RETURN_IF_ERROR(meta_->GetAttr(root, &at));
   const auto parts = Components(path);
   for (std::size_t i = 0; i < parts.size(); ++i) {
     fs3rpc::NameRequest r;
@@ -62,8 +62,7 @@ Result<fs3rpc::Inode> FileSystem::Resolve(const std::string& path, int depth) {
     r.set_parent(at.ino());
     r.set_name(parts[i]);
     fs3rpc::Inode next;
-    FF_RETURN_IF_ERROR(CallRpc("fs3-meta Lookup", CallOptions::Idempotent(),
-                               [&](grpc::ClientContext* c) { return meta_->Lookup(c, r, &next); }));
+    FF_RETURN_IF_ERROR(meta_->Lookup(r, &next));
     if (next.type() == fs3rpc::INODE_SYMLINK) {
       if (depth >= kMaxSymlinkDepth)
         return Status(StatusCode::kSymlinkLoop, "too many symbolic links");
@@ -106,8 +105,7 @@ Status FileSystem::MakeAt(const std::string& path, uint32_t mode, fs3rpc::InodeT
   r.set_mode(mode);
   r.set_type(type);
   r.set_request_id(next_request_++);
-  return CallRpc("fs3-meta Make", CallOptions::Idempotent(),
-                 [&](grpc::ClientContext* c) { return meta_->Make(c, r, out); });
+  return meta_->Make(r, out);
 }
 
 Status FileSystem::Mkdir(const std::string& path, uint32_t mode) {
@@ -124,9 +122,7 @@ Result<File> FileSystem::Create(const std::string& path, uint32_t mode, bool exc
     *trunc.mutable_cred() = Cred();
     trunc.set_ino(out.ino());
     trunc.set_size(0);
-    FF_RETURN_IF_ERROR(
-        CallRpc("fs3-meta SetAttr", CallOptions::Idempotent(),
-                [&](grpc::ClientContext* c) { return meta_->SetAttr(c, trunc, &out); }));
+    FF_RETURN_IF_ERROR(meta_->SetAttr(trunc, &out));
   } else {
     FF_RETURN_IF_ERROR(st);
   }
@@ -151,8 +147,7 @@ Status FileSystem::Write(File& file, uint64_t offset, std::string_view data) {
     r.set_ino(file.ino);
     r.set_size(offset + data.size());
     fs3rpc::Inode out;
-    FF_RETURN_IF_ERROR(CallRpc("fs3-meta SetAttr", CallOptions::Idempotent(),
-                               [&](grpc::ClientContext* c) { return meta_->SetAttr(c, r, &out); }));
+    FF_RETURN_IF_ERROR(meta_->SetAttr(r, &out));
     file.size = offset + data.size();
   }
   return Status::Ok();
@@ -169,9 +164,7 @@ Result<std::vector<DirEntry>> FileSystem::List(const std::string& path) {
     r.set_cursor(cursor);
     r.set_limit(1024);
     fs3rpc::ReaddirReply page;
-    FF_RETURN_IF_ERROR(
-        CallRpc("fs3-meta Readdir", CallOptions::Idempotent(),
-                [&](grpc::ClientContext* c) { return meta_->Readdir(c, r, &page); }));
+    FF_RETURN_IF_ERROR(meta_->Readdir(r, &page));
     for (const auto& e : page.entries())
       out.push_back({e.name(), e.ino(), e.type()});
     if (page.entries_size() < 1024) return out;
@@ -187,8 +180,7 @@ Status FileSystem::Unlink(const std::string& path) {
   r.set_name(where.second);
   r.set_request_id(next_request_++);
   fs3rpc::DirsReply e;
-  return CallRpc("fs3-meta Unlink", CallOptions::Idempotent(),
-                 [&](grpc::ClientContext* c) { return meta_->Unlink(c, r, &e); });
+  return meta_->Unlink(r, &e);
 }
 
 Status FileSystem::SetStripe(const std::string& path, uint32_t stripe) {
@@ -198,8 +190,7 @@ Status FileSystem::SetStripe(const std::string& path, uint32_t stripe) {
   r.set_ino(dir.ino());
   r.set_stripe(stripe);
   fs3rpc::Inode out;
-  return CallRpc("fs3-meta SetLayout", CallOptions::Idempotent(),
-                 [&](grpc::ClientContext* c) { return meta_->SetLayout(c, r, &out); });
+  return meta_->SetLayout(r, &out);
 }
 
 std::future<Result<std::vector<uint32_t>>> FileSystem::ReadBatchAsync(
@@ -214,9 +205,7 @@ std::future<Result<std::vector<uint32_t>>> FileSystem::ReadBatchAsync(
           fs3rpc::InoRequest q;
           q.set_ino(r.ino);
           fs3rpc::Inode inode;
-          FF_RETURN_IF_ERROR(
-              CallRpc("fs3-meta GetAttr", CallOptions::Idempotent(),
-                      [&](grpc::ClientContext* c) { return meta_->GetAttr(c, q, &inode); }));
+          FF_RETURN_IF_ERROR(meta_->GetAttr(q, &inode));
           size_of[r.ino] = inode.size();
           chains_of[r.ino].assign(inode.layout().chains().begin(), inode.layout().chains().end());
         }

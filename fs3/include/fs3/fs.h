@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "fs3/client.h"
+#include "fs3/meta_client.h"
 #include "fs3/meta_store.h"
 #include "fs3/proto/meta.grpc.pb.h"
 
@@ -76,7 +77,7 @@ class FileSystem {
   fs3rpc::Credentials Cred() const;
 
   const FsOptions options_;
-  std::unique_ptr<fs3rpc::Meta::Stub> meta_;
+  std::unique_ptr<MetaClient> meta_;
   std::unique_ptr<StorageClient> data_;
   std::atomic<uint64_t> next_request_;
 };
