@@ -131,13 +131,13 @@ Result<std::unique_ptr<FrameServer>> FrameServer::Start(const std::string& liste
   std::string host;
   int unused = 0;
   FF_RETURN_IF_ERROR(SplitHostPort(listen, &host, &unused));
-  const bool v6 = host.find(':') != std::string::npos;
-  std::string address = (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-  return std::unique_ptr<FrameServer>(new FrameServer(fd, std::move(address), std::move(handlers)));
+  return std::unique_ptr<FrameServer>(
+      new FrameServer(fd, JoinHostPort(host, port), port, std::move(handlers)));
 }
 
-FrameServer::FrameServer(int fd, std::string address, std::map<uint16_t, Handler> handlers)
-    : listen_fd_(fd), address_(std::move(address)), handlers_(std::move(handlers)) {
+FrameServer::FrameServer(int fd, std::string address, int port,
+                         std::map<uint16_t, Handler> handlers)
+    : listen_fd_(fd), address_(std::move(address)), port_(port), handlers_(std::move(handlers)) {
   acceptor_ = std::thread([this] { AcceptLoop(); });
 }
 

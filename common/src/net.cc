@@ -31,6 +31,11 @@ Status SplitHostPort(const std::string& address, std::string* host, int* port) {
   return Status::Ok();
 }
 
+std::string JoinHostPort(const std::string& host, int port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
 Result<int> FindFreePort() {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return Status::FromErrno(errno, "socket");

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "common/config.h"
+#include "common/net.h"
 
 namespace ff {
 
@@ -54,8 +55,7 @@ Result<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& opti
     return Unavailable("cannot listen on " + options.listen +
                        ": address in use or not available on this host");
   }
-  std::string bound = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-                      std::to_string(bound_port);
+  std::string bound = JoinHostPort(host, bound_port);
   spdlog::info("rpc server listening on {}", bound);
   return std::unique_ptr<RpcServer>(new RpcServer(
       std::move(server), bound, bound_port, std::chrono::milliseconds(options.shutdown_grace_ms)));

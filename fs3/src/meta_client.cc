@@ -14,7 +14,6 @@ MetaClient::MetaClient(MetaClientOptions options)
     : options_(std::move(options)), stub_(fs3rpc::Meta::NewStub(MakeChannel(options_.address))) {
   int port = 0;
   if (!SplitHostPort(options_.address, &host_, &port).ok()) host_.clear();
-  if (host_.find(':') != std::string::npos) host_ = "[" + host_ + "]";
 }
 
 std::string MetaClient::FramesAddress() {
@@ -43,7 +42,8 @@ grpc::Status MetaClient::Frames(std::chrono::system_clock::time_point deadline,
   if (!st.ok() || reply.frames_port() == 0) {  // an fs3-meta without frames: gRPC it is
     no_frames_until_ = std::chrono::steady_clock::now() + kAskAgainAfter;
   } else if (!frames_) {
-    frames_ = std::make_shared<FrameChannel>(host_ + ":" + std::to_string(reply.frames_port()));
+    frames_ =
+        std::make_shared<FrameChannel>(JoinHostPort(host_, static_cast<int>(reply.frames_port())));
   }
   *out = frames_;
   return grpc::Status::OK;

@@ -83,9 +83,7 @@ void MetaService::Start(const std::string& rpc_address) {
   if (listen.empty() && !rpc_address.empty()) {
     std::string host;
     int port = 0;
-    if (SplitHostPort(rpc_address, &host, &port).ok()) {
-      listen = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":0";
-    }
+    if (SplitHostPort(rpc_address, &host, &port).ok()) listen = JoinHostPort(host, 0);
   }
   if (!listen.empty() && listen != "off") {
     std::map<uint16_t, FrameServer::Handler> handlers;
@@ -144,6 +142,17 @@ Result<std::size_t> MetaService::CollectGarbage() {
   return done;
 }
 
+MetaService::MetaService(const MetaOptions& options, std::unique_ptr<MetaStore> store,
+                         Metrics* metrics)
+    : options_(options), store_(std::move(store)), metrics_(metrics) {
+  if (!metrics_) return;
+  logged_batches_ = &metrics_->Counter("fs3_meta_logged_batches_total",
+                                       "Metadata changes written to the log (one per operation)");
+  log_syncs_ =
+      &metrics_->Counter("fs3_meta_log_syncs_total",
+                         "Syncs of the log; concurrent operations share one (group commit)");
+}
+
 void MetaService::ReportLog() {
   // Counters only move forward, whichever thread reports last.
   auto advance = [](std::atomic<uint64_t>& reported, uint64_t now, prometheus::Counter& c) {
@@ -152,12 +161,8 @@ void MetaService::ReportLog() {
     }
     if (now > before) c.Increment(static_cast<double>(now - before));
   };
-  advance(reported_batches_, store_->LoggedBatches(),
-          metrics_->Counter("fs3_meta_logged_batches_total",
-                            "Metadata changes written to the log (one per operation)"));
-  advance(reported_syncs_, store_->LogSyncs(),
-          metrics_->Counter("fs3_meta_log_syncs_total",
-                            "Syncs of the log; concurrent operations share one (group commit)"));
+  advance(reported_batches_, store_->LoggedBatches(), *logged_batches_);
+  advance(reported_syncs_, store_->LogSyncs(), *log_syncs_);
 }
 
 grpc::Status MetaService::Serve(const char* op, const std::function<Status()>& body) {
@@ -391,12 +396,7 @@ grpc::Status MetaService::RemoveXattr(grpc::ServerContext*, const fs3rpc::XattrR
 grpc::Status MetaService::Endpoints(grpc::ServerContext*, const fs3rpc::Empty*,
                                     fs3rpc::EndpointsReply* out) {
   return ServeRpc("Endpoints", [&] {
-    if (frames_) {
-      std::string host;
-      int port = 0;
-      FF_RETURN_IF_ERROR(SplitHostPort(frames_->address(), &host, &port));
-      out->set_frames_port(static_cast<uint32_t>(port));
-    }
+    if (frames_) out->set_frames_port(static_cast<uint32_t>(frames_->port()));
     return Status::Ok();
   });
 }

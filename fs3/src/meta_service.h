@@ -80,8 +80,7 @@ class MetaService final : public fs3rpc::Meta::Service {
   Result<std::size_t> CollectGarbage();
 
  private:
-  MetaService(const MetaOptions& options, std::unique_ptr<MetaStore> store, Metrics* metrics)
-      : options_(options), store_(std::move(store)), metrics_(metrics) {}
+  MetaService(const MetaOptions& options, std::unique_ptr<MetaStore> store, Metrics* metrics);
   // The storage client (made on first use: the cluster may be initialised after fs3-meta starts).
   Result<StorageClient*> Storage();
   // After a write: grows the recorded length of `ino` to `at_least` and to what storage holds,
@@ -97,6 +96,8 @@ class MetaService final : public fs3rpc::Meta::Service {
   const MetaOptions options_;
   std::unique_ptr<MetaStore> store_;
   Metrics* metrics_;
+  prometheus::Counter* logged_batches_ = nullptr;  // with metrics_
+  prometheus::Counter* log_syncs_ = nullptr;
   std::atomic<uint64_t> reported_batches_{0};
   std::atomic<uint64_t> reported_syncs_{0};
   std::mutex storage_mu_;

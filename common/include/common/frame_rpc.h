@@ -49,6 +49,7 @@ class FrameServer {
   FrameServer& operator=(const FrameServer&) = delete;
 
   const std::string& address() const { return address_; }  // host:bound port
+  int port() const { return port_; }
   // Stops accepting, cuts every connection and waits for the connection threads.
   void Shutdown();
 
@@ -58,12 +59,13 @@ class FrameServer {
 
  private:
   struct Conn;
-  FrameServer(int fd, std::string address, std::map<uint16_t, Handler> handlers);
+  FrameServer(int fd, std::string address, int port, std::map<uint16_t, Handler> handlers);
   void AcceptLoop();
   void Serve(Conn* conn);
 
   int listen_fd_;
   std::string address_;
+  int port_;
   std::map<uint16_t, Handler> handlers_;
   struct Conn {
     int fd = -1;
