@@ -5,6 +5,10 @@
 #   deploy/fs3-local.sh start [DIR]   # default DIR: /tmp/fs3-local; needs build/; mounts DIR/mnt
 #   deploy/fs3-local.sh stop [DIR]    # unmounts, stops everything and removes DIR
 #   deploy/fs3-local.sh down [DIR]    # unmounts and stops everything, keeps DIR (logs, data)
+#   deploy/fs3-local.sh status [DIR]  # each service: running or DEAD, and its addresses
+#   deploy/fs3-local.sh kill NAME [DIR]     # kill -9 one service: mgmtd, meta, storageN or fuse
+#   deploy/fs3-local.sh restart NAME [DIR]  # stop it (if it runs) and start it again from its
+#                                           # config, at the same addresses, under a live mount
 #
 # Environment: FS3_REPLICATION (default 1), FS3_STORAGE_SERVICES (default: the replication),
 # FS3_CHUNK_SIZE (default 4194304), FS3_DATA (default DIR/data: where chunks and RocksDB live),
@@ -50,10 +54,77 @@ stop() {  # [keep]
 
 start_daemon() {  # NAME BINARY ARGS...
   local name=$1; shift
-  "$@" --ready-file "$dir/$name.ready" >"$dir/$name.log" 2>&1 &
+  printf '%q ' "$@" >"$dir/$name.cmd"  # what `restart NAME` runs again
+  rm -f "$dir/$name.ready"
+  "$@" --ready-file "$dir/$name.ready" >>"$dir/$name.log" 2>&1 &
   echo $! >"$dir/$name.pid"
   wait_ready "$dir/$name.ready" "$name"
   pin_ports "$dir/$name.toml" "$dir/$name.ready"
+}
+
+service_pid() {  # NAME: its pid when it runs
+  local pid
+  pid=$(cat "$dir/$1.pid" 2>/dev/null) || return 1
+  kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
+check_service() {  # NAME: one that `start` made in $dir
+  [ -n "$1" ] || { say "which service? (mgmtd, meta, storageN or fuse)"; exit 64; }
+  [ -s "$dir/$1.cmd" ] || {
+    say "no service '$1' in $dir; there are: $(cd "$dir" 2>/dev/null && ls -- *.cmd 2>/dev/null | sed 's/\.cmd$//' | tr '\n' ' ')"
+    exit 1
+  }
+}
+
+unmount_if_fuse() {  # NAME
+  [ "$1" = fuse ] || return 0
+  local m
+  m=$(cat "$dir/mnt.path")
+  # A killed fs3-fuse leaves a mount that answers ENOTCONN until unmounted.
+  if grep -q " $m fuse" /proc/mounts; then
+    fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+  fi
+}
+
+kill_service() {  # NAME
+  local pid
+  if pid=$(service_pid "$1"); then
+    kill -KILL "$pid"
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+    say "killed $1 (pid $pid)"
+  else
+    say "$1 was not running"
+  fi
+  rm -f "$dir/$1.ready"
+}
+
+restart_service() {  # NAME
+  local pid
+  if pid=$(service_pid "$1"); then
+    unmount_if_fuse "$1"
+    kill -TERM "$pid"
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+  fi
+  unmount_if_fuse "$1"
+  local args
+  eval "args=($(cat "$dir/$1.cmd"))"
+  start_daemon "$1" "${args[@]}"
+  say "restarted $1 (pid $(cat "$dir/$1.pid")): $(cat "$dir/$1.ready")"
+}
+
+status() {
+  [ -d "$dir" ] || { say "nothing in $dir"; exit 1; }
+  local bad=0 name state
+  printf '%-10s %-8s %s\n' SERVICE STATE ENDPOINTS
+  for cmdfile in "$dir"/*.cmd; do
+    [ -e "$cmdfile" ] || continue
+    name=$(basename "$cmdfile" .cmd)
+    if service_pid "$name" >/dev/null; then state=running; else state=DEAD; bad=1; fi
+    printf '%-10s %-8s %s\n' "$name" "$state" "$(cat "$dir/$name.ready" 2>/dev/null || true)"
+  done
+  return $bad
 }
 
 case "$cmd" in
@@ -122,5 +193,12 @@ TOML
     ;;
   stop) stop ;;
   down) stop keep ;;
-  *) echo "usage: deploy/fs3-local.sh start|stop|down [DIR]" >&2; exit 64 ;;
+  status) status ;;
+  kill | restart)
+    name=${2:-}
+    dir=${3:-/tmp/fs3-local}
+    check_service "$name"
+    if [ "$cmd" = kill ]; then kill_service "$name"; else restart_service "$name"; fi
+    ;;
+  *) echo "usage: deploy/fs3-local.sh start|stop|down|status [DIR]; kill|restart NAME [DIR]" >&2; exit 64 ;;
 esac

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
@@ -47,6 +48,15 @@ Status WriteFileSynced(const std::string& path, const std::string& content) {
   return Status::Ok();
 }
 
+bool Exists(const fs3rpc::ChunkMetaRecord& m) {
+  return m.committed_version() != 0 || m.pending_version() != 0;
+}
+
+// Both files of a chunk are on disk until Commit renames the pending one over the committed one.
+int64_t HeldBytes(const fs3rpc::ChunkMetaRecord& m) {
+  return int64_t{m.length()} + int64_t{m.pending_length()};
+}
+
 std::string IdName(const fs3rpc::ChunkId& id) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "%016llx-%08x", static_cast<unsigned long long>(id.inode()),
@@ -61,7 +71,24 @@ Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(const std::string& dir) {
   std::filesystem::create_directories(dir + "/chunks", ec);
   if (ec) return IoError("cannot create " + dir + "/chunks: " + ec.message());
   FF_ASSIGN_OR_RETURN(auto db, ProtoDb::Open(dir + "/meta"));
-  return std::unique_ptr<ChunkStore>(new ChunkStore(dir, std::move(db)));
+  std::unique_ptr<ChunkStore> store(new ChunkStore(dir, std::move(db)));
+  FF_ASSIGN_OR_RETURN(auto chunks, store->List());
+  for (const auto& m : chunks)
+    store->Account(nullptr, &m);
+  return store;
+}
+
+void ChunkStore::Account(const fs3rpc::ChunkMetaRecord* before,
+                         const fs3rpc::ChunkMetaRecord* after) {
+  const bool was = before != nullptr && Exists(*before);
+  const bool is = after != nullptr && Exists(*after);
+  chunks_ += int64_t{is} - int64_t{was};
+  bytes_ += (is ? HeldBytes(*after) : 0) - (was ? HeldBytes(*before) : 0);
+}
+
+ChunkStore::Usage ChunkStore::usage() const {
+  return Usage{.chunks = static_cast<uint64_t>(std::max<int64_t>(0, chunks_.load())),
+               .bytes = static_cast<uint64_t>(std::max<int64_t>(0, bytes_.load()))};
 }
 
 std::string ChunkStore::Key(const fs3rpc::ChunkId& id) {
@@ -133,6 +160,7 @@ Result<fs3rpc::ChunkMetaRecord> ChunkStore::StorePending(fs3rpc::ChunkMetaRecord
                                                          const std::string& content,
                                                          uint64_t chain_version) {
   const fs3rpc::ChunkId id = meta.id();
+  const fs3rpc::ChunkMetaRecord before = meta;
   FF_RETURN_IF_ERROR(WriteFileSynced(Path(id, true), content));
   meta.set_pending_version(version);
   meta.set_pending_length(static_cast<uint32_t>(content.size()));
@@ -142,6 +170,7 @@ Result<fs3rpc::ChunkMetaRecord> ChunkStore::StorePending(fs3rpc::ChunkMetaRecord
     meta.add_pending_block_crcs(c);
   meta.set_chain_version(chain_version);
   FF_RETURN_IF_ERROR(db_->Put(Key(id), meta));
+  Account(&before, &meta);
   return meta;
 }
 
@@ -156,6 +185,7 @@ Status ChunkStore::Commit(const fs3rpc::ChunkId& id, uint64_t version) {
   if (rename(Path(id, true).c_str(), Path(id, false).c_str()) != 0) {
     return Status::FromErrno(errno, "commit " + Path(id, true));
   }
+  const fs3rpc::ChunkMetaRecord before = meta;
   meta.set_committed_version(version);
   meta.set_length(meta.pending_length());
   meta.set_crc32c(meta.pending_crc32c());
@@ -164,13 +194,18 @@ Status ChunkStore::Commit(const fs3rpc::ChunkId& id, uint64_t version) {
   meta.set_pending_length(0);
   meta.set_pending_crc32c(0);
   meta.clear_pending_block_crcs();
-  return db_->Put(Key(id), meta);
+  FF_RETURN_IF_ERROR(db_->Put(Key(id), meta));
+  Account(&before, &meta);
+  return Status::Ok();
 }
 
 Status ChunkStore::Remove(const fs3rpc::ChunkId& id) {
+  auto before = Meta(id);  // unreadable: removed all the same, and not counted
   unlink(Path(id, true).c_str());
   unlink(Path(id, false).c_str());
-  return db_->Delete(Key(id));
+  FF_RETURN_IF_ERROR(db_->Delete(Key(id)));
+  if (before.ok()) Account(&*before, nullptr);
+  return Status::Ok();
 }
 
 Result<std::string> ChunkStore::Read(const fs3rpc::ChunkId& id, uint32_t offset, uint32_t length,

@@ -412,11 +412,12 @@ Result<StorageClient::Space> StorageClient::SpaceInfo() {
     FF_RETURN_IF_ERROR(
         CallRpc("fs3-storage SpaceInfo", CallOptions::Idempotent(options_.rpc_timeout),
                 [&](grpc::ClientContext* c) { return stub->SpaceInfo(c, req, &resp); }));
-    space.capacity_bytes += resp.capacity_bytes();
+    space.used_bytes += resp.used_bytes();
     space.free_bytes += resp.free_bytes();
   }
-  space.capacity_bytes /= replication;
+  space.used_bytes /= replication;
   space.free_bytes /= replication;
+  space.capacity_bytes = space.used_bytes + space.free_bytes;
   return space;
 }
 

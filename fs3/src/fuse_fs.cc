@@ -874,8 +874,10 @@ void FuseFs::Statfs(fuse_req_t req) {
   struct statvfs s {};
   s.f_bsize = 1 << 20;
   s.f_frsize = 4096;
-  s.f_blocks = out.capacity_bytes() / s.f_frsize;
+  // df's "used" is f_blocks - f_bfree: what fs3 holds, rounded up to whole blocks.
+  const uint64_t used_blocks = (out.used_bytes() + s.f_frsize - 1) / s.f_frsize;
   s.f_bfree = out.free_bytes() / s.f_frsize;
+  s.f_blocks = s.f_bfree + used_blocks;
   s.f_bavail = s.f_bfree;
   s.f_files = std::max<uint64_t>(out.inodes(), uint64_t{1} << 32);
   s.f_ffree = s.f_files - out.inodes();

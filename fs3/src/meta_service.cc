@@ -444,6 +444,7 @@ grpc::Status MetaService::Statfs(grpc::ServerContext*, const fs3rpc::Empty*,
       FF_ASSIGN_OR_RETURN(auto space, storage->SpaceInfo());
       out->set_capacity_bytes(space.capacity_bytes);
       out->set_free_bytes(space.free_bytes);
+      out->set_used_bytes(space.used_bytes);
       out->set_chunk_size(storage->chunk_size());
     }
     return Status::Ok();

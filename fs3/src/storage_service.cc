@@ -661,8 +661,9 @@ grpc::Status StorageService::SpaceInfo(grpc::ServerContext*, const fs3rpc::Space
     }
     resp->set_capacity_bytes(uint64_t{vfs.f_blocks} * vfs.f_frsize);
     resp->set_free_bytes(uint64_t{vfs.f_bavail} * vfs.f_frsize);
-    FF_ASSIGN_OR_RETURN(auto chunks, it->second->List());
-    resp->set_chunks(chunks.size());
+    const ChunkStore::Usage usage = it->second->usage();
+    resp->set_chunks(usage.chunks);
+    resp->set_used_bytes(usage.bytes);
     return Status::Ok();
   });
 }

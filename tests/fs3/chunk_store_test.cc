@@ -126,5 +126,43 @@ TEST_F(ChunkStoreTest, ChunksOfAFileFormOneRangeAndSurviveReopening) {
   EXPECT_EQ((*(*again)->LastChunk(42))->id().index(), 5u);
 }
 
+TEST_F(ChunkStoreTest, UsageCountsWhatTheTargetHoldsAndSurvivesReopening) {
+  auto usage = [](const ChunkStore& s) {
+    return std::make_pair(s.usage().chunks, s.usage().bytes);
+  };
+  EXPECT_EQ(usage(*store_), std::make_pair(uint64_t{0}, uint64_t{0}));
+  ASSERT_TRUE(store_->Prepare(Id(1, 0), 1, 0, Random(10000, 4), false, 1).ok());
+  // A pending version is on disk too.
+  EXPECT_EQ(usage(*store_), std::make_pair(uint64_t{1}, uint64_t{10000}));
+  ASSERT_TRUE(store_->Commit(Id(1, 0), 1).ok());
+  EXPECT_EQ(usage(*store_), std::make_pair(uint64_t{1}, uint64_t{10000}));
+  // An update: the committed and the pending contents are both held until the commit.
+  ASSERT_TRUE(store_->Prepare(Id(1, 0), 2, 10000, "tail", false, 1).ok());
+  EXPECT_EQ(usage(*store_), std::make_pair(uint64_t{1}, uint64_t{20004}));
+  // A pending version replaced by another (an abandoned write) is not counted twice.
+  ASSERT_TRUE(store_->Prepare(Id(1, 0), 2, 0, "x", false, 1).ok());
+  EXPECT_EQ(usage(*store_), std::make_pair(uint64_t{1}, uint64_t{20000}));
+  ASSERT_TRUE(store_->Commit(Id(1, 0), 2).ok());
+  ASSERT_TRUE(store_->Commit(Id(1, 0), 2).ok());  // a repeated commit changes nothing
+  EXPECT_EQ(usage(*store_), std::make_pair(uint64_t{1}, uint64_t{10000}));
+  ASSERT_TRUE(store_->PrepareTruncate(Id(1, 0), 3, 100, 1).ok());
+  ASSERT_TRUE(store_->Commit(Id(1, 0), 3).ok());
+  ASSERT_TRUE(store_->Prepare(Id(2, 7), 1, 0, "abc", false, 1).ok());
+  ASSERT_TRUE(store_->Commit(Id(2, 7), 1).ok());
+  EXPECT_EQ(usage(*store_), std::make_pair(uint64_t{2}, uint64_t{103}));
+  // A version refused changes nothing.
+  EXPECT_FALSE(store_->Prepare(Id(2, 7), 5, 0, "no", false, 1).ok());
+  EXPECT_EQ(usage(*store_), std::make_pair(uint64_t{2}, uint64_t{103}));
+  // Counted again from the records at open.
+  store_.reset();
+  auto again = ChunkStore::Open(dir_.File("target"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(usage(**again), std::make_pair(uint64_t{2}, uint64_t{103}));
+  ASSERT_TRUE((*again)->Remove(Id(1, 0)).ok());
+  ASSERT_TRUE((*again)->Remove(Id(1, 0)).ok());  // absent is fine, and not subtracted twice
+  ASSERT_TRUE((*again)->Remove(Id(9, 9)).ok());
+  EXPECT_EQ(usage(**again), std::make_pair(uint64_t{1}, uint64_t{3}));
+}
+
 }  // namespace
 }  // namespace ff::fs3

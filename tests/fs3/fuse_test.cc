@@ -890,6 +890,32 @@ TEST_F(FuseTest, MountErrorsAreClear) {
   EXPECT_EQ(vfs.f_namemax, 255u);
 }
 
+TEST_F(FuseTest, StatfsReportsWhatFs3Holds) {
+  // df's "used" is f_blocks - f_bfree: what fs3 holds (one copy), not what else is on the disks.
+  auto used = [&]() -> uint64_t {
+    struct statvfs vfs {};
+    EXPECT_EQ(statvfs(cluster_->mount_.c_str(), &vfs), 0);
+    return (uint64_t{vfs.f_blocks} - vfs.f_bfree) * vfs.f_frsize;
+  };
+  struct statvfs host {};
+  ASSERT_EQ(statvfs(cluster_->dir_.path().c_str(), &host), 0);
+  const uint64_t host_used = (uint64_t{host.f_blocks} - host.f_bfree) * host.f_frsize;
+  const std::string data = RandomBytes(4 * kChunk, 21);
+  ASSERT_TRUE(WriteAll(P("big"), data));
+  const uint64_t with_file = used();
+  EXPECT_GE(with_file, data.size());
+  EXPECT_LT(with_file, host_used / 2) << "fs3 reports the disk's usage as its own";
+  struct statvfs vfs {};
+  ASSERT_EQ(statvfs(cluster_->mount_.c_str(), &vfs), 0);
+  // Free is what the disks can still take for one copy (two replicas on one disk here).
+  EXPECT_LE(uint64_t{vfs.f_bavail} * vfs.f_frsize, uint64_t{host.f_bavail} * host.f_frsize);
+  EXPECT_GT(uint64_t{vfs.f_bavail} * vfs.f_frsize, uint64_t{host.f_bavail} * host.f_frsize / 4);
+  // Removing the file gives its space back once its chunks are deleted.
+  ASSERT_EQ(unlink(P("big").c_str()), 0);
+  EXPECT_TRUE(WaitUntil([&] { return used() + data.size() <= with_file; }, 30s))
+      << "used " << used() << ", with the file " << with_file;
+}
+
 TEST_F(FuseTest, SurvivesRestartsOfMetaAndOfAReplica) {
   const std::string data = RandomBytes(3 * kChunk, 9);
   ASSERT_TRUE(WriteAll(P("before"), data));

@@ -347,6 +347,7 @@ TEST_F(StorageTest, TruncateAndRemoveReachEveryReplica) {
   ASSERT_TRUE(stub->SpaceInfo(&c2, sq, &space).ok());
   EXPECT_GT(space.capacity_bytes(), 0u);
   EXPECT_GE(space.chunks(), 2u);  // chunks 0 and 4 of inode 6
+  EXPECT_GE(space.used_bytes(), 13u);
 }
 
 TEST_F(StorageTest, LargeTransfersAreStreamedInPieces) {

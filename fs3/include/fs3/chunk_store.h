@@ -6,6 +6,7 @@
 // chunk (the storage service holds a per-chunk lock); different chunks may be used concurrently.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +55,14 @@ class ChunkStore {
 
   const std::string& dir() const { return dir_; }
 
+  // What the target holds: chunk records, and the bytes of their committed and pending contents.
+  // Counted once at open and kept up to date by every change, so asking costs nothing.
+  struct Usage {
+    uint64_t chunks = 0;
+    uint64_t bytes = 0;
+  };
+  Usage usage() const;
+
   static std::string Key(const fs3rpc::ChunkId& id);  // "c/" + inode and index, big-endian
 
  private:
@@ -64,11 +73,15 @@ class ChunkStore {
   Result<fs3rpc::ChunkMetaRecord> MetaOrNew(const fs3rpc::ChunkId& id) const;
   // The committed content an update to `version` applies to (it must be version - 1).
   Result<std::string> Base(const fs3rpc::ChunkMetaRecord& meta, uint64_t version) const;
+  // Counts the change of one chunk's record from `before` to `after` (either may be absent).
+  void Account(const fs3rpc::ChunkMetaRecord* before, const fs3rpc::ChunkMetaRecord* after);
   Result<fs3rpc::ChunkMetaRecord> StorePending(fs3rpc::ChunkMetaRecord meta, uint64_t version,
                                                const std::string& content, uint64_t chain_version);
 
   std::string dir_;
   std::unique_ptr<ProtoDb> db_;
+  std::atomic<int64_t> chunks_{0};
+  std::atomic<int64_t> bytes_{0};
 };
 
 }  // namespace ff::fs3

@@ -77,9 +77,11 @@ class StorageClient {
   Status RemoveData(uint64_t inode, Chains chains = {});
   // The ids of the routing table's chains (fs3-meta picks a new file's chains from them).
   std::vector<uint32_t> ChainIds() const;
+  // Over all serving targets, divided by the replication: what one copy of the data takes.
   struct Space {
-    uint64_t capacity_bytes = 0;  // usable: raw bytes over all targets / replication
-    uint64_t free_bytes = 0;
+    uint64_t used_bytes = 0;      // chunk contents held
+    uint64_t free_bytes = 0;      // left on the targets' disks
+    uint64_t capacity_bytes = 0;  // used + free
   };
   Result<Space> SpaceInfo();
 
