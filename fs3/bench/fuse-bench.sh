@@ -42,22 +42,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# passthrough_ll from Debian's libfuse3-dev examples.
-examples=/usr/share/doc/libfuse3-dev/examples
-mkdir -p "$work/pt-src" "$work/pt-mnt"
-gcc -O2 -o "$work/passthrough_ll" "$examples/passthrough_ll.c" -I"$examples" \
-  $(pkg-config fuse3 --cflags --libs)
-"$work/passthrough_ll" -f -o allow_other,source="$work/pt-src" "$work/pt-mnt" \
-  >"$work/passthrough.log" 2>&1 &
+# shellcheck source=fs3/bench/lib.sh
+source fs3/bench/lib.sh
+build_passthrough
+mount_passthrough "$work/pt-src" "$work/pt-mnt" "$work/passthrough.log"
 pt_pid=$!
-for _ in $(seq 100); do mountpoint -q "$work/pt-mnt" && break; sleep 0.05; done
-mountpoint -q "$work/pt-mnt" || { say "passthrough_ll did not mount"; cat "$work/passthrough.log"; exit 1; }
 
 # fs3 with one replica, its data on the same disk.
 FS3_REPLICATION=1 FS3_DATA="$work/fs3-data" FS3_MOUNT="$work/fs3-mnt" \
   deploy/fs3-local.sh start "$work/fs3" 2>/dev/null
-
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 fio_run() {  # DIR NAME RW BS [extra...] -> prints MiB/s or IOPS
   local dir=$1 name=$2 rw=$3 bs=$4; shift 4

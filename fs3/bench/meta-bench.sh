@@ -48,22 +48,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_mount() {
-  for _ in $(seq 200); do mountpoint -q "$1" && return 0; sleep 0.05; done
-  say "$1 did not mount"; return 1
-}
+# shellcheck source=fs3/bench/lib.sh
+source fs3/bench/lib.sh
 
 # Two passthrough_ll mounts of one source folder (Debian's libfuse3-dev example).
-examples=/usr/share/doc/libfuse3-dev/examples
-gcc -O2 -o "$work/passthrough_ll" "$examples/passthrough_ll.c" -I"$examples" \
-  $(pkg-config fuse3 --cflags --libs)
-mkdir -p "$work/pt-src"
+build_passthrough
 for i in 1 2; do
-  mkdir -p "$work/pt-mnt$i"
-  "$work/passthrough_ll" -f -o allow_other,source="$work/pt-src" "$work/pt-mnt$i" \
-    >"$work/passthrough$i.log" 2>&1 &
+  mount_passthrough "$work/pt-src" "$work/pt-mnt$i" "$work/passthrough$i.log"
   pids+=($!)
-  wait_mount "$work/pt-mnt$i"
 done
 
 # fs3 with one replica, its data on the same disk, and a second fs3-fuse mount of it.

@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <new>
 
 #include "common/files.h"
 #include "fs3/crc32c.h"
@@ -14,35 +17,64 @@
 namespace ff::fs3 {
 namespace {
 
-std::vector<uint32_t> BlockCrcs(const std::string& content) {
-  std::vector<uint32_t> out;
+// The chunk's checksums in one pass: each 4 KiB block's, and the whole content's (continued over
+// each block while it is in the cache).
+void Checksum(std::string_view content, fs3rpc::ChunkMetaRecord* meta) {
+  uint32_t whole = 0;
+  meta->clear_pending_block_crcs();
   for (std::size_t off = 0; off < content.size(); off += kBlockSize) {
-    out.push_back(Crc32c(std::string_view(content).substr(off, kBlockSize)));
+    const std::string_view block = content.substr(off, kBlockSize);
+    meta->add_pending_block_crcs(Crc32c(block));
+    whole = Crc32c(block, whole);
   }
-  return out;
+  meta->set_pending_crc32c(whole);
 }
 
-Status WriteFileSynced(const std::string& path, const std::string& content) {
+constexpr std::size_t kAlign = 4096;  // O_DIRECT: buffer, length and offset on this boundary
+
+std::size_t AlignUp(std::size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
+
+// Writes `content` to `path` through a temporary file, synced, then renamed into place. With
+// `direct`, the data goes from `content` to the disk without a copy into the page cache (O_DIRECT,
+// as 3FS writes chunks): `content` must then start on a 4 KiB boundary and have zeros after its
+// end up to the next one (the file is cut back to the content's length). A filesystem that
+// refuses O_DIRECT (tmpfs) clears `direct` and gets a buffered write.
+Status WriteFileSynced(const std::string& path, std::string_view content,
+                       std::atomic<bool>& direct) {
   const std::string tmp = path + ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const bool use_direct = direct.load(std::memory_order_relaxed);
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | (use_direct ? O_DIRECT : 0),
+                0644);
+  if (fd < 0 && use_direct && errno == EINVAL) {
+    direct = false;
+    return WriteFileSynced(path, content, direct);
+  }
   if (fd < 0) return Status::FromErrno(errno, "create " + tmp);
+  auto fail = [&](const std::string& what) {
+    const int e = errno;
+    close(fd);
+    unlink(tmp.c_str());  // a full disk keeps none of what did not fit
+    return Status::FromErrno(e, what + " " + tmp);
+  };
+  const std::size_t length = use_direct ? AlignUp(content.size()) : content.size();
   std::size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = write(fd, content.data() + done, content.size() - done);
-    if (n < 0) {
-      int e = errno;
+  while (done < length) {
+    ssize_t n = write(fd, content.data() + done, length - done);
+    if (n < 0 && use_direct && errno == EINVAL && done == 0) {  // refused only at the first write
       close(fd);
-      unlink(tmp.c_str());  // a full disk keeps none of what did not fit
-      return Status::FromErrno(e, "write " + tmp);
+      unlink(tmp.c_str());
+      direct = false;
+      return WriteFileSynced(path, content, direct);
     }
+    if (n < 0) return fail("write");
     done += static_cast<std::size_t>(n);
   }
-  if (fdatasync(fd) != 0) {
-    int e = errno;
-    close(fd);
-    unlink(tmp.c_str());
-    return Status::FromErrno(e, "sync " + tmp);
+  if (length != content.size() && ftruncate(fd, static_cast<off_t>(content.size())) != 0) {
+    return fail("truncate");
   }
+  if (fdatasync(fd) != 0) return fail("sync");
   close(fd);
   if (rename(tmp.c_str(), path.c_str()) != 0) return Status::FromErrno(errno, "rename " + tmp);
   return Status::Ok();
@@ -131,43 +163,80 @@ Result<std::string> ChunkStore::Base(const fs3rpc::ChunkMetaRecord& meta, uint64
   return Read(meta.id(), 0, meta.length());
 }
 
+ChunkStore::Scratch ChunkStore::TakeScratch(std::size_t size) {
+  const std::size_t want = AlignUp(std::max<std::size_t>(size, 1));
+  {
+    std::lock_guard lock(pool_mu_);
+    for (auto it = pool_.begin(); it != pool_.end(); ++it) {
+      if (it->capacity >= want) {
+        Scratch s = std::move(*it);
+        pool_.erase(it);
+        return s;
+      }
+    }
+  }
+  Scratch s;
+  s.bytes.reset(static_cast<char*>(std::aligned_alloc(kAlign, want)));
+  if (!s.bytes) throw std::bad_alloc();
+  s.capacity = want;
+  return s;
+}
+
+void ChunkStore::GiveBack(Scratch s) {
+  std::lock_guard lock(pool_mu_);
+  if (pool_.size() < kPooledScratch) pool_.push_back(std::move(s));
+}
+
 Result<fs3rpc::ChunkMetaRecord> ChunkStore::Prepare(const fs3rpc::ChunkId& id, uint64_t version,
                                                     uint32_t offset, const std::string& data,
                                                     bool full, uint64_t chain_version) {
   FF_ASSIGN_OR_RETURN(fs3rpc::ChunkMetaRecord meta, MetaOrNew(id));
-  std::string content;
-  if (full) {
-    content = data;
-  } else {
-    FF_ASSIGN_OR_RETURN(content, Base(meta, version));
-    if (content.size() < offset + data.size()) content.resize(offset + data.size(), '\0');
-    content.replace(offset, data.size(), data);
+  std::string base;
+  if (!full) {
+    FF_ASSIGN_OR_RETURN(base, Base(meta, version));
   }
-  return StorePending(std::move(meta), version, content, chain_version);
+  // The new content, assembled in an aligned buffer that goes to the disk as it is.
+  const std::size_t size =
+      full ? data.size() : std::max<std::size_t>(base.size(), offset + data.size());
+  Scratch buf = TakeScratch(size);
+  char* p = buf.bytes.get();
+  if (full) {
+    std::memcpy(p, data.data(), data.size());
+  } else {
+    std::memcpy(p, base.data(), base.size());
+    if (offset > base.size()) std::memset(p + base.size(), 0, offset - base.size());
+    std::memcpy(p + offset, data.data(), data.size());
+  }
+  std::memset(p + size, 0, AlignUp(size) - size);
+  auto result = StorePending(std::move(meta), version, std::string_view(p, size), chain_version);
+  GiveBack(std::move(buf));
+  return result;
 }
 
 Result<fs3rpc::ChunkMetaRecord> ChunkStore::PrepareTruncate(const fs3rpc::ChunkId& id,
                                                             uint64_t version, uint32_t length,
                                                             uint64_t chain_version) {
   FF_ASSIGN_OR_RETURN(fs3rpc::ChunkMetaRecord meta, MetaOrNew(id));
-  FF_ASSIGN_OR_RETURN(std::string content, Base(meta, version));
-  content.resize(length, '\0');
-  return StorePending(std::move(meta), version, content, chain_version);
+  FF_ASSIGN_OR_RETURN(std::string base, Base(meta, version));
+  Scratch buf = TakeScratch(length);
+  char* p = buf.bytes.get();
+  const std::size_t kept = std::min<std::size_t>(base.size(), length);
+  std::memcpy(p, base.data(), kept);
+  std::memset(p + kept, 0, AlignUp(length) - kept);
+  auto result = StorePending(std::move(meta), version, std::string_view(p, length), chain_version);
+  GiveBack(std::move(buf));
+  return result;
 }
 
 Result<fs3rpc::ChunkMetaRecord> ChunkStore::StorePending(fs3rpc::ChunkMetaRecord meta,
-                                                         uint64_t version,
-                                                         const std::string& content,
+                                                         uint64_t version, std::string_view content,
                                                          uint64_t chain_version) {
   const fs3rpc::ChunkId id = meta.id();
   const fs3rpc::ChunkMetaRecord before = meta;
-  FF_RETURN_IF_ERROR(WriteFileSynced(Path(id, true), content));
+  FF_RETURN_IF_ERROR(WriteFileSynced(Path(id, true), content, direct_io_));
   meta.set_pending_version(version);
   meta.set_pending_length(static_cast<uint32_t>(content.size()));
-  meta.set_pending_crc32c(Crc32c(content));
-  meta.clear_pending_block_crcs();
-  for (uint32_t c : BlockCrcs(content))
-    meta.add_pending_block_crcs(c);
+  Checksum(content, &meta);
   meta.set_chain_version(chain_version);
   FF_RETURN_IF_ERROR(db_->Put(Key(id), meta));
   Account(&before, &meta);

@@ -82,6 +82,18 @@ Status StorageClient::Write(uint64_t inode, uint64_t offset, std::string_view da
   return Status::Ok();
 }
 
+Status StorageClient::WriteBuffer(uint64_t inode, uint64_t offset, std::string data,
+                                  Chains chains) {
+  const uint64_t size = chunk_size();
+  if (data.empty() || offset % size + data.size() > size) return Write(inode, offset, data, chains);
+  fs3rpc::WriteRequest req;
+  req.mutable_chunk()->set_inode(inode);
+  req.mutable_chunk()->set_index(static_cast<uint32_t>(offset / size));
+  req.set_offset(static_cast<uint32_t>(offset % size));
+  req.set_data(std::move(data));
+  return SendToHead(req, chains);
+}
+
 Status StorageClient::WriteChunk(uint64_t inode, uint32_t index, uint32_t offset,
                                  std::string_view data, Chains chains) {
   fs3rpc::WriteRequest req;

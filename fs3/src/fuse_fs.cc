@@ -360,10 +360,10 @@ void FuseFs::StartFlush(OpenFile& f, std::unique_lock<std::mutex>&) {
   f.wb.clear();
   const uint64_t offset = f.wb_offset;
   const uint64_t ino = f.ino;
-  f.inflight.push_back(std::async(std::launch::async,
-                                  [this, ino, offset, data = std::move(data), chains = f.chains] {
-                                    return storage_->Write(ino, offset, data, chains);
-                                  }));
+  f.inflight.push_back(std::async(
+      std::launch::async, [this, ino, offset, data = std::move(data), chains = f.chains]() mutable {
+        return storage_->WriteBuffer(ino, offset, std::move(data), chains);
+      }));
 }
 
 Status FuseFs::FlushData(OpenFile& f, std::unique_lock<std::mutex>& lock) {

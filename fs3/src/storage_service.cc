@@ -353,6 +353,8 @@ grpc::Status StorageService::WriteStream(grpc::ServerContext*,
     std::lock_guard lock(mu_);
     limit = routing_.chunk_size();
   }
+  // Streams carry large writes: room for a whole chunk at once, not regrown piece by piece.
+  req.mutable_data()->reserve(limit);
   while (reader->Read(&piece)) {
     if (req.data().size() + piece.data().size() > limit) {
       return ToGrpcStatus(InvalidArgument("the streamed data is larger than the chunk size " +

@@ -85,6 +85,8 @@ namespace daemon_detail {
 // Blocks SIGINT/SIGTERM in the calling thread (and the threads it starts later), so that
 // WaitForShutdown can take them with sigwait.
 void BlockShutdownSignals();
+// Large buffers come from the heap and are reused rather than mapped and faulted in afresh.
+void KeepLargeBuffersInTheHeap();
 void AddCommonFlags(CLI::App& app, DaemonFlags& flags);
 // Parses the command line; returns -1 to go on, or the exit code to return now.
 int ParseCommandLine(CLI::App& app, const std::string& name, int argc, char** argv);
@@ -95,6 +97,7 @@ int Fail(const std::string& name, int code, const Status& status);
 template <typename Config>
 int RunDaemon(int argc, char** argv, const DaemonSpec<Config>& spec) {
   daemon_detail::BlockShutdownSignals();
+  daemon_detail::KeepLargeBuffersInTheHeap();
   CLI::App app(spec.description, spec.name);
   DaemonFlags flags;
   daemon_detail::AddCommonFlags(app, flags);

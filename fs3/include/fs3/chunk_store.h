@@ -1,15 +1,19 @@
 // One storage target's chunks: content in files under the target's directory, metadata
 // (committed and pending versions, chain version, length, CRC32C per chunk and per 4 KiB block)
 // in a RocksDB beside them. A write makes a pending version (the committed content with the
-// update applied, written to its own file and synced); Commit makes it the committed one. Reads
+// update applied, written to its own file with O_DIRECT where the filesystem allows, and synced);
+// Commit makes it the committed one. Reads
 // verify the blocks they return against their checksums. Callers serialise operations on one
 // chunk (the storage service holds a per-chunk lock); different chunks may be used concurrently.
 #pragma once
 
 #include <atomic>
+#include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/proto_db.h"
@@ -76,10 +80,26 @@ class ChunkStore {
   // Counts the change of one chunk's record from `before` to `after` (either may be absent).
   void Account(const fs3rpc::ChunkMetaRecord* before, const fs3rpc::ChunkMetaRecord* after);
   Result<fs3rpc::ChunkMetaRecord> StorePending(fs3rpc::ChunkMetaRecord meta, uint64_t version,
-                                               const std::string& content, uint64_t chain_version);
+                                               std::string_view content, uint64_t chain_version);
+
+  // A 4 KiB-aligned buffer a new version is assembled in and written from (O_DIRECT), reused so
+  // that its pages are not faulted in afresh for every write.
+  struct FreeDeleter {
+    void operator()(char* p) const { std::free(p); }
+  };
+  struct Scratch {
+    std::unique_ptr<char, FreeDeleter> bytes;
+    std::size_t capacity = 0;
+  };
+  static constexpr std::size_t kPooledScratch = 8;
+  Scratch TakeScratch(std::size_t size);  // at least `size` bytes rounded up to 4 KiB
+  void GiveBack(Scratch s);
 
   std::string dir_;
   std::unique_ptr<ProtoDb> db_;
+  std::atomic<bool> direct_io_{true};  // cleared when the filesystem refuses O_DIRECT
+  std::mutex pool_mu_;
+  std::vector<Scratch> pool_;
   std::atomic<int64_t> chunks_{0};
   std::atomic<int64_t> bytes_{0};
 };

@@ -54,6 +54,8 @@ class StorageClient {
 
   // Writes `data` at `offset` of file `inode` (across as many chunks as it spans).
   Status Write(uint64_t inode, uint64_t offset, std::string_view data, Chains chains = {});
+  // The same, taking the buffer: data within one chunk goes out without a copy.
+  Status WriteBuffer(uint64_t inode, uint64_t offset, std::string data, Chains chains = {});
   // Up to `length` bytes at `offset`; holes and the end of chunks read as zeros up to the
   // chunk's written length (callers know file lengths from metadata).
   Result<std::string> Read(uint64_t inode, uint64_t offset, uint32_t length, Chains chains = {});
