@@ -46,6 +46,7 @@ Result<std::unique_ptr<StorageClient>> StorageClient::Create(const ClientOptions
 StorageClient::StorageClient(const ClientOptions& options)
     : options_(options),
       mgmtd_(fs3rpc::Mgmtd::NewStub(MakeChannel(options.mgmtd))),
+      transport_(options.transport ? options.transport : std::make_shared<GrpcTransport>()),
       next_request_(std::random_device{}() * uint64_t{0x100000000}) {}
 
 uint64_t StorageClient::peak_inflight_read_bytes() const {
@@ -178,7 +179,8 @@ Status StorageClient::SendToHead(fs3rpc::WriteRequest& req, Chains chains) {
     if (req.target() != 0 && !address.empty()) {
       fs3rpc::WriteResponse resp;
       // The chain may be recovering behind the head: allow for its forward timeout.
-      last = transport_.Write(address, req, &resp, options_.rpc_timeout + std::chrono::seconds(30));
+      last =
+          transport_->Write(address, req, &resp, options_.rpc_timeout + std::chrono::seconds(30));
       if (last.ok()) return Status::Ok();
       if (!Retryable(last)) return last;
     } else {
@@ -259,7 +261,7 @@ Result<std::string> StorageClient::ReadChunk(uint64_t inode, uint32_t index, uin
       const auto& [target, address] = replicas[(start + k) % replicas.size()];
       req.set_target(target);
       fs3rpc::ReadResponse resp;
-      last = transport_.Read(address, req, &resp, options_.rpc_timeout);
+      last = transport_->Read(address, req, &resp, options_.rpc_timeout);
       if (last.ok()) return std::move(*resp.mutable_data());
       if (!Retryable(last)) return last;
     }
@@ -336,7 +338,7 @@ Result<uint64_t> StorageClient::StoredLength(uint64_t inode) {
       req.set_target(target);
       req.set_inode(inode);
       fs3rpc::ChunkMetaRecord rec;
-      auto* stub = transport_.Stub(address);
+      auto* stub = stubs_.Get(address);
       Status st = CallRpc("fs3-storage LastChunk", CallOptions::Idempotent(options_.rpc_timeout),
                           [&](grpc::ClientContext* c) { return stub->LastChunk(c, req, &rec); });
       if (!st.ok()) {
@@ -363,7 +365,7 @@ Result<std::map<uint64_t, uint64_t>> StorageClient::StoredLengths() {
     fs3rpc::DumpMetaRequest req;
     req.set_target(target);
     fs3rpc::DumpMetaResponse resp;
-    auto* stub = transport_.Stub(address);
+    auto* stub = stubs_.Get(address);
     FF_RETURN_IF_ERROR(
         CallRpc("fs3-storage DumpMeta", CallOptions::Idempotent(std::chrono::seconds(60)),
                 [&](grpc::ClientContext* c) { return stub->DumpMeta(c, req, &resp); }));
@@ -420,7 +422,7 @@ Result<StorageClient::Space> StorageClient::SpaceInfo() {
     fs3rpc::SpaceInfoRequest req;
     req.set_target(target);
     fs3rpc::SpaceInfoResponse resp;
-    auto* stub = transport_.Stub(address);
+    auto* stub = stubs_.Get(address);
     FF_RETURN_IF_ERROR(
         CallRpc("fs3-storage SpaceInfo", CallOptions::Idempotent(options_.rpc_timeout),
                 [&](grpc::ClientContext* c) { return stub->SpaceInfo(c, req, &resp); }));

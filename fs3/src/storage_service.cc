@@ -91,9 +91,9 @@ void StorageOptions::Bind(ConfigSection& s) {
   s.Check(dedup_max_entries >= 1, "dedup_max_entries", "must be at least 1");
 }
 
-Result<std::unique_ptr<StorageService>> StorageService::Create(const StorageOptions& options,
-                                                               Metrics* metrics) {
-  std::unique_ptr<StorageService> s(new StorageService(options, metrics));
+Result<std::unique_ptr<StorageService>> StorageService::Create(
+    const StorageOptions& options, Metrics* metrics, std::shared_ptr<ChunkTransport> transport) {
+  std::unique_ptr<StorageService> s(new StorageService(options, metrics, std::move(transport)));
   for (const StorageTargetOptions& t : options.targets) {
     if (s->stores_.contains(t.id)) {
       return InvalidArgument("target " + std::to_string(t.id) + " is listed twice");
@@ -104,10 +104,12 @@ Result<std::unique_ptr<StorageService>> StorageService::Create(const StorageOpti
   return s;
 }
 
-StorageService::StorageService(const StorageOptions& options, Metrics* metrics)
+StorageService::StorageService(const StorageOptions& options, Metrics* metrics,
+                               std::shared_ptr<ChunkTransport> transport)
     : options_(options),
       metrics_(metrics),
       mgmtd_(fs3rpc::Mgmtd::NewStub(MakeChannel(options.mgmtd))),
+      transport_(transport ? std::move(transport) : std::make_shared<GrpcTransport>()),
       done_(std::chrono::seconds(options.dedup_retention_s),
             static_cast<std::size_t>(options.dedup_max_entries)) {}
 
@@ -330,7 +332,7 @@ std::mutex& StorageService::ChunkLock(uint64_t target, const fs3rpc::ChunkId& id
 }
 
 fs3rpc::Storage::Stub* StorageService::Peer(const std::string& address) {
-  return transport_.Stub(address);
+  return peers_.Get(address);
 }
 
 // ---- writes ------------------------------------------------------------------------------------
@@ -457,7 +459,7 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
     fwd.set_target(pos.successor_target);
     fwd.set_chain_version(pos.chain_version);
     fs3rpc::WriteResponse down;
-    Status st = transport_.Write(pos.successor, fwd, &down, std::chrono::seconds(10));
+    Status st = transport_->Write(pos.successor, fwd, &down, std::chrono::seconds(10));
     if (st.ok()) break;
     if (st.code() == StatusCode::kStaleVersion && !fwd.full_replace() && !req.remove()) {
       // The successor lacks the base version: send the whole chunk.
@@ -725,7 +727,7 @@ Status StorageService::SyncSuccessor(uint64_t target, const Position& pos) {
     fs3rpc::WriteResponse r;
     Status st;
     for (int attempt = 0; attempt < 3; ++attempt) {
-      st = transport_.Write(pos.successor, w, &r, std::chrono::seconds(10));
+      st = transport_->Write(pos.successor, w, &r, std::chrono::seconds(10));
       if (st.ok() || st.code() != StatusCode::kUnavailable) break;
     }
     return st;

@@ -111,8 +111,11 @@ struct StorageOptions {
 
 class StorageService final : public fs3rpc::Storage::Service {
  public:
-  static Result<std::unique_ptr<StorageService>> Create(const StorageOptions& options,
-                                                        Metrics* metrics);
+  // `transport` carries chunk data to successors (empty: gRPC); tests pass one that injects
+  // faults.
+  static Result<std::unique_ptr<StorageService>> Create(
+      const StorageOptions& options, Metrics* metrics,
+      std::shared_ptr<ChunkTransport> transport = nullptr);
   ~StorageService() override;
   void Start(const std::string& address);
   void Stop();
@@ -149,7 +152,8 @@ class StorageService final : public fs3rpc::Storage::Service {
     bool head = false;
   };
 
-  StorageService(const StorageOptions& options, Metrics* metrics);
+  StorageService(const StorageOptions& options, Metrics* metrics,
+                 std::shared_ptr<ChunkTransport> transport);
   Status DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteResponse* resp);
   grpc::Status DoRead(grpc::ServerContext*, const fs3rpc::ReadRequest*, fs3rpc::ReadResponse*);
   grpc::Status TimedWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteResponse* resp);
@@ -168,7 +172,8 @@ class StorageService final : public fs3rpc::Storage::Service {
   std::string address_;
   std::map<uint64_t, std::unique_ptr<ChunkStore>> stores_;
   std::unique_ptr<fs3rpc::Mgmtd::Stub> mgmtd_;
-  GrpcTransport transport_;  // chunk data to successors
+  std::shared_ptr<ChunkTransport> transport_;  // chunk data to successors
+  StorageStubs peers_;                         // control calls to other services
 
   mutable std::mutex mu_;
   std::condition_variable routing_changed_;

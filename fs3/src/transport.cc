@@ -14,7 +14,7 @@ void SetDeadline(grpc::ClientContext* c, std::chrono::milliseconds d) {
 
 }  // namespace
 
-fs3rpc::Storage::Stub* GrpcTransport::Stub(const std::string& address) {
+fs3rpc::Storage::Stub* StorageStubs::Get(const std::string& address) {
   std::lock_guard lock(mu_);
   auto& s = stubs_[address];
   if (!s) s = fs3rpc::Storage::NewStub(MakeChannel(address));
@@ -23,7 +23,7 @@ fs3rpc::Storage::Stub* GrpcTransport::Stub(const std::string& address) {
 
 Status GrpcTransport::Write(const std::string& address, const fs3rpc::WriteRequest& req,
                             fs3rpc::WriteResponse* resp, std::chrono::milliseconds deadline) {
-  fs3rpc::Storage::Stub* stub = Stub(address);
+  fs3rpc::Storage::Stub* stub = stubs_.Get(address);
   grpc::ClientContext c;
   SetDeadline(&c, deadline);
   if (req.data().size() <= options_.stream_threshold) {
@@ -45,7 +45,7 @@ Status GrpcTransport::Write(const std::string& address, const fs3rpc::WriteReque
 
 Status GrpcTransport::Read(const std::string& address, const fs3rpc::ReadRequest& req,
                            fs3rpc::ReadResponse* resp, std::chrono::milliseconds deadline) {
-  fs3rpc::Storage::Stub* stub = Stub(address);
+  fs3rpc::Storage::Stub* stub = stubs_.Get(address);
   grpc::ClientContext c;
   SetDeadline(&c, deadline);
   if (req.length() <= options_.stream_threshold) {

@@ -35,6 +35,8 @@ struct ClientOptions {
   std::chrono::milliseconds retry_timeout{std::chrono::seconds(60)};
   std::chrono::milliseconds rpc_timeout{std::chrono::seconds(10)};
   uint64_t max_inflight_read_bytes = uint64_t{64} << 20;
+  // How chunk data travels; empty: gRPC (GrpcTransport).
+  std::shared_ptr<ChunkTransport> transport;
 };
 
 // The chains a file's chunks rotate over (its layout; chunk i on chains[i % size]). Empty: the
@@ -111,7 +113,8 @@ class StorageClient {
   std::unique_ptr<fs3rpc::Mgmtd::Stub> mgmtd_;
   mutable std::mutex mu_;
   fs3rpc::RoutingInfo routing_;
-  GrpcTransport transport_;
+  std::shared_ptr<ChunkTransport> transport_;  // chunk data
+  StorageStubs stubs_;                         // control calls
   std::atomic<uint64_t> next_request_;
   std::atomic<uint64_t> rotate_{0};
   // Read credits (request-to-send).

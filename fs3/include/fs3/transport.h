@@ -1,7 +1,10 @@
 // How chunk data moves between clients and storage services, and along chains. The gRPC
 // transport sends small requests as single messages and large ones (above `stream_threshold`)
 // as streams of pieces; an RDMA transport can implement the same interface (3FS pulls write
-// data with RDMA reads) without touching the CRAQ logic above it.
+// data with RDMA reads) without touching the CRAQ logic above it, and tests wrap it to drop,
+// delay or fail transfers (tests/support/faulty_transport.h). The storage client and each storage
+// service take one (ClientOptions::transport, StorageService::Create); control calls (version
+// queries, dumps, space) go over plain gRPC stubs (StorageStubs).
 #pragma once
 
 #include <chrono>
@@ -25,6 +28,16 @@ class ChunkTransport {
                       fs3rpc::ReadResponse* resp, std::chrono::milliseconds deadline) = 0;
 };
 
+// gRPC stubs of storage services, one per address, made on first use.
+class StorageStubs {
+ public:
+  fs3rpc::Storage::Stub* Get(const std::string& address);
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<fs3rpc::Storage::Stub>> stubs_;
+};
+
 struct GrpcTransportOptions {
   std::size_t stream_threshold = std::size_t{1} << 20;  // larger payloads are streamed
   std::size_t piece_bytes = std::size_t{1} << 20;
@@ -37,12 +50,10 @@ class GrpcTransport final : public ChunkTransport {
                fs3rpc::WriteResponse* resp, std::chrono::milliseconds deadline) override;
   Status Read(const std::string& address, const fs3rpc::ReadRequest& req,
               fs3rpc::ReadResponse* resp, std::chrono::milliseconds deadline) override;
-  fs3rpc::Storage::Stub* Stub(const std::string& address);
 
  private:
   const GrpcTransportOptions options_;
-  std::mutex mu_;
-  std::map<std::string, std::unique_ptr<fs3rpc::Storage::Stub>> stubs_;
+  StorageStubs stubs_;
 };
 
 }  // namespace ff::fs3
