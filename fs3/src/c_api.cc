@@ -141,7 +141,7 @@ int fs3_write(fs3_fs* fs, const char* path, uint64_t offset, const void* data, s
     if (inode->type() != fs3rpc::INODE_FILE) {
       return FailWith(EISDIR, std::string(path) + " is not a regular file", err, err_len);
     }
-    if (!ff::fs3::MetaStore::Permitted(fs->caller, *inode, 2)) {
+    if (!ff::fs3::Permitted(fs->caller, *inode, 2)) {
       return FailWith(EACCES, std::string("cannot write ") + path, err, err_len);
     }
     auto file = fs->fs->Open(path);

@@ -27,13 +27,6 @@ bool Retryable(const Status& st) {
   }
 }
 
-// A target's address, or "" when the routing table names no service for it (a call to "" fails
-// and is retried with fresh routing).
-std::string AddressOf(const std::map<uint64_t, std::string>& addresses, uint64_t target) {
-  auto it = addresses.find(target);
-  return it == addresses.end() ? std::string() : it->second;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<StorageClient>> StorageClient::Create(const ClientOptions& options) {
@@ -60,11 +53,9 @@ uint64_t StorageClient::chunk_size() const {
 }
 
 Status StorageClient::RefreshRouting() {
-  fs3rpc::GetRoutingRequest req;
-  fs3rpc::RoutingInfo info;
-  FF_RETURN_IF_ERROR(
-      CallRpc("fs3-mgmtd GetRouting", CallOptions::Idempotent(options_.rpc_timeout),
-              [&](grpc::ClientContext* c) { return mgmtd_->GetRouting(c, req, &info); }));
+  FF_ASSIGN_OR_RETURN(fs3rpc::RoutingInfo info,
+                      FetchRouting(*mgmtd_, RoutingFetch{.deadline = options_.rpc_timeout,
+                                                         .attempts = CallOptions{}.max_attempts}));
   std::lock_guard lock(mu_);
   if (info.version() >= routing_.version()) routing_ = std::move(info);
   return Status::Ok();
@@ -168,13 +159,7 @@ Status StorageClient::SendToHead(fs3rpc::WriteRequest& req, Chains chains) {
           break;
         }
       }
-      std::string node;
-      for (const auto& t : routing_.targets()) {
-        if (t.id() == req.target()) node = t.node();
-      }
-      for (const auto& n : routing_.nodes()) {
-        if (n.name() == node) address = n.address();
-      }
+      address = AddressOf(TargetAddresses(routing_), req.target());
     }
     if (req.target() != 0 && !address.empty()) {
       fs3rpc::WriteResponse resp;
@@ -249,7 +234,7 @@ Result<std::string> StorageClient::ReadChunk(uint64_t inode, uint32_t index, uin
       std::lock_guard lock(mu_);
       FF_ASSIGN_OR_RETURN(int position, ChainPositionLocked(inode, index, chains));
       const auto& chain = routing_.chains(position);
-      const auto address_of = TargetAddressesLocked();
+      const auto address_of = TargetAddresses(routing_);
       for (const auto& t : chain.targets()) {
         if (ParsePublicState(t.state()) == PublicState::kServing)
           replicas.emplace_back(t.target(), AddressOf(address_of, t.target()));
@@ -299,19 +284,9 @@ Result<std::vector<std::string>> StorageClient::ReadBatch(const std::vector<Read
   return out;
 }
 
-std::map<uint64_t, std::string> StorageClient::TargetAddressesLocked() const {
-  std::map<std::string, std::string> address_of_node;
-  for (const auto& n : routing_.nodes())
-    address_of_node[n.name()] = n.address();
-  std::map<uint64_t, std::string> out;
-  for (const auto& t : routing_.targets())
-    out[t.id()] = address_of_node[t.node()];
-  return out;
-}
-
 std::vector<std::pair<uint64_t, std::string>> StorageClient::ChainTails() {
   std::lock_guard lock(mu_);
-  const auto address_of = TargetAddressesLocked();
+  const auto address_of = TargetAddresses(routing_);
   std::vector<std::pair<uint64_t, std::string>> out;
   for (const auto& chain : routing_.chains()) {
     uint64_t tail = 0;
@@ -411,7 +386,7 @@ Result<StorageClient::Space> StorageClient::SpaceInfo() {
   {
     std::lock_guard lock(mu_);
     replication = std::max<uint32_t>(1, routing_.replication());
-    const auto address_of = TargetAddressesLocked();
+    const auto address_of = TargetAddresses(routing_);
     for (const auto& t : routing_.targets()) {
       if (t.chain() != 0 && ParsePublicState(t.public_state()) == PublicState::kServing)
         targets.emplace_back(t.id(), AddressOf(address_of, t.id()));

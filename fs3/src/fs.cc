@@ -133,8 +133,7 @@ Result<File> FileSystem::Open(const std::string& path) {
   FF_ASSIGN_OR_RETURN(fs3rpc::Inode inode, Resolve(path));
   if (inode.type() == fs3rpc::INODE_DIR)
     return Status(StatusCode::kIsADirectory, path + " is a directory");
-  if (!MetaStore::Permitted(options_.caller, inode, 4))
-    return PermissionDenied("cannot read " + path);
+  if (!Permitted(options_.caller, inode, 4)) return PermissionDenied("cannot read " + path);
   return File{
       inode.ino(), inode.size(), {inode.layout().chains().begin(), inode.layout().chains().end()}};
 }

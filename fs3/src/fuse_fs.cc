@@ -561,7 +561,7 @@ void FuseFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Caller caller{ctx->uid, ctx->gid, {}};
   if (ctx->uid != 0) caller.groups = GroupsOf(req, ctx->pid);
-  if (!MetaStore::Permitted(caller, inode, mask)) {
+  if (!Permitted(caller, inode, mask)) {
     fs3rpc::CloseRequest c;
     c.set_ino(ino);
     fs3rpc::Empty e;
@@ -984,7 +984,7 @@ void FuseFs::Access(fuse_req_t req, fuse_ino_t ino, int mask) {
   Caller caller{ctx->uid, ctx->gid, {}};
   if (ctx->uid != 0) caller.groups = GroupsOf(req, ctx->pid);
   const auto want = static_cast<uint32_t>(mask & (R_OK | W_OK | X_OK));
-  fuse_reply_err(req, want == 0 || MetaStore::Permitted(caller, inode, want) ? 0 : EACCES);
+  fuse_reply_err(req, want == 0 || Permitted(caller, inode, want) ? 0 : EACCES);
 }
 
 // ---- the table ----------------------------------------------------------------------------------

@@ -44,7 +44,7 @@
 #include "common/config.h"
 #include "fs3/client.h"
 #include "fs3/meta_client.h"
-#include "fs3/meta_store.h"
+#include "fs3/permissions.h"
 #include "fs3/proto/meta.grpc.pb.h"
 #include "monitoring/metrics.h"
 

@@ -69,6 +69,15 @@ Status MetaClient::Call(const char* what, uint16_t id, Method method, const Req&
   });
 }
 
+Status MetaClient::Fsck(const fs3rpc::FsckRequest& request, fs3rpc::FsckReply* reply,
+                        std::chrono::milliseconds attempt) {
+  CallOptions call = options_.call;
+  call.deadline = attempt;
+  call.total_deadline = std::max(call.total_deadline, attempt);
+  return CallRpc("fs3-meta Fsck", call,
+                 [&](grpc::ClientContext* c) { return stub_->Fsck(c, request, reply); });
+}
+
 #define FS3_META_CLIENT_METHOD(id, name, Req, Resp)                                \
   Status MetaClient::name(const fs3rpc::Req& request, fs3rpc::Resp* reply) {       \
     return Call("fs3-meta " #name, id, &fs3rpc::Meta::Stub::name, request, reply); \

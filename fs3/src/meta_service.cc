@@ -311,7 +311,7 @@ grpc::Status MetaService::Readdir(grpc::ServerContext*, const fs3rpc::ReaddirReq
     bool plus = false;
     if (r->plus()) {
       FF_ASSIGN_OR_RETURN(fs3rpc::Inode dir, store_->GetAttr(r->ino()));
-      plus = MetaStore::Permitted(caller, dir, 1);  // what a lookup of each entry would ask
+      plus = Permitted(caller, dir, 1);  // what a lookup of each entry would ask
     }
     for (const DirEntry& e : entries) {
       auto* d = out->add_entries();
@@ -345,7 +345,7 @@ grpc::Status MetaService::SetAttr(grpc::ServerContext*, const fs3rpc::SetAttrReq
       FF_ASSIGN_OR_RETURN(fs3rpc::Inode before, store_->GetAttr(r->ino()));
       if (before.type() == fs3rpc::INODE_FILE && !options_.mgmtd.empty() &&
           r->size() < std::max<uint64_t>(before.size(), 1) &&
-          (a.through_writable_handle || MetaStore::Permitted(CallerOf(r->cred()), before, 2))) {
+          (a.through_writable_handle || Permitted(CallerOf(r->cred()), before, 2))) {
         FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
         FF_ASSIGN_OR_RETURN(uint64_t stored, storage->StoredLength(r->ino()));
         FF_RETURN_IF_ERROR(storage->TruncateData(

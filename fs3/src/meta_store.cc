@@ -798,7 +798,7 @@ Status XattrAccess(const Caller& c, const Inode& inode, const std::string& name,
     if (inode.type() != fs3rpc::INODE_FILE && inode.type() != fs3rpc::INODE_DIR) {
       return Err(StatusCode::kNotPermitted, "user.* attributes live on files and directories");
     }
-    if (!MetaStore::Permitted(c, inode, write ? 2 : 4)) return PermissionDenied("no permission");
+    if (!Permitted(c, inode, write ? 2 : 4)) return PermissionDenied("no permission");
   }
   if (write && (name.rfind("security.", 0) == 0 || name.rfind("system.", 0) == 0) && !c.root() &&
       c.uid != inode.uid()) {

@@ -1,14 +1,12 @@
-// MetaStore::Permitted on its own: the native client (and libfs3c) check permissions with it
-// without linking the RocksDB-backed store.
-#include <algorithm>
+#include "fs3/permissions.h"
 
-#include "fs3/meta_store.h"
+#include <algorithm>
 
 namespace ff::fs3 {
 
 using fs3rpc::Inode;
 
-bool MetaStore::Permitted(const Caller& c, const Inode& inode, uint32_t mask) {
+bool Permitted(const Caller& c, const Inode& inode, uint32_t mask) {
   const uint32_t mode = inode.mode();
   if (c.root()) {
     // Root may read and write anything; execute needs some execute bit (or a directory).

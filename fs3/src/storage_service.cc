@@ -135,27 +135,18 @@ void StorageService::Stop() {
 // ---- membership --------------------------------------------------------------------------------
 
 Status StorageService::RefreshRouting(bool wait, uint64_t known) {
-  fs3rpc::GetRoutingRequest req;
-  req.set_known_version(known);
-  req.set_wait_ms(wait ? 2000 : 0);
-  fs3rpc::RoutingInfo info;
-  CallOptions o;
-  o.deadline = std::chrono::milliseconds(wait ? 5000 : 2000);
-  o.max_attempts = 1;
-  FF_RETURN_IF_ERROR(CallRpc("fs3-mgmtd GetRouting", o, [&](grpc::ClientContext* c) {
-    return mgmtd_->GetRouting(c, req, &info);
-  }));
+  using std::chrono::milliseconds;
+  FF_ASSIGN_OR_RETURN(
+      fs3rpc::RoutingInfo info,
+      FetchRouting(*mgmtd_, RoutingFetch{.known_version = known,
+                                         .wait = milliseconds(wait ? 2000 : 0),
+                                         .deadline = milliseconds(wait ? 3000 : 2000)}));
   std::lock_guard lock(mu_);
   fetched_ = true;
   if (info.version() < routing_.version()) return Status::Ok();
   routing_ = std::move(info);
   // Where each target's service answers, derived once per routing version (requests use it).
-  std::map<std::string, std::string> address_of;
-  for (const auto& n : routing_.nodes())
-    address_of[n.name()] = n.address();
-  target_address_.clear();
-  for (const auto& t : routing_.targets())
-    target_address_[t.id()] = address_of[t.node()];
+  target_address_ = TargetAddresses(routing_);
   for (const fs3rpc::ChainInfo& c : routing_.chains()) {
     for (const fs3rpc::ChainTargetInfo& t : c.targets()) {
       auto it = local_.find(t.target());
@@ -322,8 +313,7 @@ Result<StorageService::Position> StorageService::Locate(uint64_t target, uint64_
 }
 
 std::string StorageService::AddressOf(uint64_t target) const {
-  auto it = target_address_.find(target);
-  return it == target_address_.end() ? std::string() : it->second;
+  return fs3::AddressOf(target_address_, target);
 }
 
 std::mutex& StorageService::ChunkLock(uint64_t target, const fs3rpc::ChunkId& id) {

@@ -33,6 +33,7 @@
 #include "fs3/chunk_store.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
 #include "fs3/proto/storage.grpc.pb.h"
+#include "fs3/routing.h"
 #include "fs3/transport.h"
 #include "monitoring/metrics.h"
 

@@ -18,8 +18,9 @@
 #include <ctime>
 
 #include "common/rpc_client.h"
-#include "fs3/proto/meta.grpc.pb.h"
+#include "fs3/meta_client.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
+#include "fs3/routing.h"
 
 namespace ff::fs3 {
 namespace {
@@ -36,6 +37,14 @@ std::string ToJson(const google::protobuf::Message& m) {
   o.always_print_primitive_fields = true;
   (void)google::protobuf::util::MessageToJsonString(m, &out, o);
   return out;
+}
+
+// fs3-meta through the one client every fs3 tool uses (gRPC: a one-shot command has no use for
+// the frame connection); a few quick tries, so that an unreachable fs3-meta is said soon.
+MetaClientOptions CliMetaOptions(const std::string& address) {
+  CallOptions call = CallOptions::Idempotent(std::chrono::seconds(10));
+  call.max_attempts = 3;
+  return MetaClientOptions{.address = address, .frames = false, .call = call};
 }
 
 // "4MiB", "1M", "64k", "4096" -> bytes.
@@ -107,7 +116,7 @@ int Main(int argc, char** argv) {
   if (*layout) {
     if (meta.empty() && std::getenv("FS3_META")) meta = std::getenv("FS3_META");
     if (meta.empty()) Die("no fs3-meta address: --meta or $FS3_META");
-    auto stub = fs3rpc::Meta::NewStub(MakeChannel(meta));
+    MetaClient client(CliMetaOptions(meta));
     auto check = [&](const Status& st) {
       if (st.ok()) return;
       if (st.code() == StatusCode::kUnavailable) Die("cannot reach fs3-meta at " + meta);
@@ -119,8 +128,7 @@ int Main(int argc, char** argv) {
     fs3rpc::Inode at;
     fs3rpc::InoRequest root;
     root.set_ino(1);
-    check(CallRpc("fs3-meta GetAttr", CallOptions::Idempotent(),
-                  [&](grpc::ClientContext* c) { return stub->GetAttr(c, root, &at); }));
+    check(client.GetAttr(root, &at));
     std::size_t i = 0;
     while (i < layout_path.size()) {  // each name of the path in turn
       std::size_t j = layout_path.find('/', i);
@@ -131,8 +139,7 @@ int Main(int argc, char** argv) {
         r.set_parent(at.ino());
         r.set_name(layout_path.substr(i, j - i));
         fs3rpc::Inode next;
-        check(CallRpc("fs3-meta Lookup", CallOptions::Idempotent(),
-                      [&](grpc::ClientContext* c) { return stub->Lookup(c, r, &next); }));
+        check(client.Lookup(r, &next));
         at = next;
       }
       i = j + 1;
@@ -142,8 +149,7 @@ int Main(int argc, char** argv) {
       *r.mutable_cred() = cred;
       r.set_ino(at.ino());
       r.set_stripe(stripe);
-      check(CallRpc("fs3-meta SetLayout", CallOptions::Idempotent(),
-                    [&](grpc::ClientContext* c) { return stub->SetLayout(c, r, &at); }));
+      check(client.SetLayout(r, &at));
     }
     if (json) {
       std::printf("%s\n", ToJson(at.layout()).c_str());
@@ -162,12 +168,11 @@ int Main(int argc, char** argv) {
   if (*fsck) {
     if (meta.empty() && std::getenv("FS3_META")) meta = std::getenv("FS3_META");
     if (meta.empty()) Die("no fs3-meta address: --meta or $FS3_META");
-    auto stub = fs3rpc::Meta::NewStub(MakeChannel(meta));
+    MetaClient client(CliMetaOptions(meta));
     fs3rpc::FsckRequest req;
     req.set_repair(repair);
     fs3rpc::FsckReply reply;
-    Status st = CallRpc("fs3-meta Fsck", CallOptions::Idempotent(std::chrono::seconds(60)),
-                        [&](grpc::ClientContext* c) { return stub->Fsck(c, req, &reply); });
+    Status st = client.Fsck(req, &reply);
     if (!st.ok()) {
       if (st.code() == StatusCode::kUnavailable) Die("cannot reach fs3-meta at " + meta);
       Die(st.message());
@@ -188,10 +193,7 @@ int Main(int argc, char** argv) {
   if (mgmtd.empty()) Die("no fs3-mgmtd address: --mgmtd or $FS3_MGMTD");
   auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd));
   fs3rpc::RoutingInfo info;
-  auto call = [&](const std::string& what, auto&& fn, bool idempotent) {
-    CallOptions o = CallOptions::Idempotent(std::chrono::seconds(10));
-    o.idempotent = idempotent;
-    Status st = CallRpc("fs3-mgmtd " + what, o, fn);
+  auto report = [&](const Status& st) {
     if (st.ok()) return;
     if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
       Die("cannot reach fs3-mgmtd at " + mgmtd + " (" + st.message() + ")");
@@ -199,6 +201,11 @@ int Main(int argc, char** argv) {
     std::string m = st.message();
     if (auto c = m.find(": "); c != std::string::npos) m = m.substr(c + 2);
     Die(m);
+  };
+  auto call = [&](const std::string& what, auto&& fn, bool idempotent) {
+    CallOptions o = CallOptions::Idempotent(std::chrono::seconds(10));
+    o.idempotent = idempotent;
+    report(CallRpc("fs3-mgmtd " + what, o, fn));
   };
   if (*init) {
     fs3rpc::InitRequest req;
@@ -220,10 +227,10 @@ int Main(int argc, char** argv) {
     call(
         "AddTarget", [&](grpc::ClientContext* c) { return stub->AddTarget(c, req, &info); }, false);
   } else {
-    fs3rpc::GetRoutingRequest req;
-    call(
-        "GetRouting", [&](grpc::ClientContext* c) { return stub->GetRouting(c, req, &info); },
-        true);
+    auto fetched = FetchRouting(*stub, RoutingFetch{.deadline = std::chrono::seconds(10),
+                                                    .attempts = CallOptions{}.max_attempts});
+    report(fetched.status());
+    info = std::move(*fetched);
   }
   if (*routing || (json && !*nodes && !*targets && !*chains)) {
     std::printf("%s\n", ToJson(info).c_str());

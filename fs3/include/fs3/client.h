@@ -26,6 +26,7 @@
 #include "common/result.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
 #include "fs3/proto/storage.grpc.pb.h"
+#include "fs3/routing.h"
 #include "fs3/transport.h"
 
 namespace ff::fs3 {
@@ -104,8 +105,6 @@ class StorageClient {
                                 Chains chains);
   // The position in routing_ of the chain holding chunk `index` (mu_ held).
   Result<int> ChainPositionLocked(uint64_t inode, uint32_t index, Chains chains) const;
-  // Each target's service address (mu_ held).
-  std::map<uint64_t, std::string> TargetAddressesLocked() const;
   // (target, address) of each chain's tail, for queries of committed state.
   std::vector<std::pair<uint64_t, std::string>> ChainTails();
 

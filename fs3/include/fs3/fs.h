@@ -18,7 +18,7 @@
 
 #include "fs3/client.h"
 #include "fs3/meta_client.h"
-#include "fs3/meta_store.h"
+#include "fs3/permissions.h"
 #include "fs3/proto/meta.grpc.pb.h"
 
 namespace ff::fs3 {

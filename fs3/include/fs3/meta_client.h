@@ -33,6 +33,11 @@ class MetaClient {
   FS3_META_FRAME_METHODS(FS3_META_CLIENT_METHOD)
 #undef FS3_META_CLIENT_METHOD
 
+  // The namespace check (an administrator's long call, over gRPC only): each attempt may take
+  // `attempt` (fs3-meta walks every inode, and with storage every chunk).
+  Status Fsck(const fs3rpc::FsckRequest& request, fs3rpc::FsckReply* reply,
+              std::chrono::milliseconds attempt = std::chrono::seconds(120));
+
   // The frame transport's address in use, "" while calls go over gRPC (tests, diagnostics).
   std::string FramesAddress();
 

@@ -18,31 +18,10 @@
 #include <vector>
 
 #include "common/proto_db.h"
+#include "fs3/permissions.h"
 #include "fs3/proto/meta.pb.h"
 
 namespace ff::fs3 {
-
-constexpr uint64_t kRootIno = 1;
-constexpr std::size_t kMaxNameBytes = 255;
-
-// Who asks: the calling process's credentials.
-struct Caller {
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-  std::vector<uint32_t> groups;  // supplementary
-  bool root() const { return uid == 0; }
-};
-
-struct DirEntry {
-  std::string name;
-  uint64_t ino = 0;
-  fs3rpc::InodeType type = fs3rpc::INODE_FILE;
-};
-
-enum RenameFlags : uint32_t {
-  kRenameNoReplace = 1,  // RENAME_NOREPLACE
-  kRenameExchange = 2,   // RENAME_EXCHANGE
-};
 
 // setattr: the fields to change.
 struct SetAttr {
@@ -55,10 +34,6 @@ struct SetAttr {
   bool through_writable_handle = false;
 };
 
-enum XattrFlags : uint32_t {
-  kXattrCreate = 1,   // XATTR_CREATE: fail if it exists
-  kXattrReplace = 2,  // XATTR_REPLACE: fail if it does not
-};
 constexpr std::size_t kMaxXattrValueBytes = 64 * 1024;
 
 class MetaStore {
@@ -159,9 +134,6 @@ class MetaStore {
   // given that length (the data is kept).
   Result<std::vector<std::string>> CheckData(const std::map<uint64_t, uint64_t>& stored,
                                              bool repair);
-
-  // Whether `c` may access `inode` with `mask` (4 read, 2 write, 1 execute/search).
-  static bool Permitted(const Caller& c, const fs3rpc::Inode& inode, uint32_t mask);
 
  private:
   class Txn;

@@ -1,0 +1,33 @@
+// Reading fs3-mgmtd's routing table, the one way every fs3 component does it (the storage client,
+// the storage services, the fs3 CLI): one GetRouting call, long-polling for a version newer than
+// the one known, and where each target's storage service answers.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "common/result.h"
+#include "fs3/proto/mgmtd.grpc.pb.h"
+
+namespace ff::fs3 {
+
+struct RoutingFetch {
+  // With a known version, fs3-mgmtd answers when a newer one exists or after `wait`.
+  uint64_t known_version = 0;
+  std::chrono::milliseconds wait{0};
+  std::chrono::milliseconds deadline{2000};  // per attempt
+  int attempts = 1;                          // retried while fs3-mgmtd is unreachable
+};
+
+Result<fs3rpc::RoutingInfo> FetchRouting(fs3rpc::Mgmtd::Stub& mgmtd, const RoutingFetch& fetch);
+
+// Each target's service address (target id -> host:port); a target whose service the table does
+// not name maps to "" (a call to it fails and is retried with fresh routing).
+std::map<uint64_t, std::string> TargetAddresses(const fs3rpc::RoutingInfo& routing);
+
+// The address of `target` in such a map, "" when absent.
+std::string AddressOf(const std::map<uint64_t, std::string>& addresses, uint64_t target);
+
+}  // namespace ff::fs3
