@@ -89,6 +89,11 @@ class LeaseRouting {
 // still take writes, and a write that entered here as the head must still be at the head.
 Status MayContinueWrite(PublicState state, bool head, bool forwarded, uint64_t target);
 
+// Resync: whether the successor's record of a chunk (null: it has none) already holds our
+// committed version of it, so that the chunk need not be sent.
+bool SuccessorHoldsCommitted(const fs3rpc::ChunkMetaRecord& ours,
+                             const fs3rpc::ChunkMetaRecord* theirs);
+
 struct StorageTargetOptions {
   uint64_t id = 0;
   std::string path;

@@ -1,5 +1,7 @@
-// fs3-storage's table of applied writes (request id -> what the write did): retries within the
-// retention are answered from it; it forgets by age, and past its size the oldest first.
+// The chain write's rules on their own (fs3/src/chain_write.cc): fs3-storage's table of applied
+// writes (request id -> what the write did: retries within the retention are answered from it;
+// it forgets by age, and past its size the oldest first), when a write may go on mid-chain, and
+// which chunks a resync sends.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -96,6 +98,25 @@ TEST(MayContinueWriteTest, AHeadThatLostItsPlaceDoesNotCommitAlone) {
   // A replica forwarded to goes on down the new chain from where it is.
   EXPECT_TRUE(MayContinueWrite(PublicState::kServing, false, true, 7).ok());
   EXPECT_TRUE(MayContinueWrite(PublicState::kSyncing, false, true, 7).ok());
+}
+
+TEST(ResyncTest, SendsEachChunkTheSuccessorDoesNotHoldAsCommittedHere) {
+  fs3rpc::ChunkMetaRecord ours;
+  ours.set_committed_version(4);
+  ours.set_crc32c(0xabc);
+  EXPECT_FALSE(SuccessorHoldsCommitted(ours, nullptr));  // it has no such chunk
+  fs3rpc::ChunkMetaRecord theirs = ours;
+  EXPECT_TRUE(SuccessorHoldsCommitted(ours, &theirs));
+  theirs.set_committed_version(3);  // older
+  EXPECT_FALSE(SuccessorHoldsCommitted(ours, &theirs));
+  theirs.set_committed_version(5);  // newer than ours: ours is what the chain holds
+  EXPECT_FALSE(SuccessorHoldsCommitted(ours, &theirs));
+  theirs = ours;
+  theirs.set_crc32c(0xabd);  // same version, other bytes
+  EXPECT_FALSE(SuccessorHoldsCommitted(ours, &theirs));
+  theirs = ours;
+  theirs.set_pending_version(5);  // a half-done write there
+  EXPECT_FALSE(SuccessorHoldsCommitted(ours, &theirs));
 }
 
 }  // namespace

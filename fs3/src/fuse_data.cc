@@ -1,0 +1,308 @@
+// fs3-fuse's data path: open files (shared by their handles), read-ahead blocks and the read
+// cache, write gathering with background writes, and flush / fsync settling the length.
+#include <sys/stat.h>
+#include <sys/xattr.h>
+
+#include <cstring>
+#include <deque>
+#include <map>
+#include <random>
+
+#include "common/rpc_client.h"
+#include "fuse_fs_internal.h"
+
+namespace ff::fs3 {
+
+// ---- open files ---------------------------------------------------------------------------------
+
+std::shared_ptr<FuseFs::OpenFile> FuseFs::Find(uint64_t ino) {
+  std::lock_guard lock(files_mu_);
+  auto it = files_.find(ino);
+  return it == files_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<FuseFs::OpenFile> FuseFs::Acquire(const fs3rpc::Inode& inode) {
+  std::lock_guard lock(files_mu_);
+  auto& f = files_[inode.ino()];
+  if (!f) f = std::make_shared<OpenFile>(inode.ino());
+  std::lock_guard flock(f->mu);
+  if (f->handles++ == 0) {
+    f->size = inode.size();
+    f->chains.assign(inode.layout().chains().begin(), inode.layout().chains().end());
+    DropBlocks(*f);
+  } else {
+    f->size = std::max(f->size, inode.size());
+  }
+  return f;
+}
+
+void FuseFs::ReleaseFile(const std::shared_ptr<OpenFile>& f) {
+  std::lock_guard lock(files_mu_);
+  std::lock_guard flock(f->mu);
+  if (--f->handles == 0) {
+    DropBlocks(*f);
+    files_.erase(f->ino);
+  }
+}
+
+void FuseFs::DropBlocks(OpenFile& f) {
+  cache_used_ -= f.cached;
+  f.cached = 0;
+  f.blocks.clear();
+}
+
+void FuseFs::StartFlush(OpenFile& f, std::unique_lock<std::mutex>&) {
+  while (f.inflight.size() >= options_.writes_in_flight ||
+         (!f.inflight.empty() &&
+          f.inflight.front().wait_for(std::chrono::seconds(0)) == std::future_status::ready)) {
+    Status st = f.inflight.front().get();
+    f.inflight.pop_front();
+    if (!st.ok() && f.error.ok()) f.error = st;
+  }
+  if (f.wb.empty()) return;
+  std::string data = std::move(f.wb);
+  f.wb.clear();
+  const uint64_t offset = f.wb_offset;
+  const uint64_t ino = f.ino;
+  f.inflight.push_back(std::async(
+      std::launch::async, [this, ino, offset, data = std::move(data), chains = f.chains]() mutable {
+        return storage_->WriteBuffer(ino, offset, std::move(data), chains);
+      }));
+}
+
+Status FuseFs::FlushData(OpenFile& f, std::unique_lock<std::mutex>& lock) {
+  StartFlush(f, lock);
+  for (; !f.inflight.empty(); f.inflight.pop_front()) {
+    Status st = f.inflight.front().get();
+    if (!st.ok() && f.error.ok()) f.error = st;
+  }
+  Status st = f.error;
+  f.error = Status::Ok();
+  return st;
+}
+
+Status FuseFs::Sync(OpenFile& f, std::unique_lock<std::mutex>& lock) {
+  FF_RETURN_IF_ERROR(FlushData(f, lock));
+  if (!f.dirty) return Status::Ok();
+  fs3rpc::CloseRequest r;
+  r.set_ino(f.ino);
+  r.set_size(f.size);
+  r.set_wrote(true);
+  fs3rpc::Inode out;
+  FF_RETURN_IF_ERROR(meta_->Sync(r, &out));
+  f.dirty = false;
+  return Status::Ok();
+}
+
+void FuseFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  fs3rpc::InoRequest r;
+  *r.mutable_cred() = Cred(req);
+  r.set_ino(ino);
+  fs3rpc::Inode inode;
+  Status st = meta_->Open(r, &inode);
+  if (!st.ok()) return ReplyErr(req, st);
+  const int acc = fi->flags & O_ACCMODE;
+  const uint32_t mask = (acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Caller caller{ctx->uid, ctx->gid, {}};
+  if (ctx->uid != 0) caller.groups = GroupsOf(req, ctx->pid);
+  if (!Permitted(caller, inode, mask)) {
+    fs3rpc::CloseRequest c;
+    c.set_ino(ino);
+    fs3rpc::Empty e;
+    (void)meta_->Close(c, &e);
+    fuse_reply_err(req, EACCES);
+    return;
+  }
+  // Close-to-open: the kernel's cached attributes (the length above all) are dropped, so what
+  // another mount wrote and closed is read afresh (only attributes: no page locks involved, so
+  // this is safe inside the open).
+  if (session_ != nullptr) fuse_lowlevel_notify_inval_inode(session_, ino, -1, 0);
+  auto* h = new Handle{Acquire(inode), false, acc != O_RDONLY};
+  fi->fh = reinterpret_cast<uint64_t>(h);
+  fi->keep_cache = 0;                         // and the pages
+  if (fuse_reply_open(req, fi) == -ENOENT) {  // the caller was interrupted
+    ReleaseFile(h->file);
+    delete h;
+  }
+}
+
+void FuseFs::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+                    fuse_file_info* fi) {
+  fs3rpc::MakeRequest r;
+  *r.mutable_cred() = Cred(req);
+  r.set_parent(parent);
+  r.set_name(name);
+  r.set_mode(mode & 07777);
+  r.set_type(fs3rpc::INODE_FILE);
+  r.set_open(true);
+  r.set_request_id(NextRequest());
+  fs3rpc::Inode inode;
+  Status st = meta_->Make(r, &inode);
+  if (!st.ok()) return ReplyErr(req, st);
+  NoteDirs(inode.dirs());
+  auto* h = new Handle{Acquire(inode), false, (fi->flags & O_ACCMODE) != O_RDONLY};
+  fi->fh = reinterpret_cast<uint64_t>(h);
+  fuse_entry_param e{};
+  e.ino = inode.ino();
+  e.generation = 1;
+  e.attr = ToStat(inode);
+  e.attr_timeout = options_.attr_timeout_s;
+  e.entry_timeout = options_.entry_timeout_s;
+  if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+    ReleaseFile(h->file);
+    delete h;
+  }
+}
+
+void FuseFs::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  auto* h = reinterpret_cast<Handle*>(fi->fh);
+  OpenFile& f = *h->file;
+  const auto offset = static_cast<uint64_t>(off);
+  std::unique_lock lock(f.mu);
+  if (!f.wb.empty() || !f.inflight.empty()) {
+    Status st = FlushData(f, lock);  // read what was written
+    if (!st.ok()) {
+      lock.unlock();
+      return ReplyErr(req, st);
+    }
+  }
+  if (offset >= f.size || size == 0) {
+    lock.unlock();
+    fuse_reply_buf(req, nullptr, 0);
+    return;
+  }
+  const uint64_t n = std::min<uint64_t>(size, f.size - offset);
+  const uint64_t block = options_.readahead_bytes;
+  const uint64_t file_size = f.size;
+  // A file that fits a quarter of the read cache is kept in blocks while open, random reads
+  // included (each block is fetched once); larger files read randomly fetch exactly what is
+  // asked (whole blocks would multiply the bytes moved without being read again).
+  const bool small = block > 0 && file_size <= options_.read_cache_bytes / 4;
+  const uint64_t first = block == 0 ? 0 : offset / block * block;
+  const uint64_t last = block == 0 ? 0 : (offset + n - 1) / block * block;
+  const bool sequential = offset == f.last_read_end || (block > 0 && f.blocks.contains(first));
+  f.last_read_end = offset + n;
+  auto ensure = [&](uint64_t b) {
+    if (b >= file_size || f.blocks.contains(b)) return true;
+    const auto len = static_cast<uint32_t>(std::min<uint64_t>(block, file_size - b));
+    if (small) {
+      if (cache_used_ + len > options_.read_cache_bytes) return false;  // the cache is full
+      cache_used_ += len;
+      f.cached += len;
+    }
+    f.blocks[b] = std::async(std::launch::async, [this, ino, b, len, chains = f.chains] {
+                    return storage_->Read(ino, b, len, chains);
+                  }).share();
+    return true;
+  };
+  bool covered = block > 0 && (sequential || small);
+  for (uint64_t b = first; covered && b <= last; b += block)
+    covered = ensure(b);
+  if (!covered) {
+    const std::vector<uint32_t> chains = f.chains;
+    lock.unlock();
+    auto data = storage_->Read(ino, offset, static_cast<uint32_t>(n), chains);
+    if (!data.ok()) return ReplyErr(req, data.status());
+    fuse_reply_buf(req, data->data(), std::min<uint64_t>(n, data->size()));
+    return;
+  }
+  if (sequential) {  // the next blocks in the background; blocks behind the reader dropped
+    for (uint64_t b = last + block; b <= last + kReadaheadBlocks * block; b += block)
+      ensure(b);
+    if (!small) {
+      while (!f.blocks.empty() && f.blocks.begin()->first < first)
+        f.blocks.erase(f.blocks.begin());
+    }
+  }
+  std::vector<std::pair<uint64_t, std::shared_future<Result<std::string>>>> parts;
+  for (uint64_t b = first; b <= last; b += block)
+    parts.emplace_back(b, f.blocks[b]);
+  lock.unlock();
+  std::string out;
+  out.reserve(n);
+  for (auto& [b, part] : parts) {
+    const Result<std::string>& data = part.get();
+    if (!data.ok()) {
+      lock.lock();
+      DropBlocks(f);  // fetched again by the next read
+      lock.unlock();
+      return ReplyErr(req, data.status());
+    }
+    const uint64_t from = std::max(offset, b);
+    const uint64_t to = std::min(offset + n, b + data->size());
+    if (to > from) out.append(data->data() + (from - b), to - from);
+  }
+  fuse_reply_buf(req, out.data(), out.size());
+}
+
+void FuseFs::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
+                   fuse_file_info* fi) {
+  auto* h = reinterpret_cast<Handle*>(fi->fh);
+  OpenFile& f = *h->file;
+  const auto offset = static_cast<uint64_t>(off);
+  std::unique_lock lock(f.mu);
+  h->wrote = true;
+  f.dirty = true;
+  DropBlocks(f);
+  if (options_.write_buffer_bytes == 0) {
+    const std::vector<uint32_t> chains = f.chains;
+    lock.unlock();
+    Status st = storage_->Write(f.ino, offset, std::string_view(buf, size), chains);
+    if (!st.ok()) return ReplyErr(req, st);
+    lock.lock();
+  } else {
+    const bool follows = !f.wb.empty() && offset == f.wb_offset + f.wb.size();
+    if (!follows || f.wb.size() + size > options_.write_buffer_bytes) {
+      StartFlush(f, lock);
+      if (!f.error.ok()) {
+        Status st = f.error;
+        f.error = Status::Ok();
+        lock.unlock();
+        return ReplyErr(req, st);
+      }
+      f.wb_offset = offset;
+    }
+    if (f.wb.capacity() < options_.write_buffer_bytes) f.wb.reserve(options_.write_buffer_bytes);
+    f.wb.append(buf, size);
+    if (f.wb.size() >= options_.write_buffer_bytes) StartFlush(f, lock);
+  }
+  f.size = std::max<uint64_t>(f.size, offset + size);
+  lock.unlock();
+  fuse_reply_write(req, size);
+}
+
+void FuseFs::Flush(fuse_req_t req, fuse_file_info* fi) {
+  auto* h = reinterpret_cast<Handle*>(fi->fh);
+  std::unique_lock lock(h->file->mu);
+  Status st = Sync(*h->file, lock);
+  lock.unlock();
+  fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
+}
+
+void FuseFs::Fsync(fuse_req_t req, fuse_file_info* fi) {
+  Flush(req, fi);
+}
+
+void FuseFs::Release(fuse_req_t req, fuse_file_info* fi) {
+  auto* h = reinterpret_cast<Handle*>(fi->fh);
+  OpenFile& f = *h->file;
+  std::unique_lock lock(f.mu);
+  Status st = FlushData(f, lock);
+  fs3rpc::CloseRequest r;
+  r.set_ino(f.ino);
+  if (h->wrote) {
+    r.set_size(f.size);
+    r.set_wrote(f.dirty);
+    f.dirty = false;
+  }
+  lock.unlock();
+  fs3rpc::Empty out;
+  Status closed = meta_->Close(r, &out);
+  ReleaseFile(h->file);
+  delete h;
+  if (st.ok()) st = closed;
+  fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
+}
+
+}  // namespace ff::fs3

@@ -1,0 +1,120 @@
+// fs3-storage: resync of a successor that rejoined its chain: every committed chunk it lacks or
+// holds differently goes to it whole, every chunk it holds that we no longer have is removed,
+// then SyncDone lets fs3-mgmtd make it serving.
+#include <spdlog/spdlog.h>
+#include <sys/statvfs.h>
+
+#include "common/rpc_client.h"
+#include "common/rpc_status.h"
+#include "storage_internal.h"
+
+namespace ff::fs3 {
+
+// ---- resync ------------------------------------------------------------------------------------
+
+void StorageService::SyncLoop() {
+  while (!stopping_) {
+    {
+      std::unique_lock lock(mu_);
+      routing_changed_.wait_for(lock, std::chrono::milliseconds(200));
+    }
+    if (stopping_ || CheckServing().ok() == false) continue;
+    for (const auto& [id, store] : stores_) {
+      auto pos = Locate(id, 0);
+      if (!pos.ok() || pos->state != PublicState::kServing || pos->successor.empty()) continue;
+      // Is the successor syncing?
+      bool syncing = false;
+      {
+        std::lock_guard lock(mu_);
+        for (const auto& c : routing_.chains()) {
+          for (const auto& t : c.targets()) {
+            if (t.target() == pos->successor_target) {
+              syncing = ParsePublicState(t.state()) == PublicState::kSyncing;
+            }
+          }
+        }
+        if (synced_.contains({pos->chain, pos->chain_version, pos->successor_target})) continue;
+      }
+      if (!syncing) continue;
+      Status st = SyncSuccessor(id, *pos);
+      if (st.ok()) {
+        std::lock_guard lock(mu_);
+        synced_.insert({pos->chain, pos->chain_version, pos->successor_target});
+      } else {
+        spdlog::warn("resync of target {} from {}: {}", pos->successor_target, id, st.message());
+      }
+    }
+  }
+}
+
+Status StorageService::SyncSuccessor(uint64_t target, const Position& pos) {
+  ChunkStore& store = *stores_.at(target);
+  fs3rpc::Storage::Stub* peer = Peer(pos.successor);
+  fs3rpc::DumpMetaRequest dump_req;
+  dump_req.set_target(pos.successor_target);
+  fs3rpc::DumpMetaResponse dump;
+  FF_RETURN_IF_ERROR(
+      CallRpc("fs3-storage DumpMeta", CallOptions::Idempotent(),
+              [&](grpc::ClientContext* c) { return peer->DumpMeta(c, dump_req, &dump); }));
+  std::map<std::string, fs3rpc::ChunkMetaRecord> theirs;
+  for (const auto& m : dump.chunks())
+    theirs[ChunkStore::Key(m.id())] = m;
+  FF_ASSIGN_OR_RETURN(auto ours, store.List());
+  std::size_t sent = 0, removed = 0;
+  auto send = [&](fs3rpc::WriteRequest& w) {
+    fs3rpc::WriteResponse r;
+    Status st;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      st = transport_->Write(pos.successor, w, &r, std::chrono::seconds(10));
+      if (st.ok() || st.code() != StatusCode::kUnavailable) break;
+    }
+    return st;
+  };
+  for (const auto& listed : ours) {
+    std::lock_guard chunk_lock(ChunkLock(target, listed.id()));
+    auto meta = store.Meta(listed.id());
+    if (!meta.ok() || meta->committed_version() == 0) continue;
+    const std::string key = ChunkStore::Key(listed.id());
+    auto their = theirs.find(key);
+    const bool current =
+        SuccessorHoldsCommitted(*meta, their == theirs.end() ? nullptr : &their->second);
+    if (their != theirs.end()) theirs.erase(their);
+    if (current) continue;
+    FF_ASSIGN_OR_RETURN(std::string whole, store.Read(listed.id(), 0, meta->length()));
+    fs3rpc::WriteRequest w;
+    w.set_request_id(RandomId());
+    w.set_chain(pos.chain);
+    w.set_chain_version(pos.chain_version);
+    w.set_target(pos.successor_target);
+    *w.mutable_chunk() = listed.id();
+    w.set_data(std::move(whole));
+    w.set_update_version(meta->committed_version());
+    w.set_full_replace(true);
+    w.set_forwarded(true);
+    FF_RETURN_IF_ERROR(send(w));
+    ++sent;
+  }
+  for (const auto& [key, m] : theirs) {  // chunks we no longer have
+    fs3rpc::WriteRequest w;
+    w.set_request_id(RandomId());
+    w.set_chain(pos.chain);
+    w.set_chain_version(pos.chain_version);
+    w.set_target(pos.successor_target);
+    *w.mutable_chunk() = m.id();
+    w.set_remove(true);
+    w.set_forwarded(true);
+    FF_RETURN_IF_ERROR(send(w));
+    ++removed;
+  }
+  fs3rpc::SyncDoneRequest done;
+  done.set_target(pos.successor_target);
+  done.set_chain_version(pos.chain_version);
+  fs3rpc::SyncDoneResponse ok;
+  FF_RETURN_IF_ERROR(CallRpc("fs3-storage SyncDone", CallOptions::Idempotent(),
+                             [&](grpc::ClientContext* c) { return peer->SyncDone(c, done, &ok); }));
+  spdlog::info("resynced target {} from {}: {} chunks sent, {} removed", pos.successor_target,
+               target, sent, removed);
+  return Status::Ok();
+}
+
+}  // namespace ff::fs3
