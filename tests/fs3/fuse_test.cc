@@ -30,6 +30,7 @@
 #include "fs3/client.h"
 #include "fs3/proto/meta.grpc.pb.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
+#include "tests/support/fs3_cluster.h"
 #include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/wait.h"
@@ -86,145 +87,22 @@ bool WriteAll(const std::string& path, const std::string& data, int flags = O_TR
   return close(fd) == 0;
 }
 
-// One fs3 cluster for the whole suite (each test works in its own directory).
-class Cluster {
+// One fs3 cluster for the whole suite (each test works in its own directory): the shared test
+// fabric with two storage services in chains of two, fs3-meta and a mount.
+class Cluster : public test::Fs3Cluster {
  public:
-  Cluster() {
-    chmod(dir_.path().c_str(), 0755);  // other users reach the mounts below it
-    mgmtd_address_ = Address();
-    test::WriteFile(dir_.File("mgmtd.toml"),
-                    "[server]\nlisten = \"" + mgmtd_address_ +
-                        "\"\n[metrics]\nenabled = false\n[mgmtd]\ndata_dir = \"" +
-                        dir_.File("mgmtd") +
-                        "\"\nlease_ms = 1500\ncheck_interval_ms = 100\nrestart_grace_ms = 10000\n");
-    Start("mgmtd", FF_FS3_MGMTD_PATH, {"--config", dir_.File("mgmtd.toml")});
-    for (int i = 0; i < 2; ++i) {
-      const std::string name = "storage" + std::to_string(i);
-      test::WriteFile(dir_.File(name + ".toml"),
-                      "[server]\nlisten = \"" + Address() +
-                          "\"\n[metrics]\nenabled = false\n[storage]\nnode = \"" + name +
-                          "\"\nmgmtd = \"" + mgmtd_address_ + "\"\n[[storage.targets]]\nid = " +
-                          std::to_string(101 + i) + "\npath = \"" + dir_.File(name) + "\"\n");
-      StartStorage(i);
-    }
-    auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd_address_));
-    EXPECT_TRUE(WaitUntil(
-        [&] {
-          fs3rpc::RoutingInfo info;
-          grpc::ClientContext c;
-          stub->GetRouting(&c, {}, &info);
-          int up = 0;
-          for (const auto& n : info.nodes())
-            up += n.state() == "up";
-          return up == 2;
-        },
-        20s));
-    fs3rpc::InitRequest init;
-    init.set_chunk_size(kChunk);
-    init.set_replication(2);
-    fs3rpc::RoutingInfo info;
-    grpc::ClientContext c;
-    EXPECT_TRUE(stub->InitCluster(&c, init, &info).ok());
-    meta_address_ = Address();
-    test::WriteFile(dir_.File("meta.toml"),
-                    "[server]\nlisten = \"" + meta_address_ +
-                        "\"\n[metrics]\nenabled = false\n[meta]\ndata_dir = \"" +
-                        dir_.File("meta") + "\"\nchunk_size = " + std::to_string(kChunk) +
-                        "\nmgmtd = \"" + mgmtd_address_ + "\"\ngc_interval_ms = 200\n");
-    StartMeta();
-    test::WriteFile(dir_.File("fuse.toml"), "[metrics]\nenabled = false\n[fuse]\nmeta = \"" +
-                                                meta_address_ + "\"\nmgmtd = \"" + mgmtd_address_ +
-                                                "\"\n");
+  Cluster() : Fs3Cluster(Options()) {
+    Start();
     mount_ = Mount("mnt");
   }
+  std::string mount_;
 
-  ~Cluster() {
-    for (auto& [name, p] : procs_) {
-      if (name.rfind("fuse-", 0) == 0 && p->running()) {
-        p->Signal(SIGTERM);
-        p->Wait(10s);
-      }
-    }
-    for (const std::string& m : mounts_)
-      (void)!system(("fusermount3 -u -z " + m + " 2>/dev/null").c_str());
+ private:
+  static test::Fs3ClusterOptions Options() {
+    test::Fs3ClusterOptions o;
+    o.chunk_size = kChunk;
+    return o;
   }
-
-  static std::string Address() {
-    auto port = FindFreePort();
-    return "127.0.0.1:" + std::to_string(port.ok() ? *port : 0);
-  }
-
-  test::Subprocess& Start(const std::string& name, const std::string& binary,
-                          std::vector<std::string> args) {
-    const std::string ready = dir_.File(name + ".ready");
-    std::remove(ready.c_str());
-    args.insert(args.begin(), binary);
-    args.push_back("--ready-file");
-    args.push_back(ready);
-    auto proc = test::Subprocess::Start(args, {.env = {}, .output_dir = dir_.path()});
-    EXPECT_TRUE(proc.ok()) << proc.status();
-    procs_[name] = std::make_unique<test::Subprocess>(std::move(*proc));
-    EXPECT_TRUE(test::WaitForFile(ready, 30s).has_value()) << procs_[name]->Stderr();
-    return *procs_[name];
-  }
-  void StartMeta() { Start("meta", FF_FS3_META_PATH, {"--config", dir_.File("meta.toml")}); }
-  void StartStorage(int i) {
-    const std::string name = "storage" + std::to_string(i);
-    Start(name, FF_FS3_STORAGE_PATH, {"--config", dir_.File(name + ".toml")});
-  }
-  void Kill(const std::string& name) {
-    procs_[name]->Signal(SIGKILL);
-    procs_[name]->Wait(10s);
-  }
-
-  // A new fs3-fuse mount under the cluster's folder; returns its path.
-  std::string Mount(const std::string& name, const std::vector<std::string>& extra = {}) {
-    const std::string path = dir_.File(name);
-    stdfs::create_directories(path);
-    std::vector<std::string> args = {path, "--config", dir_.File("fuse.toml")};
-    args.insert(args.end(), extra.begin(), extra.end());
-    Start("fuse-" + name, FF_FS3_FUSE_PATH, args);
-    mounts_.push_back(path);
-    return path;
-  }
-  // What a daemon's ready file says under `key` (e.g. "metrics").
-  std::string ReadyField(const std::string& name, const std::string& key) {
-    auto text = test::WaitForFile(dir_.File(name + ".ready"), 1s);
-    if (!text) return "";
-    auto j = nlohmann::json::parse(*text, nullptr, false);
-    return j.is_object() && j.contains(key) ? j[key].get<std::string>() : "";
-  }
-  test::Subprocess& proc(const std::string& name) { return *procs_[name]; }
-
-  bool AllServing() {
-    auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd_address_));
-    fs3rpc::RoutingInfo info;
-    grpc::ClientContext c;
-    c.set_deadline(std::chrono::system_clock::now() + 2s);
-    if (!stub->GetRouting(&c, {}, &info).ok()) return false;
-    for (const auto& chain : info.chains()) {
-      for (const auto& t : chain.targets()) {
-        if (t.state() != "serving") return false;
-      }
-    }
-    return info.chains_size() > 0;
-  }
-
-  std::vector<std::string> Fsck(bool repair = false) {
-    auto stub = fs3rpc::Meta::NewStub(MakeChannel(meta_address_));
-    fs3rpc::FsckRequest r;
-    r.set_repair(repair);
-    fs3rpc::FsckReply out;
-    Status st = CallRpc("fsck", CallOptions::Idempotent(30s),
-                        [&](grpc::ClientContext* c) { return stub->Fsck(c, r, &out); });
-    EXPECT_TRUE(st.ok()) << st;
-    return {out.problems().begin(), out.problems().end()};
-  }
-
-  test::TempDir dir_;
-  std::string mgmtd_address_, meta_address_, mount_;
-  std::map<std::string, std::unique_ptr<test::Subprocess>> procs_;
-  std::vector<std::string> mounts_;
 };
 
 class FuseTest : public ::testing::Test {
@@ -920,11 +798,11 @@ TEST_F(FuseTest, SurvivesRestartsOfMetaAndOfAReplica) {
   const std::string data = RandomBytes(3 * kChunk, 9);
   ASSERT_TRUE(WriteAll(P("before"), data));
   // A storage replica dies: reads and writes go on with the other one.
-  cluster_->Kill("storage1");
+  cluster_->Kill("s1");
   EXPECT_EQ(ReadAll(P("before")), data);
   ASSERT_TRUE(WriteAll(P("during"), data));
   EXPECT_EQ(ReadAll(P("during")), data);
-  cluster_->StartStorage(1);
+  ASSERT_TRUE(cluster_->StartStorage(1));
   EXPECT_TRUE(WaitUntil([&] { return cluster_->AllServing(); }, 60s));
   // fs3-meta is killed during a storm of creates / renames / unlinks on the mount and restarted:
   // the storm sees no error, and every acknowledged operation is there.
@@ -961,7 +839,7 @@ TEST_F(FuseTest, SurvivesRestartsOfMetaAndOfAReplica) {
   std::this_thread::sleep_for(1s);
   cluster_->Kill("meta");
   std::this_thread::sleep_for(500ms);
-  cluster_->StartMeta();
+  ASSERT_TRUE(cluster_->StartMeta());
   std::this_thread::sleep_for(1500ms);
   stop = true;
   for (auto& t : storm)

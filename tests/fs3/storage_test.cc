@@ -24,6 +24,7 @@
 #include "fs3/crc32c.h"
 #include "fs3/fs.h"
 #include "fs3/transport.h"
+#include "tests/support/fs3_cluster.h"
 #include "tests/support/full_disk.h"
 #include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
@@ -44,116 +45,43 @@ using test::WaitUntil;
 class StorageTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto port = FindFreePort();
-    ASSERT_TRUE(port.ok());
-    mgmtd_address_ = "127.0.0.1:" + std::to_string(*port);
-    test::WriteFile(dir_.File("mgmtd.toml"),
-                    "[server]\nlisten = \"" + mgmtd_address_ +
-                        "\"\n[metrics]\nenabled = false\n[mgmtd]\ndata_dir = \"" +
-                        dir_.File("mgmtd") +
-                        "\"\nlease_ms = 1500\ncheck_interval_ms = 100\nrestart_grace_ms = 10000\n");
-    StartMgmtd();
-    for (int i = 0; i < kServices; ++i) {
-      // A port found free may be taken by a test running beside this one before the service
-      // binds it: then the service exits at once, and another port is tried.
-      for (int attempt = 0;; ++attempt) {
-        auto p = FindFreePort();
-        ASSERT_TRUE(p.ok());
-        std::string name = "s" + std::to_string(i);
-        std::string config = "[server]\nlisten = \"127.0.0.1:" + std::to_string(*p) +
-                             "\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[storage]\nnode = \"" +
-                             name + "\"\nmgmtd = \"" + mgmtd_address_ + "\"\n" +
-                             extra_storage_config_;
-        for (int t = 1; t <= 2; ++t) {
-          config += "[[storage.targets]]\nid = " + std::to_string((i + 1) * 10 + t) +
-                    "\npath = \"" + dir_.File(name + "-t" + std::to_string(t)) + "\"\n";
-        }
-        test::WriteFile(dir_.File(name + ".toml"), config);
-        if (TryStartStorage(i) || attempt == 4) break;
-      }
-      ASSERT_TRUE(storage_[i] && !storage_[i]->Wait(0s).has_value())
-          << "s" << i << " did not start: " << storage_[i]->Stderr();
-    }
-    ASSERT_TRUE(WaitUntil([&] { return CountNodes("up") == kServices; }, 20s));
-    auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd_address_));
-    fs3rpc::InitRequest init;
-    init.set_chunk_size(kChunk);
-    init.set_replication(3);
-    fs3rpc::RoutingInfo info;
-    grpc::ClientContext c;
-    ASSERT_TRUE(stub->InitCluster(&c, init, &info).ok());
-    ASSERT_EQ(info.chains_size(), 2);
+    cluster_ = std::make_unique<test::Fs3Cluster>(Options());
+    BeforeStart();
+    if (HasFatalFailure()) return;
+    cluster_->Start();
+    if (HasFatalFailure()) return;
+    ASSERT_EQ(Routing().chains_size(), 2);
     ClientOptions o;
-    o.mgmtd = mgmtd_address_;
+    o.mgmtd = mgmtd_address();
     auto client = StorageClient::Create(o);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = std::move(*client);
-    ASSERT_TRUE(WaitUntil([&] { return AllServing(); }, 20s));
   }
 
-  void StartMgmtd() {
-    std::string ready = dir_.File("mgmtd.ready");
-    std::remove(ready.c_str());
-    auto proc = test::Subprocess::Start(
-        {FF_FS3_MGMTD_PATH, "--config", dir_.File("mgmtd.toml"), "--ready-file", ready},
-        {.env = {}, .output_dir = dir_.path()});
-    ASSERT_TRUE(proc.ok());
-    mgmtd_ = std::make_unique<test::Subprocess>(std::move(*proc));
-    ASSERT_TRUE(test::WaitForFile(ready, 20s).has_value()) << mgmtd_->Stderr();
+  // Three services with two targets each, chains of three, 64 KiB chunks, metrics on.
+  virtual test::Fs3ClusterOptions Options() {
+    test::Fs3ClusterOptions o;
+    o.services = kServices;
+    o.targets_per_service = 2;
+    o.replication = 3;
+    o.chunk_size = kChunk;
+    o.meta = false;
+    o.metrics = true;
+    return o;
+  }
+  // Runs after the folder exists, before any daemon starts.
+  virtual void BeforeStart() {}
+
+  test::TempDir& dir() { return cluster_->dir_; }
+  const std::string& mgmtd_address() { return cluster_->mgmtd_address_; }
+  test::Subprocess& storage(int i) { return cluster_->proc(test::Fs3Cluster::StorageName(i)); }
+  std::string metrics(int i) {
+    return cluster_->ReadyField(test::Fs3Cluster::StorageName(i), "metrics");
   }
 
-  // Starts service i; false when it exited before serving (its port was taken).
-  bool TryStartStorage(int i) {
-    std::string name = "s" + std::to_string(i);
-    std::string ready = dir_.File(name + ".ready");
-    std::remove(ready.c_str());
-    auto proc = test::Subprocess::Start(
-        {FF_FS3_STORAGE_PATH, "--config", dir_.File(name + ".toml"), "--ready-file", ready},
-        {.env = {}, .output_dir = dir_.path()});
-    if (!proc.ok()) return false;
-    storage_[i] = std::make_unique<test::Subprocess>(std::move(*proc));
-    const auto deadline = std::chrono::steady_clock::now() + 20s;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (auto endpoints = test::WaitForFile(ready, 100ms)) {
-        metrics_[i] = nlohmann::json::parse(*endpoints)["metrics"];
-        return true;
-      }
-      if (storage_[i]->Wait(0s).has_value()) return false;
-    }
-    return false;
-  }
-
-  void StartStorage(int i) {
-    ASSERT_TRUE(TryStartStorage(i)) << (storage_[i] ? storage_[i]->Stderr() : "not started");
-  }
-
-  fs3rpc::RoutingInfo Routing() {
-    auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd_address_));
-    fs3rpc::RoutingInfo info;
-    grpc::ClientContext c;
-    c.set_deadline(std::chrono::system_clock::now() + 5s);
-    stub->GetRouting(&c, {}, &info);
-    return info;
-  }
-
-  int CountNodes(const std::string& state) {
-    int n = 0;
-    const fs3rpc::RoutingInfo r = Routing();
-    for (const auto& node : r.nodes())
-      n += node.state() == state;
-    return n;
-  }
-
-  bool AllServing() {
-    auto r = Routing();
-    if (r.chains_size() == 0) return false;
-    for (const auto& c : r.chains()) {
-      for (const auto& t : c.targets()) {
-        if (t.state() != "serving") return false;
-      }
-    }
-    return true;
-  }
+  fs3rpc::RoutingInfo Routing() { return cluster_->Routing(); }
+  int CountNodes(const std::string& state) { return cluster_->CountNodes(state); }
+  bool AllServing() { return cluster_->AllServing(); }
 
   // The chain of targets (head first) as "11 21 31".
   std::string Order(int chain) {
@@ -191,12 +119,7 @@ class StorageTest : public ::testing::Test {
     return st;
   }
 
-  std::string extra_storage_config_;  // [storage] keys a derived fixture adds
-  test::TempDir dir_;
-  std::string mgmtd_address_;
-  std::unique_ptr<test::Subprocess> mgmtd_;
-  std::map<int, std::unique_ptr<test::Subprocess>> storage_;
-  std::map<int, std::string> metrics_;  // each storage service's /metrics address
+  std::unique_ptr<test::Fs3Cluster> cluster_;
   std::unique_ptr<StorageClient> client_;
 };
 
@@ -221,7 +144,7 @@ TEST_F(StorageTest, RandomDataAcrossManyChunksReadsBack) {
   EXPECT_TRUE(*back == files[1].second);
   // Every service shows its I/O and its targets' states.
   for (int i = 0; i < kServices; ++i) {
-    auto page = test::HttpGet(metrics_[i], "/metrics");
+    auto page = test::HttpGet(metrics(i), "/metrics");
     ASSERT_TRUE(page.ok()) << page.status();
     EXPECT_THAT(page->body, HasSubstr("fs3_storage_write_bytes_total"));
     EXPECT_THAT(page->body, HasSubstr("fs3_storage_write_seconds_bucket"));
@@ -272,11 +195,11 @@ TEST_F(StorageTest, KillingHeadMiddleAndTailLosesNoAcknowledgedWrite) {
     int victim = static_cast<int>(victim_target / 10) - 1;
     SCOPED_TRACE("killing s" + std::to_string(victim) + " (position " + std::to_string(position) +
                  " of chain 1: " + Order(0) + ")");
-    storage_[victim]->Signal(SIGKILL);
-    storage_[victim]->Wait(5s);
+    storage(victim).Signal(SIGKILL);
+    storage(victim).Wait(5s);
     ASSERT_TRUE(WaitUntil([&] { return CountNodes("down") == 1; }, 20s));
     std::this_thread::sleep_for(500ms);  // writes go on without it
-    StartStorage(victim);
+    ASSERT_TRUE(cluster_->StartStorage(victim));
     ASSERT_TRUE(WaitUntil([&] { return AllServing(); }, 60s)) << Order(0) << " / " << Order(1);
     check();
   }
@@ -404,7 +327,11 @@ TEST_F(StorageTest, LargeTransfersAreStreamedInPieces) {
 // With a small request-id table: applied writes are forgotten oldest first, never all at once.
 class StorageDedupTest : public StorageTest {
  protected:
-  StorageDedupTest() { extra_storage_config_ = "dedup_max_entries = 4\n"; }
+  test::Fs3ClusterOptions Options() override {
+    test::Fs3ClusterOptions o = StorageTest::Options();
+    o.storage_keys = "dedup_max_entries = 4\n";
+    return o;
+  }
 };
 
 TEST_F(StorageDedupTest, ARetryJustAfterTheTableFillsIsNotAppliedTwice) {
@@ -451,14 +378,14 @@ TEST_F(StorageTest, ResyncRemovesWhatThePredecessorNoLongerHas) {
   const fs3rpc::RoutingInfo before = Routing();
   uint64_t tail = before.chains(0).targets(2).target();
   int victim = static_cast<int>(tail / 10) - 1;
-  storage_[victim]->Signal(SIGKILL);
-  storage_[victim]->Wait(5s);
+  storage(victim).Signal(SIGKILL);
+  storage(victim).Wait(5s);
   ASSERT_TRUE(WaitUntil([&] { return CountNodes("down") == 1; }, 20s));
   // While it is away, chunk 0 is removed and chunk 1 rewritten.
   ASSERT_TRUE(client_->RemoveChunk(20, 0).ok());
   std::string fresh = RandomBytes(kChunk, 15);
   ASSERT_TRUE(client_->Write(20, kChunk, fresh).ok());
-  StartStorage(victim);
+  ASSERT_TRUE(cluster_->StartStorage(victim));
   ASSERT_TRUE(WaitUntil([&] { return AllServing(); }, 60s));
   // The returned targets hold exactly what their predecessors hold.
   std::string got = "x";
@@ -476,16 +403,16 @@ TEST_F(StorageTest, NativeClientReadsFilesByPathInBatches) {
   auto port = FindFreePort();
   ASSERT_TRUE(port.ok());
   const std::string meta_address = "127.0.0.1:" + std::to_string(*port);
-  test::WriteFile(dir_.File("meta.toml"),
+  test::WriteFile(dir().File("meta.toml"),
                   "[server]\nlisten = \"" + meta_address +
-                      "\"\n[metrics]\nenabled = false\n[meta]\ndata_dir = \"" + dir_.File("meta") +
-                      "\"\nmgmtd = \"" + mgmtd_address_ + "\"\n");
-  auto meta = test::Subprocess::Start({FF_FS3_META_PATH, "--config", dir_.File("meta.toml"),
-                                       "--ready-file", dir_.File("meta.ready")},
-                                      {.env = {}, .output_dir = dir_.path()});
+                      "\"\n[metrics]\nenabled = false\n[meta]\ndata_dir = \"" + dir().File("meta") +
+                      "\"\nmgmtd = \"" + mgmtd_address() + "\"\n");
+  auto meta = test::Subprocess::Start({FF_FS3_META_PATH, "--config", dir().File("meta.toml"),
+                                       "--ready-file", dir().File("meta.ready")},
+                                      {.env = {}, .output_dir = dir().path()});
   ASSERT_TRUE(meta.ok());
-  ASSERT_TRUE(test::WaitForFile(dir_.File("meta.ready"), 20s).has_value()) << meta->Stderr();
-  auto fs = FileSystem::Connect({.meta = meta_address, .mgmtd = mgmtd_address_, .caller = {}});
+  ASSERT_TRUE(test::WaitForFile(dir().File("meta.ready"), 20s).has_value()) << meta->Stderr();
+  auto fs = FileSystem::Connect({.meta = meta_address, .mgmtd = mgmtd_address(), .caller = {}});
   ASSERT_TRUE(fs.ok()) << fs.status();
   ASSERT_TRUE((*fs)->Mkdir("/data").ok());
   auto a = (*fs)->Create("/data/a");
@@ -521,7 +448,7 @@ TEST_F(StorageTest, NativeClientReadsFilesByPathInBatches) {
   ASSERT_TRUE((*fs)->Mkdir("/private", 0700).ok());
   ASSERT_TRUE((*fs)->Create("/private/secret").ok());
   auto alice = FileSystem::Connect(
-      {.meta = meta_address, .mgmtd = mgmtd_address_, .caller = {1000, 1000, {}}});
+      {.meta = meta_address, .mgmtd = mgmtd_address(), .caller = {1000, 1000, {}}});
   ASSERT_TRUE(alice.ok());
   EXPECT_EQ((*alice)->Open("/private/secret").status().code(), StatusCode::kPermissionDenied);
   EXPECT_EQ((*alice)->Open("/data/a")->size, da.size());
@@ -560,7 +487,7 @@ TEST_F(StorageTest, BatchedReadsArePacedByTheClient) {
   std::string data = RandomBytes(32 * kChunk, 11);
   ASSERT_TRUE(client_->Write(8, 0, data).ok());
   ClientOptions o;
-  o.mgmtd = mgmtd_address_;
+  o.mgmtd = mgmtd_address();
   o.max_inflight_read_bytes = 2 * kChunk;  // two chunk-sized replies at a time
   auto paced = StorageClient::Create(o);
   ASSERT_TRUE(paced.ok());
@@ -582,8 +509,9 @@ TEST_F(StorageTest, ACorruptChunkIsDetectedAndServedFromAnotherReplica) {
   const fs3rpc::RoutingInfo routing = Routing();
   const auto& chain = routing.chains(1);
   uint64_t target = chain.targets(0).target();
-  std::string path = dir_.File("s" + std::to_string(target / 10 - 1) + "-t" +
-                               std::to_string(target % 10) + "/chunks/0000000000000009-00000000.c");
+  std::string path =
+      dir().File("s" + std::to_string(target / 10 - 1) + "-t" + std::to_string(target % 10) +
+                 "/chunks/0000000000000009-00000000.c");
   {
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
     ASSERT_TRUE(f.is_open()) << path;
@@ -700,8 +628,8 @@ TEST_F(StorageTest, BadRequestsGetPreciseErrorsAndChangeNothing) {
 TEST_F(StorageTest, IoContinuesAcrossAManagerRestart) {
   ASSERT_TRUE(client_->Write(5, 0, "before").ok());
   const fs3rpc::RoutingInfo cached = Routing();
-  mgmtd_->Signal(SIGKILL);
-  mgmtd_->Wait(5s);
+  cluster_->proc("mgmtd").Signal(SIGKILL);
+  cluster_->proc("mgmtd").Wait(5s);
   // Without the manager the services cannot renew their leases and stop serving within half a
   // lease (no split brain); a write in that time waits, and completes once the manager is back.
   std::this_thread::sleep_for(1000ms);
@@ -716,7 +644,7 @@ TEST_F(StorageTest, IoContinuesAcrossAManagerRestart) {
   Status during;
   std::thread writer([&] { during = client_->Write(5, 6, "-during"); });
   std::this_thread::sleep_for(300ms);
-  StartMgmtd();
+  ASSERT_TRUE(cluster_->StartMgmtd());
   writer.join();
   ASSERT_TRUE(during.ok()) << during;
   ASSERT_TRUE(WaitUntil([&] { return CountNodes("up") == kServices; }, 20s));
@@ -739,10 +667,10 @@ TEST_F(StorageTest, AServiceFrozenPastItsLeaseServesNoStaleDataWhenItWakes) {
   ASSERT_TRUE(ReadFrom(frozen_target, 9, 0, 0, 4096, &data, &before).ok());
   ASSERT_EQ(data, old_data);
 
-  storage_[frozen]->Signal(SIGSTOP);
+  storage(frozen).Signal(SIGSTOP);
   ASSERT_TRUE(WaitUntil([&] { return CountNodes("down") == 1; }, 20s));
   ASSERT_TRUE(client_->Write(9, 0, new_data).ok());  // the chain without it
-  storage_[frozen]->Signal(SIGCONT);
+  storage(frozen).Signal(SIGCONT);
   // From the moment it wakes: a read of the chunk from it is refused or current, never old.
   const auto until = std::chrono::steady_clock::now() + 5s;
   int refused = 0, current = 0;
@@ -768,20 +696,19 @@ TEST_F(StorageTest, AServiceFrozenPastItsLeaseServesNoStaleDataWhenItWakes) {
 // is room.
 class StorageFullDiskTest : public StorageTest {
  protected:
-  void SetUp() override {
+  void BeforeStart() override {
     ASSERT_EQ(geteuid(), 0u) << "mounts a small tmpfs as a storage target: run as root (CI does)";
-    target_dir_ = dir_.File("s1-t1");  // target 21
+    target_dir_ = dir().File("s1-t1");  // target 21
     ASSERT_EQ(mkdir(target_dir_.c_str(), 0700), 0);
     ASSERT_EQ(mount("tmpfs", target_dir_.c_str(), "tmpfs", 0, "size=8m"), 0) << strerror(errno);
     mounted_ = true;
-    StorageTest::SetUp();
   }
   void TearDown() override {
-    for (auto& [i, s] : storage_) {
-      if (s) s->Signal(SIGKILL);
+    for (const auto& [name, p] : cluster_->procs()) {
+      if (name != "mgmtd") p->Signal(SIGKILL);
     }
-    for (auto& [i, s] : storage_) {
-      if (s) (void)s->Wait(10s);
+    for (const auto& [name, p] : cluster_->procs()) {
+      if (name != "mgmtd") (void)p->Wait(10s);
     }
     if (mounted_) umount2(target_dir_.c_str(), MNT_DETACH);
   }

@@ -1,0 +1,263 @@
+// The fs3 test fabric: one builder for the integration tests' clusters of real processes on
+// loopback (fs3-mgmtd, storage services with their targets, fs3-meta, fs3-fuse mounts), like
+// 3FS's test fabric. Each daemon binds a free port (port 0) and reports it in its ready file;
+// its config is then pinned to that port, so a daemon killed and started again comes back at
+// the same address (clients and the routing table keep working). Names: "mgmtd", "s0", "s1", ...
+// (a storage service and its node name), "meta", "fuse-<mount>"; service i's targets have ids
+// (i + 1) * 10 + t (t = 1, 2, ...) and live in <dir>/s<i>-t<t>.
+//
+// Header-only: the including test target defines FF_FS3_MGMTD_PATH, FF_FS3_STORAGE_PATH,
+// FF_FS3_META_PATH (and FF_FS3_FUSE_PATH for mounts).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/rpc_client.h"
+#include "fs3/proto/meta.grpc.pb.h"
+#include "fs3/proto/mgmtd.grpc.pb.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/wait.h"
+
+namespace ff::test {
+
+struct Fs3ClusterOptions {
+  int services = 2;
+  int targets_per_service = 1;
+  uint32_t replication = 2;
+  uint64_t chunk_size = 256 * 1024;
+  bool meta = true;      // fs3-meta on the cluster
+  bool metrics = false;  // each daemon serves /metrics (its address: ReadyField(name, "metrics"))
+  std::string mgmtd_keys = "lease_ms = 1500\ncheck_interval_ms = 100\nrestart_grace_ms = 10000\n";
+  std::string storage_keys;  // more [storage] keys
+  std::string meta_keys = "gc_interval_ms = 200\n";
+};
+
+class Fs3Cluster {
+ public:
+  // Makes the folder; Start() starts the daemons (a test may prepare target folders between).
+  explicit Fs3Cluster(Fs3ClusterOptions options = {}) : options_(std::move(options)) {
+    chmod(dir_.path().c_str(), 0755);  // other users reach mounts below it
+  }
+
+  ~Fs3Cluster() {
+    for (auto& [name, p] : procs_) {
+      if (name.rfind("fuse-", 0) == 0 && p->running()) {
+        p->Signal(SIGTERM);
+        p->Wait(std::chrono::seconds(10));
+      }
+    }
+    for (const std::string& m : mounts_)
+      (void)!system(("fusermount3 -u -z " + m + " 2>/dev/null").c_str());
+  }
+
+  static uint64_t TargetId(int service, int t) {
+    return static_cast<uint64_t>(service + 1) * 10 + t;
+  }
+  static std::string StorageName(int service) { return "s" + std::to_string(service); }
+
+  // mgmtd, the storage services, the chains (InitCluster), then fs3-meta. ASSERTs inside: check
+  // HasFatalFailure() after it.
+  void Start() {
+    WriteConfig("mgmtd",
+                "[mgmtd]\ndata_dir = \"" + dir_.File("mgmtd") + "\"\n" + options_.mgmtd_keys);
+    ASSERT_TRUE(StartMgmtd());
+    mgmtd_address_ = ReadyField("mgmtd", "rpc");
+    for (int i = 0; i < options_.services; ++i) {
+      std::string keys = "[storage]\nnode = \"" + StorageName(i) + "\"\nmgmtd = \"" +
+                         mgmtd_address_ + "\"\n" + options_.storage_keys;
+      for (int t = 1; t <= options_.targets_per_service; ++t) {
+        keys += "[[storage.targets]]\nid = " + std::to_string(TargetId(i, t)) + "\npath = \"" +
+                dir_.File(StorageName(i) + "-t" + std::to_string(t)) + "\"\n";
+      }
+      WriteConfig(StorageName(i), keys);
+      ASSERT_TRUE(StartStorage(i));
+    }
+    if (options_.services > 0) {
+      ASSERT_TRUE(WaitUntil([&] { return CountNodes("up") == options_.services; },
+                            std::chrono::seconds(20)))
+          << "the storage services did not register";
+      auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd_address_));
+      fs3rpc::InitRequest init;
+      init.set_chunk_size(options_.chunk_size);
+      init.set_replication(options_.replication);
+      fs3rpc::RoutingInfo info;
+      grpc::ClientContext c;
+      grpc::Status st = stub->InitCluster(&c, init, &info);
+      ASSERT_TRUE(st.ok()) << st.error_message();
+      ASSERT_TRUE(WaitUntil([&] { return AllServing(); }, std::chrono::seconds(20)))
+          << "the chains did not start serving";
+    }
+    if (options_.meta) {
+      WriteConfig("meta", "[meta]\ndata_dir = \"" + dir_.File("meta") +
+                              "\"\nchunk_size = " + std::to_string(options_.chunk_size) +
+                              "\nmgmtd = \"" + mgmtd_address_ + "\"\n" + options_.meta_keys);
+      ASSERT_TRUE(StartMeta());
+      meta_address_ = ReadyField("meta", "rpc");
+      WriteFile(dir_.File("fuse.toml"),
+                std::string(options_.metrics ? "[metrics]\nlisten = \"127.0.0.1:0\"\n"
+                                             : "[metrics]\nenabled = false\n") +
+                    "[fuse]\nmeta = \"" + meta_address_ + "\"\nmgmtd = \"" + mgmtd_address_ +
+                    "\"\n");
+    }
+  }
+
+  // Starts (again) a daemon from its config; false, with the reason in the test's output, when it
+  // exits or does not get ready.
+  bool StartMgmtd() { return StartDaemon("mgmtd", FF_FS3_MGMTD_PATH, {}); }
+  bool StartStorage(int i) { return StartDaemon(StorageName(i), FF_FS3_STORAGE_PATH, {}); }
+  bool StartMeta() { return StartDaemon("meta", FF_FS3_META_PATH, {}); }
+
+#ifdef FF_FS3_FUSE_PATH
+  // A new fs3-fuse mount at <dir>/<name>; returns its path.
+  std::string Mount(const std::string& name, const std::vector<std::string>& extra = {}) {
+    const std::string path = dir_.File(name);
+    std::filesystem::create_directories(path);
+    std::vector<std::string> args = {path, "--config", dir_.File("fuse.toml")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    EXPECT_TRUE(Launch("fuse-" + name, FF_FS3_FUSE_PATH, args));
+    mounts_.push_back(path);
+    return path;
+  }
+#endif
+
+  void Kill(const std::string& name) {
+    procs_.at(name)->Signal(SIGKILL);
+    procs_.at(name)->Wait(std::chrono::seconds(10));
+  }
+  Subprocess& proc(const std::string& name) {
+    return *procs_.at(name);
+  }
+  bool has(const std::string& name) const {
+    return procs_.contains(name);
+  }
+  const std::map<std::string, std::unique_ptr<Subprocess>>& procs() const {
+    return procs_;
+  }
+
+  // What a daemon's ready file says under `key` ("rpc", "metrics", "mountpoint").
+  std::string ReadyField(const std::string& name, const std::string& key) {
+    auto text = WaitForFile(dir_.File(name + ".ready"), std::chrono::seconds(1));
+    if (!text) return "";
+    auto j = nlohmann::json::parse(*text, nullptr, false);
+    return j.is_object() && j.contains(key) ? j[key].get<std::string>() : "";
+  }
+
+  fs3rpc::RoutingInfo Routing() {
+    auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd_address_));
+    fs3rpc::RoutingInfo info;
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    (void)stub->GetRouting(&c, {}, &info);
+    return info;
+  }
+  int CountNodes(const std::string& state) {
+    int n = 0;
+    const fs3rpc::RoutingInfo r = Routing();
+    for (const auto& node : r.nodes())
+      n += node.state() == state;
+    return n;
+  }
+  bool AllServing() {
+    const fs3rpc::RoutingInfo r = Routing();
+    if (r.chains_size() == 0) return false;
+    for (const auto& c : r.chains()) {
+      for (const auto& t : c.targets()) {
+        if (t.state() != "serving") return false;
+      }
+    }
+    return true;
+  }
+  // fs3-meta's fsck (with storage): the problems found.
+  std::vector<std::string> Fsck(bool repair = false) {
+    auto stub = fs3rpc::Meta::NewStub(MakeChannel(meta_address_));
+    fs3rpc::FsckRequest r;
+    r.set_repair(repair);
+    fs3rpc::FsckReply out;
+    Status st = CallRpc("fsck", CallOptions::Idempotent(std::chrono::seconds(30)),
+                        [&](grpc::ClientContext* c) { return stub->Fsck(c, r, &out); });
+    EXPECT_TRUE(st.ok()) << st;
+    return {out.problems().begin(), out.problems().end()};
+  }
+
+  const Fs3ClusterOptions& options() const {
+    return options_;
+  }
+
+  TempDir dir_;
+  std::string mgmtd_address_, meta_address_;
+
+ private:
+  // <name>.toml: a free port for the server (pinned after the first start), metrics as asked.
+  void WriteConfig(const std::string& name, const std::string& section) {
+    WriteFile(dir_.File(name + ".toml"),
+              "[server]\nlisten = \"127.0.0.1:0\"\n" +
+                  std::string(options_.metrics ? "[metrics]\nlisten = \"127.0.0.1:0\"\n"
+                                               : "[metrics]\nenabled = false\n") +
+                  section);
+  }
+
+  bool StartDaemon(const std::string& name, const std::string& binary,
+                   std::vector<std::string> args) {
+    args.insert(args.begin(), {"--config", dir_.File(name + ".toml")});
+    if (!Launch(name, binary, args)) return false;
+    Pin(name);
+    return true;
+  }
+
+  bool Launch(const std::string& name, const std::string& binary, std::vector<std::string> args) {
+    const std::string ready = dir_.File(name + ".ready");
+    std::remove(ready.c_str());
+    args.insert(args.begin(), binary);
+    args.push_back("--ready-file");
+    args.push_back(ready);
+    auto proc = Subprocess::Start(args, {.env = {}, .output_dir = dir_.path()});
+    EXPECT_TRUE(proc.ok()) << proc.status();
+    if (!proc.ok()) return false;
+    procs_[name] = std::make_unique<Subprocess>(std::move(*proc));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (WaitForFile(ready, std::chrono::milliseconds(100))) return true;
+      if (procs_[name]->Wait(std::chrono::seconds(0)).has_value()) break;
+    }
+    ADD_FAILURE() << name << " did not start: " << procs_[name]->Stderr();
+    return false;
+  }
+
+  // Rewrites the config's port-0 listen lines to the addresses the daemon bound.
+  void Pin(const std::string& name) {
+    const std::string path = dir_.File(name + ".toml");
+    std::ifstream in(path);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    std::string out, section, line;
+    std::istringstream lines(text);
+    while (std::getline(lines, line)) {
+      if (!line.empty() && line[0] == '[') section = line;
+      if (line == "listen = \"127.0.0.1:0\"") {
+        const std::string bound = ReadyField(name, section == "[server]"    ? "rpc"
+                                                   : section == "[metrics]" ? "metrics"
+                                                                            : "");
+        if (!bound.empty()) line = "listen = \"" + bound + "\"";
+      }
+      out += line + "\n";
+    }
+    WriteFile(path, out);
+  }
+
+  const Fs3ClusterOptions options_;
+  std::map<std::string, std::unique_ptr<Subprocess>> procs_;
+  std::vector<std::string> mounts_;
+};
+
+}  // namespace ff::test
