@@ -27,10 +27,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 say() { echo "fuse-bench: $*" >&2; }
-for tool in fio gcc pkg-config fusermount3; do
-  command -v "$tool" >/dev/null || { say "$tool is missing (deploy/install-deps.sh installs it)"; exit 1; }
-done
-[ "$(id -u)" -eq 0 ] || { say "run as root (mounts with allow_other, drops caches)"; exit 1; }
+# shellcheck source=fs3/bench/lib.sh
+source fs3/bench/lib.sh
+bench_prereqs fio gcc pkg-config fusermount3
 
 work=$(mktemp -d "$base/fuse-bench.XXXXXX")
 pt_pid=""
@@ -42,8 +41,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# shellcheck source=fs3/bench/lib.sh
-source fs3/bench/lib.sh
 build_passthrough
 mount_passthrough "$work/pt-src" "$work/pt-mnt" "$work/passthrough.log"
 pt_pid=$!

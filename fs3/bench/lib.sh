@@ -1,4 +1,12 @@
-# Shell helpers shared by fs3's benches (sourced after `work` and `say` are set).
+# Shell helpers shared by fs3's benches (sourced after `say` is set; the others use `work`).
+
+# Exits unless run as root (the benches mount with allow_other and drop caches) with TOOL...
+bench_prereqs() {  # TOOL...
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || { say "$tool is missing (deploy/install-deps.sh installs it)"; exit 1; }
+  done
+  [ "$(id -u)" -eq 0 ] || { say "run as root (mounts with allow_other, drops caches)"; exit 1; }
+}
 
 # Builds libfuse's passthrough_ll (the peer every bench compares with) from the example source
 # Debian ships with libfuse3-dev, as $work/passthrough_ll.

@@ -30,10 +30,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 say() { echo "meta-bench: $*" >&2; }
-for tool in gcc pkg-config fusermount3; do
-  command -v "$tool" >/dev/null || { say "$tool is missing (deploy/install-deps.sh installs it)"; exit 1; }
-done
-[ "$(id -u)" -eq 0 ] || { say "run as root (mounts with allow_other)"; exit 1; }
+# shellcheck source=fs3/bench/lib.sh
+source fs3/bench/lib.sh
+bench_prereqs gcc pkg-config fusermount3
 [ -x build/fs3/fs3-fuse ] || { say "build the tree first (cmake --build build)"; exit 1; }
 
 work=$(mktemp -d "$base/meta-bench.XXXXXX")
@@ -47,9 +46,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-
-# shellcheck source=fs3/bench/lib.sh
-source fs3/bench/lib.sh
 
 # Two passthrough_ll mounts of one source folder (Debian's libfuse3-dev example).
 build_passthrough

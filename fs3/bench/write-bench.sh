@@ -26,10 +26,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 say() { echo "write-bench: $*" >&2; }
-for tool in fio gcc pkg-config fusermount3; do
-  command -v "$tool" >/dev/null || { say "$tool is missing (deploy/install-deps.sh installs it)"; exit 1; }
-done
-[ "$(id -u)" -eq 0 ] || { say "run as root (mounts with allow_other, drops caches)"; exit 1; }
+# shellcheck source=fs3/bench/lib.sh
+source fs3/bench/lib.sh
+bench_prereqs fio gcc pkg-config fusermount3
 [ "$runs" -ge 1 ] || { say "--runs must be at least 1"; exit 64; }
 
 work=$(mktemp -d "$base/write-bench.XXXXXX")
@@ -42,8 +41,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# shellcheck source=fs3/bench/lib.sh
-source fs3/bench/lib.sh
 build_passthrough
 mount_passthrough "$work/pt-src" "$work/pt-mnt" "$work/passthrough.log"
 pt_pid=$!

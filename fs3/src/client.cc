@@ -159,7 +159,7 @@ Status StorageClient::SendToHead(fs3rpc::WriteRequest& req, Chains chains) {
           break;
         }
       }
-      address = AddressOf(TargetAddresses(routing_), req.target());
+      address = TargetAddress(routing_, req.target());
     }
     if (req.target() != 0 && !address.empty()) {
       fs3rpc::WriteResponse resp;

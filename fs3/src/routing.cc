@@ -27,6 +27,16 @@ std::map<uint64_t, std::string> TargetAddresses(const fs3rpc::RoutingInfo& routi
   return out;
 }
 
+std::string TargetAddress(const fs3rpc::RoutingInfo& routing, uint64_t target) {
+  for (const auto& t : routing.targets()) {
+    if (t.id() != target) continue;
+    for (const auto& n : routing.nodes()) {
+      if (n.name() == t.node()) return n.address();
+    }
+  }
+  return "";
+}
+
 std::string AddressOf(const std::map<uint64_t, std::string>& addresses, uint64_t target) {
   auto it = addresses.find(target);
   return it == addresses.end() ? std::string() : it->second;

@@ -27,6 +27,10 @@ Result<fs3rpc::RoutingInfo> FetchRouting(fs3rpc::Mgmtd::Stub& mgmtd, const Routi
 // not name maps to "" (a call to it fails and is retried with fresh routing).
 std::map<uint64_t, std::string> TargetAddresses(const fs3rpc::RoutingInfo& routing);
 
+// The service address of one target, "" when the table names none (one lookup, no map built:
+// for the write path, which asks once per request).
+std::string TargetAddress(const fs3rpc::RoutingInfo& routing, uint64_t target);
+
 // The address of `target` in such a map, "" when absent.
 std::string AddressOf(const std::map<uint64_t, std::string>& addresses, uint64_t target);
 
