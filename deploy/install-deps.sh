@@ -21,6 +21,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev libgloo-dev libopenmpi-dev openmpi-bin
   # fs3/bench/fuse-bench.sh (fs3-fuse against libfuse's passthrough_ll)
   fio
+  # tests/deploy/netlab_test.sh (DSCP marks checked on the wire)
+  tcpdump
   # the local cluster's Prometheus server and promtool (alert rules and their tests)
   prometheus
   # deploy/ansible (the playbook for real nodes) and its test against a debootstrap root

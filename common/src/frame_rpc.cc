@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "common/net.h"
+#include "common/traffic.h"
 
 namespace ff {
 namespace {
@@ -100,9 +101,11 @@ Result<addrinfo*> Resolve(const std::string& address, bool passive) {
   return found;
 }
 
+// No delay, and the process's mark for control traffic (frames carry metadata calls).
 void NoDelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (int dscp = ProcessTraffic().other_dscp; dscp != 0) (void)MarkSocket(fd, dscp);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/rpc_status.h"
+#include "grpc_marks.h"
 
 namespace ff {
 namespace {
@@ -39,6 +40,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
               static_cast<int>(options.max_reconnect_backoff_ms));
   // Our retries are explicit (CallRpc); gRPC's own would hide attempts from the caller.
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  if (int dscp = ProcessTraffic().Dscp(options.traffic); dscp != 0) {
+    rpc_detail::MarkSockets(args, dscp);
+  }
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 

@@ -1,5 +1,6 @@
 #include "common/rpc_server.h"
 
+#include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/server_context.h>
 #include <spdlog/spdlog.h>
@@ -8,8 +9,25 @@
 
 #include "common/config.h"
 #include "common/net.h"
+#include "grpc_marks.h"
 
 namespace ff {
+namespace {
+
+// Marks the server's listener and accepted connections with a DSCP.
+class MarkSocketsOption final : public grpc::ServerBuilderOption {
+ public:
+  explicit MarkSocketsOption(int dscp) : dscp_(dscp) {}
+  void UpdateArguments(grpc::ChannelArguments* args) override {
+    rpc_detail::MarkSockets(*args, dscp_);
+  }
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>*) override {}
+
+ private:
+  int dscp_;
+};
+
+}  // namespace
 
 void RpcServerOptions::Bind(ConfigSection& s) {
   s.Optional("listen", listen);
@@ -47,6 +65,9 @@ Result<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& opti
   builder.SetMaxSendMessageSize(max_bytes);
   // One listener per address: a second daemon on the same port must fail, not share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  if (int dscp = ProcessTraffic().Dscp(options.traffic); dscp != 0) {
+    builder.SetOption(std::make_unique<MarkSocketsOption>(dscp));
+  }
   for (grpc::Service* service : services)
     builder.RegisterService(service);
 

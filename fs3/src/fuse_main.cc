@@ -23,10 +23,12 @@ struct FuseConfig {
   FuseOptions fuse;
   MetricsOptions metrics;
   LogOptions log;
+  TrafficOptions traffic;  // chunk data to and from storage is marked as storage
   void Bind(ConfigSection& s) {
     s.Section("fuse", fuse);
     s.Section("metrics", metrics);
     s.Section("log", log);
+    s.Section("traffic", traffic);
   }
 };
 

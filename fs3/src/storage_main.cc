@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
   using ff::fs3::StorageOptions;
   using ff::fs3::StorageService;
   ff::ServiceDaemon<StorageOptions, StorageService> daemon{"fs3-storage", "fs3 storage service"};
+  daemon.traffic = ff::TrafficClass::kStorage;  // replies carry chunk data
   daemon.make = [](StorageOptions& o, ff::Metrics& m) { return StorageService::Create(o, &m); };
   daemon.start = [](StorageService& s, const std::string& address) { s.Start(address); };
   daemon.stop = [](StorageService& s) { s.Stop(); };

@@ -17,7 +17,11 @@ void SetDeadline(grpc::ClientContext* c, std::chrono::milliseconds d) {
 fs3rpc::Storage::Stub* StorageStubs::Get(const std::string& address) {
   std::lock_guard lock(mu_);
   auto& s = stubs_[address];
-  if (!s) s = fs3rpc::Storage::NewStub(MakeChannel(address));
+  if (!s) {
+    ChannelOptions options;
+    options.traffic = TrafficClass::kStorage;  // chunk data, and the chain's own calls
+    s = fs3rpc::Storage::NewStub(MakeChannel(address, options));
+  }
   return s.get();
 }
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 
+#include "common/traffic.h"
 #include "engine/device_copy.h"
 #include "engine/node_engine.h"
 #include "engine/rank_worker.h"
@@ -58,6 +59,15 @@ constexpr bool FF_VERBS_BUILT = false;
 // Whether this node wants its tree connections on ibverbs ("auto": when a device exists).
 Result<bool> WantsVerbs(const std::string& transport);
 
+// The marks of HFReduce's traffic: the options', else the process's [traffic] mapping.
+int Dscp(const CommunicatorOptions& o) {
+  return o.dscp >= 0 ? o.dscp : ProcessTraffic().Dscp(TrafficClass::kHfreduce);
+}
+int ServiceLevel(const CommunicatorOptions& o) {
+  return o.ib_service_level >= 0 ? o.ib_service_level
+                                 : ProcessTraffic().ServiceLevel(TrafficClass::kHfreduce);
+}
+
 Status Validate(const CommunicatorOptions& o) {
   if (o.world_size < 1) return InvalidArgument("hfreduce: world size must be at least 1");
   if (o.rank < 0 || o.rank >= o.world_size) {
@@ -71,6 +81,10 @@ Status Validate(const CommunicatorOptions& o) {
     return InvalidArgument("hfreduce: pipeline_depth must be in 2..64");
   }
   if (o.timeout.count() <= 0) return InvalidArgument("hfreduce: timeout must be positive");
+  if (o.dscp < -1 || o.dscp > 63) return InvalidArgument("hfreduce: dscp must be in 0..63");
+  if (o.ib_service_level < -1 || o.ib_service_level > 15) {
+    return InvalidArgument("hfreduce: ib_service_level must be in 0..15");
+  }
   if (o.transport != "auto" && o.transport != "tcp" && o.transport != "verbs") {
     return InvalidArgument("hfreduce: transport must be auto, tcp or verbs; got '" + o.transport +
                            "'");
@@ -403,7 +417,7 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, Store& s
 
   // 3. Every rank listens for point-to-point connections from lower ranks.
   FF_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> p2p_listener,
-                      TcpListener::Listen(options.listen_host));
+                      TcpListener::Listen(options.listen_host, Dscp(options)));
   FF_RETURN_IF_ERROR(store.Set(prefix + "/p2p/" + std::to_string(rank_), p2p_listener->address()));
   std::vector<std::string> p2p_keys;
   for (int r = 0; r < world_size_; ++r)
@@ -474,7 +488,7 @@ Status CommunicatorImpl::ConnectTrees(const CommunicatorOptions& options, Store&
                     std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
   };
   FF_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> listener,
-                      TcpListener::Listen(options.listen_host));
+                      TcpListener::Listen(options.listen_host, Dscp(options)));
   FF_RETURN_IF_ERROR(
       store.Set(prefix + "/leader/" + std::to_string(node_index_), listener->address()));
   // Connect up to each tree's parent (the parent's kernel completes the handshake from its
@@ -498,7 +512,7 @@ Status CommunicatorImpl::ConnectTrees(const CommunicatorOptions& options, Store&
     if (pos.parent < 0) continue;
     FF_ASSIGN_OR_RETURN(std::string address,
                         store.Get(prefix + "/leader/" + std::to_string(pos.parent), left()));
-    FF_ASSIGN_OR_RETURN(config->parent[t], TcpConnect(address, deadline));
+    FF_ASSIGN_OR_RETURN(config->parent[t], TcpConnect(address, deadline, Dscp(options)));
     config->parent[t]->set_peer("node " + std::to_string(pos.parent) + " (" + address + ")");
     Hello hello{kHelloMagic, t, node_index_, mine};
     FF_RETURN_IF_ERROR(config->parent[t]->Send(&hello, sizeof hello));
@@ -534,7 +548,9 @@ Status CommunicatorImpl::ConnectTrees(const CommunicatorOptions& options, Store&
   std::vector<std::pair<std::unique_ptr<Connection>*, std::unique_ptr<VerbsConnector>>> pending;
   auto begin = [&](std::unique_ptr<Connection>& conn) -> Status {
     std::string name = conn->peer();
-    FF_ASSIGN_OR_RETURN(auto connector, VerbsConnector::Begin(std::move(conn), options.ib_device));
+    FF_ASSIGN_OR_RETURN(auto connector,
+                        VerbsConnector::Begin(std::move(conn), options.ib_device,
+                                              ServiceLevel(options), Dscp(options)));
     pending.emplace_back(&conn, std::move(connector));
     return Status::Ok();
   };
@@ -569,7 +585,7 @@ Result<bool> WantsVerbs(const std::string& transport) {
 
 Result<CommunicatorOptions> CommunicatorOptions::FromEnvironment() {
   CommunicatorOptions o;
-  int64_t rank = 0, world = 1, port = 29500, timeout = 0, chunk = 0, depth = 0;
+  int64_t rank = 0, world = 1, port = 29500, timeout = 0, chunk = 0, depth = 0, dscp = -1, sl = -1;
   FF_RETURN_IF_ERROR(ParseEnvInt("RANK", 0, 1 << 24, &rank, true));
   FF_RETURN_IF_ERROR(ParseEnvInt("WORLD_SIZE", 1, 1 << 24, &world, true));
   FF_RETURN_IF_ERROR(ParseEnvInt("MASTER_PORT", 1, 65535, &port, true));
@@ -592,6 +608,10 @@ Result<CommunicatorOptions> CommunicatorOptions::FromEnvironment() {
   FF_RETURN_IF_ERROR(ParseEnvInt("HFREDUCE_TIMEOUT_MS", 1, int64_t{1} << 40, &timeout, false));
   FF_RETURN_IF_ERROR(ParseEnvInt("HFREDUCE_CHUNK_BYTES", 4096, 1 << 30, &chunk, false));
   FF_RETURN_IF_ERROR(ParseEnvInt("HFREDUCE_PIPELINE_DEPTH", 2, 64, &depth, false));
+  FF_RETURN_IF_ERROR(ParseEnvInt("HFREDUCE_DSCP", 0, 63, &dscp, false));
+  FF_RETURN_IF_ERROR(ParseEnvInt("HFREDUCE_IB_SL", 0, 15, &sl, false));
+  o.dscp = static_cast<int>(dscp);
+  o.ib_service_level = static_cast<int>(sl);
   if (timeout > 0) o.timeout = std::chrono::milliseconds(timeout);
   if (chunk > 0) o.chunk_bytes = static_cast<std::size_t>(chunk);
   if (depth > 0) o.pipeline_depth = static_cast<int>(depth);

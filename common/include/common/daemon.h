@@ -25,6 +25,7 @@
 #include "common/config.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/traffic.h"
 
 namespace ff {
 
@@ -93,7 +94,8 @@ int ParseCommandLine(CLI::App& app, const std::string& name, int argc, char** ar
 int Fail(const std::string& name, int code, const Status& status);
 }  // namespace daemon_detail
 
-// Runs a daemon (see the file comment). Config must have a LogOptions member named `log`.
+// Runs a daemon (see the file comment). Config must have a LogOptions member named `log`; a
+// TrafficOptions member named `traffic` (the [traffic] section) becomes the process's marks.
 template <typename Config>
 int RunDaemon(int argc, char** argv, const DaemonSpec<Config>& spec) {
   daemon_detail::BlockShutdownSignals();
@@ -115,6 +117,7 @@ int RunDaemon(int argc, char** argv, const DaemonSpec<Config>& spec) {
   if (Status st = InitLogging(spec.name, config->log); !st.ok()) {
     return daemon_detail::Fail(spec.name, kExitConfig, st);
   }
+  if constexpr (requires(Config & c) { c.traffic; }) SetProcessTraffic(config->traffic);
   DaemonContext context(spec.name, flags);
   if (Status st = spec.serve(*config, context); !st.ok()) {
     return daemon_detail::Fail(spec.name, kExitServeFailed, st);

@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "common/traffic.h"
 
 namespace ff {
 
@@ -31,6 +32,8 @@ struct ChannelOptions {
   // a loaded machine (a job's ranks starting on two cores) saw attempts to a live server cut off
   // with "tcp handshaker shutdown", so that every retry of a call failed within a second.
   int64_t connect_timeout_ms = 5000;
+  // The class the channel's connections are marked with (its DSCP from ProcessTraffic()).
+  TrafficClass traffic = TrafficClass::kOther;
 };
 
 // An insecure channel to `address` ("host:port"). Connection happens lazily on the first call.

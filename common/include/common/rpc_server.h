@@ -15,6 +15,7 @@
 
 #include "common/net.h"
 #include "common/result.h"
+#include "common/traffic.h"
 
 namespace grpc {
 class Channel;
@@ -31,6 +32,9 @@ struct RpcServerOptions {
   std::string listen = "127.0.0.1:0";  // host:port; port 0 picks a free port
   int64_t max_message_mib = 64;        // largest request or response accepted
   int64_t shutdown_grace_ms = 2000;    // in-flight calls get this long on shutdown
+  // Not in the config: the daemon says which class its server carries; the class's DSCP comes
+  // from the process's [traffic] marks (ProcessTraffic) and marks every accepted connection.
+  TrafficClass traffic = TrafficClass::kOther;
 
   void Bind(ConfigSection& s);
 };

@@ -61,12 +61,18 @@ struct CommunicatorOptions {
   // Pipeline geometry: bytes per chunk and chunks in flight per stage.
   std::size_t chunk_bytes = std::size_t{1} << 20;
   int pipeline_depth = 8;
+  // Marks on the wire of the inter-node connections (common/traffic.h): the DSCP of TCP
+  // connections (0..63) and the InfiniBand service level of verbs queue pairs (0..15); -1 takes
+  // the process's [traffic] mapping (hfreduce: DSCP 34, SL 1 by default).
+  int dscp = -1;
+  int ib_service_level = -1;
   // Where hfreduce_* metrics go (optional; not owned, must outlive the communicator).
   Metrics* metrics = nullptr;
 
   // Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (required) and LOCAL_RANK,
   // HFREDUCE_NODE_ID, HFREDUCE_LISTEN_HOST, HFREDUCE_TRANSPORT, HFREDUCE_IB_DEVICE,
-  // HFREDUCE_TIMEOUT_MS, HFREDUCE_CHUNK_BYTES, HFREDUCE_PIPELINE_DEPTH (optional) over the
+  // HFREDUCE_TIMEOUT_MS, HFREDUCE_CHUNK_BYTES, HFREDUCE_PIPELINE_DEPTH, HFREDUCE_DSCP,
+  // HFREDUCE_IB_SL (optional) over the
   // defaults above. kInvalidArgument names a bad variable.
   static Result<CommunicatorOptions> FromEnvironment();
 };

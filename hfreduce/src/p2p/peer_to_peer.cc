@@ -144,7 +144,7 @@ class PeerToPeer::Channel {
       if (state_.rank < peer_ && !connecting_) {
         connecting_ = true;
         lock.unlock();
-        auto conn = TcpConnect(state_.addresses[peer_], deadline);
+        auto conn = TcpConnect(state_.addresses[peer_], deadline, state_.listener->dscp());
         Status st = conn.status();
         if (conn.ok()) {
           Hello hello{kHelloMagic, state_.rank};

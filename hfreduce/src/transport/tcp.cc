@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/rpc_server.h"
+#include "common/traffic.h"
 
 namespace ff::hfreduce {
 namespace {
@@ -116,7 +117,7 @@ class TcpConnection final : public Connection {
 
 }  // namespace
 
-Result<std::unique_ptr<TcpListener>> TcpListener::Listen(const std::string& host) {
+Result<std::unique_ptr<TcpListener>> TcpListener::Listen(const std::string& host, int dscp) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
@@ -135,6 +136,11 @@ Result<std::unique_ptr<TcpListener>> TcpListener::Listen(const std::string& host
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
   int rc = bind(fd, res->ai_addr, res->ai_addrlen);
   freeaddrinfo(res);
+  Status marked = rc == 0 ? MarkSocket(fd, dscp) : Status::Ok();  // inherited by accepted ones
+  if (!marked.ok()) {
+    close(fd);
+    return marked.WithContext("hfreduce: mark the listener on " + host);
+  }
   if (rc != 0 || listen(fd, 128) != 0) {
     int err = errno;
     close(fd);
@@ -146,7 +152,8 @@ Result<std::unique_ptr<TcpListener>> TcpListener::Listen(const std::string& host
   int port = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
                                               : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
   std::string shown = host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  return std::unique_ptr<TcpListener>(new TcpListener(fd, shown + ":" + std::to_string(port)));
+  return std::unique_ptr<TcpListener>(
+      new TcpListener(fd, shown + ":" + std::to_string(port), dscp));
 }
 
 TcpListener::~TcpListener() {
@@ -187,7 +194,8 @@ void TcpListener::Shutdown() {
 }
 
 Result<std::unique_ptr<Connection>> TcpConnect(const std::string& address,
-                                               std::chrono::steady_clock::time_point deadline) {
+                                               std::chrono::steady_clock::time_point deadline,
+                                               int dscp) {
   std::string host;
   int port = 0;
   FF_RETURN_IF_ERROR(SplitHostPort(address, &host, &port));
@@ -206,6 +214,11 @@ Result<std::unique_ptr<Connection>> TcpConnect(const std::string& address,
     }
     int size = kSocketBuffer;
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+    if (Status st = MarkSocket(fd, dscp); !st.ok()) {
+      close(fd);
+      freeaddrinfo(res);
+      return st.WithContext("hfreduce: mark the connection to " + address);
+    }
     int rc = connect(fd, res->ai_addr, res->ai_addrlen);
     freeaddrinfo(res);
     if (rc == 0) return std::unique_ptr<Connection>(new TcpConnection(fd, address));

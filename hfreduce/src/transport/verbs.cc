@@ -64,7 +64,9 @@ class VerbsConnection final : public Connection {
   }
 
   // Creates the queue pair and buffers and sends our endpoint; never waits for the peer.
-  Status Begin(const std::string& device_name) {
+  Status Begin(const std::string& device_name, int service_level, int dscp) {
+    service_level_ = service_level;
+    dscp_ = dscp;
     int num = 0;
     ibv_device** list = ibv_get_device_list(&num);
     if (list == nullptr || num == 0) {
@@ -243,6 +245,7 @@ class VerbsConnection final : public Connection {
     attr.min_rnr_timer = 12;
     attr.ah_attr.dlid = theirs_.lid;
     attr.ah_attr.port_num = kPort;
+    attr.ah_attr.sl = static_cast<uint8_t>(service_level_);
     bool global = false;
     for (uint8_t b : theirs_.gid)
       global = global || b != 0;
@@ -251,6 +254,7 @@ class VerbsConnection final : public Connection {
       std::memcpy(attr.ah_attr.grh.dgid.raw, theirs_.gid, 16);
       attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index_);
       attr.ah_attr.grh.hop_limit = 1;
+      attr.ah_attr.grh.traffic_class = static_cast<uint8_t>(dscp_ << 2);
     }
     if (int rc =
             ibv_modify_qp(qp_, &attr,
@@ -369,6 +373,8 @@ class VerbsConnection final : public Connection {
   ibv_qp* qp_ = nullptr;
   ibv_mtu mtu_ = IBV_MTU_1024;
   int gid_index_ = 0;
+  int service_level_ = 0;  // the traffic class's InfiniBand service level
+  int dscp_ = 0;           // and its DSCP, for RoCE
   char* ring_ = nullptr;
   char* staging_ = nullptr;
   ibv_mr* ring_mr_ = nullptr;
@@ -412,10 +418,11 @@ VerbsConnector::VerbsConnector(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 VerbsConnector::~VerbsConnector() = default;
 
 Result<std::unique_ptr<VerbsConnector>> VerbsConnector::Begin(std::unique_ptr<Connection> bootstrap,
-                                                              const std::string& device) {
+                                                              const std::string& device,
+                                                              int service_level, int dscp) {
   auto impl = std::make_unique<Impl>();
   impl->conn = std::make_unique<VerbsConnection>(std::move(bootstrap));
-  FF_RETURN_IF_ERROR(impl->conn->Begin(device));
+  FF_RETURN_IF_ERROR(impl->conn->Begin(device, service_level, dscp));
   return std::unique_ptr<VerbsConnector>(new VerbsConnector(std::move(impl)));
 }
 

@@ -27,11 +27,13 @@ bool VerbsAvailable();
 // a node can upgrade all its connections without waiting on any peer in between (which could
 // deadlock around the trees): Begin on every connection (creates the queue pair, sends our
 // endpoint), then Finish on every one (reads the peer's endpoint, connects). `device` names the
-// RDMA device (empty: the first one); port 1 is used.
+// RDMA device (empty: the first one); port 1 is used. The queue pair's packets carry
+// `service_level` (InfiniBand SL, 0..15) and, routed by GID (RoCE), `dscp` in the traffic class.
 class VerbsConnector {
  public:
   static Result<std::unique_ptr<VerbsConnector>> Begin(std::unique_ptr<Connection> bootstrap,
-                                                       const std::string& device);
+                                                       const std::string& device, int service_level,
+                                                       int dscp);
   ~VerbsConnector();
   Result<std::unique_ptr<Connection>> Finish();
 

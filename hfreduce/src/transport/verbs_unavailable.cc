@@ -12,7 +12,7 @@ VerbsConnector::VerbsConnector(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 VerbsConnector::~VerbsConnector() = default;
 
 Result<std::unique_ptr<VerbsConnector>> VerbsConnector::Begin(std::unique_ptr<Connection>,
-                                                              const std::string&) {
+                                                              const std::string&, int, int) {
   return Unavailable(
       "hfreduce: this build has no ibverbs transport (configure with libibverbs-dev "
       "installed, FF_WITH_VERBS)");

@@ -1,7 +1,7 @@
 // The common shape of a daemon that serves one gRPC service and /metrics, on top of the daemon
-// skeleton (common/daemon.h): config sections [server], [metrics], [log] and the service's own
-// section; build the service, serve metrics and RPCs, start its background work, announce
-// readiness, and on SIGTERM stop the work before the server.
+// skeleton (common/daemon.h): config sections [server], [metrics], [log], [traffic] and the
+// service's own section; build the service, serve metrics and RPCs, start its background work,
+// announce readiness, and on SIGTERM stop the work before the server.
 //
 //   struct MyOptions { static constexpr const char* kSection = "mine"; ...; void Bind(...); };
 //   ServiceDaemon<MyOptions, MyService> d{"my-daemon", "What it is"};
@@ -26,12 +26,14 @@ struct ServiceConfig {
   RpcServerOptions server;
   MetricsOptions metrics;
   LogOptions log;
+  TrafficOptions traffic;
   Options options;
 
   void Bind(ConfigSection& s) {
     s.Section("server", server);
     s.Section("metrics", metrics);
     s.Section("log", log);
+    s.Section("traffic", traffic);
     s.Section(Options::kSection, options);
   }
 };
@@ -43,6 +45,8 @@ struct ServiceDaemon {
 
   std::string name;
   std::string description;
+  // The traffic class of the service's own server: what its replies are marked with.
+  TrafficClass traffic = TrafficClass::kOther;
   std::function<Result<std::unique_ptr<Service>>(Options&, Metrics&)> make;
   std::function<void(Service&, const std::string& address)> start;  // optional
   std::function<void(Service&)> stop;                               // optional
@@ -64,6 +68,7 @@ struct ServiceDaemon {
       Metrics metrics(context.name());
       FF_ASSIGN_OR_RETURN(std::unique_ptr<Service> service, make(config.options, metrics));
       FF_RETURN_IF_ERROR(metrics.Serve(config.metrics));
+      config.server.traffic = traffic;
       FF_ASSIGN_OR_RETURN(auto server, RpcServer::Start(config.server, {service.get()}));
       if (start) start(*service, server->address());
       FF_RETURN_IF_ERROR(

@@ -1,0 +1,200 @@
+"""The project's real daemons and jobs on the network lab (deploy/netlab.py): each in its host's
+namespace, bound to its host's address, so every byte between them crosses the emulated switches.
+
+Used by deploy/netlab-bench.py (the experiments) and the lab's tests:
+
+    lab = netlab.Lab("fflab"); lab.up(netlab.load_topology(toml, scale), queue_kb, classes)
+    c = LabCluster(lab, build_dir, work_dir)
+    mgmtd = c.start_fs3(mgmtd_node="L0-n00", storage_nodes=["L1-n00", "L1-n01"], replication=1)
+    c.run("L0-n01", "fs3-load", "write", "--mgmtd", mgmtd, "--count", "4", "--mib", "16")
+    storm = c.spawn("L0-n01", "fs3-load", "read", "--mgmtd", mgmtd, "--seconds", "0")
+    result = c.allreduce(["L0-n02", "L1-n02"], bytes_="4M", steps=20)   # rank 0's JSON
+    c.stop()                                                            # every process it started
+
+Nothing here routes out of the machine: the hosts only have lab addresses.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+
+class LabCluster:
+    def __init__(self, lab, build_dir, work_dir):
+        self.lab = lab
+        self.build = build_dir
+        self.work = work_dir
+        os.makedirs(work_dir, exist_ok=True)
+        self.hosts = {h["node"]: h for h in lab.load()["hosts"]}
+        self.procs = []  # (name, Popen), stopped in reverse order
+        self.next_port = 29500
+
+    # ---- processes in a host ------------------------------------------------------------------
+    def address(self, node):
+        return self.hosts[node]["address"]
+
+    def binary(self, name):
+        for sub in ("fs3", "hfreduce", "platform", ""):
+            path = os.path.join(self.build, sub, name)
+            if os.access(path, os.X_OK):
+                return path
+        raise RuntimeError(f"{name} is not built under {self.build}")
+
+    def _argv(self, node, program, args):
+        if node not in self.hosts:
+            raise RuntimeError(f"no host {node} in the lab")
+        exe = program if program.startswith("/") or program in ("tcpdump",) else self.binary(program)
+        return ["ip", "netns", "exec", self.hosts[node]["netns"], exe, *args]
+
+    def spawn(self, node, program, *args, env=None, name=None, stdout=None):
+        """Starts PROGRAM in NODE's namespace; its log is WORK/NAME.log."""
+        name = name or f"{program}-{node}-{len(self.procs)}"
+        log = open(os.path.join(self.work, name + ".log"), "w")
+        p = subprocess.Popen(self._argv(node, program, args), env={**os.environ, **(env or {})},
+                             stdout=stdout if stdout is not None else log, stderr=log,
+                             start_new_session=True)
+        p.log_path = log.name
+        self.procs.append((name, p))
+        return p
+
+    def run(self, node, program, *args, env=None, timeout=300):
+        """Runs PROGRAM in NODE's namespace to completion; returns its stdout (error: its stderr)."""
+        r = subprocess.run(self._argv(node, program, args), env={**os.environ, **(env or {})},
+                           capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"{program} {' '.join(args)} on {node} failed ({r.returncode}): "
+                               f"{r.stderr.strip()[-2000:]}")
+        return r.stdout
+
+    def daemon(self, node, program, *args, timeout=30):
+        """Starts a daemon with --ready-file; returns its endpoints once it is ready."""
+        name = f"{program}-{node}"
+        ready = os.path.join(self.work, name + ".ready")
+        if os.path.exists(ready):
+            os.remove(ready)
+        p = self.spawn(node, program, *args, "--ready-file", ready, name=name)
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(ready):
+            if p.poll() is not None:
+                raise RuntimeError(f"{name} exited ({p.returncode}): {tail(p.log_path)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} not ready in {timeout} s: {tail(p.log_path)}")
+            time.sleep(0.05)
+        with open(ready) as f:
+            return json.load(f)
+
+    def stop(self, procs=None):
+        for name, p in reversed(procs or self.procs):
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for name, p in reversed(procs or self.procs):
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        if procs is None:
+            self.procs = []
+
+    # ---- fs3 ----------------------------------------------------------------------------------
+    def start_fs3(self, mgmtd_node, storage_nodes, replication=1, chunk_size="1MiB", traffic=None):
+        """fs3-mgmtd on MGMTD_NODE and one fs3-storage (one target) on each storage node, all bound
+        to their host's address; builds the chains. Returns fs3-mgmtd's address. `traffic`: extra
+        --set overrides of the [traffic] section, e.g. {"storage_dscp": 0}."""
+        sets = []
+        for k, v in (traffic or {}).items():
+            sets += ["--set", f"traffic.{k}={v}"]
+        a = self.address(mgmtd_node)
+        mg_dir = os.path.join(self.work, "mgmtd")
+        os.makedirs(mg_dir, exist_ok=True)
+        ep = self.daemon(mgmtd_node, "fs3-mgmtd", "--listen", f"{a}:0", "--set",
+                         f"mgmtd.data_dir={mg_dir}", "--set", "metrics.enabled=false", *sets)
+        mgmtd = ep["rpc"]
+        for i, node in enumerate(storage_nodes):
+            d = os.path.join(self.work, f"storage-{node}")
+            os.makedirs(d, exist_ok=True)
+            toml = os.path.join(d, "storage.toml")
+            with open(toml, "w") as f:
+                f.write(f'[metrics]\nenabled = false\n[storage]\nnode = "{node}"\nmgmtd = "{mgmtd}"\n'
+                        f'[[storage.targets]]\nid = {(i + 1) * 10 + 1}\npath = "{d}/t"\n')
+            self.daemon(node, "fs3-storage", "--config", toml, "--listen",
+                        f"{self.address(node)}:0", *sets)
+        self.run(mgmtd_node, "fs3", "--mgmtd", mgmtd, "init", "--chunk-size", chunk_size,
+                 "--replication", str(replication))
+        return mgmtd
+
+    # ---- HFReduce -----------------------------------------------------------------------------
+    def allreduce_job(self, nodes, bytes_="4M", steps=20, warmup=2, compute_ms=0, seconds=0,
+                      env=None, name="job"):
+        """Starts one hfreduce-loop rank per node (rank 0 on nodes[0], which serves the store);
+        returns the rank processes (rank 0's stdout is a pipe: its JSON line)."""
+        port = self.next_port
+        self.next_port += 1
+        procs = []
+        for r, node in enumerate(nodes):
+            e = {"RANK": str(r), "WORLD_SIZE": str(len(nodes)), "MASTER_ADDR": self.address(nodes[0]),
+                 "MASTER_PORT": str(port), "HFREDUCE_LISTEN_HOST": self.address(node),
+                 "HFREDUCE_NODE_ID": node, "HFREDUCE_TRANSPORT": "tcp",
+                 "HFREDUCE_TIMEOUT_MS": "60000", **(env or {})}
+            args = ["--bytes", bytes_, "--steps", str(steps), "--warmup", str(warmup),
+                    "--compute-ms", str(compute_ms), "--seconds", str(seconds)]
+            procs.append(self.spawn(node, "hfreduce-loop", *args, env=e, name=f"{name}-r{r}",
+                                    stdout=subprocess.PIPE if r == 0 else None))
+        return procs
+
+    def wait_job(self, procs, timeout=600):
+        """Waits for a job's ranks; returns rank 0's JSON (an error names the rank that failed)."""
+        out = procs[0].communicate(timeout=timeout)[0]
+        for r, p in enumerate(procs):
+            p.wait(timeout=timeout)
+            if p.returncode != 0:
+                raise RuntimeError(f"rank {r} failed ({p.returncode}): {tail(p.log_path)}")
+        return json.loads(out.decode().strip().splitlines()[-1])
+
+    def allreduce(self, nodes, **kw):
+        return self.wait_job(self.allreduce_job(nodes, **kw))
+
+
+def tail(path, n=1500):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-n:].strip()
+    except OSError:
+        return "(no log)"
+
+
+def read_pcap(path):
+    """Yields (tos, src, sport, dst, dport, length) of the IPv4 TCP packets of a pcap file
+    (Ethernet or Linux cooked captures, as tcpdump -w writes them)."""
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 24:
+        return
+    magic = struct.unpack("<I", data[:4])[0]
+    endian = "<" if magic in (0xA1B2C3D4, 0xA1B23C4D) else ">"
+    linktype = struct.unpack(endian + "I", data[20:24])[0]
+    link_len = {1: 14, 113: 16, 276: 20}.get(linktype)
+    if link_len is None:
+        raise RuntimeError(f"{path}: link type {linktype} not understood")
+    off = 24
+    while off + 16 <= len(data):
+        incl = struct.unpack(endian + "I", data[off + 8:off + 12])[0]
+        pkt = data[off + 16:off + 16 + incl]
+        off += 16 + incl
+        ethertype = struct.unpack(">H", pkt[link_len - 2:link_len])[0] if len(pkt) >= link_len else 0
+        if linktype == 276:
+            ethertype = struct.unpack(">H", pkt[0:2])[0] if len(pkt) >= 2 else 0
+        ip = pkt[link_len:]
+        if ethertype != 0x0800 or len(ip) < 24 or ip[9] != 6:
+            continue
+        ihl = (ip[0] & 0x0F) * 4
+        src = ".".join(str(b) for b in ip[12:16])
+        dst = ".".join(str(b) for b in ip[16:20])
+        sport, dport = struct.unpack(">HH", ip[ihl:ihl + 4])
+        yield ip[1] >> 2, src, sport, dst, dport, struct.unpack(">H", ip[2:4])[0]  # on the wire
