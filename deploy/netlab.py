@@ -74,7 +74,14 @@ def load_topology(path, scale):
     host = 0
     for z in zones:
         zone = {"name": z["name"], "leaves": []}
-        for leaf in z.get("leaves") or []:
+        # `count` leaves alike are named NAME00, NAME01, ... (as the scheduler names them).
+        leaves = []
+        for group in z.get("leaves") or []:
+            if "count" in group:
+                leaves += [dict(group, name=f"{group['name']}{i:02d}") for i in range(int(group["count"]))]
+            else:
+                leaves.append(group)
+        for leaf in leaves:
             nodes = int(leaf.get("nodes", 0))
             if nodes <= 0:
                 raise ValueError(f"{path}: leaf {leaf.get('name')} has no nodes")
