@@ -2,7 +2,7 @@
 // --compute-ms, then allreduces --bytes of fp32 gradients with HFReduce. For measuring allreduce
 // and step times where the network matters (deploy/netlab-bench.py runs it in emulated hosts).
 //
-//   RANK=0 WORLD_SIZE=4 MASTER_ADDR=198.18.0.2 MASTER_PORT=29500 HFREDUCE_LISTEN_HOST=198.18.0.2 \
+//   RANK=0 WORLD_SIZE=4 MASTER_ADDR=198.18.0.2 MASTER_PORT=29500 HFREDUCE_LISTEN_HOST=198.18.0.2
 //     hfreduce-loop --bytes 8M --steps 30 [--warmup 3] [--compute-ms 0] [--seconds 0]
 //
 // Environment: as CommunicatorOptions::FromEnvironment (RANK, WORLD_SIZE, MASTER_ADDR,
