@@ -7,16 +7,22 @@
   incast     one client reading batches from storage services on every other host through its
              leaf's port: goodput and p99 batch latency with the read credits (request-to-send)
              pacing on and off; R = p99 paced / p99 unpaced
+  placement  three multi-node allreduce jobs (hfreduce-loop) arriving on a fragmented,
+             8:1-oversubscribed tree (cluster-lab-place.toml), placed by first-fit, slurm-tree and
+             congestion-aware (the scheduler library, through `hai-sim place`) and run together:
+             S = mean step time under congestion-aware / under first-fit. hai-sim's performance
+             model, calibrated from each job size alone (its compute and allreduce under one leaf,
+             and its allreduce across two leaves, which gives its traffic_gbps), predicts every
+             job's step time: E = mean |predicted - measured| / measured over every job
 
-  deploy/netlab-bench.py [--experiments classes,incast] [--out DIR] [--scale 0.001]
+  deploy/netlab-bench.py [--experiments classes,incast,placement] [--out DIR] [--scale 0.001]
                          [--queue-kb 1024] [--incast-queue-kb 256] [--repeat 1]
 
-Root (namespaces); needs the build (build/ or --build). Writes DIR/results.json and DIR/plot.svg
-(per-step allreduce times of the classes experiment) and prints a table per experiment, then the
-last line:
+Root (namespaces); needs the build (build/ or --build). Writes DIR/results.json, DIR/plot.svg
+(per-step allreduce times of the classes experiment) and DIR/placement.svg (each job's measured
+and predicted step time) and prints a table per experiment, then the last line:
   network lab: allreduce under storage load, classes on X (off Y) of its unloaded time; incast p99
   paced vs unpaced R; congestion-aware vs first-fit step time S; sim vs measured error E%
-(S and E are "n/a" until the placement experiment exists.)
 """
 
 import argparse
@@ -24,6 +30,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -143,6 +150,135 @@ def incast_experiment(args, results):
     return p99["paced"] / p99["unpaced"]
 
 
+# ---- placement: the policies' placements on real traffic -------------------------------------
+PLACE_TOPOLOGY = os.path.join(ROOT, "deploy", "config", "cluster-lab-place.toml")
+# The cluster as the jobs find it: single-node jobs without traffic hold a node in two of the three
+# leaves. Placement only matters on a fragmented cluster: on an empty one every policy keeps these
+# jobs under one leaf each.
+PLACE_BUSY = ["L00-n01", "L01-n02"]
+PLACE_JOBS = [2, 3, 3]  # nodes of each job, in arrival order
+POLICIES = ["first-fit", "slurm-tree", "congestion-aware"]
+
+
+def hai_sim_place(args, model_by_size):
+    """Each policy's placement of PLACE_JOBS on the lab topology, from the scheduler library
+    (hai-sim place), with the performance model's slowdown of each job's communication.
+    model_by_size: job size -> (traffic_gbps, bandwidth-bound share)."""
+    jobs = [a for n in PLACE_JOBS
+            for a in ("--job", f"{n}:{model_by_size[n][0]:.6f}:{model_by_size[n][1]:.6f}")]
+    r = subprocess.run(
+        [os.path.join(args.build, "scheduler", "hai-sim"), "place", "--cluster", PLACE_TOPOLOGY,
+         "--busy", ",".join(PLACE_BUSY), "--policies", ",".join(POLICIES), *jobs],
+        capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"hai-sim place failed: {r.stderr.strip()}")
+    return {p["policy"]: p["jobs"] for p in json.loads(r.stdout)["policies"]}
+
+
+def mean_step(result):
+    """A job's step time: the mean of its timed steps (its throughput over the window)."""
+    return statistics.mean(result["step_ms"])
+
+
+def placement_run(args):
+    with open(PLACE_TOPOLOGY, "rb") as f:
+        topo = netlab.tomllib.load(f)
+    node_gbps = float(topo["node_link_gbps"])
+    uplink_gbps = float(topo["zones"][0]["leaves"][0]["uplink_gbps"])
+    job = dict(bytes_=args.allreduce_bytes, compute_ms=args.place_compute_ms, warmup=2)
+
+    def body(c):
+        # Calibration of the model, per job size, each job alone. Under one leaf: its compute and
+        # its allreduce (f = allreduce / step). Then with rank 0 on another leaf: its two tree
+        # edges to rank 0 cross the uplinks, which the model loads with the job's traffic_gbps.
+        # A job sends at its node link's rate when nothing else limits it, so traffic_gbps is
+        # node_link_gbps, and alone across the uplink its load / capacity is node_link / uplink
+        # (2 here): the allreduce slowing by s there says that a share b = (s - 1) / (2 - 1) of it
+        # is bound by bandwidth (the rest is latency and the CPU's part).
+        cal = {}
+        for n in sorted(set(PLACE_JOBS)):
+            say(f"placement: calibrating with a {n}-node job alone, under one leaf and across two")
+            inside = c.allreduce([f"L02-n{i:02d}" for i in range(n)], steps=args.steps,
+                                 name=f"inside{n}", **job)
+            across = c.allreduce(["L00-n00"] + [f"L01-n{i:02d}" for i in range(n - 1)],
+                                 steps=args.steps, name=f"across{n}", **job)
+            comm = statistics.median(inside["allreduce_ms"])
+            step = mean_step(inside)
+            slowdown = statistics.median(across["allreduce_ms"]) / comm
+            share = min(1.0, max(0.0, (slowdown - 1) / (node_gbps / uplink_gbps - 1)))
+            cal[n] = {"step_ms": step, "allreduce_ms": comm, "compute_ms": step - comm,
+                      "comm_fraction": comm / step, "across_step_ms": mean_step(across),
+                      "across_slowdown": slowdown, "traffic_gbps": node_gbps,
+                      "bandwidth_share": share}
+        placed = hai_sim_place(args, {n: (cal[n]["traffic_gbps"], cal[n]["bandwidth_share"])
+                                      for n in cal})
+        runs = {}
+        for policy in POLICIES:
+            say(f"placement: {policy}: " + "; ".join(",".join(j["nodes"]) for j in placed[policy]))
+            procs = [c.allreduce_job(j["nodes"], seconds=args.place_seconds,
+                                     name=f"{policy}-j{j['job']}", **job) for j in placed[policy]]
+            jobs = []
+            for j, p in zip(placed[policy], procs):
+                r = c.wait_job(p)
+                n = len(j["nodes"])
+                predicted = cal[n]["compute_ms"] + cal[n]["allreduce_ms"] * j["slowdown"]
+                jobs.append({**j, "measured_ms": mean_step(r), "predicted_ms": predicted,
+                             "alone_ms": cal[n]["step_ms"], "steps": r["step_ms"]})
+            runs[policy] = jobs
+        return {"calibration": cal, "uplink_gbps": uplink_gbps, "node_gbps": node_gbps,
+                "policies": runs}
+
+    lab = netlab.Lab(args.name)
+    lab.up(netlab.load_topology(PLACE_TOPOLOGY, args.scale), args.queue_kb, False)
+    work = tempfile.mkdtemp(prefix="netlab-bench-", dir=args.work)
+    cluster = LabCluster(lab, args.build, work)
+    try:
+        return body(cluster)
+    finally:
+        cluster.stop()
+        lab.down()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def placement_experiment(args, results):
+    reps = [placement_run(args) for _ in range(args.repeat)]
+    results["placement"] = reps
+    print(f"\nplacement: jobs of {', '.join(map(str, PLACE_JOBS))} nodes arriving in that order on "
+          f"{os.path.basename(PLACE_TOPOLOGY)} (3 leaves x 4 hosts, 8:1 uplinks) with "
+          f"{', '.join(PLACE_BUSY)} busy; each step computes {args.place_compute_ms:g} ms and "
+          f"allreduces {args.allreduce_bytes}; all jobs run together for {args.place_seconds:g} s")
+    s_values, errors = [], []
+    for rep in reps:
+        print("calibrated model (each job size alone): " + "; ".join(
+            f"{n} nodes: {c['step_ms']:.0f} ms/step under one leaf, allreduce {c['allreduce_ms']:.0f} "
+            f"(f = {c['comm_fraction']:.2f}), across two leaves allreduce x{c['across_slowdown']:.2f} "
+            f"(b = {c['bandwidth_share']:.2f})" for n, c in sorted(rep["calibration"].items())) +
+            f"; traffic_gbps {rep['node_gbps']:g} (node link), uplink {rep['uplink_gbps']:g}")
+        print(f"{'policy':17s} {'job':>3s}  {'nodes':30s} {'leaves':>6s} {'alone ms':>9s} "
+              f"{'measured ms':>12s} {'sim ms':>8s} {'error':>7s}")
+        means = {}
+        for policy in POLICIES:
+            for j in rep["policies"][policy]:
+                err = (j["predicted_ms"] - j["measured_ms"]) / j["measured_ms"]
+                errors.append(abs(err))
+                print(f"{policy:17s} {j['job']:3d}  {','.join(j['nodes']):30s} {j['leaves']:6d} "
+                      f"{j['alone_ms']:9.0f} {j['measured_ms']:12.0f} {j['predicted_ms']:8.0f} "
+                      f"{100 * err:+6.1f}%")
+            jobs = rep["policies"][policy]
+            means[policy] = (statistics.mean(j["measured_ms"] for j in jobs),
+                             statistics.mean(j["predicted_ms"] for j in jobs))
+        print(f"{'policy':17s} {'mean step ms':>13s} {'vs first-fit':>13s} {'sim mean ms':>12s} "
+              f"{'sim vs first-fit':>17s}")
+        for policy in POLICIES:
+            m, p = means[policy]
+            print(f"{policy:17s} {m:13.0f} {m / means['first-fit'][0]:13.2f} {p:12.0f} "
+                  f"{p / means['first-fit'][1]:17.2f}")
+        s_values.append(means["congestion-aware"][0] / means["first-fit"][0])
+    print(f"sim vs measured step time: mean error {100 * statistics.mean(errors):.1f}%, "
+          f"worst {100 * max(errors):.1f}% (over every job of every policy)")
+    return statistics.median(s_values), 100 * statistics.mean(errors)
+
+
 # ---- plot ------------------------------------------------------------------------------------
 def plot(results, path):
     rows = results.get("classes") or []
@@ -179,9 +315,43 @@ def plot(results, path):
         f.write("\n".join(out))
 
 
+def plot_placement(results, path):
+    """Bars: each job's measured step time beside hai-sim's prediction, per policy."""
+    reps = results.get("placement") or []
+    if not reps:
+        return
+    rep = reps[0]
+    bars = []  # (label, measured, predicted)
+    for policy in POLICIES:
+        for j in rep["policies"][policy]:
+            bars.append((f"{policy} job {j['job']} ({j['leaves']} {'leaves' if j['leaves'] > 1 else 'leaf'})",
+                         j["measured_ms"], j["predicted_ms"]))
+    w, pad, row = 760, 260, 26
+    h = 60 + row * len(bars) + 30
+    top = max(max(m, p) for _, m, p in bars) * 1.1
+    x = lambda v: pad + (w - pad - 20) * v / top
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
+           f'font-size="12">', f'<rect width="{w}" height="{h}" fill="white"/>',
+           f'<text x="{w / 2}" y="18" text-anchor="middle">Step time of each job as placed by each '
+           f'policy: measured on the lab, and hai-sim\'s model</text>',
+           f'<rect x="{pad}" y="28" width="12" height="10" fill="#27c"/>'
+           f'<text x="{pad + 16}" y="37">measured (ms)</text>',
+           f'<rect x="{pad + 130}" y="28" width="12" height="10" fill="#e93"/>'
+           f'<text x="{pad + 146}" y="37">hai-sim, calibrated</text>']
+    for i, (label, m, p) in enumerate(bars):
+        y = 50 + row * i
+        out.append(f'<text x="{pad - 6}" y="{y + 14}" text-anchor="end">{label}</text>')
+        out.append(f'<rect x="{pad}" y="{y + 2}" width="{x(m) - pad:.1f}" height="10" fill="#27c"/>')
+        out.append(f'<rect x="{pad}" y="{y + 12}" width="{x(p) - pad:.1f}" height="10" fill="#e93"/>')
+        out.append(f'<text x="{x(max(m, p)) + 4:.1f}" y="{y + 16}">{m:.0f} / {p:.0f}</text>')
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out))
+
+
 def main():
     p = argparse.ArgumentParser(description="The network lab's experiments.")
-    p.add_argument("--experiments", default="classes,incast")
+    p.add_argument("--experiments", default="classes,incast,placement")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--out", default="/tmp/netlab-bench")
     p.add_argument("--work", default="/tmp", help="where the daemons' data goes")
@@ -200,28 +370,36 @@ def main():
     p.add_argument("--incast-queue-kb", type=int, default=256)
     p.add_argument("--incast-credit-kib", type=int, default=512)
     p.add_argument("--incast-op-kib", type=int, default=1024)
+    # About half of a job's step is communication alone under one leaf (0.5 for 2 nodes, 0.65 for
+    # 3): the share the performance model's allreduce_comm_fraction stands for.
+    p.add_argument("--place-compute-ms", type=float, default=300)
+    p.add_argument("--place-seconds", type=float, default=25)
     args = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("netlab-bench: run as root (network namespaces)")
     wanted = [e for e in args.experiments.split(",") if e]
     for e in wanted:
-        if e not in ("classes", "incast"):
-            sys.exit(f"netlab-bench: unknown experiment '{e}' (classes, incast)")
+        if e not in ("classes", "incast", "placement"):
+            sys.exit(f"netlab-bench: unknown experiment '{e}' (classes, incast, placement)")
     os.makedirs(args.out, exist_ok=True)
     results = {"scale": args.scale, "queue_kb": args.queue_kb}
-    x = y = r = None
+    x = y = r = speed = error = None
     if "classes" in wanted:
         x, y = classes_experiment(args, results)
     if "incast" in wanted:
         r = incast_experiment(args, results)
+    if "placement" in wanted:
+        speed, error = placement_experiment(args, results)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     plot(results, os.path.join(args.out, "plot.svg"))
+    plot_placement(results, os.path.join(args.out, "placement.svg"))
     fmt = lambda v: "n/a" if v is None else f"{v:.2f}"
-    print(f"\nresults: {args.out}/results.json, plot: {args.out}/plot.svg")
+    print(f"\nresults: {args.out}/results.json, plots: {args.out}/plot.svg, "
+          f"{args.out}/placement.svg")
     print(f"network lab: allreduce under storage load, classes on {fmt(x)} (off {fmt(y)}) of its "
           f"unloaded time; incast p99 paced vs unpaced {fmt(r)}; congestion-aware vs first-fit step "
-          f"time n/a; sim vs measured error n/a%")
+          f"time {fmt(speed)}; sim vs measured error {'n/a' if error is None else f'{error:.1f}'}%")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ TRAFFIC_CLASSES). Without, one queue carries everything.
   deploy/netlab.py status [--name fflab]        # hosts, addresses and each shaped link's counters
   deploy/netlab.py hosts [--name fflab]         # "node address" per line
   deploy/netlab.py exec NODE [--name fflab] -- CMD...   # runs CMD in NODE's namespace
+  deploy/netlab.py cut WHAT [--name fflab]      # a cable cut: WHAT is a node (its host link),
+                                                # a leaf (its uplinks) or a zone (its zone link)
+  deploy/netlab.py heal WHAT [--name fflab]     # puts it back
 
 `up` tears down whatever a previous lab of the same name left (a crash) before it builds, and
 fails cleanly (tearing down what it made) on any error. Needs root, iproute2 and tc (htb, bfifo
@@ -195,6 +198,7 @@ class Lab:
             self._attach(f"z{zi}a", spine)
             self._attach(f"z{zi}b", "core")
             links.append({"link": f"zone {zone['name']} - core", "dev": f"z{zi}a",
+                          "ends": [f"z{zi}a", f"z{zi}b"], "cut": zone["name"],
                           "mbit": topo["cross_mbit"]})
             for li, leaf in enumerate(zone["leaves"]):
                 lbr = f"l{zi}.{li}"
@@ -204,6 +208,7 @@ class Lab:
                 self._attach(up_a, lbr)
                 self._attach(up_b, spine)
                 links.append({"link": f"leaf {leaf['name']} - spine", "dev": up_a,
+                              "ends": [up_a, up_b], "cut": leaf["name"],
                               "mbit": leaf["uplink_mbit"]})
                 for hi, h in enumerate(leaf["hosts"]):
                     ns = self.host_ns(h["node"])
@@ -215,11 +220,33 @@ class Lab:
                     run("ip", "-n", ns, "addr", "add", h["address"] + "/15", "dev", "eth0")
                     run("ip", "-n", ns, "link", "set", "eth0", "up")
                     hosts.append({"node": h["node"], "address": h["address"], "netns": ns,
-                                  "leaf": leaf["name"], "zone": zone["name"]})
+                                  "leaf": leaf["name"], "zone": zone["name"], "port": port})
         os.makedirs(STATE_DIR, exist_ok=True)
         with open(self.state, "w") as f:
             json.dump({"hosts": hosts, "links": links, "classes": classes, "queue_kb": queue_kb}, f,
                       indent=1)
+
+    # ---- faults -------------------------------------------------------------------------------
+    def _ends(self, what):
+        """The switch-side devices of WHAT's link: a node's port, a leaf's uplink, a zone's link."""
+        state = self.load()
+        for h in state["hosts"]:
+            if h["node"] == what:
+                return [h["port"]]
+        for link in state["links"]:
+            if link.get("cut") == what:
+                return link["ends"]
+        raise RuntimeError(f"nothing called {what} in lab {self.name} (a node, a leaf or a zone)")
+
+    def cut(self, what):
+        """Cuts WHAT's link as a cable cut would: both ends lose carrier, packets in flight and
+        queued are lost, nothing answers (no reset, no ICMP)."""
+        for dev in self._ends(what):
+            run("ip", "-n", self.sw, "link", "set", dev, "down")
+
+    def heal(self, what):
+        for dev in self._ends(what):
+            run("ip", "-n", self.sw, "link", "set", dev, "up")
 
     def load(self):
         if not os.path.exists(self.state):
@@ -230,8 +257,9 @@ class Lab:
 
 def main():
     p = argparse.ArgumentParser(description="An emulated fat-tree network of namespaces.")
-    p.add_argument("command", choices=["up", "down", "status", "hosts", "exec"])
-    p.add_argument("arg", nargs="?", help="up: the cluster.toml; exec: the node")
+    p.add_argument("command", choices=["up", "down", "status", "hosts", "exec", "cut", "heal"])
+    p.add_argument("arg", nargs="?",
+                   help="up: the cluster.toml; exec: the node; cut, heal: a node, leaf or zone")
     p.add_argument("--name", default="fflab", help="prefix of every namespace it makes")
     p.add_argument("--scale", type=float, default=0.001, help="link rates x this (default 0.001)")
     p.add_argument("--queue-kb", type=int, default=256, help="each queue's buffer (default 256 KiB)")
@@ -272,6 +300,11 @@ def main():
                 r = run("tc", "-n", lab.sw, "-s", "class", "show", "dev", link["dev"], check=False)
                 sent = [l.split()[1] for l in r.stdout.splitlines() if l.strip().startswith("Sent")]
                 print(f"{link['link']:32s} {link['mbit']:10.1f} Mb/s  sent {sent[0] if sent else '?'} bytes")
+        elif a.command in ("cut", "heal"):
+            if not a.arg:
+                sys.exit(f"netlab: {a.command} needs a node, a leaf or a zone")
+            getattr(lab, a.command)(a.arg)
+            print(f"netlab: {a.arg} {'cut' if a.command == 'cut' else 'healed'}", file=sys.stderr)
         elif a.command == "exec":
             if not a.arg or not rest:
                 sys.exit("netlab: exec NODE -- CMD...")

@@ -102,18 +102,22 @@ class LabCluster:
             self.procs = []
 
     # ---- fs3 ----------------------------------------------------------------------------------
-    def start_fs3(self, mgmtd_node, storage_nodes, replication=1, chunk_size="1MiB", traffic=None):
+    def start_fs3(self, mgmtd_node, storage_nodes, replication=1, chunk_size="1MiB", traffic=None,
+                  lease_ms=None):
         """fs3-mgmtd on MGMTD_NODE and one fs3-storage (one target) on each storage node, all bound
         to their host's address; builds the chains. Returns fs3-mgmtd's address. `traffic`: extra
-        --set overrides of the [traffic] section, e.g. {"storage_dscp": 0}."""
+        --set overrides of the [traffic] section, e.g. {"storage_dscp": 0}; `lease_ms`: fs3-mgmtd's
+        lease (how long an unheard storage service stays up)."""
         sets = []
         for k, v in (traffic or {}).items():
             sets += ["--set", f"traffic.{k}={v}"]
+        mgmtd_sets = ["--set", f"mgmtd.lease_ms={lease_ms}"] if lease_ms else []
         a = self.address(mgmtd_node)
         mg_dir = os.path.join(self.work, "mgmtd")
         os.makedirs(mg_dir, exist_ok=True)
         ep = self.daemon(mgmtd_node, "fs3-mgmtd", "--listen", f"{a}:0", "--set",
-                         f"mgmtd.data_dir={mg_dir}", "--set", "metrics.enabled=false", *sets)
+                         f"mgmtd.data_dir={mg_dir}", "--set", "metrics.enabled=false", *sets,
+                         *mgmtd_sets)
         mgmtd = ep["rpc"]
         for i, node in enumerate(storage_nodes):
             d = os.path.join(self.work, f"storage-{node}")
@@ -126,7 +130,13 @@ class LabCluster:
                         f"{self.address(node)}:0", *sets)
         self.run(mgmtd_node, "fs3", "--mgmtd", mgmtd, "init", "--chunk-size", chunk_size,
                  "--replication", str(replication))
+        self.mgmtd = (mgmtd_node, mgmtd)
         return mgmtd
+
+    def fs3_json(self, what):
+        """`fs3 nodes|targets|chains --json`, asked from fs3-mgmtd's host."""
+        node, mgmtd = self.mgmtd
+        return json.loads(self.run(node, "fs3", "--mgmtd", mgmtd, what, "--json"))
 
     # ---- HFReduce -----------------------------------------------------------------------------
     def allreduce_job(self, nodes, bytes_="4M", steps=20, warmup=2, compute_ms=0, seconds=0,

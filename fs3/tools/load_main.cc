@@ -4,6 +4,11 @@
 //   fs3-load write --mgmtd ADDR --inodes 1000 --count 8 --mib 64
 //   fs3-load read  --mgmtd ADDR --inodes 1000 --count 8 --mib 64 [--op-kib 1024] [--batch 32]
 //                  [--seconds 10] [--max-inflight-kib 4096 | --unpaced]
+//   fs3-load check --mgmtd ADDR --inodes 1000 --count 8 --mib 64
+//
+// `write` prints {"files":..,"bytes":..} once every file is written (acknowledged). `check` reads
+// every byte of every file back and fails naming the first file and offset whose data is not what
+// `write` wrote; else prints {"files":..,"bytes":..}.
 //
 // `read` repeats batched reads (ReadBatch, the data loaders' call) of --batch random --op-kib
 // ranges of the files until --seconds pass (0: until SIGTERM/SIGINT), then prints one JSON line:
@@ -64,7 +69,8 @@ int Main(int argc, char** argv) {
   double seconds = 10;
   bool unpaced = false;
   for (CLI::App* sub : {app.add_subcommand("write", "Write the files"),
-                        app.add_subcommand("read", "Batched random reads of the files")}) {
+                        app.add_subcommand("read", "Batched random reads of the files"),
+                        app.add_subcommand("check", "Read every file whole and check its data")}) {
     sub->add_option("--mgmtd", mgmtd, "fs3-mgmtd host:port")->required();
     sub->add_option("--inodes", first_inode, "The first file's inode")->capture_default_str();
     sub->add_option("--count", count, "Files")->check(CLI::Range(1, 100000))->capture_default_str();
@@ -110,6 +116,39 @@ int Main(int argc, char** argv) {
     return 0;
   }
 
+  auto check = [&](const std::vector<ReadOp>& ops, const std::vector<std::string>& got) {
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      std::string want(ops[i].length, '\0');
+      Fill(ops[i].inode, ops[i].offset, &want);
+      if (got[i] != want) {
+        return Fail("inode " + std::to_string(ops[i].inode) + " at " +
+                    std::to_string(ops[i].offset) + ": the data read is not what was written");
+      }
+    }
+    return 0;
+  };
+  if (app.got_subcommand("check")) {
+    const uint64_t piece = (*client)->chunk_size();
+    for (int f = 0; f < count; ++f) {
+      std::vector<ReadOp> ops;
+      for (uint64_t off = 0; off < file_bytes; off += piece) {
+        ReadOp op;
+        op.inode = first_inode + static_cast<uint64_t>(f);
+        op.offset = off;
+        op.length = static_cast<uint32_t>(std::min(piece, file_bytes - off));
+        ops.push_back(op);
+      }
+      auto got = (*client)->ReadBatch(ops);
+      if (!got.ok()) {
+        return Fail("read inode " + std::to_string(ops[0].inode) + ": " + got.status().message());
+      }
+      if (int rc = check(ops, *got); rc != 0) return rc;
+    }
+    std::printf("{\"files\":%d,\"bytes\":%llu}\n", count,
+                static_cast<unsigned long long>(file_bytes * static_cast<uint64_t>(count)));
+    return 0;
+  }
+
   const uint64_t op_bytes = std::min<uint64_t>(op_kib << 10, file_bytes);
   signal(SIGTERM, [](int) { g_stop = true; });
   signal(SIGINT, [](int) { g_stop = true; });
@@ -129,15 +168,8 @@ int Main(int argc, char** argv) {
     auto got = (*client)->ReadBatch(ops);
     if (!got.ok()) return Fail("read batch: " + got.status().message());
     latency_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      std::string want((*got)[i].size(), '\0');
-      Fill(ops[i].inode, ops[i].offset, &want);
-      if ((*got)[i].size() != op_bytes || (*got)[i] != want) {
-        return Fail("inode " + std::to_string(ops[i].inode) + " at " +
-                    std::to_string(ops[i].offset) + ": the data read is not what was written");
-      }
-      bytes += op_bytes;
-    }
+    if (int rc = check(ops, *got); rc != 0) return rc;
+    bytes += op_bytes * ops.size();
   }
   const double secs = elapsed();
   std::printf(

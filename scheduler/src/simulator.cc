@@ -39,6 +39,33 @@ bool EverFits(const Topology& topology, const JobRequest& job, const PlacementPo
 
 }  // namespace
 
+double CommSlowdown(const ClusterState& state, JobId job, const PerformanceModel& model) {
+  const Topology& topology = state.topology();
+  const TrafficLoad& load = state.load(job);
+  double slowdown = 1;
+  for (const auto& [leaf, gbps] : load.leaf_uplink_gbps) {
+    slowdown =
+        std::max(slowdown, state.leaf_uplink_load(leaf) / topology.leaves()[leaf].uplink_gbps);
+  }
+  if (load.cross_zone_gbps > 0) {
+    double zone = topology.cross_zone_gbps() > 0
+                      ? state.cross_zone_load() / topology.cross_zone_gbps()
+                      : std::numeric_limits<double>::infinity();
+    slowdown = std::max(slowdown, std::max(1.0, zone) * model.cross_zone_penalty);
+  }
+  if (slowdown == 1) return 1;  // the common case, exact whatever b is
+  const double b = model.bandwidth_bound_share;
+  return b <= 0 ? 1 : (1 - b) + b * slowdown;
+}
+
+double ProgressRate(const ClusterState& state, const JobRequest& job,
+                    const PerformanceModel& model) {
+  const double f = job.comm == CommKind::kAllreduce  ? model.allreduce_comm_fraction
+                   : job.comm == CommKind::kPipeline ? model.pipeline_comm_fraction
+                                                     : 0.0;
+  return 1.0 / ((1 - f) + f * CommSlowdown(state, job.id, model));
+}
+
 Result<SimulationResult> Simulate(const Topology& topology, const std::vector<JobRequest>& jobs,
                                   const std::string& policy, const SimulationOptions& options) {
   auto placement = MakePlacementPolicy(policy, options.policy);
@@ -102,25 +129,8 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
     return free_nodes == 0 ? 0.0 : static_cast<double>(stranded) / free_nodes;
   };
   auto update_rates = [&] {
-    for (std::size_t i : running) {
-      JobRun& r = runs[i];
-      double f = r.request.comm == CommKind::kAllreduce  ? model.allreduce_comm_fraction
-                 : r.request.comm == CommKind::kPipeline ? model.pipeline_comm_fraction
-                                                         : 0.0;
-      const TrafficLoad& load = state.load(r.request.id);
-      double slowdown = 1;
-      for (const auto& [leaf, gbps] : load.leaf_uplink_gbps) {
-        slowdown =
-            std::max(slowdown, state.leaf_uplink_load(leaf) / topology.leaves()[leaf].uplink_gbps);
-      }
-      if (load.cross_zone_gbps > 0) {
-        double zone = topology.cross_zone_gbps() > 0
-                          ? state.cross_zone_load() / topology.cross_zone_gbps()
-                          : std::numeric_limits<double>::infinity();
-        slowdown = std::max(slowdown, std::max(1.0, zone) * model.cross_zone_penalty);
-      }
-      r.rate = 1.0 / ((1 - f) + f * slowdown);
-    }
+    for (std::size_t i : running)
+      runs[i].rate = ProgressRate(state, runs[i].request, model);
   };
 
   while (finished < jobs.size()) {

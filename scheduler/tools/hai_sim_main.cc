@@ -11,6 +11,8 @@
 //
 //   hai-sim sweep --traces ... (sweep.cc): held-out traces x loads x seeds, ratios and spread.
 //   hai-sim generate --out FILE ... (sweep.cc): a synthetic trace that loads any cluster.
+//   hai-sim place --cluster FILE --job N ... (place.cc): each policy's placement of a few jobs and
+//     the performance model's prediction for them (the network lab's placement experiment).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -285,5 +287,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "generate") {
     return ff::scheduler::GenerateMain(argc - 1, argv + 1);
   }
+  if (argc > 1 && std::string(argv[1]) == "place")
+    return ff::scheduler::PlaceMain(argc - 1, argv + 1);
   return ff::scheduler::Main(argc, argv);
 }

@@ -7,5 +7,8 @@ namespace ff::scheduler {
 int SweepMain(int argc, char** argv);
 // hai-sim generate: a synthetic trace (trace.h's SyntheticWorkload). `argv[0]` is "generate".
 int GenerateMain(int argc, char** argv);
+// hai-sim place (place.cc): each policy's placement of a few jobs and the model's prediction.
+// `argv[0]` is "place".
+int PlaceMain(int argc, char** argv);
 
 }  // namespace ff::scheduler

@@ -110,6 +110,47 @@ TEST_F(HaiSimCliTest, SweepRefusesATunedTraceAndBadSeeds) {
   EXPECT_THAT(r.err, HasSubstr("--loads: 'x' is not a number"));
 }
 
+// hai-sim place, as the network lab's placement experiment runs it: on a fragmented lab tree,
+// first-fit spreads two 3-node jobs over a shared uplink, the topology-aware policies keep every
+// job under one leaf, and the model's slowdown follows the calibrated share of bandwidth-bound
+// communication. Bad input is one line and exit 1.
+TEST_F(HaiSimCliTest, PlaceShowsEachPolicysNodesAndTheModelsSlowdown) {
+  const std::string lab = std::string(FF_SOURCE_DIR) + "/deploy/config/cluster-lab-place.toml";
+  Run r = Command({"place", "--cluster", lab, "--busy", "L00-n01,L01-n02", "--job", "2:200:1",
+                   "--job", "3:200:0.5", "--job", "3:200:0.5", "--comm-fraction", "0.5"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto policy = [&](const std::string& name) {
+    auto at = r.out.find("\"policy\": \"" + name + "\"");
+    EXPECT_NE(at, std::string::npos) << r.out;
+    auto end = r.out.find("\"policy\"", at + 1);
+    return r.out.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  };
+  const std::string ff = policy("first-fit"), ca = policy("congestion-aware");
+  EXPECT_THAT(ff, HasSubstr("\"nodes\": [\"L00-n03\", \"L01-n00\", \"L01-n01\"], \"leaves\": 2"));
+  EXPECT_THAT(ff, HasSubstr("\"nodes\": [\"L01-n03\", \"L02-n00\", \"L02-n01\"], \"leaves\": 2"));
+  // L01's 100 Gb/s uplink carries both jobs' 200: load 4, slowdown 0.5 + 0.5 * 4, step
+  // 0.5 + 0.5 * 2.5.
+  EXPECT_THAT(ff, HasSubstr("\"uplink_load\": 4, \"slowdown\": 2.5, \"step_factor\": 1.75"));
+  EXPECT_THAT(ca, ::testing::Not(HasSubstr("\"leaves\": 2"))) << ca;
+  EXPECT_THAT(ca, HasSubstr("\"nodes\": [\"L02-n00\", \"L02-n01\", \"L02-n02\"], \"leaves\": 1"));
+  EXPECT_THAT(policy("slurm-tree"), ::testing::Not(HasSubstr("\"leaves\": 2")));
+
+  for (const auto& [args, error] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--busy", "L09-n00", "--job", "2"}, "--busy: no node 'L09-n00'"},
+           {{"--busy", "L00-n00,L00-n00", "--job", "2"}, "node 'L00-n00' given twice"},
+           {{"--job", "2:x"}, "--job '2:x': expected NODES"},
+           {{"--job", "2:100:1.5"}, "--job '2:100:1.5': expected NODES"},
+           {{"--job", "13"}, "cannot place job 1 (13 nodes)"},
+           {{"--job", "2", "--policies", "random"}, "unknown policy 'random'"}}) {
+    std::vector<std::string> argv = {"place", "--cluster", lab};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Run bad = Command(argv);
+    EXPECT_EQ(bad.code, 1) << error;
+    EXPECT_THAT(bad.err, HasSubstr(error));
+    EXPECT_EQ(bad.out, "");
+  }
+}
+
 TEST_F(HaiSimCliTest, AnOutPathThatIsAFileOrUncreatableIsRefusedBeforeRunning) {
   test::WriteFile(dir_.File("taken"), "a file");
   for (const std::string& bad :

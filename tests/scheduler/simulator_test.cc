@@ -43,6 +43,29 @@ TEST_F(SimulatorTest, UncontendedJobsRunForTheirDuration) {
   EXPECT_LE(r.gpu_utilisation, 1);
 }
 
+// The model's slowdown, as hai-sim place and the simulator use it: two jobs across the same two
+// leaves load each 400 Gb/s uplink with 600 Gb/s; only the bandwidth-bound share b slows.
+TEST_F(SimulatorTest, CommSlowdownIsTheBandwidthBoundShareOfUplinkOverload) {
+  JobRequest a = Job(1, 2, 0, 100), b = Job(2, 2, 0, 100), inside = Job(3, 2, 0, 100);
+  a.traffic_gbps = b.traffic_gbps = 300;  // each loads both leaves' uplinks with 300
+  ASSERT_TRUE(state_->Allocate(a, Placement{{3, 4}, 8}, 0).ok());
+  PerformanceModel model;
+  EXPECT_DOUBLE_EQ(CommSlowdown(*state_, 1, model), 1);  // 300 of 400: not congested
+  ASSERT_TRUE(state_->Allocate(b, Placement{{2, 5}, 8}, 0).ok());
+  ASSERT_TRUE(state_->Allocate(inside, Placement{{0, 1}, 8}, 0).ok());
+  EXPECT_DOUBLE_EQ(CommSlowdown(*state_, 1, model), 1.5);  // b = 1 (default): 600 / 400
+  EXPECT_DOUBLE_EQ(CommSlowdown(*state_, 3, model), 1);    // under one leaf: no uplink
+  EXPECT_DOUBLE_EQ(CommSlowdown(*state_, 99, model), 1);   // not running
+  model.bandwidth_bound_share = 0.4;
+  EXPECT_DOUBLE_EQ(CommSlowdown(*state_, 2, model), 0.6 + 0.4 * 1.5);
+  model.bandwidth_bound_share = 0;
+  EXPECT_DOUBLE_EQ(CommSlowdown(*state_, 2, model), 1);
+  // The progress rate: f = 0.3 of the step communicates.
+  model.bandwidth_bound_share = 1;
+  EXPECT_DOUBLE_EQ(ProgressRate(*state_, a, model), 1 / (0.7 + 0.3 * 1.5));
+  EXPECT_DOUBLE_EQ(ProgressRate(*state_, inside, model), 1);
+}
+
 TEST_F(SimulatorTest, OversubscribedUplinksSlowJobsThatCrossLeaves) {
   // Six nodes cannot fit one leaf (4 nodes): the job crosses a 400 Gb/s uplink with more traffic
   // than that, so its communication slows down and it finishes late.

@@ -4,9 +4,12 @@
 // Performance model. A job's trace duration is its run time when well placed on a quiet network.
 // A multi-node job spends a share f of its time communicating (allreduce 30%, pipeline 15%).
 // While it runs, each leaf uplink it crosses carries the traffic of every job crossing it; when
-// that exceeds the uplink's capacity, communication slows by load / capacity (the worst leaf the
-// job crosses counts), and a job crossing zones shares the inter-zone links the same way and
-// pays cross_zone_penalty on top. Its progress rate is then 1 / ((1 - f) + f * slowdown).
+// that exceeds the uplink's capacity, the bandwidth-bound share b of its communication slows by
+// load / capacity (the worst leaf the job crosses counts; the rest, latency and the CPU's part,
+// does not), and a job crossing zones shares the inter-zone links the same way and pays
+// cross_zone_penalty on top. Its progress rate is then 1 / ((1 - f) + f * slowdown), slowdown =
+// (1 - b) + b * max(1, load / capacity). deploy/netlab-bench.py's placement experiment calibrates
+// f, b and traffic_gbps on real HFReduce traffic (deploy/NETLAB.md).
 // Suspended jobs lose the work since their last checkpoint (taken every checkpoint_interval)
 // and wait in the queue again.
 //
@@ -25,6 +28,9 @@ struct PerformanceModel {
   double allreduce_comm_fraction = 0.3;
   double pipeline_comm_fraction = 0.15;
   double cross_zone_penalty = 2.0;
+  // Share of the communication time that is bound by the network's bandwidth (the rest does not
+  // slow when links are shared). 1: all of it.
+  double bandwidth_bound_share = 1.0;
 };
 
 struct SimulationOptions {
@@ -74,6 +80,15 @@ struct SimulationResult {
   };
   std::vector<ReasonChange> pending_history;
 };
+
+// The model's slowdown of a running job's communication (1: uncongested): (1 - b) + b * x, x the
+// load / capacity (at least 1) of the most loaded leaf uplink it crosses, or for a job crossing
+// zones the inter-zone links' times cross_zone_penalty. 1 for a job that is not running.
+double CommSlowdown(const ClusterState& state, JobId job, const PerformanceModel& model);
+// Work seconds per wall second of a running job: 1 / ((1 - f) + f * CommSlowdown), f the share
+// of its time the model says its kind of job communicates.
+double ProgressRate(const ClusterState& state, const JobRequest& job,
+                    const PerformanceModel& model);
 
 // Fails (kInvalidArgument) on an unknown policy or a job that can never fit the topology.
 Result<SimulationResult> Simulate(const Topology& topology, const std::vector<JobRequest>& jobs,
