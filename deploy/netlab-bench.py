@@ -47,9 +47,10 @@ def say(msg):
     print(f"netlab-bench: {msg}", file=sys.stderr, flush=True)
 
 
-def with_lab(args, classes, body, queue_kb=None):
+def with_lab(args, classes, body, queue_kb=None, topology=TOPOLOGY):
+    """Runs body(cluster) on a fresh lab of `topology`; tears everything down after."""
     lab = netlab.Lab(args.name)
-    lab.up(netlab.load_topology(TOPOLOGY, args.scale), queue_kb or args.queue_kb, classes)
+    lab.up(netlab.load_topology(topology, args.scale), queue_kb or args.queue_kb, classes)
     work = tempfile.mkdtemp(prefix="netlab-bench-", dir=args.work)
     cluster = LabCluster(lab, args.build, work)
     try:
@@ -228,16 +229,7 @@ def placement_run(args):
         return {"calibration": cal, "uplink_gbps": uplink_gbps, "node_gbps": node_gbps,
                 "policies": runs}
 
-    lab = netlab.Lab(args.name)
-    lab.up(netlab.load_topology(PLACE_TOPOLOGY, args.scale), args.queue_kb, False)
-    work = tempfile.mkdtemp(prefix="netlab-bench-", dir=args.work)
-    cluster = LabCluster(lab, args.build, work)
-    try:
-        return body(cluster)
-    finally:
-        cluster.stop()
-        lab.down()
-        shutil.rmtree(work, ignore_errors=True)
+    return with_lab(args, False, body, topology=PLACE_TOPOLOGY)
 
 
 def placement_experiment(args, results):
