@@ -12,7 +12,10 @@
 #
 # Environment: FS3_REPLICATION (default 1), FS3_STORAGE_SERVICES (default: the replication),
 # FS3_CHUNK_SIZE (default 4194304), FS3_DATA (default DIR/data: where chunks and RocksDB live),
-# FS3_MOUNT (default DIR/mnt), FF_BUILD_DIR (default build).
+# FS3_MOUNT (default DIR/mnt), FF_BUILD_DIR (default build). On the network lab (NETLAB=NAME, see
+# deploy/lib.sh): fs3-mgmtd, fs3-meta and fs3-fuse run in FS3_HEAD_NODE's host and the storage
+# services in FS3_STORAGE_NODES' hosts (a space-separated list, used in turn), each bound to its
+# host's address; the mount is this machine's as always.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmd=${1:-}
@@ -133,25 +136,43 @@ case "$cmd" in
       [ -x "$bin/$b" ] || { say "$bin/$b is missing: build first"; exit 1; }
     done
     [ -e "$dir/mgmtd.pid" ] && { say "already running in $dir (stop it first)"; exit 1; }
+    storage_nodes=(local)
+    head_addr=127.0.0.1
+    head_at=()
+    if [ -n "${NETLAB:-}" ]; then
+      read -r -a storage_nodes <<<"${FS3_STORAGE_NODES:-}"
+      [ -n "${FS3_HEAD_NODE:-}" ] && [ ${#storage_nodes[@]} -gt 0 ] ||
+        { say "on the network lab, FS3_HEAD_NODE and FS3_STORAGE_NODES name its hosts"; exit 64; }
+      head_addr=$(node_addr "$FS3_HEAD_NODE")
+      at_node "$FS3_HEAD_NODE"
+      head_at=("${at[@]}")
+    fi
     mkdir -p "$dir" "$data" "$mnt"
     cat >"$dir/mgmtd.toml" <<TOML
 [server]
-listen = "127.0.0.1:0"
+listen = "$head_addr:0"
 [metrics]
-listen = "127.0.0.1:0"
+listen = "$head_addr:0"
 [mgmtd]
 data_dir = "$data/mgmtd"
 lease_ms = 3000
 restart_grace_ms = 5000
 TOML
-    start_daemon mgmtd "$bin/fs3-mgmtd" --config "$dir/mgmtd.toml"
+    start_daemon mgmtd "${head_at[@]}" "$bin/fs3-mgmtd" --config "$dir/mgmtd.toml"
     mgmtd=$(json_field "$dir/mgmtd.ready" rpc)
     for i in $(seq "$services"); do
+      node=${storage_nodes[$(((i - 1) % ${#storage_nodes[@]}))]}
+      addr=127.0.0.1
+      at=()
+      if [ -n "${NETLAB:-}" ]; then
+        addr=$(node_addr "$node")
+        at_node "$node"
+      fi
       cat >"$dir/storage$i.toml" <<TOML
 [server]
-listen = "127.0.0.1:0"
+listen = "$addr:0"
 [metrics]
-listen = "127.0.0.1:0"
+listen = "$addr:0"
 [storage]
 node = "storage-$i"
 mgmtd = "$mgmtd"
@@ -159,34 +180,34 @@ mgmtd = "$mgmtd"
   id = $((100 + i))
   path = "$data/storage$i"
 TOML
-      start_daemon "storage$i" "$bin/fs3-storage" --config "$dir/storage$i.toml"
+      start_daemon "storage$i" "${at[@]}" "$bin/fs3-storage" --config "$dir/storage$i.toml"
     done
     for _ in $(seq 100); do
-      [ "$("$bin/fs3" --mgmtd "$mgmtd" nodes --json | grep -o '"up"' | wc -l)" -ge "$services" ] && break
+      [ "$("${head_at[@]}" "$bin/fs3" --mgmtd "$mgmtd" nodes --json | grep -o '"up"' | wc -l)" -ge "$services" ] && break
       sleep 0.1
     done
-    "$bin/fs3" --mgmtd "$mgmtd" init --chunk-size "$chunk" --replication "$replication" >/dev/null
+    "${head_at[@]}" "$bin/fs3" --mgmtd "$mgmtd" init --chunk-size "$chunk" --replication "$replication" >/dev/null
     cat >"$dir/meta.toml" <<TOML
 [server]
-listen = "127.0.0.1:0"
+listen = "$head_addr:0"
 [metrics]
-listen = "127.0.0.1:0"
+listen = "$head_addr:0"
 [meta]
 data_dir = "$data/meta"
 chunk_size = $chunk
 mgmtd = "$mgmtd"
 TOML
-    start_daemon meta "$bin/fs3-meta" --config "$dir/meta.toml"
+    start_daemon meta "${head_at[@]}" "$bin/fs3-meta" --config "$dir/meta.toml"
     meta=$(json_field "$dir/meta.ready" rpc)
     cat >"$dir/fuse.toml" <<TOML
 [metrics]
-listen = "127.0.0.1:0"
+listen = "$head_addr:0"
 [fuse]
 meta = "$meta"
 mgmtd = "$mgmtd"
 TOML
     echo "$mnt" >"$dir/mnt.path"
-    start_daemon fuse "$bin/fs3-fuse" "$mnt" --config "$dir/fuse.toml"
+    start_daemon fuse "${head_at[@]}" "$bin/fs3-fuse" "$mnt" --config "$dir/fuse.toml"
     printf 'export FS3_MGMTD=%s\nexport FS3_META=%s\nexport FS3_MOUNT=%s\n' "$mgmtd" "$meta" "$mnt" \
       >"$dir/env"
     say "fs3 mounted at $mnt (mgmtd $mgmtd, meta $meta, replication $replication); source $dir/env"

@@ -19,7 +19,38 @@ pin_ports() {  # CONFIG READY
   metrics=$(grep -o '"metrics":"[^"]*"' "$2" | cut -d'"' -f4 || true)
   awk -v rpc="$rpc" -v metrics="$metrics" '
     /^\[/ { section = $0 }
-    /^listen = "127.0.0.1:0"$/ && section == "[server]" && rpc != "" { print "listen = \"" rpc "\""; next }
-    /^listen = "127.0.0.1:0"$/ && section == "[metrics]" && metrics != "" { print "listen = \"" metrics "\""; next }
+    /^listen = "[^"]*:0"$/ && section == "[server]" && rpc != "" { print "listen = \"" rpc "\""; next }
+    /^listen = "[^"]*:0"$/ && section == "[metrics]" && metrics != "" { print "listen = \"" metrics "\""; next }
     { print }' "$1" >"$1.tmp" && mv "$1.tmp" "$1"
+}
+
+# The network lab (deploy/netlab.py). With NETLAB set to a lab's name, each service runs in its
+# node's host of that lab and binds the host's address, so that its traffic crosses the emulated
+# switches; without, everything runs here on 127.0.0.1.
+#   at_node NODE   sets the array `at` to the prefix that runs a command in NODE's host: nsenter
+#                  into its network namespace only (mounts stay shared: a FUSE mount made there is
+#                  every host's, and the hosts see this machine's files)
+#   node_addr NODE prints NODE's address in the lab (127.0.0.1 without one)
+at_node() {
+  at=()
+  [ -n "${NETLAB:-}" ] || return 0
+  if [ ! -e "/run/netns/$NETLAB-$1" ]; then
+    say "the network lab '$NETLAB' has no host $1 (deploy/netlab.py up CLUSTER_TOML --name $NETLAB)"
+    return 1
+  fi
+  at=(nsenter "--net=/run/netns/$NETLAB-$1")
+}
+
+node_addr() {
+  if [ -z "${NETLAB:-}" ]; then
+    echo 127.0.0.1
+    return 0
+  fi
+  python3 -c '
+import json, sys
+hosts = json.load(open(f"/run/netlab/{sys.argv[1]}.json"))["hosts"]
+print(next(h["address"] for h in hosts if h["node"] == sys.argv[2]))' "$NETLAB" "$1" 2>/dev/null || {
+    say "the network lab '$NETLAB' has no host $1 (deploy/netlab.py up CLUSTER_TOML --name $NETLAB)"
+    return 1
+  }
 }

@@ -10,12 +10,19 @@
 # Jobs see the stack's Python side (haiscale, hai_job, fs3client) and FS3_META / FS3_MGMTD /
 # FS3_MOUNT without extra steps.
 #
-#   deploy/local-cluster.sh up [DIR] [--config FILE]  # default DIR: /tmp/fireflyer-local
+#   deploy/local-cluster.sh up [DIR] [--config FILE] [--netlab NAME]
+#                                                     # default DIR: /tmp/fireflyer-local
 #   source DIR/env                                    # HAI_SERVER, HAI_TOKEN (user "researcher"),
 #                                                     # FS3_*, PROMETHEUS_URL; DIR/admin.env: admin
 #   deploy/local-cluster.sh status [DIR]              # every service and its health
 #   deploy/local-cluster.sh down [DIR] [--purge]      # stops everything (jobs too), unmounts;
 #                                                     # --purge also removes DIR
+# --netlab NAME: on the network lab of that name (deploy/netlab.py up CLUSTER_TOML --name NAME,
+# with the config's CLUSTER_TOML): every node's hai-agent and hai-health in its own host, hai-server,
+# Prometheus, fs3-mgmtd, fs3-meta and fs3-fuse in the first node's, the fs3-storage services in
+# the other nodes' hosts, each bound to its host's address, so that every byte of HFReduce and fs3
+# crosses the emulated switches. The hosts have no route to this machine's own network: DIR/env
+# then defines `hai` and `fs3` as commands that run in the first node's host.
 # `start` and `stop` are `up` and `down --purge`. `down` works on a crashed or half-started
 # cluster too: it acts on whatever pid files and mounts it finds.
 set -euo pipefail
@@ -30,11 +37,13 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --config) config=$2; shift 2 ;;
     --purge) purge=1; shift ;;
+    --netlab) export NETLAB=$2; shift 2 ;;
     -*) echo "local-cluster: unknown option $1" >&2; exit 64 ;;
     *) dir=$1; shift ;;
   esac
 done
 bin=${FF_BUILD_DIR:-build}
+case "$bin" in /*) bin_abs=$bin ;; *) bin_abs=$root/$bin ;; esac
 
 say() { echo "local-cluster: $*" >&2; }
 
@@ -55,7 +64,7 @@ free_port() {
 }
 
 prom_query() {  # PATH: GET from Prometheus' API, the JSON on stdout
-  python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+  "${head_at[@]}" python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
     "$(cat "$dir/prometheus.url")$1"
 }
 
@@ -66,6 +75,14 @@ start_daemon() {  # NAME ARGS...: runs ARGS with a ready file and a log, waits f
   wait_ready "$dir/$name.ready" "$name"
   pin_ports "$(config_of "$@")" "$dir/$name.ready"
 }
+
+lab_head() {  # NODE: the first node, where hai-server, Prometheus and fs3's head services run
+  head_addr=$(node_addr "$1")
+  at_node "$1"
+  head_at=("${at[@]}")
+}
+head_addr=127.0.0.1
+head_at=()
 
 config_of() {  # ARGS...: the file after --config
   while [ $# -gt 1 ]; do [ "$1" = "--config" ] && { echo "$2"; return; }; shift; done
@@ -115,17 +132,20 @@ up() {
     say "$dir holds an earlier cluster's state: 'down --purge' it, or choose another folder"
     exit 1
   fi
-  mkdir -p "$dir"
-  trap 'say "start failed; stopping what started (logs kept in $dir)"; purge=0; down' ERR
   local nodes
   mapfile -t nodes < <(node_names)
-  local python_path="$root/$bin/python:$root/platform/python"
+  lab_head "${nodes[0]}"
+  mkdir -p "$dir"
+  [ -n "${NETLAB:-}" ] && printf '%s %s\n' "$NETLAB" "${nodes[0]}" >"$dir/netlab"
+  trap 'say "start failed; stopping what started (logs kept in $dir)"; purge=0; down' ERR
+  local python_path="$bin_abs/python:$root/platform/python"
   local fs3_env=()
   local checkpoints="$dir/checkpoints"
 
   # ---- fs3 -------------------------------------------------------------------------------------
   if [ "${FS3:-1}" != 0 ] && [ "$(id -u)" -eq 0 ] && [ -w /dev/fuse ] && [ -x "$bin/fs3/fs3-fuse" ]; then
-    FS3_MOUNT="$dir/fs3-mnt" FS3_REPLICATION=$FS3_REPLICATION \
+    FS3_HEAD_NODE=${nodes[0]} FS3_STORAGE_NODES="${nodes[*]:1}" \
+      FS3_MOUNT="$dir/fs3-mnt" FS3_REPLICATION=$FS3_REPLICATION \
       FS3_STORAGE_SERVICES=$FS3_STORAGE_SERVICES bash deploy/fs3-local.sh start "$dir/fs3"
     # shellcheck disable=SC1091
     source "$dir/fs3/env"
@@ -139,9 +159,9 @@ up() {
   # ---- hai-server, agents, hai-health ----------------------------------------------------------
   cat >"$dir/hai-server.toml" <<TOML
 [server]
-listen = "127.0.0.1:0"
+listen = "$head_addr:0"
 [metrics]
-listen = "127.0.0.1:0"
+listen = "$head_addr:0"
 [hai]
 data_dir = "$dir/server"
 cluster = "$root/$CLUSTER_TOML"
@@ -152,14 +172,17 @@ heartbeat_interval_ms = 250
 schedule_interval_ms = 250
 suspend_grace_ms = 20000
 TOML
-  start_daemon hai-server "$bin/platform/hai-server" --config "$dir/hai-server.toml"
+  start_daemon hai-server "${head_at[@]}" "$bin/platform/hai-server" --config "$dir/hai-server.toml"
   local server
   server=$(json_field "$dir/hai-server.ready" rpc)
   for node in "${nodes[@]}"; do
-    env PATH="$root/.venv/bin:$PATH" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" PYTHONPATH="$python_path${PYTHONPATH:+:$PYTHONPATH}" \
+    local addr
+    addr=$(node_addr "$node")
+    at_node "$node"
+    "${at[@]}" env PATH="$root/.venv/bin:$PATH" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" PYTHONPATH="$python_path${PYTHONPATH:+:$PYTHONPATH}" \
       "${fs3_env[@]}" "$bin/platform/hai-agent" --node "$node" --set "agent.server=$server" \
       --set "agent.token_file=$dir/agent.token" --set "agent.state_dir=$dir/agent-$node" \
-      --set "agent.gpus=$GPUS_PER_NODE" --set metrics.listen=127.0.0.1:0 \
+      --set "agent.gpus=$GPUS_PER_NODE" --listen "$addr:0" --set "metrics.listen=$addr:0" \
       --ready-file "$dir/agent-$node.ready" >"$dir/agent-$node.log" 2>&1 &
     echo $! >"$dir/agent-$node.pid"
   done
@@ -167,7 +190,7 @@ TOML
   for node in "${nodes[@]}"; do
     cat >"$dir/health-$node.toml" <<TOML
 [metrics]
-listen = "127.0.0.1:0"
+listen = "$(node_addr "$node"):0"
 [health]
 node = "$node"
 server = "$server"
@@ -179,11 +202,12 @@ disks = ["$dir"]
 min_free_disk_mib = $HEALTH_MIN_FREE_DISK_MIB
 validator_interval_s = $HEALTH_VALIDATOR_INTERVAL_S
 TOML
-    start_daemon "health-$node" "$bin/monitoring/health/hai-health" --config "$dir/health-$node.toml"
+    at_node "$node"
+    start_daemon "health-$node" "${at[@]}" "$bin/monitoring/health/hai-health" --config "$dir/health-$node.toml"
   done
   local admin token
   admin=$(cat "$dir/server/admin.token")
-  token=$(HAI_SERVER=$server HAI_TOKEN=$admin "$bin/platform/hai" admin user add researcher --json |
+  token=$(HAI_SERVER=$server HAI_TOKEN=$admin "${head_at[@]}" "$bin/platform/hai" admin user add researcher --json |
     json_field /dev/stdin token)
 
   # ---- Prometheus ------------------------------------------------------------------------------
@@ -216,10 +240,10 @@ TOML
     } >"$dir/prometheus.yml"
     local port
     port=$(free_port)
-    prom_url="http://127.0.0.1:$port"
+    prom_url="http://$head_addr:$port"
     echo "$prom_url" >"$dir/prometheus.url"
-    prometheus --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/prometheus" \
-      --web.listen-address="127.0.0.1:$port" >"$dir/prometheus.log" 2>&1 &
+    "${head_at[@]}" prometheus --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/prometheus" \
+      --web.listen-address="$head_addr:$port" >"$dir/prometheus.log" 2>&1 &
     echo $! >"$dir/prometheus.pid"
     local targets up=0
     targets=$(grep -c 'targets:' "$dir/prometheus.yml")
@@ -235,12 +259,19 @@ TOML
     printf 'export HAI_SERVER=%s\nexport HAI_TOKEN=%s\n' "$server" "$token"
     for kv in "${fs3_env[@]}"; do printf 'export %s\n' "$kv"; done
     [ -n "$prom_url" ] && printf 'export PROMETHEUS_URL=%s\n' "$prom_url"
-    printf 'export PATH=%s:$PATH\n' "$root/$bin/platform:$root/$bin/fs3"
+    printf 'export PATH=%s:$PATH\n' "$bin_abs/platform:$bin_abs/fs3"
+    if [ -n "${NETLAB:-}" ]; then
+      # The CLIs reach the cluster from the first node's host.
+      printf 'export NETLAB=%s\n' "$NETLAB"
+      for tool in platform/hai fs3/fs3; do
+        printf '%s() { %s "%s" "$@"; }\n' "$(basename "$tool")" "${head_at[*]}" "$bin_abs/$tool"
+      done
+    fi
   } >"$dir/env"
   sed "s/^export HAI_TOKEN=.*/export HAI_TOKEN=$admin/" "$dir/env" >"$dir/admin.env"
   chmod 600 "$dir/env" "$dir/admin.env"
   trap - ERR
-  say "up in $dir:"
+  say "up in $dir${NETLAB:+ (on the network lab $NETLAB)}:"
   say "  nodes:       ${nodes[*]} (each with hai-agent and hai-health)"
   say "  hai-server:  $server; as the user 'researcher': source $dir/env (admin: $dir/admin.env)"
   if [ ${#fs3_env[@]} -gt 0 ]; then
@@ -253,6 +284,10 @@ TOML
 
 status() {
   [ -d "$dir" ] || { say "nothing in $dir"; exit 1; }
+  if [ -s "$dir/netlab" ]; then
+    read -r NETLAB head <"$dir/netlab"
+    lab_head "$head"
+  fi
   local bad=0
   printf '%-24s %-8s %s\n' SERVICE STATE ENDPOINTS
   for pidfile in "$dir"/*.pid "$dir"/fs3/*.pid; do
@@ -278,7 +313,7 @@ print("  alerts: " + (", ".join(a["labels"]["alertname"] + " (" + a["state"] + "
   if [ -s "$dir/admin.env" ]; then
     echo "== hai nodes =="
     # shellcheck disable=SC1091
-    (source "$dir/admin.env" && "$bin/platform/hai" nodes)
+    (source "$dir/admin.env" && hai nodes)
   fi
   return $bad
 }

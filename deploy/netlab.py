@@ -77,23 +77,27 @@ def load_topology(path, scale):
     host = 0
     for z in zones:
         zone = {"name": z["name"], "leaves": []}
-        # `count` leaves alike are named NAME00, NAME01, ... (as the scheduler names them).
+        # Named as the scheduler names them: `count` leaves alike (count > 1) are NAME00, NAME01,
+        # ...; a leaf's nodes are LEAF-n00, LEAF-n01, ... unless it lists its node_names.
         leaves = []
         for group in z.get("leaves") or []:
-            if "count" in group:
-                leaves += [dict(group, name=f"{group['name']}{i:02d}") for i in range(int(group["count"]))]
+            count = int(group.get("count", 1))
+            if count > 1:
+                leaves += [dict(group, name=f"{group['name']}{i:02d}") for i in range(count)]
             else:
                 leaves.append(group)
         for leaf in leaves:
-            nodes = int(leaf.get("nodes", 0))
-            if nodes <= 0:
+            names = list(leaf.get("node_names") or
+                         [f"{leaf['name']}-n{n:02d}" for n in range(int(leaf.get("nodes", 0)))])
+            if not names:
                 raise ValueError(f"{path}: leaf {leaf.get('name')} has no nodes")
             entry = {"name": leaf["name"],
-                     "uplink_mbit": float(leaf.get("uplink_gbps", node_gbps * nodes)) * 1000 * scale,
+                     "uplink_mbit": float(leaf.get("uplink_gbps", node_gbps * len(names)))
+                     * 1000 * scale,
                      "hosts": []}
-            for n in range(nodes):
+            for name in names:
                 a, b = ADDRESS_BASE
-                entry["hosts"].append({"node": f"{leaf['name']}-n{n:02d}",
+                entry["hosts"].append({"node": name,
                                        "address": f"{a}.{b + host // 62500}.{host // 250 % 250}.{host % 250 + 2}"})
                 host += 1
             zone["leaves"].append(entry)

@@ -8,6 +8,8 @@ Used by deploy/netlab-bench.py (the experiments) and the lab's tests:
     mgmtd = c.start_fs3(mgmtd_node="L0-n00", storage_nodes=["L1-n00", "L1-n01"], replication=1)
     c.run("L0-n01", "fs3-load", "write", "--mgmtd", mgmtd, "--count", "4", "--mib", "16")
     storm = c.spawn("L0-n01", "fs3-load", "read", "--mgmtd", mgmtd, "--seconds", "0")
+    c.start_platform("L0-n00", ["L0-n01", "L1-n00"], toml)            # hai-server + hai-agents
+    job = c.hai_json("submit", "--nodes", "2", "--", "/path/to/hfreduce-loop --seconds 10")
     result = c.allreduce(["L0-n02", "L1-n02"], bytes_="4M", steps=20)   # rank 0's JSON
     c.stop()                                                            # every process it started
 
@@ -137,6 +139,51 @@ class LabCluster:
         """`fs3 nodes|targets|chains --json`, asked from fs3-mgmtd's host."""
         node, mgmtd = self.mgmtd
         return json.loads(self.run(node, "fs3", "--mgmtd", mgmtd, what, "--json"))
+
+    # ---- HAI-Platform -------------------------------------------------------------------------
+    def start_platform(self, server_node, agent_nodes, cluster_toml, heartbeat_timeout_ms=3000,
+                       gpus=1, policy="congestion-aware"):
+        """hai-server on SERVER_NODE (its cluster: CLUSTER_TOML, the lab's own topology) and one
+        hai-agent on each of AGENT_NODES, each bound to its host's address: the server hands a
+        job's ranks their node's address (MASTER_ADDR, HFREDUCE_LISTEN_HOST), so a job's traffic
+        crosses the lab. Adds the user "researcher"; `hai(...)` runs the CLI as that user."""
+        d = os.path.join(self.work, "platform")
+        os.makedirs(d, exist_ok=True)
+        a = self.address(server_node)
+        conf = os.path.join(d, "hai-server.toml")
+        with open(conf, "w") as f:
+            f.write(f'[server]\nlisten = "{a}:0"\n[metrics]\nenabled = false\n[hai]\n'
+                    f'data_dir = "{d}/server"\ncluster = "{os.path.abspath(cluster_toml)}"\n'
+                    f'agent_token_file = "{d}/agent.token"\ncheckpoint_root = "{d}/checkpoints"\n'
+                    f'policy = "{policy}"\nheartbeat_timeout_ms = {heartbeat_timeout_ms}\n'
+                    f'heartbeat_interval_ms = {max(50, heartbeat_timeout_ms // 10)}\n'
+                    f'schedule_interval_ms = 250\n')
+        server = self.daemon(server_node, "hai-server", "--config", conf)["rpc"]
+        for node in agent_nodes:
+            self.daemon(node, "hai-agent", "--node", node, "--listen", f"{self.address(node)}:0",
+                        "--set", f"agent.server={server}",
+                        "--set", f"agent.token_file={d}/agent.token",
+                        "--set", f"agent.state_dir={self.agent_dir(node)}",
+                        "--set", f"agent.gpus={gpus}", "--set", "metrics.enabled=false")
+        with open(os.path.join(d, "server", "admin.token")) as f:
+            admin = f.read().strip()
+        self.platform = {"node": server_node, "server": server, "token": admin}
+        self.platform["token"] = json.loads(self.hai("admin", "user", "add", "researcher",
+                                                     "--json"))["token"]
+        return server
+
+    def agent_dir(self, node):
+        return os.path.join(self.work, "platform", f"agent-{node}")
+
+    def hai(self, *args, timeout=60):
+        """The hai CLI, from the server's host (the lab has no route to the machine's own
+        namespace); returns its stdout."""
+        p = self.platform
+        return self.run(p["node"], "hai", *args, timeout=timeout,
+                        env={"HAI_SERVER": p["server"], "HAI_TOKEN": p["token"], "HOME": self.work})
+
+    def hai_json(self, *args):
+        return json.loads(self.hai(*args, "--json"))
 
     # ---- HFReduce -----------------------------------------------------------------------------
     def allreduce_job(self, nodes, bytes_="4M", steps=20, warmup=2, compute_ms=0, seconds=0,

@@ -89,9 +89,15 @@ int WorldSize(const hai::JobSpec& spec) {
   return spec.nodes() * ProcsPerNode(spec);
 }
 
+// The host of an agent's "host:port" ("[v6]:port" gives v6, without brackets, as MASTER_ADDR and
+// HFREDUCE_LISTEN_HOST take it).
 std::string HostOf(const std::string& address) {
   auto colon = address.rfind(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
+  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
 }
 
 }  // namespace
@@ -748,9 +754,11 @@ grpc::Status HaiServer::Heartbeat(grpc::ServerContext* ctx, const hai::Heartbeat
       // Nothing new for this node: hold the call until there is, or the wait is over.
       const auto wait = LongPollWait(ctx, std::chrono::milliseconds(std::min<int64_t>(
                                               req->wait_ms(), options_.heartbeat_timeout_ms / 2)));
+      ++node.held;
       work_cv_.wait_for(lock, wait, [&] {
         return shutting_down_ || node.generation != req->generation() || ctx->IsCancelled();
       });
+      --node.held;
       node.last_heartbeat = std::chrono::steady_clock::now();
     }
     if (!write_failure_.ok()) return write_failure_;  // work decided but not kept: none
@@ -864,6 +872,12 @@ std::vector<hai::Task> HaiServer::TasksFor(const std::string& node) const {
         env["NODE_RANK"] = std::to_string(i);
         env["NNODES"] = std::to_string(spec.nodes());
         env["HFREDUCE_NODE_ID"] = std::to_string(i);
+        // Other nodes reach this node's ranks at its agent's host (the node's cluster address),
+        // which HFReduce's listener binds; a job's own setting wins.
+        if (const std::string host = HostOf(nodes_.at(node).record.agent_address());
+            !host.empty() && spec.env().count("HFREDUCE_LISTEN_HOST") == 0) {
+          env["HFREDUCE_LISTEN_HOST"] = host;
+        }
         env["MASTER_ADDR"] = run.master_addr();
         env["MASTER_PORT"] = std::to_string(run.master_port());
         env["CUDA_VISIBLE_DEVICES"] = run.gpus(i);
@@ -998,12 +1012,20 @@ void HaiServer::ScheduleRound() {
     Status st = state.Allocate(RequestOf(job), p, run.start_ms() / 1000);
     if (!st.ok()) spdlog::error("job {}: cannot account its nodes: {}", id, st.message());
   }
+  // A node not heard from for a while, without a heartbeat held open, is not lost yet but gets
+  // no new work: a healthy agent calls again as soon as a heartbeat returns, so its silence means
+  // a cut cable or a dead agent (when a leaf is cut, its nodes are found lost one by one, and a
+  // job requeued from the first must not land on the next).
+  const auto now = std::chrono::steady_clock::now();
+  const auto silent_after = std::chrono::milliseconds(
+      std::min(options_.heartbeat_timeout_ms / 2, 2 * options_.heartbeat_interval_ms));
   for (std::size_t i = 0; i < topology_.nodes().size(); ++i) {
     const NodeRuntime& node = nodes_.at(topology_.nodes()[i].name);
     bool lingering = false;  // processes of ended runs still dying there
     for (const auto& [job, run, rank] : node.reported_running)
       lingering |= !active_runs.contains({job, run});
-    if (StateOf(node.record) != NodeState::kUp || node.record.drained() || lingering) {
+    const bool silent = node.held == 0 && now - node.last_heartbeat > silent_after;
+    if (StateOf(node.record) != NodeState::kUp || node.record.drained() || lingering || silent) {
       state.SetDrained(static_cast<int>(i), true);
     }
   }

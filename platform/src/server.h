@@ -86,6 +86,7 @@ class HaiServer final : public hai::Hai::Service {
   struct NodeRuntime {
     hai::Node record;  // persisted part: drained, drain_reason
     std::chrono::steady_clock::time_point last_heartbeat;
+    int held = 0;  // heartbeats held open now (a long poll): the agent is in touch
     std::set<std::tuple<int64_t, int, int>> reported_running;  // (job, run, rank)
     uint64_t generation = 1;  // bumped whenever the node's work changes (long polls wake)
   };

@@ -99,6 +99,9 @@ class PlatformTest : public ::testing::Test {
     ASSERT_TRUE(test::WaitForFile(ready, 20s).has_value()) << server_->Stderr();
   }
 
+  // Each node's agent has its own address (as on a cluster), all on loopback.
+  static std::string AgentHost(int i) { return "127.0.0." + std::to_string(10 + i); }
+
   void StartAgent(int i) {
     std::string name = "agent" + std::to_string(i);
     std::string ready = dir_.File(name + ".ready");
@@ -107,7 +110,8 @@ class PlatformTest : public ::testing::Test {
         {FF_HAI_AGENT_PATH, "--set", "agent.node=A-leaf-n0" + std::to_string(i), "--set",
          "agent.server=" + server_address_, "--set", "agent.token_file=" + dir_.File("agent.token"),
          "--set", "agent.state_dir=" + dir_.File(name), "--set", "agent.gpus=2", "--set",
-         "agent.kill_grace_ms=1000", "--set", "metrics.enabled=false", "--ready-file", ready},
+         "agent.kill_grace_ms=1000", "--set", "metrics.enabled=false", "--listen",
+         AgentHost(i) + ":0", "--ready-file", ready},
         {.env = {}, .output_dir = dir_.path()});
     ASSERT_TRUE(proc.ok()) << proc.status();
     agents_[i] = std::make_unique<test::Subprocess>(std::move(*proc));
@@ -200,6 +204,7 @@ TEST_F(PlatformTest, GangJobRunsWithTheEnvironmentTrainingCodeExpects) {
       Submit(alice_, {"--name", "env", "--nodes", "2", "--gpus-per-node", "2", "--",
                       "echo RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK "
                       "MASTER=$MASTER_ADDR:$MASTER_PORT NODE_ID=$HFREDUCE_NODE_ID "
+                      "LISTEN=$HFREDUCE_LISTEN_HOST "
                       "JOB=$HAI_JOB_ID RESTARTS=$HAI_RESTART_COUNT GPUS=$CUDA_VISIBLE_DEVICES "
                       "CKPT=$HAI_CHECKPOINT_DIR; sleep 0.5"});
   ASSERT_GT(id, 0);
@@ -211,13 +216,18 @@ TEST_F(PlatformTest, GangJobRunsWithTheEnvironmentTrainingCodeExpects) {
   EXPECT_NE(run["nodes"][0], run["nodes"][1]);
   const std::string master =
       run["master_addr"].get<std::string>() + ":" + std::to_string(run["master_port"].get<int>());
+  // Rank 0's node serves the rendezvous at its agent's host; each rank listens at its own.
+  const std::string node0 = run["nodes"][0];
+  EXPECT_EQ(run["master_addr"], AgentHost(node0.back() - '0'));
   for (int rank = 0; rank < 2; ++rank) {
     std::string log = Logs(id, alice_, rank);
-    EXPECT_THAT(log, HasSubstr("RANK=" + std::to_string(rank) +
-                               " WORLD_SIZE=2 LOCAL_RANK=0 MASTER=" + master +
-                               " NODE_ID=" + std::to_string(rank) + " JOB=" + std::to_string(id) +
-                               " RESTARTS=0 GPUS=0,1 CKPT=" + dir_.File("ckpt") + "/alice/" +
-                               std::to_string(id)));
+    const std::string node = run["nodes"][rank];
+    EXPECT_THAT(
+        log,
+        HasSubstr("RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=0 MASTER=" + master +
+                  " NODE_ID=" + std::to_string(rank) + " LISTEN=" + AgentHost(node.back() - '0') +
+                  " JOB=" + std::to_string(id) + " RESTARTS=0 GPUS=0,1 CKPT=" + dir_.File("ckpt") +
+                  "/alice/" + std::to_string(id)));
   }
   // The human views.
   CliResult ls = Hai({"ls", "-a"}, alice_);
@@ -379,6 +389,24 @@ TEST_F(PlatformTest, LostNodeRequeuesItsJobElsewhere) {
   EXPECT_NE(job["runs"][1]["nodes"][0], node);
   EXPECT_EQ(Hai({"stop", std::to_string(id)}, alice_).code, 0);
   ASSERT_TRUE(WaitForState(id, alice_, "STOPPED"));
+}
+
+// An agent that stops answering with its connection still open (SIGSTOP: as when a cable is cut)
+// is found lost only after heartbeat_timeout_ms; until then its node is silent and gets no new
+// job, which would otherwise start there and fail once the node is found lost.
+TEST_F(PlatformTest, ASilentNodeGetsNoNewJobBeforeItIsFoundLost) {
+  agents_[2]->Signal(SIGSTOP);
+  // Silent 0.4 s (two 200 ms intervals) after its last heartbeat ends, lost 2.5 s after it.
+  std::this_thread::sleep_for(1500ms);
+  int64_t id = Submit(alice_, {"--nodes", "3", "--", "echo on $HAI_NODE"});
+  ASSERT_GT(id, 0);
+  ASSERT_TRUE(WaitUntil([&] { return CountNodes("lost") == 1; }, 20s));
+  json job = Show(id, alice_);
+  EXPECT_EQ(job["state"], "QUEUED");
+  EXPECT_EQ(job.value("runs", json::array()).size(), 0u) << job.dump();
+  agents_[2]->Signal(SIGCONT);
+  ASSERT_TRUE(WaitForState(id, alice_, "SUCCEEDED"));
+  EXPECT_EQ(Show(id, alice_)["runs"].size(), 1u);
 }
 
 // hai-health on node n00 reads a kernel log file the test appends to (a recorded Xid 79 line):
