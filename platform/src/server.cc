@@ -730,6 +730,7 @@ grpc::Status HaiServer::Heartbeat(grpc::ServerContext* ctx, const hai::Heartbeat
                          node.record.agent_address() != req->agent_address();
     if (StateOf(node.record) != NodeState::kUp) {
       spdlog::info("node {} is up (agent at {})", req->node(), req->agent_address());
+      if (StateOf(node.record) == NodeState::kLost) node.probation_since = node.last_heartbeat;
     }
     node.record.set_state(NodeStateName(NodeState::kUp));
     node.record.set_agent_address(req->agent_address());
@@ -1020,12 +1021,23 @@ void HaiServer::ScheduleRound() {
   const auto silent_after = std::chrono::milliseconds(
       std::min(options_.heartbeat_timeout_ms / 2, 2 * options_.heartbeat_interval_ms));
   for (std::size_t i = 0; i < topology_.nodes().size(); ++i) {
-    const NodeRuntime& node = nodes_.at(topology_.nodes()[i].name);
+    NodeRuntime& node = nodes_.at(topology_.nodes()[i].name);
     bool lingering = false;  // processes of ended runs still dying there
     for (const auto& [job, run, rank] : node.reported_running)
       lingering |= !active_runs.contains({job, run});
     const bool silent = node.held == 0 && now - node.last_heartbeat > silent_after;
-    if (StateOf(node.record) != NodeState::kUp || node.record.drained() || lingering || silent) {
+    // A node back from lost is on probation until heard from steadily for the heartbeat timeout:
+    // a link that comes back often comes back in fits (TCP's retransmission backoff, a flapping
+    // port), and a job started in a fit would fail when the node is found lost again.
+    bool probation = false;
+    if (node.probation_since) {
+      if (silent) node.probation_since = now;
+      probation =
+          now - *node.probation_since < std::chrono::milliseconds(options_.heartbeat_timeout_ms);
+      if (!probation) node.probation_since.reset();
+    }
+    if (StateOf(node.record) != NodeState::kUp || node.record.drained() || lingering || silent ||
+        probation) {
       state.SetDrained(static_cast<int>(i), true);
     }
   }

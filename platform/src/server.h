@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -87,6 +88,9 @@ class HaiServer final : public hai::Hai::Service {
     hai::Node record;  // persisted part: drained, drain_reason
     std::chrono::steady_clock::time_point last_heartbeat;
     int held = 0;  // heartbeats held open now (a long poll): the agent is in touch
+    // Back from lost: no new work until heard from without a silence since this time for
+    // heartbeat_timeout_ms (a link coming back comes back in fits). Unset: never lost.
+    std::optional<std::chrono::steady_clock::time_point> probation_since;
     std::set<std::tuple<int64_t, int, int>> reported_running;  // (job, run, rank)
     uint64_t generation = 1;  // bumped whenever the node's work changes (long polls wake)
   };

@@ -165,8 +165,9 @@ class Platform:
 
         job = wait_for(f"job {job_id} finished", lambda: (j := self.job(job_id))["state"] in
                        ("SUCCEEDED", "FAILED", "STOPPED") and j, JOB_SECONDS + 60)
-        # Requeued onto nodes the cut left alone, the second run must not fail; one started on
-        # just-healed nodes may meet a flap of theirs (see heal) and be requeued once more.
+        # Requeued onto nodes the cut left alone, the second run must not fail. Healed nodes wait
+        # out a probation before they get work (hai-server), but a flap after it (see heal) may
+        # still requeue the job once more: what users rely on is that it finishes.
         if job["state"] != "SUCCEEDED" or (len(job["runs"]) != 2 if room_elsewhere else
                                            not 2 <= len(job["runs"]) <= 3):
             fail(f"job {job_id} ended {job['state']} after {len(job['runs'])} runs: "

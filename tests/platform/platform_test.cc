@@ -409,6 +409,24 @@ TEST_F(PlatformTest, ASilentNodeGetsNoNewJobBeforeItIsFoundLost) {
   EXPECT_EQ(Show(id, alice_)["runs"].size(), 1u);
 }
 
+// A node back from lost gets no new work until it has been heard from steadily for the heartbeat
+// timeout (a link that comes back often comes back in fits).
+TEST_F(PlatformTest, ANodeBackFromLostWaitsOutItsProbation) {
+  agents_[2]->Signal(SIGSTOP);
+  ASSERT_TRUE(WaitUntil([&] { return CountNodes("lost") == 1; }, 20s));
+  agents_[2]->Signal(SIGCONT);
+  ASSERT_TRUE(WaitUntil([&] { return CountNodes("up") == kNodes; }, 20s));
+  const int64_t back_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  int64_t id = Submit(alice_, {"--nodes", "3", "--", "echo on $HAI_NODE"});
+  ASSERT_TRUE(WaitForState(id, alice_, "SUCCEEDED"));
+  json job = Show(id, alice_);
+  ASSERT_EQ(job["runs"].size(), 1u);
+  // Up again at most ~0.2 s before back_ms (the polling above), so it starts 2.3 s after at least.
+  EXPECT_GE(std::stoll(job["runs"][0]["start_ms"].get<std::string>()) - back_ms, 2000);
+}
+
 // hai-health on node n00 reads a kernel log file the test appends to (a recorded Xid 79 line):
 // the node is drained with the error as its reason, gets no new job, and is undrained when the
 // error's hold has passed; an admin's drain is left alone by health reports.

@@ -9,6 +9,7 @@
 #include <new>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "engine/device_copy.h"
 #include "engine/rank_worker.h"
@@ -37,6 +38,8 @@ struct MessageHeader {
 static_assert(sizeof(MessageHeader) == 24);
 // Larger messages are refused as garbage (the count would overflow a size, or no host holds it).
 constexpr std::size_t kMaxMessageBytes = std::size_t{1} << 40;
+// A message that arrives before its receive is posted is buffered in pieces of this size.
+constexpr std::size_t kBufferPieceBytes = std::size_t{16} << 20;
 
 std::string Describe(std::size_t count, DataType type) {
   return std::to_string(count) + " x " + std::string(DataTypeName(type));
@@ -82,7 +85,7 @@ class PeerToPeer::Channel {
                                 uint32_t tag) {
     auto work = std::make_shared<WorkImpl>();
     Op op{buf, count, type, tag, Clock::now() + state_.timeout, work};
-    Unexpected early;
+    std::optional<Unexpected> early;
     {
       std::lock_guard lock(mu_);
       if (send) {
@@ -99,8 +102,8 @@ class PeerToPeer::Channel {
         }
       }
     }
-    if (early.data) {
-      work->Complete(DeliverBuffered(op, early));
+    if (early) {
+      work->Complete(DeliverBuffered(op, *early));
       return work;
     }
     cv_.notify_all();
@@ -131,7 +134,7 @@ class PeerToPeer::Channel {
     uint32_t tag = 0;
     uint8_t dtype = 0;
     uint64_t count = 0;
-    std::unique_ptr<char[]> data;
+    std::vector<char> data;
   };
 
   // The connection, opening it if we are the lower rank. Returns null on stop or failure.
@@ -253,13 +256,20 @@ class PeerToPeer::Channel {
       u.tag = h.tag;
       u.dtype = h.dtype;
       u.count = h.count;
-      u.data.reset(new (std::nothrow) char[std::max<std::size_t>(bytes, 1)]);
-      if (!u.data) {
-        return ResourceExhausted("hfreduce: no memory to buffer a message of " +
-                                 std::to_string(bytes) + " bytes from rank " +
-                                 std::to_string(peer_) + " before its receive is posted");
+      // Buffered as it arrives, a piece at a time: the header alone (garbage, or a peer gone
+      // wrong) must not make this rank allocate what it announces.
+      for (std::size_t got = 0; got < bytes;) {
+        const std::size_t piece = std::min(bytes - got, kBufferPieceBytes);
+        try {
+          u.data.resize(got + piece);
+        } catch (const std::bad_alloc&) {
+          return ResourceExhausted("hfreduce: no memory to buffer a message of " +
+                                   std::to_string(bytes) + " bytes from rank " +
+                                   std::to_string(peer_) + " before its receive is posted");
+        }
+        FF_RETURN_IF_ERROR(conn->Recv(u.data.data() + got, piece));
+        got += piece;
       }
-      if (bytes > 0) FF_RETURN_IF_ERROR(conn->Recv(u.data.get(), bytes));
       std::lock_guard lock(mu_);
       unexpected_.push_back(std::move(u));
       return Status::Ok();
@@ -298,9 +308,9 @@ class PeerToPeer::Channel {
     const std::size_t bytes = op.count * ElementSize(op.type);
     if (bytes == 0) return Status::Ok();
     if (int device = DeviceOf(op.buf); device >= 0) {
-      return CopyFromHost(op.buf, u.data.get(), bytes, device);
+      return CopyFromHost(op.buf, u.data.data(), bytes, device);
     }
-    std::memcpy(op.buf, u.data.get(), bytes);
+    std::memcpy(op.buf, u.data.data(), bytes);
     return Status::Ok();
   }
 
