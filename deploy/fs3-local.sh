@@ -136,17 +136,13 @@ case "$cmd" in
       [ -x "$bin/$b" ] || { say "$bin/$b is missing: build first"; exit 1; }
     done
     [ -e "$dir/mgmtd.pid" ] && { say "already running in $dir (stop it first)"; exit 1; }
-    storage_nodes=(local)
-    head_addr=127.0.0.1
-    head_at=()
+    storage_nodes=(local)  # without a lab, every "node" is this machine
     if [ -n "${NETLAB:-}" ]; then
       read -r -a storage_nodes <<<"${FS3_STORAGE_NODES:-}"
       [ -n "${FS3_HEAD_NODE:-}" ] && [ ${#storage_nodes[@]} -gt 0 ] ||
         { say "on the network lab, FS3_HEAD_NODE and FS3_STORAGE_NODES name its hosts"; exit 64; }
-      head_addr=$(node_addr "$FS3_HEAD_NODE")
-      at_node "$FS3_HEAD_NODE"
-      head_at=("${at[@]}")
     fi
+    at_head "${FS3_HEAD_NODE:-local}"
     mkdir -p "$dir" "$data" "$mnt"
     cat >"$dir/mgmtd.toml" <<TOML
 [server]
@@ -162,12 +158,8 @@ TOML
     mgmtd=$(json_field "$dir/mgmtd.ready" rpc)
     for i in $(seq "$services"); do
       node=${storage_nodes[$(((i - 1) % ${#storage_nodes[@]}))]}
-      addr=127.0.0.1
-      at=()
-      if [ -n "${NETLAB:-}" ]; then
-        addr=$(node_addr "$node")
-        at_node "$node"
-      fi
+      addr=$(node_addr "$node")
+      at_node "$node"
       cat >"$dir/storage$i.toml" <<TOML
 [server]
 listen = "$addr:0"

@@ -31,6 +31,7 @@ pin_ports() {  # CONFIG READY
 #                  into its network namespace only (mounts stay shared: a FUSE mount made there is
 #                  every host's, and the hosts see this machine's files)
 #   node_addr NODE prints NODE's address in the lab (127.0.0.1 without one)
+#   at_head NODE   sets `head_at` and `head_addr` likewise, for the node of the head services
 at_node() {
   at=()
   [ -n "${NETLAB:-}" ] || return 0
@@ -53,4 +54,10 @@ print(next(h["address"] for h in hosts if h["node"] == sys.argv[2]))' "$NETLAB" 
     say "the network lab '$NETLAB' has no host $1 (deploy/netlab.py up CLUSTER_TOML --name $NETLAB)"
     return 1
   }
+}
+
+at_head() {
+  head_addr=$(node_addr "$1")
+  at_node "$1"
+  head_at=("${at[@]}")
 }

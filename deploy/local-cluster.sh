@@ -76,12 +76,7 @@ start_daemon() {  # NAME ARGS...: runs ARGS with a ready file and a log, waits f
   pin_ports "$(config_of "$@")" "$dir/$name.ready"
 }
 
-lab_head() {  # NODE: the first node, where hai-server, Prometheus and fs3's head services run
-  head_addr=$(node_addr "$1")
-  at_node "$1"
-  head_at=("${at[@]}")
-}
-head_addr=127.0.0.1
+head_addr=127.0.0.1  # the first node, where hai-server, Prometheus and fs3's head services run
 head_at=()
 
 config_of() {  # ARGS...: the file after --config
@@ -134,7 +129,7 @@ up() {
   fi
   local nodes
   mapfile -t nodes < <(node_names)
-  lab_head "${nodes[0]}"
+  at_head "${nodes[0]}"
   mkdir -p "$dir"
   [ -n "${NETLAB:-}" ] && printf '%s %s\n' "$NETLAB" "${nodes[0]}" >"$dir/netlab"
   trap 'say "start failed; stopping what started (logs kept in $dir)"; purge=0; down' ERR
@@ -286,7 +281,7 @@ status() {
   [ -d "$dir" ] || { say "nothing in $dir"; exit 1; }
   if [ -s "$dir/netlab" ]; then
     read -r NETLAB head <"$dir/netlab"
-    lab_head "$head"
+    at_head "$head"
   fi
   local bad=0
   printf '%-24s %-8s %s\n' SERVICE STATE ENDPOINTS

@@ -28,17 +28,15 @@ and predicted step time) and prints a table per experiment, then the last line:
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "deploy"))
 import netlab  # noqa: E402
-from netlab_cluster import LabCluster  # noqa: E402
+from netlab_cluster import lab_cluster  # noqa: E402
 
 TOPOLOGY = os.path.join(ROOT, "deploy", "config", "cluster-lab.toml")
 
@@ -49,16 +47,9 @@ def say(msg):
 
 def with_lab(args, classes, body, queue_kb=None, topology=TOPOLOGY):
     """Runs body(cluster) on a fresh lab of `topology`; tears everything down after."""
-    lab = netlab.Lab(args.name)
-    lab.up(netlab.load_topology(topology, args.scale), queue_kb or args.queue_kb, classes)
-    work = tempfile.mkdtemp(prefix="netlab-bench-", dir=args.work)
-    cluster = LabCluster(lab, args.build, work)
-    try:
+    with lab_cluster(args.name, topology, args.build, args.scale, queue_kb or args.queue_kb,
+                     classes, work_root=args.work) as cluster:
         return body(cluster)
-    finally:
-        cluster.stop()
-        lab.down()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 # ---- classes: allreduce under a storage storm ------------------------------------------------

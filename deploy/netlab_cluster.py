@@ -3,24 +3,27 @@ namespace, bound to its host's address, so every byte between them crosses the e
 
 Used by deploy/netlab-bench.py (the experiments) and the lab's tests:
 
-    lab = netlab.Lab("fflab"); lab.up(netlab.load_topology(toml, scale), queue_kb, classes)
-    c = LabCluster(lab, build_dir, work_dir)
-    mgmtd = c.start_fs3(mgmtd_node="L0-n00", storage_nodes=["L1-n00", "L1-n01"], replication=1)
-    c.run("L0-n01", "fs3-load", "write", "--mgmtd", mgmtd, "--count", "4", "--mib", "16")
-    storm = c.spawn("L0-n01", "fs3-load", "read", "--mgmtd", mgmtd, "--seconds", "0")
-    c.start_platform("L0-n00", ["L0-n01", "L1-n00"], toml)            # hai-server + hai-agents
-    job = c.hai_json("submit", "--nodes", "2", "--", "/path/to/hfreduce-loop --seconds 10")
-    result = c.allreduce(["L0-n02", "L1-n02"], bytes_="4M", steps=20)   # rank 0's JSON
-    c.stop()                                                            # every process it started
+    with lab_cluster("fflab", toml, build_dir) as c:     # a lab and the cluster on it; gone after
+        mgmtd = c.start_fs3(mgmtd_node="L0-n00", storage_nodes=["L1-n00", "L1-n01"])
+        c.run("L0-n01", "fs3-load", "write", "--mgmtd", mgmtd, "--count", "4", "--mib", "16")
+        storm = c.spawn("L0-n01", "fs3-load", "read", "--mgmtd", mgmtd, "--seconds", "0")
+        c.start_platform("L0-n00", ["L0-n01", "L1-n00"], toml)          # hai-server + hai-agents
+        job = c.hai_json("submit", "--nodes", "2", "--", "/path/to/hfreduce-loop --seconds 10")
+        result = c.allreduce(["L0-n02", "L1-n02"], bytes_="4M", steps=20)  # rank 0's JSON
 
 Nothing here routes out of the machine: the hosts only have lab addresses.
 """
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
+
+import netlab
 
 
 class LabCluster:
@@ -215,6 +218,26 @@ class LabCluster:
 
     def allreduce(self, nodes, **kw):
         return self.wait_job(self.allreduce_job(nodes, **kw))
+
+
+@contextlib.contextmanager
+def lab_cluster(name, topology, build_dir, scale=0.001, queue_kb=256, classes=False,
+                work_root=None):
+    """A lab NAME of TOPOLOGY (a cluster.toml path) with a LabCluster on it, its work files in a
+    fresh folder under WORK_ROOT (default: the system's temp). On leaving, also by an exception
+    or sys.exit, every process it started is stopped, the lab torn down and the folder removed."""
+    lab = netlab.Lab(name)
+    work = tempfile.mkdtemp(prefix=f"{name}-", dir=work_root)
+    cluster = None
+    try:
+        lab.up(netlab.load_topology(topology, scale), queue_kb, classes)
+        cluster = LabCluster(lab, build_dir, work)
+        yield cluster
+    finally:
+        if cluster:
+            cluster.stop()
+        lab.down()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def tail(path, n=1500):

@@ -18,15 +18,12 @@ Root only (namespaces). Usage: tests/deploy/netlab_fault_test.py BUILD_DIR
 """
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "deploy"))
-import netlab  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from labtest import fail, lab, say  # noqa: E402  (it puts deploy/ on the path)
 import netlab_cluster  # noqa: E402
 
 TOPOLOGY = """
@@ -54,21 +51,10 @@ STORAGE = {"A00-n01": "11", "A01-n00": "21", "B00-n00": "31"}  # node -> its tar
 CLIENT = "A01-n01"
 LEASE_MS = 3000
 HFREDUCE_TIMEOUT_MS = 5000
-START = time.monotonic()
-
-
-def say(msg):
-    print(f"[{time.monotonic() - START:6.1f} s] {msg}", flush=True)
-
-
-def fail(msg):
-    print(f"FAIL: {msg}", file=sys.stderr, flush=True)
-    sys.exit(1)
-
 
 class Faults:
-    def __init__(self, lab, cluster):
-        self.lab, self.c = lab, cluster
+    def __init__(self, cluster):
+        self.lab, self.c = cluster.lab, cluster
         self.mgmtd = cluster.start_fs3(MGMTD, list(STORAGE), replication=3, lease_ms=LEASE_MS)
         self.sets = []  # (first inode, count): every set of files acknowledged so far
 
@@ -145,21 +131,8 @@ def hfreduce_fails_fast(f, nodes, cut):
 
 
 def main():
-    if os.geteuid() != 0:
-        fail("needs root (network namespaces); CI runs it as root")
-    if len(sys.argv) != 2:
-        fail("usage: netlab_fault_test.py BUILD_DIR")
-    build = os.path.abspath(sys.argv[1])
-    tmp = tempfile.mkdtemp(prefix="netlab-faults-")
-    lab = netlab.Lab(f"nlf{os.getpid()}"[:8])
-    cluster = None
-    try:
-        toml = os.path.join(tmp, "faults.toml")
-        with open(toml, "w") as fh:
-            fh.write(TOPOLOGY)
-        lab.up(netlab.load_topology(toml, 0.001), 1024, False)
-        cluster = netlab_cluster.LabCluster(lab, build, os.path.join(tmp, "work"))
-        f = Faults(lab, cluster)
+    with lab("nlf", TOPOLOGY, queue_kb=1024) as (cluster, build, tmp, toml):
+        f = Faults(cluster)
         f.wait_states({t: "serving" for t in STORAGE.values()}, why="start")
 
         # A storage host's link.
@@ -190,11 +163,6 @@ def main():
         f.wait_states({t: "serving" for t in STORAGE.values()}, why="final resync")
         f.check_all("all three again")
         print("PASS")
-    finally:
-        if cluster:
-            cluster.stop()
-        lab.down()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -15,16 +15,13 @@ Root only (namespaces). Usage: tests/deploy/netlab_marks_test.py BUILD_DIR
 
 import collections
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "deploy"))
-import netlab  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from labtest import fail, lab  # noqa: E402  (it puts deploy/ on the path)
 import netlab_cluster  # noqa: E402
 
 TOPOLOGY = """
@@ -42,11 +39,6 @@ name = "A"
   nodes = 2
   uplink_gbps = 200
 """
-
-
-def fail(msg):
-    print(f"FAIL: {msg}", file=sys.stderr)
-    sys.exit(1)
 
 
 class Capture:
@@ -92,28 +84,12 @@ def expect(packets, what, match, want, min_bytes):
 
 
 def main():
-    if os.geteuid() != 0:
-        fail("needs root (network namespaces); CI runs it as root")
-    if len(sys.argv) != 2:
-        fail("usage: netlab_marks_test.py BUILD_DIR")
-    if shutil.which("tcpdump") is None:
-        fail("tcpdump is not installed (deploy/install-deps.sh installs it)")
-    build = os.path.abspath(sys.argv[1])
-    tmp = tempfile.mkdtemp(prefix="netlab-marks-")
-    name = f"nlm{os.getpid()}"[:8]
-    lab = netlab.Lab(name)
-    cluster = None
-    try:
-        toml = os.path.join(tmp, "marks.toml")
-        with open(toml, "w") as f:
-            f.write(TOPOLOGY)
-        lab.up(netlab.load_topology(toml, 0.001), 256, False)
-        cluster = netlab_cluster.LabCluster(lab, build, os.path.join(tmp, "work"))
+    with lab("nlm", TOPOLOGY, queue_kb=256, needs=("tcpdump",)) as (cluster, build, tmp, toml):
         a, b = "L0-n00", "L1-n00"
         client, peer = "L0-n01", "L1-n01"
         addr = cluster.address
 
-        cap = Capture(lab, os.path.join(tmp, "fs3.pcap"))
+        cap = Capture(cluster.lab, os.path.join(tmp, "fs3.pcap"))
         mgmtd = cluster.start_fs3(mgmtd_node=a, storage_nodes=[b, peer], replication=2,
                                   traffic={"other_dscp": 8})
         mgmtd_port = int(mgmtd.rsplit(":", 1)[1])
@@ -155,17 +131,12 @@ def main():
         expect(packets, "HFReduce trees", tree, 34, 2 << 20)
         expect(packets, "rendezvous store", store, 0, 500)
 
-        cap = Capture(lab, os.path.join(tmp, "job2.pcap"))
+        cap = Capture(cluster.lab, os.path.join(tmp, "job2.pcap"))
         cluster.allreduce([a, b], bytes_="1M", steps=3, warmup=1, env={"HFREDUCE_DSCP": "40"})
         packets = cap.stop()
         store_port = 29501
         expect(packets, "HFReduce trees with HFREDUCE_DSCP=40", tree, 40, 1 << 20)
         print("PASS")
-    finally:
-        if cluster:
-            cluster.stop()
-        lab.down()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

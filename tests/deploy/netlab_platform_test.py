@@ -20,15 +20,11 @@ Root only (namespaces). Usage: tests/deploy/netlab_platform_test.py BUILD_DIR
 
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "deploy"))
-import netlab  # noqa: E402
-import netlab_cluster  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from labtest import fail, lab, say  # noqa: E402
 
 TOPOLOGY = """
 name = "platform"
@@ -57,17 +53,6 @@ NODES = [f"{leaf}-n0{n}" for leaf in ("L00", "L01", "R") for n in range(2)]
 HEARTBEAT_TIMEOUT_MS = 3000
 HFREDUCE_TIMEOUT_MS = 5000
 JOB_SECONDS = 8
-START = time.monotonic()
-
-
-def say(msg):
-    print(f"[{time.monotonic() - START:6.1f} s] {msg}", flush=True)
-
-
-def fail(msg):
-    print(f"FAIL: {msg}", file=sys.stderr, flush=True)
-    sys.exit(1)
-
 
 def wait_for(what, check, timeout):
     """Polls check() until it returns something true; fails naming `what` after `timeout` s."""
@@ -207,20 +192,7 @@ class Platform:
 
 
 def main():
-    if os.geteuid() != 0:
-        fail("needs root (network namespaces); CI runs it as root")
-    if len(sys.argv) != 2:
-        fail("usage: netlab_platform_test.py BUILD_DIR")
-    build = os.path.abspath(sys.argv[1])
-    tmp = tempfile.mkdtemp(prefix="netlab-platform-")
-    lab = netlab.Lab(f"nlp{os.getpid()}"[:8])
-    cluster = None
-    try:
-        toml = os.path.join(tmp, "platform.toml")
-        with open(toml, "w") as fh:
-            fh.write(TOPOLOGY)
-        lab.up(netlab.load_topology(toml, 0.001), 1024, False)
-        cluster = netlab_cluster.LabCluster(lab, build, os.path.join(tmp, "work"))
+    with lab("nlp", TOPOLOGY, queue_kb=1024) as (cluster, build, tmp, toml):
         server = cluster.start_platform(SERVER, NODES, toml,
                                         heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS)
         p = Platform(cluster, build)
@@ -245,11 +217,6 @@ def main():
         p.cut_under_job(job, nodes, "B", [n for n in NODES if n.startswith("R-")],
                         room_elsewhere=False)
         print("PASS")
-    finally:
-        if cluster:
-            cluster.stop()
-        lab.down()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
