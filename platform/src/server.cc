@@ -1080,7 +1080,7 @@ void HaiServer::ScheduleRound() {
   }
   for (const auto& [id, since] : d.locality_wait_started) {
     hai::Job& job = jobs_.at(id);
-    job.set_locality_wait_since_ms(since * 1000);
+    job.set_locality_wait_since_ms(since < 0 ? 0 : since * 1000);  // 0: not begun
     changed.push_back(&job);
   }
   InUse in_use = ComputeInUse();

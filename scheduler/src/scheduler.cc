@@ -208,8 +208,9 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
     }
 
     // Within its locality wait, a job that fits under one leaf only starts there. The wait begins
-    // in the first round the job could start across leaves: waiting behind other jobs for
-    // capacity does not use it up.
+    // in the first round the job could start across leaves, and ends unused in a round where it
+    // could not (other jobs took the nodes): waiting behind other jobs for capacity does not use
+    // it up, so a job is never spread the moment nodes free after hours short of them.
     const Seconds patience = policy_->LocalityWait(*job);
     const bool may_wait = patience > 0 && job->nodes <= work.topology().max_leaf_nodes();
     Seconds since = job->locality_wait_since;
@@ -227,13 +228,19 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
     std::string why;
     Placement placement = place(one_leaf, &why);
     Seconds until = -1;
-    if (placement.empty() && one_leaf && since < 0) {
+    if (placement.empty() && one_leaf) {
       std::string across_why;
       if (!place(false, &across_why).empty()) {
-        since = now;
-        decision.locality_wait_started[job->id] = now;
+        if (since < 0) {
+          since = now;
+          decision.locality_wait_started[job->id] = now;
+        }
       } else {
         // Short of nodes wherever they are: that is what it waits for first.
+        if (since >= 0) {
+          since = -1;
+          decision.locality_wait_started[job->id] = -1;
+        }
         why = across_why + "; then it waits up to " + FormatDuration(patience) +
               " for them under one leaf switch";
       }

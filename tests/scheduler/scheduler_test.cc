@@ -234,6 +234,40 @@ TEST_F(SchedulerTest, CongestionAwareWaitsAWhileForOneLeaf) {
   EXPECT_THAT(Started(eager.Decide(*state_, {job}, 100)), ElementsAre(1));
 }
 
+TEST_F(SchedulerTest, ALocalityWaitEndsUnusedWhenTheJobIsShortOfNodesAgain) {
+  // Two nodes busy in every leaf: the 3-node job could spread, so its wait begins.
+  JobId id = 10;
+  for (int leaf = 0; leaf < 4; ++leaf) {
+    Run(Job(id++, 2, 3, "bob"), {leaf * 4, leaf * 4 + 1});
+  }
+  JobRequest job = Job(1, 3);
+  job.submit_time = 0;
+  Decision d = Decide({job}, /*now=*/100, NoPreemption());
+  EXPECT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, 100}}));
+  job.locality_wait_since = 100;
+
+  // Other jobs take the free nodes of zone B's leaves and two of zone A's: too few nodes are free
+  // in any zone for the job to start even across leaves, so its wait ends unused.
+  Run(Job(id++, 2, 3, "bob"), {10, 11});
+  Run(Job(id++, 2, 3, "bob"), {14, 15});
+  Run(Job(id++, 2, 3, "bob"), {2, 3});
+  d = Decide({job}, /*now=*/200, NoPreemption());
+  EXPECT_THAT(Started(d), IsEmpty());
+  EXPECT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, -1}}));
+  EXPECT_THAT(d.pending.at(1), HasSubstr("then it waits up to 1h for them under one leaf switch"));
+  EXPECT_EQ(d.recheck_at, -1);
+  job.locality_wait_since = -1;
+
+  // Hours later a node frees: the job could spread again, and it waits a whole hour afresh
+  // rather than spread at once.
+  ASSERT_TRUE(state_->Release(id - 1).ok());
+  const Seconds later = 100 + 5 * 3600;
+  d = Decide({job}, later, NoPreemption());
+  EXPECT_THAT(Started(d), IsEmpty());
+  EXPECT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, later}}));
+  EXPECT_THAT(d.pending.at(1), HasSubstr("(after 1h more it takes any leaves)"));
+}
+
 TEST_F(SchedulerTest, WaitingForOneLeafStillBackfillsAroundIt) {
   // Free: nodes 0 and 1 (leaf 0) until job 10 ends at t=900, and node 7 (leaf 1). The 3-node job
   // could spread over both leaves now but waits for one, holding a reservation for leaf 0; a

@@ -40,8 +40,9 @@ struct JobRequest {
   Seconds preempted_at = 0;
   // When its locality wait began: the first round in which it could have started across leaves
   // but was held to wait for one leaf (Decision::locality_wait_started, kept by the caller);
-  // -1 while it has not begun. The wait counts from then, not from submission, so a job that
-  // queued for hours behind others still gets its chance of one leaf once its turn comes.
+  // -1 while it has not begun, and again after a round in which it could not start anywhere.
+  // The wait counts from then, not from submission, so a job that queued for hours behind others
+  // still gets its chance of one leaf once its turn comes.
   Seconds locality_wait_since = -1;
 
   int TotalGpus() const { return nodes > 0 ? nodes * gpus_per_node : gpus; }

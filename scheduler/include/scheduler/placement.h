@@ -13,8 +13,9 @@
 //                     waits for data locality: a short wait costs less than sharing congested
 //                     uplinks for the whole run
 //
-// Sub-node jobs (JobRequest::gpus with nodes == 0) are packed: first-fit takes the first node
-// with room, the others the node with the least room that fits (keeping whole nodes free).
+// Sub-node jobs (JobRequest::gpus with nodes == 0) are packed: first-fit and congestion-aware take
+// the first node with room (partly used nodes gather in the first leaves), slurm-tree the node
+// with the least room that fits.
 #pragma once
 
 #include <memory>

@@ -13,8 +13,9 @@
 //     and is expected to end before that reservation (backfill); without expected run times there
 //     is no reservation and nothing passes it.
 //   - A job the policy wants under one leaf switch (PlacementPolicy::LocalityWait) is not started
-//     spread over several leaves until it has waited that long; meanwhile it counts as not
-//     fitting (it may hold the reservation, which then is for one leaf).
+//     spread over several leaves until it has waited that long while it could have spread (a
+//     round in which it could not start anywhere ends the wait unused); meanwhile it counts as
+//     not fitting (it may hold the reservation, which then is for one leaf).
 //
 // Decide is pure and deterministic: the same state, queue and time give the same decision.
 #pragma once
@@ -51,8 +52,9 @@ struct Decision {
   // estimated start where running jobs' expected run times give one; how short a job would have
   // to be to backfill; the flag that relaxes a placement rule; who preempted it).
   std::map<JobId, std::string> pending;
-  // Jobs whose locality wait began this round (at `now`): the caller keeps it in
-  // JobRequest::locality_wait_since for later rounds.
+  // Jobs whose locality wait began this round (at `now`), or ended unused (-1: it could not start
+  // even across leaves, so its wait begins afresh at its next chance): the caller keeps the value
+  // in JobRequest::locality_wait_since for later rounds.
   std::map<JobId, Seconds> locality_wait_started;
   // The earliest time at which a waiting job's prospects change by time alone (a locality wait
   // runs out), so a round then may decide differently; -1 if none.
