@@ -41,7 +41,8 @@ class SchedulerTest : public SmallClusterTest {
  protected:
   Decision Decide(const std::vector<JobRequest>& queue, Seconds now = 100,
                   SchedulerOptions options = {}) {
-    Scheduler s(MakePlacementPolicy("congestion-aware"), options);
+    Scheduler s(MakePlacementPolicy("congestion-aware", PolicyOptions{.locality_wait = 3600}),
+                options);
     return s.Decide(*state_, queue, now);
   }
 

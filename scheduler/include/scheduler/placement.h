@@ -45,7 +45,7 @@ class PlacementPolicy {
 struct PolicyOptions {
   // congestion-aware: the longest a communicating multi-node job waits for one leaf.
   // Chosen by `hai-sim sweep --try-locality-waits` on synthetic traces (scheduler/README.md).
-  Seconds locality_wait = 3600;
+  Seconds locality_wait = 7200;
 };
 
 // "first-fit", "slurm-tree" or "congestion-aware"; null for another name.
