@@ -201,7 +201,7 @@ class CongestionAware final : public PlacementPolicy {
     // Sub-node jobs first-fit, as first-fit does: partly used nodes gather in the first leaves.
     // Best fit (slurm-tree's) served whole-node jobs sooner and the many 1-GPU jobs later: mean
     // JCT up to 1.19 of first-fit's on cluster07, where nearly all jobs are sub-node
-    // (scheduler/README.md, "Held-out sweep").
+    // (scheduler/README.md, "How congestion-aware wins").
     if (!job.Gang()) return PlaceSubNode(job, state, /*best_fit=*/false, why);
     const Topology& topo = state.topology();
     Eligible e = FindEligible(state, job.gpus_per_node);

@@ -38,7 +38,8 @@ class PlacementPolicy {
                           std::string* why) const = 0;
   // How long the scheduler keeps `job` waiting rather than start it spread over several leaves
   // when it would fit under one (0: never waits). The wait counts from the first round in which
-  // the job could have started across leaves (JobRequest::locality_wait_since).
+  // the job could have started across leaves (JobRequest::locality_wait_since), and ends unused
+  // in a round where it could not start anywhere.
   virtual Seconds LocalityWait(const JobRequest& /*job*/) const { return 0; }
 };
 
