@@ -13,13 +13,9 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build=$(cd "${1:?usage: netlab_local_cluster_test.sh BUILD_DIR}" && pwd)
-if [ "$(id -u)" -ne 0 ]; then
-  echo "FAIL: needs root (network namespaces, FUSE); CI runs it as root" >&2
-  exit 1
-fi
-name="nlc$$"
-name=${name:0:8}
-lab() { /usr/bin/python3 "$root/deploy/netlab.py" --name "$name" "$@"; }
+# shellcheck source=tests/deploy/labtest.sh
+source "$root/tests/deploy/labtest.sh"
+lab_test nlc "network namespaces, FUSE"
 tmp=$(mktemp -d)
 dir="$tmp/cluster"
 cleanup() {

@@ -6,13 +6,9 @@
 #   tests/deploy/netlab_test.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-if [ "$(id -u)" -ne 0 ]; then
-  echo "FAIL: needs root (network namespaces); CI runs it as root" >&2
-  exit 1
-fi
-name="nlt$$"
-name=${name:0:8}
-lab() { /usr/bin/python3 "$root/deploy/netlab.py" --name "$name" "$@"; }
+# shellcheck source=tests/deploy/labtest.sh
+source "$root/tests/deploy/labtest.sh"
+lab_test nlt "network namespaces"
 tmp=$(mktemp -d)
 trap 'lab down >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }

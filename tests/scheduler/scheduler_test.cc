@@ -53,6 +53,15 @@ class SchedulerTest : public SmallClusterTest {
     ASSERT_TRUE(state_->SetLastCheckpoint(job.id, checkpoint).ok());
   }
 
+  // Runs a 2-node job of bob's on the first two nodes of every leaf (ids from `id`); returns the
+  // next free id.
+  JobId BusyTwoNodesPerLeaf(JobId id) {
+    for (int leaf = 0; leaf < 4; ++leaf) {
+      Run(Job(id++, 2, 3, "bob"), {leaf * 4, leaf * 4 + 1});
+    }
+    return id;
+  }
+
   static std::vector<JobId> Started(const Decision& d) {
     std::vector<JobId> ids;
     for (const auto& s : d.starts)
@@ -194,10 +203,7 @@ TEST_F(SchedulerTest, SubNodeJobsShareNodes) {
 
 TEST_F(SchedulerTest, CongestionAwareWaitsAWhileForOneLeaf) {
   // Two nodes busy in every leaf: a 3-node allreduce job fits the cluster only across leaves.
-  JobId id = 10;
-  for (int leaf = 0; leaf < 4; ++leaf) {
-    Run(Job(id++, 2, 3, "bob"), {leaf * 4, leaf * 4 + 1});
-  }
+  BusyTwoNodesPerLeaf(10);
   // It queued behind others for an hour; its wait starts in the first round it could spread.
   JobRequest job = Job(1, 3);
   job.submit_time = 0;
@@ -237,10 +243,7 @@ TEST_F(SchedulerTest, CongestionAwareWaitsAWhileForOneLeaf) {
 
 TEST_F(SchedulerTest, ALocalityWaitEndsUnusedWhenTheJobIsShortOfNodesAgain) {
   // Two nodes busy in every leaf: the 3-node job could spread, so its wait begins.
-  JobId id = 10;
-  for (int leaf = 0; leaf < 4; ++leaf) {
-    Run(Job(id++, 2, 3, "bob"), {leaf * 4, leaf * 4 + 1});
-  }
+  JobId id = BusyTwoNodesPerLeaf(10);
   JobRequest job = Job(1, 3);
   job.submit_time = 0;
   Decision d = Decide({job}, /*now=*/100, NoPreemption());
