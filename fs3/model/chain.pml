@@ -369,10 +369,31 @@ enter:
   :: else
   fi;
   /* the chunk lock */
+#ifdef BUG_SUCCESSOR_FROM_STALE_ROUTING
+  /* the successor stays what Locate said before the lock, whatever the routing is now */
   if
   :: atomic { alive[x] && inc[x] == xinc && lock[x] == 0 -> lock[x] = _pid + 1 }
   :: atomic { !(alive[x] && inc[x] == xinc) || lock[x] != 0 -> e = UNAVAILABLE }   /* died, or timed out */
   fi;
+#else
+  /* Under the lock the position is decided again (CheckWritePosition, BeginWrite): routing that
+     moved while the write waited makes it stale (ABORTED), so no write decides its successor
+     from routing that a resync has moved past. */
+  if
+  :: atomic {
+       alive[x] && inc[x] == xinc && lock[x] == 0 ->
+       if
+       :: cv > rtv[x] -> RefreshRouting(x)
+       :: else
+       fi;
+       if
+       :: rtv[x] != xcv -> e = ABORTED
+       :: else -> lock[x] = _pid + 1
+       fi
+     }
+  :: atomic { !(alive[x] && inc[x] == xinc) || lock[x] != 0 -> e = UNAVAILABLE }   /* died, or timed out */
+  fi;
+#endif
   if :: e != OK -> goto back :: else fi;
   atomic {   /* ChunkStore::Prepare */
     if
@@ -556,6 +577,15 @@ end:
        alive[t] && inc[t] == xinc ->
        if
        :: alive[sj] ->
+#ifndef BUG_SUCCESSOR_FROM_STALE_ROUTING
+          /* no SyncDone when our own routing moved on during the resync (writes under the new
+             version may not go to the successor) ... */
+          if :: rtv[t] != sv -> goto sync_failed :: else fi;
+          /* ... and SyncDone (Locate with the resync's version as hint) is refused by a target
+             whose routing has moved past the version the resync began in */
+          if :: rtv[sj] < sv -> RefreshRouting(sj) :: else fi;
+          if :: rtv[sj] != sv -> goto sync_failed :: else fi;
+#endif
           lstate[sj] = UPTODATE;
           /* P4: with no write in flight, the synced target holds what we hold */
           assert(writes_in_flight > 0 || (committed[sj] == committed[t] && ccontent[sj] == ccontent[t]));
@@ -578,6 +608,9 @@ proctype Writer(byte w) {
   bool fwd, whole, dedup;
   byte f_t[NT], f_inc[NT], f_v[NT], f_succ[NT], f_c[NT], f_cv[NT], tries[NT];
   bool f_whole[NT], f_fwd[NT];
+#ifdef LATE_WRITERS
+  crashes == MAXCRASH;   /* a search aid (check.sh): writers start once the crashes happened */
+#endif
   do
   :: atomic {
        /* with fresh routing: the first writable target of the chain */

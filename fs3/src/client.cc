@@ -333,6 +333,17 @@ Result<uint64_t> StorageClient::StoredLength(uint64_t inode) {
 }
 
 Result<std::map<uint64_t, uint64_t>> StorageClient::StoredLengths() {
+  // With routing refreshed and asked again while a tail is being replaced (a restart moves it).
+  const auto deadline = Clock::now() + options_.retry_timeout;
+  for (int attempt = 0;; ++attempt) {
+    auto lengths = StoredLengthsOnce();
+    if (lengths.ok() || !Retryable(lengths.status()) || Clock::now() > deadline) return lengths;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(500, 20 * (attempt + 1))));
+    (void)RefreshRouting();
+  }
+}
+
+Result<std::map<uint64_t, uint64_t>> StorageClient::StoredLengthsOnce() {
   const uint64_t size = chunk_size();
   std::map<uint64_t, uint64_t> out;
   for (const auto& [target, address] : ChainTails()) {

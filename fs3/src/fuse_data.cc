@@ -54,8 +54,8 @@ void FuseFs::DropBlocks(OpenFile& f) {
 void FuseFs::StartFlush(OpenFile& f, std::unique_lock<std::mutex>&) {
   while (f.inflight.size() >= options_.writes_in_flight ||
          (!f.inflight.empty() &&
-          f.inflight.front().wait_for(std::chrono::seconds(0)) == std::future_status::ready)) {
-    Status st = f.inflight.front().get();
+          f.inflight.front().done.wait_for(std::chrono::seconds(0)) == std::future_status::ready)) {
+    Status st = f.inflight.front().done.get();
     f.inflight.pop_front();
     if (!st.ok() && f.error.ok()) f.error = st;
   }
@@ -63,17 +63,27 @@ void FuseFs::StartFlush(OpenFile& f, std::unique_lock<std::mutex>&) {
   std::string data = std::move(f.wb);
   f.wb.clear();
   const uint64_t offset = f.wb_offset;
+  const uint64_t end = offset + data.size();
+  // The older writes this one overlaps: it waits for them before it is sent.
+  std::vector<std::shared_future<Status>> before;
+  for (const OpenFile::Inflight& w : f.inflight) {
+    if (w.offset < end && offset < w.end) before.push_back(w.done);
+  }
   const uint64_t ino = f.ino;
-  f.inflight.push_back(std::async(
-      std::launch::async, [this, ino, offset, data = std::move(data), chains = f.chains]() mutable {
+  std::shared_future<Status> done =
+      std::async(std::launch::async, [this, ino, offset, data = std::move(data), chains = f.chains,
+                                      before = std::move(before)]() mutable {
+        for (const auto& w : before)
+          w.wait();  // its failure is reported by itself; this write still goes in order
         return storage_->WriteBuffer(ino, offset, std::move(data), chains);
-      }));
+      }).share();
+  f.inflight.push_back({offset, end, std::move(done)});
 }
 
 Status FuseFs::FlushData(OpenFile& f, std::unique_lock<std::mutex>& lock) {
   StartFlush(f, lock);
   for (; !f.inflight.empty(); f.inflight.pop_front()) {
-    Status st = f.inflight.front().get();
+    Status st = f.inflight.front().done.get();
     if (!st.ok() && f.error.ok()) f.error = st;
   }
   Status st = f.error;

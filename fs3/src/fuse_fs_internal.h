@@ -88,8 +88,16 @@ struct FuseFs::OpenFile {
   // Write gathering: `wb` holds the bytes for [wb_offset, wb_offset + wb.size()).
   uint64_t wb_offset = 0;
   std::string wb;
-  std::deque<std::future<Status>> inflight;  // buffers being written, oldest first
-  Status error;                              // a failed background write, reported by flush / fsync
+  // Buffers being written, oldest first. One that overlaps an older one is sent only after the
+  // older one is acknowledged, so overlapping bytes land in the order they were written (a
+  // header patched over its placeholder, an mmap page written back over a write()).
+  struct Inflight {
+    uint64_t offset = 0;
+    uint64_t end = 0;
+    std::shared_future<Status> done;
+  };
+  std::deque<Inflight> inflight;
+  Status error;  // a failed background write, reported by flush / fsync
   // Read-ahead: blocks of `readahead_bytes` (by aligned offset) fetched or being fetched.
   std::map<uint64_t, std::shared_future<Result<std::string>>> blocks;
   uint64_t cached = 0;  // bytes of `blocks` counted in the mount's read cache (small files)

@@ -49,6 +49,10 @@ void StorageService::SyncLoop() {
 
 Status StorageService::SyncSuccessor(uint64_t target, const Position& pos) {
   ChunkStore& store = *stores_.at(target);
+  // Writes that decided their successor from older routing (no successor, or another one) end
+  // first: each is then in the List below, and every later write forwards to the successor.
+  FF_RETURN_IF_ERROR(WaitForOlderWrites(
+      target, pos.chain_version, std::chrono::milliseconds(options_.forward_timeout_ms + 10000)));
   fs3rpc::Storage::Stub* peer = Peer(pos.successor);
   fs3rpc::DumpMetaRequest dump_req;
   dump_req.set_target(pos.successor_target);
@@ -62,6 +66,11 @@ Status StorageService::SyncSuccessor(uint64_t target, const Position& pos) {
   FF_ASSIGN_OR_RETURN(auto ours, store.List());
   std::size_t sent = 0, removed = 0;
   auto send = [&](fs3rpc::WriteRequest& w) {
+    w.set_request_id(RandomId());
+    w.set_chain(pos.chain);
+    w.set_chain_version(pos.chain_version);
+    w.set_target(pos.successor_target);
+    w.set_forwarded(true);
     fs3rpc::WriteResponse r;
     Status st;
     for (int attempt = 0; attempt < 3; ++attempt) {
@@ -70,7 +79,20 @@ Status StorageService::SyncSuccessor(uint64_t target, const Position& pos) {
     }
     return st;
   };
+  // Our committed content of a chunk, whole (the chunk's lock held).
+  auto send_whole = [&](const fs3rpc::ChunkMetaRecord& meta) -> Status {
+    FF_ASSIGN_OR_RETURN(std::string whole, store.Read(meta.id(), 0, meta.length()));
+    fs3rpc::WriteRequest w;
+    *w.mutable_chunk() = meta.id();
+    w.set_data(std::move(whole));
+    w.set_update_version(meta.committed_version());
+    w.set_full_replace(true);
+    FF_RETURN_IF_ERROR(send(w));
+    ++sent;
+    return Status::Ok();
+  };
   for (const auto& listed : ours) {
+    // Under the chunk's lock: a write to it waits, and its state is read afresh.
     std::lock_guard chunk_lock(ChunkLock(target, listed.id()));
     auto meta = store.Meta(listed.id());
     if (!meta.ok() || meta->committed_version() == 0) continue;
@@ -79,32 +101,33 @@ Status StorageService::SyncSuccessor(uint64_t target, const Position& pos) {
     const bool current =
         SuccessorHoldsCommitted(*meta, their == theirs.end() ? nullptr : &their->second);
     if (their != theirs.end()) theirs.erase(their);
-    if (current) continue;
-    FF_ASSIGN_OR_RETURN(std::string whole, store.Read(listed.id(), 0, meta->length()));
-    fs3rpc::WriteRequest w;
-    w.set_request_id(RandomId());
-    w.set_chain(pos.chain);
-    w.set_chain_version(pos.chain_version);
-    w.set_target(pos.successor_target);
-    *w.mutable_chunk() = listed.id();
-    w.set_data(std::move(whole));
-    w.set_update_version(meta->committed_version());
-    w.set_full_replace(true);
-    w.set_forwarded(true);
-    FF_RETURN_IF_ERROR(send(w));
-    ++sent;
+    if (!current) FF_RETURN_IF_ERROR(send_whole(*meta));
   }
-  for (const auto& [key, m] : theirs) {  // chunks we no longer have
+  for (const auto& [key, m] : theirs) {  // chunks we did not have when we listed ours
+    std::lock_guard chunk_lock(ChunkLock(target, m.id()));
+    auto meta = store.Meta(m.id());
+    if (!meta.ok() && meta.status().code() != StatusCode::kNotFound) return meta.status();
+    if (meta.ok() && meta->committed_version() != 0) {
+      // Written since the List: the write went to the successor too, but its copy there may
+      // have started from one we never compared. Send ours rather than remove theirs.
+      FF_RETURN_IF_ERROR(send_whole(*meta));
+      continue;
+    }
     fs3rpc::WriteRequest w;
-    w.set_request_id(RandomId());
-    w.set_chain(pos.chain);
-    w.set_chain_version(pos.chain_version);
-    w.set_target(pos.successor_target);
     *w.mutable_chunk() = m.id();
     w.set_remove(true);
-    w.set_forwarded(true);
     FF_RETURN_IF_ERROR(send(w));
     ++removed;
+  }
+  {
+    // A chain that moved on during the resync (the successor left it, say) may have taken
+    // writes the successor was not sent: no SyncDone from this version; the next round decides.
+    std::lock_guard lock(mu_);
+    for (const fs3rpc::ChainInfo& c : routing_.chains()) {
+      if (c.id() == pos.chain && c.version() != pos.chain_version) {
+        return Stale(pos.chain, c.version(), pos.chain_version);
+      }
+    }
   }
   fs3rpc::SyncDoneRequest done;
   done.set_target(pos.successor_target);

@@ -65,6 +65,10 @@ void StorageService::Start(const std::string& address) {
 void StorageService::Stop() {
   stopping_ = true;
   routing_changed_.notify_all();
+  {
+    std::lock_guard lock(mu_);  // a resync waiting for writes to drain wakes up and leaves
+    write_ended_.notify_all();
+  }
   for (std::thread* t : {&heartbeat_, &routing_thread_, &sync_}) {
     if (t->joinable()) t->join();
   }
@@ -384,10 +388,21 @@ grpc::Status StorageService::DumpMeta(grpc::ServerContext*, const fs3rpc::DumpMe
 grpc::Status StorageService::SyncDone(grpc::ServerContext*, const fs3rpc::SyncDoneRequest* req,
                                       fs3rpc::SyncDoneResponse*) {
   return ServeRpc("SyncDone", [&]() -> Status {
+    if (!local_.contains(req->target())) {
+      return NotFound("no target " + std::to_string(req->target()));
+    }
+    // Only the resync of the chain version this target is syncing in makes it up to date: one
+    // that began under an older version may have missed writes made since (the chain moved).
+    FF_ASSIGN_OR_RETURN(Position pos, Locate(req->target(), req->chain_version()));
+    if (pos.chain_version != req->chain_version()) {
+      return Stale(pos.chain, pos.chain_version, req->chain_version());
+    }
+    if (pos.state != PublicState::kSyncing) {
+      return FailedPrecondition("target " + std::to_string(req->target()) + " is " +
+                                std::string(Name(pos.state)) + ", not syncing");
+    }
     std::lock_guard lock(mu_);
-    auto it = local_.find(req->target());
-    if (it == local_.end()) return NotFound("no target " + std::to_string(req->target()));
-    it->second = LocalState::kUpToDate;
+    local_[req->target()] = LocalState::kUpToDate;
     spdlog::info("target {} is up to date", req->target());
     return Status::Ok();
   });

@@ -9,6 +9,23 @@
 // syncing: its predecessor diffs chunk metadata and sends full-chunk replaces (and removals),
 // then tells it the sync is done.
 //
+// The chain's invariants, and where the code keeps them:
+//  - Version order: the head numbers a chunk's versions (committed + 1) under the chunk's lock,
+//    and every replica applies them in that order (a replica lacking the base version answers
+//    kStaleVersion and gets the whole chunk). A replica commits only after its successor has.
+//  - A write's successor is decided under the chunk's lock, from routing that is still current
+//    when the write registers (BeginWrite): a write never decides "no successor" from routing
+//    that a resync has already moved past.
+//  - A resync of a successor at chain version v starts (DumpMeta, List) only once every write
+//    that registered under an older version is over (WaitForOlderWrites). Every write that
+//    registers later forwards to the syncing successor; every one before is in the List. So no
+//    write is acknowledged that the successor neither receives nor is sent.
+//  - A chunk being overwritten during the resync is compared and sent under its lock; a chunk the
+//    successor holds and we do not is removed under its lock only if we still do not hold it.
+//  - A rejoining target serves nothing until its predecessor's SyncDone for the chain version it
+//    is syncing in (a SyncDone from an older version is refused), and then only once fs3-mgmtd
+//    has made it serving.
+//
 // Leases: the service heartbeats to fs3-mgmtd; when it cannot renew within half the lease it
 // refuses I/O (fenced) until it can, so a partitioned service never serves stale data. After a
 // restart it waits until mgmtd has marked its targets offline before heartbeating, so every
@@ -164,6 +181,17 @@ class StorageService final : public fs3rpc::Storage::Service {
   grpc::Status DoRead(grpc::ServerContext*, const fs3rpc::ReadRequest*, fs3rpc::ReadResponse*);
   grpc::Status TimedWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteResponse* resp);
   Result<Position> Locate(uint64_t target, uint64_t chain_version_hint);
+  // The refusals of a write at `pos` (wrong chain, stale version, not writable, not the head).
+  Status CheckWritePosition(const fs3rpc::WriteRequest& req, const Position& pos) const;
+  // A write in progress on `target` under `chain_version`, counted so that a resync waits for it
+  // (the chain's invariants above). Begin fails (kAborted, stale) when the routing has moved past
+  // `chain_version` since the caller located itself.
+  Status BeginWrite(uint64_t target, uint64_t chain_version);
+  void EndWrite(uint64_t target, uint64_t chain_version);
+  // Waits until no write registered on `target` under a chain version older than `chain_version`
+  // is in progress; kUnavailable after `timeout` or when stopping.
+  Status WaitForOlderWrites(uint64_t target, uint64_t chain_version,
+                            std::chrono::milliseconds timeout);
   Status CheckServing() const;
   std::mutex& ChunkLock(uint64_t target, const fs3rpc::ChunkId& id);
   fs3rpc::Storage::Stub* Peer(const std::string& address);
@@ -189,6 +217,8 @@ class StorageService final : public fs3rpc::Storage::Service {
   std::map<uint64_t, LocalState> local_;            // per target
   RecentWrites done_;                               // mu_ held
   std::set<std::tuple<uint32_t, uint64_t, uint64_t>> synced_;  // (chain, version, successor)
+  std::map<std::pair<uint64_t, uint64_t>, int> writing_;       // (target, chain version) -> writes
+  std::condition_variable write_ended_;                        // a write left writing_
   int64_t lease_ms_ = 10000;
   std::chrono::steady_clock::time_point renewed_{};  // when the last renewal was sent
   LeaseRouting lease_;                               // mu_ held

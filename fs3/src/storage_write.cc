@@ -58,6 +58,62 @@ grpc::Status StorageService::TimedWrite(const fs3rpc::WriteRequest& request,
   return st;
 }
 
+Status StorageService::CheckWritePosition(const fs3rpc::WriteRequest& req,
+                                          const Position& pos) const {
+  if (req.chain() != pos.chain) {
+    return InvalidArgument("target " + std::to_string(req.target()) + " is in chain " +
+                           std::to_string(pos.chain) + ", not " + std::to_string(req.chain()));
+  }
+  if (req.chain_version() != pos.chain_version) {
+    return Stale(pos.chain, pos.chain_version, req.chain_version());
+  }
+  if (!Writable(pos.state)) {
+    return FailedPrecondition("target " + std::to_string(req.target()) + " is " +
+                              std::string(Name(pos.state)) + " and takes no writes");
+  }
+  if (!req.forwarded() && !pos.head) {
+    return Status(StatusCode::kAborted, "target " + std::to_string(req.target()) +
+                                            " is not the head of chain " +
+                                            std::to_string(pos.chain));
+  }
+  return Status::Ok();
+}
+
+Status StorageService::BeginWrite(uint64_t target, uint64_t chain_version) {
+  std::lock_guard lock(mu_);
+  for (const fs3rpc::ChainInfo& c : routing_.chains()) {
+    for (const fs3rpc::ChainTargetInfo& t : c.targets()) {
+      if (t.target() != target) continue;
+      if (c.version() != chain_version) return Stale(c.id(), c.version(), chain_version);
+      ++writing_[{target, chain_version}];
+      return Status::Ok();
+    }
+  }
+  return FailedPrecondition("target " + std::to_string(target) + " is in no chain");
+}
+
+void StorageService::EndWrite(uint64_t target, uint64_t chain_version) {
+  std::lock_guard lock(mu_);
+  auto it = writing_.find({target, chain_version});
+  if (it != writing_.end() && --it->second == 0) writing_.erase(it);
+  write_ended_.notify_all();
+}
+
+Status StorageService::WaitForOlderWrites(uint64_t target, uint64_t chain_version,
+                                          std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  const bool drained = write_ended_.wait_for(lock, timeout, [&] {
+    if (stopping_) return true;
+    auto it = writing_.lower_bound({target, 0});
+    return it == writing_.end() || it->first.first != target || it->first.second >= chain_version;
+  });
+  if (!drained || stopping_) {
+    return Unavailable("writes to target " + std::to_string(target) +
+                       " under an older chain version are still in progress");
+  }
+  return Status::Ok();
+}
+
 Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteResponse* resp) {
   FF_RETURN_IF_ERROR(CheckServing());
   auto store_it = stores_.find(req.target());
@@ -83,24 +139,12 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
   if (req.full_replace() && req.offset() != 0) {
     return InvalidArgument("a full-chunk replace starts at offset 0");
   }
+  // Refused early where the routing already says so; decided again under the chunk's lock.
   FF_ASSIGN_OR_RETURN(Position pos, Locate(req.target(), req.chain_version()));
-  if (req.chain() != pos.chain) {
-    return InvalidArgument("target " + std::to_string(req.target()) + " is in chain " +
-                           std::to_string(pos.chain) + ", not " + std::to_string(req.chain()));
-  }
-  if (req.chain_version() != pos.chain_version) {
-    return Stale(pos.chain, pos.chain_version, req.chain_version());
-  }
-  if (!Writable(pos.state)) {
-    return FailedPrecondition("target " + std::to_string(req.target()) + " is " +
-                              std::string(Name(pos.state)) + " and takes no writes");
-  }
-  if (!req.forwarded() && !pos.head) {
-    return Status(StatusCode::kAborted, "target " + std::to_string(req.target()) +
-                                            " is not the head of chain " +
-                                            std::to_string(pos.chain));
-  }
+  FF_RETURN_IF_ERROR(CheckWritePosition(req, pos));
+  std::lock_guard chunk_lock(ChunkLock(req.target(), req.chunk()));
   {
+    // Under the chunk's lock: a retry that waited here behind its own first attempt finds it.
     std::lock_guard lock(mu_);
     if (auto applied = done_.Find(req.request_id())) {
       resp->set_version(applied->version);  // a retry of a write already applied
@@ -108,7 +152,18 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
       return Status::Ok();
     }
   }
-  std::lock_guard chunk_lock(ChunkLock(req.target(), req.chunk()));
+  // The routing may have moved while this write waited for the chunk: its successor is decided
+  // now, and the write is registered under that chain version (a resync waits for it).
+  FF_ASSIGN_OR_RETURN(pos, Locate(req.target(), req.chain_version()));
+  FF_RETURN_IF_ERROR(CheckWritePosition(req, pos));
+  FF_RETURN_IF_ERROR(BeginWrite(req.target(), pos.chain_version));
+  uint64_t registered = pos.chain_version;
+  struct Registration {
+    StorageService* self;
+    uint64_t target;
+    uint64_t* version;
+    ~Registration() { self->EndWrite(target, *version); }
+  } registration{this, req.target(), &registered};
   uint64_t version = req.update_version();
   if (!req.forwarded()) {
     auto meta = store.Meta(req.chunk());
@@ -161,6 +216,11 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
     (void)RefreshRouting(false, 0);
     FF_ASSIGN_OR_RETURN(pos, Locate(req.target(), 0));
     FF_RETURN_IF_ERROR(MayContinueWrite(pos.state, pos.head, req.forwarded(), req.target()));
+    if (pos.chain_version != registered) {  // go on registered under the routing it now uses
+      FF_RETURN_IF_ERROR(BeginWrite(req.target(), pos.chain_version));
+      EndWrite(req.target(), registered);
+      registered = pos.chain_version;
+    }
   }
   if (req.remove()) {
     FF_RETURN_IF_ERROR(store.Remove(req.chunk()));

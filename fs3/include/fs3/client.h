@@ -76,7 +76,7 @@ class StorageClient {
   // the caller takes as at least the stored length) and shortens the one it ends in.
   Status TruncateData(uint64_t inode, uint64_t length, uint64_t old_length, Chains chains = {});
   // For fsck: every inode with chunks on storage and the length its chunks imply (from each
-  // chain's tail).
+  // chain's tail), asked again with fresh routing for `retry_timeout` while a tail is replaced.
   Result<std::map<uint64_t, uint64_t>> StoredLengths();
   // Removes every chunk of `inode` (a deleted file's data); with no `chains`, from every chain.
   Status RemoveData(uint64_t inode, Chains chains = {});
@@ -96,6 +96,7 @@ class StorageClient {
   Status RefreshRouting();
 
  private:
+  Result<std::map<uint64_t, uint64_t>> StoredLengthsOnce();
   explicit StorageClient(const ClientOptions& options);
   Status WriteChunk(uint64_t inode, uint32_t index, uint32_t offset, std::string_view data,
                     Chains chains);
