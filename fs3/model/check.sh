@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks fs3's chain protocol model (fs3/model/chain.pml) with spin. See fs3/model/README.md.
 #
-#   fs3/model/check.sh            # the bounded run CI does (about 3 minutes on 2 cores)
+#   fs3/model/check.sh            # the bounded run CI does (about 10 minutes on 2 cores)
 #   fs3/model/check.sh --large    # the larger one (about 40 minutes)
 #
 # Three parts:
