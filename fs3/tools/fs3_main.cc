@@ -6,6 +6,7 @@
 //   fs3 target offline ID                        take a target out of service
 //   fs3 target add ID --chain C                  add a registered target to a chain (it syncs)
 //   fs3 fsck [--repair] --meta HOST:PORT         check the namespace (exit 1 on problems)
+//   fs3 fsck --data [--no-content] ...           and that every chunk's replicas agree
 //   fs3 layout PATH [--stripe N] --meta HOST:PORT  show (or set, for a directory) a layout
 //
 // fs3-mgmtd's address comes from --mgmtd or $FS3_MGMTD. Exit code 0 only on success; errors are
@@ -20,6 +21,7 @@
 #include "common/rpc_client.h"
 #include "fs3/meta_client.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
+#include "fs3/replica_check.h"
 #include "fs3/routing.h"
 
 namespace ff::fs3 {
@@ -100,6 +102,12 @@ int Main(int argc, char** argv) {
   bool repair = false;
   fsck->add_option("--meta", meta, "fs3-meta host:port (else $FS3_META)");
   fsck->add_flag("--repair", repair, "Fix what is found");
+  bool data = false, no_content = false;
+  fsck->add_flag("--data", data,
+                 "Also check that every chunk's serving replicas agree (version, length, "
+                 "checksum) and that their contents match their checksums (needs --mgmtd)");
+  fsck->add_flag("--no-content", no_content,
+                 "With --data: compare the replicas' records only, reading no chunk content");
   auto* layout = app.add_subcommand(
       "layout", "Show a file's or directory's layout; --stripe sets a directory's");
   std::string layout_path;
@@ -119,7 +127,9 @@ int Main(int argc, char** argv) {
     MetaClient client(CliMetaOptions(meta));
     auto check = [&](const Status& st) {
       if (st.ok()) return;
-      if (st.code() == StatusCode::kUnavailable) Die("cannot reach fs3-meta at " + meta);
+      if (st.code() == StatusCode::kUnavailable) {
+        Die("cannot reach fs3-meta at " + meta + " (" + st.message() + ")");
+      }
       Die(layout_path + ": " + st.message());
     };
     fs3rpc::Credentials cred;
@@ -174,20 +184,50 @@ int Main(int argc, char** argv) {
     fs3rpc::FsckReply reply;
     Status st = client.Fsck(req, &reply);
     if (!st.ok()) {
-      if (st.code() == StatusCode::kUnavailable) Die("cannot reach fs3-meta at " + meta);
+      if (st.code() == StatusCode::kUnavailable) {
+        Die("cannot reach fs3-meta at " + meta + " (" + st.message() + ")");
+      }
       Die(st.message());
     }
+    // The replicas' check repairs nothing, so its problems make the exit code 1 even with
+    // --repair.
+    std::vector<std::string> replica_problems;
+    if (data) {
+      if (mgmtd.empty() && std::getenv("FS3_MGMTD")) mgmtd = std::getenv("FS3_MGMTD");
+      if (mgmtd.empty()) Die("fsck --data needs fs3-mgmtd's address: --mgmtd or $FS3_MGMTD");
+      auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd));
+      auto table = FetchRouting(*stub, RoutingFetch{.attempts = 3});
+      if (!table.ok()) {
+        Die("cannot reach fs3-mgmtd at " + mgmtd + " (" + table.status().message() + ")");
+      }
+      auto checked = CheckReplicas(*table, ReplicaCheckOptions{.read_content = !no_content});
+      if (!checked.ok()) Die("checking the replicas: " + checked.status().message());
+      replica_problems = checked->problems;
+      if (!json) {
+        std::fprintf(stderr, "fs3 fsck: %llu chain(s), %llu chunk(s) compared, %llu bytes read\n",
+                     static_cast<unsigned long long>(checked->chains),
+                     static_cast<unsigned long long>(checked->chunks),
+                     static_cast<unsigned long long>(checked->bytes_read));
+      }
+    }
     if (json) {
+      for (const std::string& p : replica_problems)
+        reply.add_problems(p);
       std::printf("%s\n", ToJson(reply).c_str());
-    } else if (reply.problems().empty()) {
+    } else if (reply.problems().empty() && replica_problems.empty()) {
       std::printf("fs3 fsck: clean\n");
     } else {
       for (const std::string& p : reply.problems())
         std::printf("%s\n", p.c_str());
-      std::printf("fs3 fsck: %d problem(s)%s\n", reply.problems_size(),
-                  repair ? ", repaired" : "; run with --repair to fix them");
+      for (const std::string& p : replica_problems)
+        std::printf("%s\n", p.c_str());
+      std::printf("fs3 fsck: %d problem(s)%s\n",
+                  reply.problems_size() + static_cast<int>(replica_problems.size()),
+                  !replica_problems.empty() ? "; --repair mends the namespace, not replicas"
+                  : repair                  ? ", repaired"
+                                            : "; run with --repair to fix them");
     }
-    return reply.problems().empty() || repair ? 0 : 1;
+    return replica_problems.empty() && (reply.problems().empty() || repair) ? 0 : 1;
   }
   if (mgmtd.empty() && std::getenv("FS3_MGMTD")) mgmtd = std::getenv("FS3_MGMTD");
   if (mgmtd.empty()) Die("no fs3-mgmtd address: --mgmtd or $FS3_MGMTD");

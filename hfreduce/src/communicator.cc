@@ -85,10 +85,9 @@ Status Validate(const CommunicatorOptions& o) {
   if (o.ib_service_level < -1 || o.ib_service_level > 15) {
     return InvalidArgument("hfreduce: ib_service_level must be in 0..15");
   }
-  if (o.transport != "auto" && o.transport != "tcp" && o.transport != "verbs") {
-    return InvalidArgument("hfreduce: transport must be auto, tcp or verbs; got '" + o.transport +
-                           "'");
-  }
+  // Checked here, before any rank talks to the store: a rank that failed later would leave the
+  // others failing on its closed store instead of with this reason.
+  FF_RETURN_IF_ERROR(WantsVerbs(o.transport).status());
   if (o.store_prefix.empty() || o.store_prefix.find('/') != std::string::npos) {
     return InvalidArgument("hfreduce: store_prefix must be non-empty and contain no '/'");
   }

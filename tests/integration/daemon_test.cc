@@ -8,7 +8,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/rpc_client.h"
 #include "tests/proto/echo.grpc.pb.h"
@@ -105,6 +107,58 @@ TEST_F(DaemonTest, ServesRpcAndMetricsThenShutsDownCleanlyOnSigterm) {
 }
 
 // What a Type=notify systemd unit relies on: READY=1 once serving, STOPPING=1 on SIGTERM.
+// A client whose server was killed and started again on the same address gets through soon after
+// the server listens again. (Nothing in this process serves gRPC, as in a mount or a tool: before
+// the backup poller was made to run every 100 ms, a connection to the restarted server went
+// unread for up to 5 s and every retried call waited that long.)
+TEST_F(DaemonTest, ARetriedCallGoesThroughSoonAfterItsServerRestarts) {
+  std::string config = WriteConfig(kGoodConfig);
+  std::string ready = dir_.File("ready.json");
+  // Started on this thread: a child dies with the thread that started it (PR_SET_PDEATHSIG).
+  auto start = [&](const std::string& listen) -> std::unique_ptr<test::Subprocess> {
+    std::remove(ready.c_str());
+    std::vector<std::string> args = {FF_ECHOD_PATH, "--config", config, "--ready-file", ready};
+    if (!listen.empty()) args.insert(args.end(), {"--listen", listen});
+    auto proc = test::Subprocess::Start(args);
+    if (!proc.ok() || !test::WaitForFile(ready, 20s)) return nullptr;
+    return std::make_unique<test::Subprocess>(std::move(*proc));
+  };
+  auto server = start("");
+  ASSERT_TRUE(server);
+  const std::string rpc = nlohmann::json::parse(*test::WaitForFile(ready, 1s))["rpc"];
+  auto stub = test::Echo::NewStub(MakeChannel(rpc));
+  test::SayRequest request;
+  request.set_text("again");
+  test::SayReply reply;
+  CallOptions options = CallOptions::Idempotent(5s);
+  options.max_attempts = 1 << 20;
+  options.max_backoff = 500ms;
+  options.total_deadline = 60s;
+  auto say = [&] {
+    return CallRpc("Say", options,
+                   [&](grpc::ClientContext* c) { return stub->Say(c, request, &reply); });
+  };
+  ASSERT_TRUE(say().ok());
+  for (int round = 0; round < 3; ++round) {
+    server->Signal(SIGKILL);
+    server->Wait(10s);
+    Status st;
+    std::chrono::steady_clock::time_point answered;
+    std::thread caller([&] {
+      st = say();  // retried while the server is down
+      answered = std::chrono::steady_clock::now();
+    });
+    std::this_thread::sleep_for(1500ms);
+    server = start(rpc);
+    const auto listening = std::chrono::steady_clock::now();
+    caller.join();
+    ASSERT_TRUE(server) << "ff-echod did not start again on " << rpc;
+    ASSERT_TRUE(st.ok()) << st;
+    // The retry after the server is ready is at most max_backoff away; 5 s was the old wait.
+    EXPECT_LT(answered - listening, 2500ms) << "round " << round;
+  }
+}
+
 TEST_F(DaemonTest, TellsSystemdWhenReadyAndWhenStopping) {
   std::string socket_path = dir_.File("notify.sock");
   int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);

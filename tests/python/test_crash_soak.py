@@ -2,15 +2,18 @@
 killed -9 at a random moment, again and again, and started again from its own command line.
 
 Workload, in three threads: files written through the FUSE mount (write, fsync, close; some renamed
-or removed afterwards), files written with fs3's native client (fs3client; durable when write
-returns), and jobs submitted with `hai submit`, some suspended or stopped. Whatever returned
-success is recorded as acknowledged.
+or removed afterwards; and a few files overwritten in place again and again: a header patched at
+offset 0, ranges rewritten and extended, overlapping pwrites, each fsync'd), files written with
+fs3's native client (fs3client; durable when write returns), and jobs submitted with `hai submit`,
+some suspended or stopped. Whatever returned success is recorded as acknowledged.
 
 Killed: fs3-mgmtd, fs3-meta, each fs3-storage, hai-server, each once per round in a random order,
 at a random moment. After each restart the workload pauses
-and the test checks: `fs3 fsck` is clean; every acknowledged file reads back with its content
-(through the mount or the native client), renamed files under their new name, removed files are
-gone; every acknowledged job is there. At the end every job has ended (succeeded or stopped).
+and the test checks: `fs3 fsck --data` is clean (the namespace, and every chunk's serving
+replicas equal); every acknowledged file reads back with its content (through the mount or the
+native client), renamed files under their new name, removed files are gone; each overwritten file
+holds, byte for byte, what its acknowledged writes made of it (an overwritten range shows the last
+acknowledged write, never an older one); every acknowledged job is there. At the end every job has ended (succeeded or stopped).
 
     SOAK_KILLS=100 SOAK_SEED=7 FF_BUILD_DIR=build .venv/bin/python -m pytest -q \\
         tests/python/test_crash_soak.py                    # or: ctest -L slow -R soak
@@ -80,10 +83,13 @@ class Workload:
         self.mnt = env["FS3_MOUNT"]
         self.lock = threading.Lock()
         self.files = {}          # acknowledged: path under the mount -> sha256
+        self.overwritten = {}    # files overwritten in place: path -> bytearray of what they hold
+        self.hot = 0             # files of that kind made so far
         self.removed = set()     # acknowledged removals
         self.native = {}         # acknowledged native writes: fs3 path -> sha256
         self.jobs = {}           # acknowledged submissions: id -> what was asked of it
-        self.stats = {"fuse_writes": 0, "native_writes": 0, "jobs": 0, "failed_ops": 0}
+        self.stats = {"fuse_writes": 0, "overwrites": 0, "native_writes": 0, "jobs": 0,
+                      "failed_ops": 0}
         self.running = threading.Event()
         self.running.set()
         self.stop = False
@@ -128,6 +134,7 @@ class Workload:
                 self.files[path] = digest
                 self.stats["fuse_writes"] += 1
                 names = sorted(self.files)
+            self.overwrite(base)
             if n[0] % 5 == 0:
                 old = self.rng.choice(names)
                 new = old + "-renamed"
@@ -146,6 +153,45 @@ class Workload:
             time.sleep(0.05)
 
         self.step(0, body)
+
+    def overwrite(self, base):
+        """One round of in-place overwrites of one of four files, fsync'd. A round that fails
+        leaves the file's bytes unknown: the file is dropped from the check and another made."""
+        with self.lock:
+            while len(self.overwritten) < 4:
+                self.hot += 1
+                self.overwritten[os.path.join(base, f"hot{self.hot}")] = None
+            path = self.rng.choice(sorted(self.overwritten))
+            shadow = self.overwritten[path]
+            self.overwritten[path] = None  # unknown until the round returns
+        try:
+            if shadow is None:  # a new file: the body, then its header patched at offset 0
+                shadow = bytearray(os.urandom(self.rng.randint(64, 768) * 1024))
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                writes = [(0, b"\0" * 512), (512, bytes(shadow[512:])), (0, bytes(shadow[:512]))]
+            else:
+                fd = os.open(path, os.O_WRONLY)
+                writes = []
+                for _ in range(self.rng.randint(1, 3)):  # may overlap each other
+                    at = 0 if self.rng.random() < 0.2 else self.rng.randrange(len(shadow) + 1)
+                    data = os.urandom(self.rng.randint(1, 96 * 1024))
+                    writes.append((at, data))
+                    if at + len(data) > len(shadow):
+                        shadow.extend(b"\0" * (at + len(data) - len(shadow)))
+                    shadow[at:at + len(data)] = data
+            try:
+                for at, data in writes:
+                    assert os.pwrite(fd, data, at) == len(data), "a short pwrite"
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:
+            with self.lock:
+                self.overwritten.pop(path, None)
+            raise
+        with self.lock:
+            self.overwritten[path] = shadow
+            self.stats["overwrites"] += 1
 
     def native_writes(self):
         import fs3client
@@ -209,12 +255,14 @@ class Workload:
     def verify(self):
         """Every acknowledged operation is there; fsck is clean."""
         fsck = os.path.join(self.build, "fs3", "fs3")
-        wait_for("fs3 fsck clean", lambda: subprocess.run(
-            [fsck, "fsck", "--meta", self.env["FS3_META"]], env=self.env, capture_output=True,
-            timeout=60).returncode == 0, 90)
+        wait_for("fs3 fsck --data clean", lambda: subprocess.run(
+            [fsck, "--mgmtd", self.env["FS3_MGMTD"], "fsck", "--data", "--meta",
+             self.env["FS3_META"]], env=self.env, capture_output=True, timeout=120).returncode == 0,
+            120)
         with self.lock:
             files, removed, native, jobs = (dict(self.files), set(self.removed),
                                             dict(self.native), dict(self.jobs))
+            overwritten = {p: bytes(b) for p, b in self.overwritten.items() if b is not None}
 
         def readable(path, digest):
             try:
@@ -228,6 +276,23 @@ class Workload:
             assert ok is True, f"an acknowledged write is lost or wrong: {ok}"
         for path in removed:
             assert not os.path.exists(path), f"{path} was removed (acknowledged) and is back"
+
+        def holds(path, want):
+            try:
+                with open(path, "rb") as f:
+                    got = f.read()
+            except OSError as e:
+                return False if e.errno in (5, 107, 110, 11) else f"{path}: {e}"
+            if got == want:
+                return True
+            at = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]),
+                      min(len(got), len(want)))
+            return (f"{path}: {len(got)} bytes, expected {len(want)}; first difference at byte "
+                    f"{at}")
+
+        for path, want in overwritten.items():
+            ok = wait_for(f"{path} readable", lambda: holds(path, want), 90)
+            assert ok is True, f"an acknowledged overwrite is lost: {ok}"
         import fs3client
         fs = fs3client.FileSystem(self.env["FS3_META"], self.env["FS3_MGMTD"])
         for path, digest in native.items():
@@ -299,7 +364,8 @@ def test_crash_soak(cluster):  # noqa: F811 (the fixture)
     jobs = wait_for("every job ended", lambda: Workload._try(ended), 300)[0]
     stopped = sum(1 for i in w.jobs if jobs[i]["state"] == "STOPPED")
     print(f"crash soak: PASSED: {KILLS} kills ({', '.join(f'{n} x{c}' for n, c in sorted(killed.items()))}); "
-          f"{w.stats['fuse_writes']} FUSE writes, {w.stats['native_writes']} native writes, "
+          f"{w.stats['fuse_writes']} FUSE writes, {w.stats['overwrites']} rounds of overwrites "
+          f"in place, {w.stats['native_writes']} native writes, "
           f"{len(w.jobs)} jobs ({stopped} stopped), {w.stats['failed_ops']} operations refused "
           f"while a daemon was down; fsck clean and nothing acknowledged lost after every restart",
           file=sys.stderr)

@@ -3,7 +3,9 @@
 // The child runs in its own process group, with stdout and stderr sent to files (read them with
 // Stdout()/Stderr()), and is killed by the kernel if the parent dies (PR_SET_PDEATHSIG), so a
 // failing test or tool never leaves processes behind. The destructor kills the group and reaps
-// it. Used by tools that launch ranks (hfreduce-bench) and by the integration tests.
+// it. PR_SET_PDEATHSIG fires when the *thread* that started the child exits, not only the
+// process: start a child that must outlive a helper thread from a thread that lives as long. Used
+// by tools that launch ranks (hfreduce-bench) and by the integration tests.
 #pragma once
 
 #include <sys/types.h>
