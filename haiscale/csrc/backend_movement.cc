@@ -77,27 +77,44 @@ c10::intrusive_ptr<c10d::Work> HFReduceBackend::allgather_into_tensor_coalesced(
 
 c10::intrusive_ptr<c10d::Work> HFReduceBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
+    const c10d::AllgatherOptions& /*opts*/) {
   TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1,
               "hfreduce: allgather takes one input tensor and one output list per call");
-  return allgather_coalesced(outputs, inputs, opts);
+  return AllgatherLists(outputs, inputs, c10d::OpType::ALLGATHER, "allgather");
 }
 
 c10::intrusive_ptr<c10d::Work> HFReduceBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& /*opts*/) {
-  TORCH_CHECK(output_lists.size() == inputs.size(), "hfreduce: allgather: ", output_lists.size(),
-              " output lists for ", inputs.size(), " inputs");
+  // torch's layout (all_gather_coalesced, and gloo's): one list per rank, holding that rank's
+  // piece of every input: output_lists[rank][i].
+  TORCH_CHECK(static_cast<int>(output_lists.size()) == getSize(),
+              "hfreduce: allgather_coalesced: ", output_lists.size(),
+              " output lists for a group of ", getSize(), " (one list per rank)");
+  std::vector<std::vector<at::Tensor>> per_input(inputs.size());
+  for (std::size_t r = 0; r < output_lists.size(); ++r) {
+    TORCH_CHECK(output_lists[r].size() == inputs.size(), "hfreduce: allgather_coalesced: rank ", r,
+                "'s output list has ", output_lists[r].size(), " tensors for ", inputs.size(),
+                " inputs");
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      per_input[i].push_back(output_lists[r][i]);
+  }
+  return AllgatherLists(per_input, inputs, c10d::OpType::ALLGATHER_COALESCED,
+                        "allgather_coalesced");
+}
+
+c10::intrusive_ptr<c10d::Work> HFReduceBackend::AllgatherLists(
+    const std::vector<std::vector<at::Tensor>>& per_input, const std::vector<at::Tensor>& inputs,
+    c10d::OpType type, const char* op) {
   std::vector<Staged> staged;
   std::vector<at::Tensor> flats;
   std::vector<at::Tensor> all_outputs;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    TORCH_CHECK(static_cast<int>(output_lists[i].size()) == getSize(),
-                "hfreduce: allgather: ", output_lists[i].size(), " output tensors for a group of ",
-                getSize());
-    for (const at::Tensor& o : output_lists[i]) {
-      CheckSameType(o, inputs[i], "allgather");
-      TORCH_CHECK(o.numel() == inputs[i].numel(), "hfreduce: allgather: an output has ", o.numel(),
+    TORCH_CHECK(static_cast<int>(per_input[i].size()) == getSize(), "hfreduce: ", op, ": ",
+                per_input[i].size(), " output tensors for a group of ", getSize());
+    for (const at::Tensor& o : per_input[i]) {
+      CheckSameType(o, inputs[i], op);
+      TORCH_CHECK(o.numel() == inputs[i].numel(), "hfreduce: ", op, ": an output has ", o.numel(),
                   " elements, the input ", inputs[i].numel(),
                   " (every rank must send the same size)");
       all_outputs.push_back(o);
@@ -106,17 +123,17 @@ c10::intrusive_ptr<c10d::Work> HFReduceBackend::allgather_coalesced(
     flats.push_back(
         at::empty({getSize() * inputs[i].numel()}, inputs[i].options().device(at::kCPU)));
   }
-  auto post = [output_lists, flats] {
-    for (std::size_t i = 0; i < output_lists.size(); ++i) {
-      int64_t n = flats[i].numel() / static_cast<int64_t>(output_lists[i].size());
-      for (std::size_t r = 0; r < output_lists[i].size(); ++r) {
-        at::Tensor o = output_lists[i][r];
+  auto post = [per_input, flats] {
+    for (std::size_t i = 0; i < per_input.size(); ++i) {
+      int64_t n = flats[i].numel() / static_cast<int64_t>(per_input[i].size());
+      for (std::size_t r = 0; r < per_input[i].size(); ++r) {
+        at::Tensor o = per_input[i][r];
         o.copy_(flats[i].narrow(0, static_cast<int64_t>(r) * n, n).view(o.sizes()));
       }
     }
   };
   return Launch(
-      c10d::OpType::ALLGATHER, "allgather", all_outputs,
+      type, op, all_outputs,
       [&](hf::Communicator& c) {
         std::vector<std::shared_ptr<hf::Work>> parts;
         for (std::size_t i = 0; i < inputs.size(); ++i) {

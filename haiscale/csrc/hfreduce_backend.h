@@ -144,6 +144,10 @@ class HFReduceBackend final : public c10d::Backend {
                                         std::vector<at::Tensor> outputs, const Issue& issue,
                                         std::vector<Staged> staged = {},
                                         std::function<void()> post = {});
+  // allgather of each input into its list of per-rank outputs: per_input[i][rank].
+  c10::intrusive_ptr<c10d::Work> AllgatherLists(
+      const std::vector<std::vector<at::Tensor>>& per_input, const std::vector<at::Tensor>& inputs,
+      c10d::OpType type, const char* op);
   // A tag for the point-to-point messages of one collective (scatter, alltoall): above every
   // user tag, the same on every rank because collectives are issued in the same order.
   uint32_t NextCollectiveTag();

@@ -182,6 +182,27 @@ def check_coalesced(c, group, ranks):
         c.equal(f"reduce_scatter_tensor_coalesced {d}", o, reference("sum", fulls[d], d)[me * 20:(me + 1) * 20])
 
 
+def check_list_forms(c, group, ranks, gloo):
+    """The list and coalesced forms against gloo on the same inputs (torch's reference backend)."""
+    me = dist.get_rank(group)
+    world = len(ranks)
+    import warnings
+    for n_inputs in (world, world + 1, 1):  # as many inputs as ranks hid a transposition
+        inputs = [torch.full((3 + i,), float(10 * me + i)) for i in range(n_inputs)]
+        got = [[torch.empty(3 + i) for i in range(n_inputs)] for _ in range(world)]
+        want = [[torch.empty(3 + i) for i in range(n_inputs)] for _ in range(world)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # all_gather_coalesced is deprecated, still used
+            dist.all_gather_coalesced(got, inputs, group=group)
+            dist.all_gather_coalesced(want, inputs, group=gloo)
+        for r in range(world):
+            for i in range(n_inputs):
+                c.equal(f"all_gather_coalesced ({n_inputs} inputs) rank {r} input {i} (gloo's)",
+                        got[r][i], want[r][i])
+                c.equal(f"all_gather_coalesced ({n_inputs} inputs) rank {r} input {i}",
+                        got[r][i], torch.full((3 + i,), float(10 * r + i)))
+
+
 def check_movement(c, group, ranks):
     me = dist.get_rank(group)
     world = len(ranks)
@@ -280,6 +301,8 @@ def check_everything():
     ranks = list(range(world))
     check_reductions(c, None, ranks)
     check_coalesced(c, None, ranks)
+    gloo = dist.new_group(backend="gloo")
+    check_list_forms(c, None, ranks, gloo)
     check_movement(c, None, ranks)
     check_point_to_point(c)
     check_errors(c)
