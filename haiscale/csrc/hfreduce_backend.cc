@@ -85,14 +85,21 @@ struct PendingOp {
     if (!st.ok() && first_error.ok()) first_error = st;
     return --left == 0;
   }
-  std::function<void(const Status&)> finish;  // copies staged results back, completes the Work
+  // Copies staged results back (in completion order); returns the op's error, if any.
+  std::function<std::exception_ptr(const Status&)> finish;
+  // Completes the Work and its future, whose callbacks run here and may block.
+  std::function<void(std::exception_ptr)> complete;
   std::mutex mu;
   std::size_t left;
   Status first_error;
 };
 
-// Runs completions (copy-back of staged tensors, then marking futures, whose callbacks may take
-// the GIL) on one thread of the backend's own, in the order the collectives completed.
+// Runs completions on threads of the backend's own: the copy-back of staged tensors on one
+// thread, in the order the collectives completed (two ops on one tensor land in order); then the
+// Work's completion and its future's callbacks on a pool that always has a free thread for the
+// next completion. A callback may issue a collective and wait for it (torch's PowerSGD comm hook
+// does): had it run on the completing thread, nothing could complete the inner collective. As
+// with gloo, Work::wait returns once the future's callbacks have run.
 //
 // A finished op still holds tensors, and dropping the last reference to a tensor that Python
 // owns takes the GIL: that must happen on a caller's thread, never here (a thread of ours that
@@ -107,7 +114,14 @@ class Completer {
       stop_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    thread_.join();  // runs what is posted, handing the completions to the pool
+    {
+      std::lock_guard lock(pool_mu_);
+      pool_stop_ = true;
+    }
+    pool_cv_.notify_all();
+    for (std::thread& t : pool_)
+      t.join();
   }
   void Post(std::shared_ptr<PendingOp> op) {
     {
@@ -119,12 +133,14 @@ class Completer {
   // The finished ops, for the calling thread to drop.
   std::vector<std::shared_ptr<PendingOp>> TakeFinished() {
     std::vector<std::shared_ptr<PendingOp>> dead;
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(pool_mu_);
     dead.swap(graveyard_);
     return dead;
   }
 
  private:
+  using Completion = std::pair<std::shared_ptr<PendingOp>, std::exception_ptr>;
+
   void Run() {
     while (true) {
       std::shared_ptr<PendingOp> op;
@@ -135,17 +151,48 @@ class Completer {
         op = std::move(queue_.front());
         queue_.pop_front();
       }
-      op->finish(op->first_error);
-      std::lock_guard lock(mu_);
-      graveyard_.push_back(std::move(op));
+      std::exception_ptr error = op->finish(op->first_error);
+      Dispatch({std::move(op), error});
     }
   }
+
+  // Hands a completion to a waiting pool thread, or to a new one when every thread is busy
+  // (blocked in a callback, perhaps): a completion never waits behind a callback.
+  void Dispatch(Completion c) {
+    std::lock_guard lock(pool_mu_);
+    completions_.push_back(std::move(c));
+    if (completions_.size() > idle_) pool_.emplace_back([this] { RunCallbacks(); });
+    pool_cv_.notify_one();
+  }
+
+  void RunCallbacks() {
+    std::unique_lock lock(pool_mu_);
+    while (true) {
+      ++idle_;
+      pool_cv_.wait(lock, [&] { return pool_stop_ || !completions_.empty(); });
+      --idle_;
+      if (completions_.empty()) return;
+      Completion c = std::move(completions_.front());
+      completions_.pop_front();
+      lock.unlock();
+      c.first->complete(c.second);
+      lock.lock();
+      graveyard_.push_back(std::move(c.first));
+    }
+  }
+
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<PendingOp>> queue_;
-  std::vector<std::shared_ptr<PendingOp>> graveyard_;
   bool stop_ = false;
-  std::thread thread_;
+  std::mutex pool_mu_;
+  std::condition_variable pool_cv_;
+  std::deque<Completion> completions_;
+  std::size_t idle_ = 0;  // pool threads waiting for a completion
+  std::vector<std::thread> pool_;
+  std::vector<std::shared_ptr<PendingOp>> graveyard_;
+  bool pool_stop_ = false;
+  std::thread thread_;  // last: started once the rest is built
 };
 
 namespace {
@@ -199,20 +246,20 @@ class HFReduceWork final : public c10d::Work {
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
-  // On the completer thread: records the outcome, wakes waiters, then completes the future
-  // (running its callbacks on this thread).
+  // On a completion thread: completes the future (running its callbacks here), then records
+  // the outcome and wakes waiters (as gloo does: wait() returns after the callbacks ran).
   void Finish(std::exception_ptr error) {
+    if (error) {
+      future_->setError(error);
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
     {
       std::lock_guard lock(mu_);
       error_ = error;
       done_ = true;
     }
     cv_.notify_all();
-    if (error) {
-      future_->setError(error);
-    } else {
-      future_->markCompleted(c10::IValue(outputs_));
-    }
   }
 
  private:
@@ -418,18 +465,20 @@ c10::intrusive_ptr<c10d::Work> HFReduceBackend::Launch(c10d::OpType type, const 
     parts = issue(*comm_);
   }
   auto op = std::make_shared<PendingOp>(parts.size());
-  op->finish = [work, staged = std::move(staged), post = std::move(post)](const Status& st) {
-    if (!st.ok()) return work->Finish(ErrorOf(st));
+  op->finish = [staged = std::move(staged),
+                post = std::move(post)](const Status& st) -> std::exception_ptr {
+    if (!st.ok()) return ErrorOf(st);
     try {
       for (const Staged& s : staged) {
         if (s.copy_back) s.user.copy_(s.buf);
       }
       if (post) post();
     } catch (...) {
-      return work->Finish(std::current_exception());
+      return std::current_exception();
     }
-    work->Finish(nullptr);
+    return nullptr;
   };
+  op->complete = [work](std::exception_ptr error) { work->Finish(error); };
   if (parts.empty()) {
     completer->Post(op);
     return work;

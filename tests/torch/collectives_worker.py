@@ -203,6 +203,42 @@ def check_list_forms(c, group, ranks, gloo):
                         got[r][i], torch.full((3 + i,), float(10 * r + i)))
 
 
+def check_callbacks(c):
+    """Futures: a callback that issues a collective and waits for it (torch's PowerSGD comm hook
+    does), chained callbacks, and work.wait() after them."""
+    import faulthandler
+    world = dist.get_world_size()
+    faulthandler.dump_traceback_later(120, exit=True)  # a deadlock fails the run, with stacks
+    try:
+        x, y = torch.ones(4), torch.ones(4)
+        work = dist.all_reduce(x, async_op=True)
+        inner = work.get_future().then(
+            lambda f: dist.all_reduce(y, async_op=True).get_future().wait()[0])
+        c.equal("a collective issued and waited for in a callback", inner.wait(),
+                torch.full((4,), float(world)))
+        c.equal("the outer collective", x, torch.full((4,), float(world)))
+        # Two levels deep, and chained.
+        z = torch.ones(3)
+
+        def nested(_):
+            w = torch.ones(3)
+            return dist.all_reduce(w, async_op=True).get_future().then(
+                lambda f: dist.all_reduce(f.wait()[0], async_op=True).get_future().wait()[0]).wait()
+
+        got = dist.all_reduce(z, async_op=True).get_future().then(nested).then(
+            lambda f: f.wait() * 2).wait()
+        c.equal("nested and chained callbacks", got, torch.full((3,), float(2 * world * world)))
+        t = torch.ones(5)
+        work = dist.all_reduce(t, async_op=True)
+        seen = []
+        work.get_future().then(lambda f: seen.append(f.wait()[0].clone()))
+        work.wait()
+        c.equal("wait() returns after the callbacks ran", seen[0] if seen else torch.zeros(5),
+                torch.full((5,), float(world)))
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
 def check_movement(c, group, ranks):
     me = dist.get_rank(group)
     world = len(ranks)
@@ -303,6 +339,7 @@ def check_everything():
     check_coalesced(c, None, ranks)
     gloo = dist.new_group(backend="gloo")
     check_list_forms(c, None, ranks, gloo)
+    check_callbacks(c)
     check_movement(c, None, ranks)
     check_point_to_point(c)
     check_errors(c)
