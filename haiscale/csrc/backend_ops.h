@@ -31,6 +31,9 @@ struct Reduction {
 };
 Reduction ReductionOf(const c10d::ReduceOp& reduce_op, const at::Tensor& t, const char* what);
 
+// The one-line errors of refused input, naming the op: a sparse (any non-strided) tensor; more
+// or fewer than one tensor; types that differ.
+void CheckDense(const at::Tensor& t, const char* op);
 void CheckSingle(const std::vector<at::Tensor>& tensors, const char* op);
 void CheckSameType(const at::Tensor& a, const at::Tensor& b, const char* op);
 std::size_t Bytes(const at::Tensor& t);

@@ -288,6 +288,7 @@ std::string TypeName(const at::Tensor& t) {
 }
 
 hf::DataType ReductionType(const at::Tensor& t, const char* op) {
+  CheckDense(t, op);
   switch (t.scalar_type()) {
     case at::kFloat:
       return hf::DataType::kFloat32;
@@ -363,12 +364,21 @@ Reduction ReductionOf(const c10d::ReduceOp& reduce_op, const at::Tensor& t, cons
   return r;
 }
 
+void CheckDense(const at::Tensor& t, const char* op) {
+  TORCH_CHECK(t.layout() == at::kStrided, "hfreduce: ", op, " of a ", c10::toString(t.layout()),
+              " tensor is not supported (dense tensors only: pass t.to_dense(), or use gloo for "
+              "sparse collectives)");
+}
+
 void CheckSingle(const std::vector<at::Tensor>& tensors, const char* op) {
   TORCH_CHECK(tensors.size() == 1, "hfreduce: ", op, " takes one tensor per call, got ",
               tensors.size());
+  CheckDense(tensors[0], op);
 }
 
 void CheckSameType(const at::Tensor& a, const at::Tensor& b, const char* op) {
+  CheckDense(a, op);
+  CheckDense(b, op);
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "hfreduce: ", op, " of ", TypeName(b), " into ",
               TypeName(a), ": the types differ");
 }
@@ -463,6 +473,10 @@ c10::intrusive_ptr<c10d::Work> HFReduceBackend::Launch(c10d::OpType type, const 
         devices.empty() ? nullptr : c10::cuda::getCurrentCUDAStream(devices[0].index()).stream());
 #endif
     parts = issue(*comm_);
+    if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+        type != c10d::OpType::RECVANYSOURCE) {
+      ++sequence_;
+    }
   }
   auto op = std::make_shared<PendingOp>(parts.size());
   op->finish = [staged = std::move(staged),
@@ -491,6 +505,16 @@ c10::intrusive_ptr<c10d::Work> HFReduceBackend::Launch(c10d::OpType type, const 
     });
   }
   return work;
+}
+
+void HFReduceBackend::setSequenceNumberForGroup() {
+  std::lock_guard lock(mu_);
+  sequence_ = 0;
+}
+
+uint64_t HFReduceBackend::getSequenceNumberForGroup() {
+  std::lock_guard lock(mu_);
+  return sequence_;
 }
 
 uint32_t HFReduceBackend::NextCollectiveTag() {

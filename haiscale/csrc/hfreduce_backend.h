@@ -122,6 +122,12 @@ class HFReduceBackend final : public c10d::Backend {
   // Stop every thread and release the shared memory; later calls raise.
   void shutdown() override;
   void abort() override;
+  // Sequence numbers (TORCH_DISTRIBUTED_DEBUG=DETAIL, object collectives on subgroups): the
+  // collectives issued so far, the same on every rank of the group since each issues them in the
+  // same order; point-to-point operations, between two ranks only, are not counted. Every group
+  // starts at 0, as gloo's do.
+  void setSequenceNumberForGroup() override;
+  uint64_t getSequenceNumberForGroup() override;
 
   // How many nodes the group spans, and which transport joins them ("shm" for one node).
   int num_nodes() const;
@@ -158,6 +164,7 @@ class HFReduceBackend final : public c10d::Backend {
   std::unique_ptr<hfreduce::Communicator> comm_;
   std::unique_ptr<Completer> completer_;
   uint32_t collective_tags_ = 0;
+  uint64_t sequence_ = 0;  // collectives issued (under mu_)
 };
 
 }  // namespace ff::haiscale

@@ -326,6 +326,8 @@ def check_errors(c):
     c.raises("allreduce of int16", lambda: dist.all_reduce(t), ["hfreduce", "allreduce", "Short"])
     c.raises("allreduce with BAND", lambda: dist.all_reduce(torch.zeros(4, dtype=torch.int32), op=dist.ReduceOp.BAND),
              ["hfreduce", "BAND"])
+    c.raises("allreduce of a sparse tensor", lambda: dist.all_reduce(torch.eye(3).to_sparse()),
+             ["hfreduce", "allreduce", "Sparse", "dense tensors only"])
     c.raises("all_gather_into_tensor of the wrong size",
              lambda: dist.all_gather_into_tensor(torch.empty(3), torch.empty(2)), ["hfreduce", "elements"])
 
@@ -364,3 +366,32 @@ def check_everything():
     dist.barrier()
     dist.destroy_process_group()
     return {"checked": c.checked, "failures": c.failures, "info": info}
+
+
+def debug_detail():
+    """Under TORCH_DISTRIBUTED_DEBUG=DETAIL (torch's standard debugging switch): sequence numbers
+    agree across ranks, collectives and object collectives (on a subgroup too) work."""
+    dist.init_process_group("hfreduce")
+    c = Checker()
+    me, world = dist.get_rank(), dist.get_world_size()
+    pg = dist.distributed_c10d._get_default_group()
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    c.equal("allreduce under DETAIL", t, torch.full((8,), float(world)))
+    objects = [None] * world
+    dist.all_gather_object(objects, {"rank": me})
+    if objects != [{"rank": r} for r in range(world)]:
+        c.failures.append(f"all_gather_object: {objects}")
+    sub = dist.new_group(list(range(world))[::-1])  # a subgroup, ranks listed in another order
+    box = [f"from {world - 1}" if me == world - 1 else None]
+    dist.broadcast_object_list(box, src=world - 1, group=sub)
+    if box != [f"from {world - 1}"]:
+        c.failures.append(f"broadcast_object_list on a subgroup: {box}")
+    seqs = [None] * world
+    backend = pg._get_backend(torch.device("cpu"))  # ProcessGroup asks only built-in backends
+    dist.all_gather_object(seqs, backend._get_sequence_number_for_group())
+    if len(set(seqs)) != 1 or seqs[0] <= 0:
+        c.failures.append(f"sequence numbers differ or do not count: {seqs}")
+    dist.barrier()
+    dist.destroy_process_group()
+    return {"checked": c.checked + 3, "failures": c.failures, "sequence": seqs[0]}

@@ -16,3 +16,12 @@ def test_every_op_and_type_gives_the_exact_result(nodes, per_node):
     assert all(r["checked"] > 250 for r in results), [r["checked"] for r in results]
     expected_transport = "shm" if nodes == 1 else "tcp"
     assert all(r["info"] == {"nodes": nodes, "transport": expected_transport} for r in results), results
+
+
+@pytest.mark.parametrize("nodes,per_node", [(1, 2), (2, 2)], ids=["1x2", "2x2"])
+def test_torch_distributed_debug_detail_works(nodes, per_node):
+    results = run("collectives_worker:debug_detail", nodes, per_node,
+                  env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, timeout=180)
+    failures = [f for r in results for f in r["failures"]]
+    assert not failures, "\n".join(failures)
+    assert len({r["sequence"] for r in results}) == 1, results
