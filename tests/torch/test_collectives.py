@@ -25,3 +25,12 @@ def test_torch_distributed_debug_detail_works(nodes, per_node):
     failures = [f for r in results for f in r["failures"]]
     assert not failures, "\n".join(failures)
     assert len({r["sequence"] for r in results}) == 1, results
+
+
+@pytest.mark.parametrize("nodes,per_node", [(1, 2), (2, 1), (2, 2)], ids=["1x2", "2x1", "2x2"])
+def test_ddp_comm_hooks_match_gloo(nodes, per_node):
+    results = run("comm_hooks_worker:compare_hooks", nodes, per_node, timeout=300)
+    for r in results:
+        for name, c in r.items():
+            assert c["moved"] > 1e-3, f"{name}: training did not move the parameters"
+            assert c["worst"] <= c["tolerance"], f"{name}: hfreduce and gloo differ by {c['worst']}"
