@@ -42,15 +42,18 @@ def mismatched_counts():
     return {"error": None}
 
 
-def stalled_rank(stall_rank, timeout_s, stall_s):
-    dist.init_process_group("hfreduce", timeout=datetime.timedelta(seconds=timeout_s))
+def stalled_rank(stall_rank, timeout_s, stall_s, op="all_reduce", backend="hfreduce"):
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
     if dist.get_rank() == stall_rank:
         time.sleep(stall_s)
     start = time.time()
     try:
-        dist.all_reduce(torch.ones(1000))
+        if op == "barrier":
+            dist.barrier()
+        else:
+            dist.all_reduce(torch.ones(1000))
     except RuntimeError as e:
-        return {"error": str(e), "waited": time.time() - start}
+        return {"error": str(e), "type": type(e).__name__, "waited": time.time() - start}
     return {"error": None, "waited": time.time() - start}
 
 

@@ -10,6 +10,8 @@ import sys
 import tempfile
 import time
 
+import pytest
+
 from launch import HERE, Ranks, free_port, run
 
 
@@ -101,3 +103,15 @@ def test_torchrun_launches_a_script_over_hfreduce():
     assert out.returncode == 0, out.stdout + out.stderr
     for rank in range(3):
         assert f"torchrun rank {rank}/3: allreduce ok, ddp step ok, {{'nodes': 1, 'transport': 'shm'}}" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("nodes,per_node", [(1, 2), (2, 1), (2, 2)], ids=["1x2", "2x1", "2x2"])
+def test_a_barrier_a_peer_never_joins_raises_like_gloo_within_the_timeout(nodes, per_node):
+    # The last rank stalls 12 s; the others' barrier raises at the 3 s timeout, a RuntimeError
+    # whose words ("Timed out") are gloo's, which callers match.
+    world = nodes * per_node
+    results = run("failures_worker:stalled_rank", nodes, per_node,
+                  args=[world - 1, 3, 12, "barrier"], timeout=120)
+    for r in results[:-1]:
+        assert r["type"] == "RuntimeError" and "Timed out" in r["error"], r
+        assert 2.5 < r["waited"] < 10, r

@@ -51,7 +51,8 @@ Status Waiter::Until(const std::function<bool()>& pred, Clock::time_point deadli
     if (segment_.aborted()) return segment_.AbortStatus();
     auto now = Clock::now();
     if (now >= deadline) {
-      segment_.Abort(DeadlineExceeded("hfreduce: timed out waiting for " + what()));
+      // "Timed out" as gloo words it: callers match that.
+      segment_.Abort(DeadlineExceeded("hfreduce: Timed out waiting for " + what()));
       return segment_.AbortStatus();
     }
     if (check_peers && now >= next_check) {
