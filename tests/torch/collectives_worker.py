@@ -203,6 +203,115 @@ def check_list_forms(c, group, ranks, gloo):
                         got[r][i], torch.full((3 + i,), float(10 * r + i)))
 
 
+def check_against_gloo(c, gloo):
+    """Each op, in each form torch exposes, over hfreduce and over gloo on the same inputs: the
+    results must be equal (integers exactly; float sums add in another order: within 1e-5
+    relative, 1e-4 absolute on values up to ~100)."""
+    me, world = dist.get_rank(), dist.get_world_size()
+    hf = dist.distributed_c10d._get_default_group()
+
+    def same(what, run):
+        got, want = run(hf), run(gloo)
+        for k, (g, w) in enumerate(zip(got, want)):
+            c.checked += 1
+            close = (torch.allclose(g, w, rtol=1e-5, atol=1e-4) if g.dtype.is_floating_point
+                     else torch.equal(g, w))
+            if g.shape != w.shape or g.dtype != w.dtype or not close:
+                c.failures.append(f"{what} (output {k}) differs from gloo's: {g.flatten()[:6].tolist()} vs "
+                                  f"{w.flatten()[:6].tolist()}")
+
+    def x(n=37, dtype=torch.float32, salt=0):
+        g = torch.Generator().manual_seed(1000 * me + salt)
+        return (torch.randn(n, generator=g) * 10).to(dtype) if dtype.is_floating_point else \
+            torch.randint(-50, 50, (n,), generator=g, dtype=dtype)
+
+    for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT):
+        for dtype in (torch.float32, torch.int64):
+            def allreduce(g, op=op, dtype=dtype):
+                t = x(dtype=dtype) if op != dist.ReduceOp.PRODUCT else x(dtype=dtype).clamp(-2, 2)
+                dist.all_reduce(t, op=op, group=g)
+                return [t]
+            same(f"all_reduce {op} {dtype}", allreduce)
+
+    def allreduce_async(g):
+        ts = [x(salt=i) for i in range(3)]
+        works = [dist.all_reduce(t, group=g, async_op=True) for t in ts]
+        return [w.get_future().wait()[0] for w in works]
+    same("all_reduce async, through futures", allreduce_async)
+
+    def allreduce_then(g):
+        t = x()
+        fut = dist.all_reduce(t, group=g, async_op=True).get_future().then(lambda f: f.value()[0] * 3)
+        return [fut.wait()]
+    same("all_reduce future .then", allreduce_then)
+
+    def allreduce_coalesced(g):
+        ts = [x(salt=i) for i in range(3)]
+        dist.all_reduce_coalesced(ts, group=g)
+        return ts
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        same("all_reduce_coalesced", allreduce_coalesced)
+
+    def broadcast(g):
+        out = []
+        for root in range(world):
+            t = x(salt=root)
+            dist.broadcast(t, root, group=g)
+            out.append(t)
+        return out
+    same("broadcast from every root", broadcast)
+
+    def all_gather(g):
+        outs = [torch.empty(37) for _ in range(world)]
+        dist.all_gather(outs, x(), group=g)
+        return outs
+    same("all_gather (list)", all_gather)
+
+    def all_gather_into_tensor(g):
+        out = torch.empty(37 * world)
+        dist.all_gather_into_tensor(out, x(), group=g)
+        return [out]
+    same("all_gather_into_tensor", all_gather_into_tensor)
+
+    def reduce_scatter_tensor(g):
+        out = torch.empty(5)
+        dist.reduce_scatter_tensor(out, x(5 * world), group=g)
+        return [out]
+    same("reduce_scatter_tensor", reduce_scatter_tensor)
+
+    def reduce(g):
+        t = x()
+        dist.reduce(t, world - 1, group=g)
+        return [t] if me == world - 1 else []
+    same("reduce (to the last rank)", reduce)
+
+    def gather(g):
+        outs = [torch.empty(37) for _ in range(world)] if me == 0 else None
+        dist.gather(x(), outs, dst=0, group=g)
+        return outs or []
+    same("gather", gather)
+
+    def scatter(g):
+        out = torch.empty(37)
+        dist.scatter(out, [x(salt=r) for r in range(world)] if me == 0 else None, src=0, group=g)
+        return [out]
+    same("scatter", scatter)
+
+    def all_to_all_single(g):
+        out = torch.empty(4 * world)
+        dist.all_to_all_single(out, x(4 * world), group=g)
+        return [out]
+    same("all_to_all_single", all_to_all_single)
+
+    def all_to_all(g):
+        outs = [torch.empty(3) for _ in range(world)]
+        dist.all_to_all(outs, [x(3, salt=j) for j in range(world)], group=g)
+        return outs
+    same("all_to_all (list)", all_to_all)
+
+
 def check_callbacks(c):
     """Futures: a callback that issues a collective and waits for it (torch's PowerSGD comm hook
     does), chained callbacks, and work.wait() after them."""
@@ -341,6 +450,7 @@ def check_everything():
     check_coalesced(c, None, ranks)
     gloo = dist.new_group(backend="gloo")
     check_list_forms(c, None, ranks, gloo)
+    check_against_gloo(c, gloo)
     check_callbacks(c)
     check_movement(c, None, ranks)
     check_point_to_point(c)
