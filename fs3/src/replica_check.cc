@@ -35,11 +35,11 @@ std::string Describe(uint64_t target, const fs3rpc::ChunkMetaRecord* r) {
 
 // One round over one chain: its serving replicas' listings, compared, and (with read_content)
 // their contents checked. Problems keyed by chunk ("" for the chain as a whole).
-Result<std::map<std::string, std::string>> CheckChain(const std::vector<uint64_t>& serving,
-                                                      const std::map<uint64_t, std::string>& where,
-                                                      const ReplicaCheckOptions& options,
-                                                      StorageStubs& stubs, GrpcTransport& transport,
-                                                      ReplicaCheckReport* report) {
+std::map<std::string, std::string> CheckChain(const std::vector<uint64_t>& serving,
+                                              const std::map<uint64_t, std::string>& where,
+                                              const ReplicaCheckOptions& options,
+                                              StorageStubs& stubs, GrpcTransport& transport,
+                                              ReplicaCheckReport* report) {
   Dumps dumps;
   std::map<std::string, std::string> problems;
   for (uint64_t target : serving) {
@@ -156,8 +156,8 @@ Result<ReplicaCheckReport> CheckReplicas(const fs3rpc::RoutingInfo& routing,
     for (int round = 0; round < std::max(1, options.rounds); ++round) {
       if (round > 0) std::this_thread::sleep_for(options.pause);
       ReplicaCheckReport counted;
-      FF_ASSIGN_OR_RETURN(auto found, CheckChain(serving, where, options, stubs, transport,
-                                                 round == 0 ? &report : &counted));
+      auto found =
+          CheckChain(serving, where, options, stubs, transport, round == 0 ? &report : &counted);
       if (round == 0) {
         seen = std::move(found);
       } else {
