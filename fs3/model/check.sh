@@ -39,36 +39,25 @@ build_pan() {
 }
 
 echo "== 1. each bug the model found, put back, is found again =="
-# name | spin defines | what it breaks
-while IFS='|' read -r bug defines what; do
+# name | search | spin defines | seconds | what it breaks. Search "bfs": breadth-first, so the
+# counterexample is the shortest one; "bitstate:D": depth-first bitstate to depth D, for a bug
+# found that way only (BUG_SUCCESSOR_FROM_STALE_ROUTING: about 600 steps deep, with writers that
+# start once the crash happened, -DLATE_WRITERS, a search aid; part 3 runs the same search, to the
+# same depth, on the model as the code is now: there it completes with no violation).
+while IFS='|' read -r bug search defines seconds what; do
   [ -z "$bug" ] && continue
   dir="$work/bug-$bug"
-  # shellcheck disable=SC2086
-  build_pan "$dir" "-DSAFETY -DBFS -DCOLLAPSE" -D"$bug" -DHIDDEN= $defines
-  start=$(date +%s)
-  (cd "$dir" && timeout 600 ./pan -w26 >out.txt 2>&1) || true
-  if grep -q "assertion violated" "$dir/out.txt"; then
-    echo "  $bug: found in $(( $(date +%s) - start )) s: $(grep -o 'assertion violated.*' "$dir/out.txt" | head -1)"
+  if [ "$search" = bfs ]; then
+    # shellcheck disable=SC2086
+    build_pan "$dir" "-DSAFETY -DBFS -DCOLLAPSE" -D"$bug" -DHIDDEN= $defines
+    pan_args=(-w26)
   else
-    echo "  $bug: NOT found ($what): the model no longer detects it" >&2
-    tail -5 "$dir/out.txt" >&2
-    status=1
+    # shellcheck disable=SC2086
+    build_pan "$dir" "-DSAFETY -DBITSTATE" -D"$bug" $defines
+    pan_args=(-m"${search#bitstate:}" -w30 -c1)
   fi
-done <<'EOF'
-BUG_LASTSRV_AFTER_ANY_PREDECESSOR|-DNT=2 -DNW=0 -DNR=0 -DMAXCRASH=0 -DMAXCV=4|P5, the chain's data is findable
-BUG_SERVE_STALE_ROUTING|-DNT=2 -DNW=1 -DNR=1 -DMAXCRASH=0 -DMAXCV=4|P1/P2, reads after a pause
-EOF
-
-# Found by a depth-first bitstate search only (the counterexample is about 600 steps deep), with
-# writers that start once the crash happened (-DLATE_WRITERS, a search aid). Part 3 runs the same
-# search, to the same depth, on the model as the code is now: there it completes with no violation.
-while IFS='|' read -r bug defines depth seconds what; do
-  [ -z "$bug" ] && continue
-  dir="$work/bug-$bug"
-  # shellcheck disable=SC2086
-  build_pan "$dir" "-DSAFETY -DBITSTATE" -D"$bug" $defines
   start=$(date +%s)
-  (cd "$dir" && timeout "$seconds" ./pan -m"$depth" -w30 -c1 >out.txt 2>&1) || true
+  (cd "$dir" && timeout "$seconds" ./pan "${pan_args[@]}" >out.txt 2>&1) || true
   if grep -q "assertion violated" "$dir/out.txt"; then
     echo "  $bug: found in $(( $(date +%s) - start )) s: $(grep -o 'assertion violated.*' "$dir/out.txt" | head -1)"
   else
@@ -77,7 +66,9 @@ while IFS='|' read -r bug defines depth seconds what; do
     status=1
   fi
 done <<'EOF'
-BUG_SUCCESSOR_FROM_STALE_ROUTING|-DLATE_WRITERS -DNT=2 -DNW=1 -DNR=1 -DMAXCRASH=1 -DMAXCV=4|600|300|P4, a write the resync missed
+BUG_LASTSRV_AFTER_ANY_PREDECESSOR|bfs|-DNT=2 -DNW=0 -DNR=0 -DMAXCRASH=0 -DMAXCV=4|600|P5, the chain's data is findable
+BUG_SERVE_STALE_ROUTING|bfs|-DNT=2 -DNW=1 -DNR=1 -DMAXCRASH=0 -DMAXCV=4|600|P1/P2, reads after a pause
+BUG_SUCCESSOR_FROM_STALE_ROUTING|bitstate:600|-DLATE_WRITERS -DNT=2 -DNW=1 -DNR=1 -DMAXCRASH=1 -DMAXCV=4|300|P4, a write the resync missed
 EOF
 
 echo "== 2. random simulations of the model as the code is now =="
