@@ -125,7 +125,7 @@ def hfreduce_fails_fast(f, nodes, cut):
         err = netlab_cluster.tail(p.log_path, 600)
         if p.returncode == 0:
             fail(f"rank {r} exited 0 after the cut: {err}")
-        if "timed out" not in err and "timeout" not in err:
+        if "timed out" not in err.lower() and "timeout" not in err.lower():
             fail(f"rank {r}'s error does not say what timed out: {err}")
         say(f"rank {r} failed after {time.monotonic() - t:.1f} s: {err.splitlines()[-1]}")
 

@@ -135,7 +135,7 @@ class Platform:
             limit = HFREDUCE_TIMEOUT_MS / 1000 + 15
             log = wait_for(f"rank {rank} on the cut {node} failing",
                            lambda: (x := self.rank_log(node, job_id, rank)) and
-                           ("timed out" in x or "timeout" in x) and x, limit)
+                           ("timed out" in x.lower() or "timeout" in x.lower()) and x, limit)
             say(f"rank {rank} on {node} failed {time.monotonic() - t:.1f} s after the cut: "
                 f"{log.strip().splitlines()[-1]}")
 
