@@ -311,6 +311,57 @@ def check_against_gloo(c, gloo):
         return outs
     same("all_to_all (list)", all_to_all)
 
+    def all_to_all_uneven(g):  # rank i sends i + j + 1 elements to rank j
+        inp = x(sum(me + j + 1 for j in range(world)))
+        out = torch.empty(sum(j + me + 1 for j in range(world)))
+        dist.all_to_all_single(out, inp, [j + me + 1 for j in range(world)], [me + j + 1 for j in range(world)],
+                               group=g)
+        return [out]
+    same("all_to_all_single (uneven splits)", all_to_all_uneven)
+
+    def reduce_scatter_list(g):
+        out = torch.empty(6)
+        dist.reduce_scatter(out, [x(6, salt=r) for r in range(world)], group=g)
+        return [out]
+    same("reduce_scatter (list)", reduce_scatter_list)
+
+    # The coalescing manager (what FSDP2 and torch's DDP use to batch collectives).
+    def cm_allreduce(g):
+        ts = [x(salt=i) for i in range(3)]  # one dtype: gloo refuses mixed ones (check_coalesced mixes)
+        with dist._coalescing_manager(group=g, async_ops=True) as cm:
+            for t in ts:
+                dist.all_reduce(t, group=g)
+        cm.wait()
+        return ts
+    same("all_reduce in _coalescing_manager", cm_allreduce)
+
+    def cm_all_gather_into_tensor(g):
+        ins = [x(5 + i, salt=i) for i in range(3)]
+        outs = [torch.empty((5 + i) * world) for i in range(3)]
+        with dist._coalescing_manager(group=g, async_ops=True) as cm:
+            for o, i in zip(outs, ins):
+                dist.all_gather_into_tensor(o, i, group=g)
+        cm.wait()
+        return outs
+    same("all_gather_into_tensor in _coalescing_manager", cm_all_gather_into_tensor)
+
+    def cm_reduce_scatter_tensor(g):
+        ins = [x((4 + i) * world, salt=i) for i in range(3)]
+        outs = [torch.empty(4 + i) for i in range(3)]
+        with dist._coalescing_manager(group=g, async_ops=True) as cm:
+            for o, i in zip(outs, ins):
+                dist.reduce_scatter_tensor(o, i, group=g)
+        cm.wait()
+        return outs
+    same("reduce_scatter_tensor in _coalescing_manager", cm_reduce_scatter_tensor)
+
+    def all_gather_async(g):
+        outs = [torch.empty(37) for _ in range(world)]
+        work = dist.all_gather(outs, x(), group=g, async_op=True)
+        got = work.get_future().wait()
+        return [torch.cat(got[0] if isinstance(got[0], list) else got)]
+    same("all_gather async, its future's value", all_gather_async)
+
 
 def check_callbacks(c):
     """Futures: a callback that issues a collective and waits for it (torch's PowerSGD comm hook

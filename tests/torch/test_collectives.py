@@ -31,6 +31,22 @@ def test_torch_distributed_debug_detail_works(nodes, per_node):
 def test_ddp_comm_hooks_match_gloo(nodes, per_node):
     results = run("comm_hooks_worker:compare_hooks", nodes, per_node, timeout=300)
     for r in results:
+        assert {n.split(".")[0] for n in r} == {"torch", "haiscale"}, r
         for name, c in r.items():
             assert c["moved"] > 1e-3, f"{name}: training did not move the parameters"
+            assert c["hook_calls"] > 0, f"{name}: the hook was never called"
+            if name.startswith("haiscale.") and name != "haiscale.allreduce_vs_builtin":
+                assert c["buckets"] > 2, f"{name}: the hook saw {c['buckets']} buckets, not several"
             assert c["worst"] <= c["tolerance"], f"{name}: hfreduce and gloo differ by {c['worst']}"
+
+
+def test_haiscale_ddp_comm_hook_misuse_is_a_clear_error():
+    results = run("comm_hooks_worker:hook_misuse", 1, 2, timeout=120)
+    want = {"not_callable": "must be callable", "twice": "only be called once",
+            "bf16_and_hook": "gradient_dtype and a comm hook", "after_backward": "before the first backward",
+            "returns_tensor": "must return a torch.futures.Future", "wrong_size": "must hold the bucket's"}
+    for r in results:
+        for name, text in want.items():
+            assert r["errors"][name] is not None, f"{name}: no error raised"
+            assert text in r["errors"][name], f"{name}: {r['errors'][name]}"
+        assert r["grad_norm"] > 0

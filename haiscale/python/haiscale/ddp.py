@@ -20,9 +20,21 @@ How it works:
 - `no_sync()`: inside it, backward accumulates gradients locally; the next step outside reduces
   the sum. Initial parameters and buffers are broadcast from rank 0 at construction.
 - `stop()`: waits for any reduction in flight and detaches the hooks; the module is then plain.
+- `register_comm_hook(state, hook)`: torch's DDP communication-hook contract, so the stock hooks
+  of `torch.distributed.algorithms.ddp_comm_hooks` (allreduce, fp16/bf16 compression, PowerSGD)
+  and hooks written for torch's DDP run unchanged: when a bucket is ready, `hook(state, bucket)`
+  is called with a `GradBucket` (buffer(), gradients(), parameters(), index(), is_last(),
+  set_buffer()) and returns a `torch.futures.Future` whose value (a tensor, or a list holding
+  one) is the bucket's reduced gradient; it is copied into the gradients at the end of backward.
+  The hook replaces the built-in AVG allreduce (and so excludes `gradient_dtype`: compress with
+  the hook instead). The hook runs for one bucket at a time, in the order the buckets are
+  ready, so that collectives a hook issues from its futures' callbacks (PowerSGD) come in the
+  same order on every rank.
 """
 
+import collections
 import contextlib
+import threading
 
 import torch
 import torch.distributed as dist
@@ -41,10 +53,45 @@ class _Bucket:
         self.ready = 0
         self.work = None
         self.comm = None  # the reduced-precision copy in flight, when gradient_dtype is set
+        self.future = None  # the comm hook's result in flight, when a hook is registered
 
     def view(self, i):
         p = self.params[i]
         return self.flat[self.offsets[i]:self.offsets[i] + p.numel()].view_as(p)
+
+
+class GradBucket:
+    """One bucket as a DDP communication hook sees it: the methods of torch's dist.GradBucket."""
+
+    def __init__(self, bucket, index, is_last):
+        self._bucket = bucket
+        self._index = index
+        self._is_last = is_last
+        self._buffer = bucket.flat
+
+    def index(self):
+        """The bucket's position: 0 is the first reduced (the last layers); stable across steps."""
+        return self._index
+
+    def buffer(self):
+        """The flat 1-D gradient tensor of the bucket (the gradients are views of it)."""
+        return self._buffer
+
+    def set_buffer(self, tensor):
+        """Replaces the tensor that buffer() returns (as torch's does; the gradients stay views of
+        the bucket, which receives the hook's result)."""
+        self._buffer = tensor
+
+    def gradients(self):
+        """Each parameter's gradient, a view of the bucket shaped like its parameter."""
+        return [self._bucket.view(i) for i in range(len(self._bucket.params))]
+
+    def parameters(self):
+        return list(self._bucket.params)
+
+    def is_last(self):
+        """True for the bucket reduced last in an iteration (hooks count iterations with it)."""
+        return self._is_last
 
 
 class DistributedDataParallel(nn.Module):
@@ -64,6 +111,11 @@ class DistributedDataParallel(nn.Module):
         self._hooks = []
         self._callback_queued = False
         self._stopped = False
+        self._comm_hook = None  # (state, hook) once register_comm_hook is called
+        self._hook_lock = threading.Lock()
+        self._hook_queue = collections.deque()  # buckets ready, waiting for the one in flight
+        self._hook_busy = False
+        self._backward_seen = False  # a comm hook must be registered before the first backward
 
         with torch.no_grad():
             for t in list(module.parameters()) + list(module.buffers()):
@@ -92,6 +144,8 @@ class DistributedDataParallel(nn.Module):
         if current:
             self._buckets.append(current)
         self._buckets = [_Bucket(b, params[0].dtype, params[0].device) for b in self._buckets]
+        for i, b in enumerate(self._buckets):
+            b.index = i
         self._where = {}  # parameter -> (bucket, index)
         for b in self._buckets:
             for i, p in enumerate(b.params):
@@ -118,6 +172,7 @@ class DistributedDataParallel(nn.Module):
             return
         if not self._callback_queued:
             self._callback_queued = True
+            self._backward_seen = True
             self._seen.clear()
             torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
         if p in self._seen:
@@ -129,14 +184,80 @@ class DistributedDataParallel(nn.Module):
         if bucket.ready == len(bucket.params):
             self._launch(bucket)
 
+    def register_comm_hook(self, state, hook):
+        """Reduces each bucket with `hook(state, GradBucket) -> torch.futures.Future[Tensor]`
+        instead of the built-in allreduce, as torch's DistributedDataParallel.register_comm_hook.
+        Call it once, before the first backward."""
+        if not callable(hook):
+            raise TypeError(f"haiscale.ddp: the comm hook must be callable, got {type(hook).__name__}")
+        if self._comm_hook is not None:
+            raise RuntimeError("haiscale.ddp: register_comm_hook can only be called once")
+        if self._backward_seen or any(b.ready or b.work is not None for b in self._buckets):
+            raise RuntimeError("haiscale.ddp: register_comm_hook must be called before the first backward")
+        if self.gradient_dtype is not None and self.gradient_dtype != self._buckets[0].flat.dtype:
+            raise ValueError("haiscale.ddp: gradient_dtype and a comm hook both decide what travels; "
+                             "compress in the hook (e.g. bf16_compress_hook) and leave gradient_dtype unset")
+        self._comm_hook = (state, hook)
+
     def _launch(self, bucket):
-        if self.gradient_dtype is not None and self.gradient_dtype != bucket.flat.dtype:
+        if self._comm_hook is not None:
+            bucket.future = torch.futures.Future()
+            bucket.work = bucket.future
+            with self._hook_lock:
+                self._hook_queue.append(bucket)
+                if self._hook_busy:
+                    return  # the bucket before it is in flight: its completion calls this hook
+                self._hook_busy = True
+            self._pump_hooks()
+        elif self.gradient_dtype is not None and self.gradient_dtype != bucket.flat.dtype:
             bucket.comm = bucket.flat.to(self.gradient_dtype)
             bucket.work = dist.all_reduce(bucket.comm, op=dist.ReduceOp.AVG, group=self.process_group,
                                           async_op=True)
         else:
             bucket.work = dist.all_reduce(bucket.flat, op=dist.ReduceOp.AVG, group=self.process_group,
                                           async_op=True)
+
+    def _pump_hooks(self):
+        # Calls the comm hook for the queued buckets one at a time, the next once the previous
+        # bucket's future is complete. A hook may issue collectives from its futures' callbacks
+        # (PowerSGD does: P's allreduce completes, then its callback allreduces Q), which run on
+        # the backend's threads; were several buckets in flight, those collectives would race each
+        # other and the next bucket's hook, and ranks would issue them in different orders (torch's
+        # DDP over gloo hangs so with PowerSGD on several buckets). One at a time, every rank
+        # issues them in the same order, while backward goes on computing.
+        state, hook = self._comm_hook
+        while True:
+            with self._hook_lock:
+                if not self._hook_queue:
+                    self._hook_busy = False
+                    return
+                bucket = self._hook_queue.popleft()
+            try:
+                future = hook(state, GradBucket(bucket, bucket.index, bucket.index == len(self._buckets) - 1))
+                if not isinstance(future, (torch.futures.Future, torch._C.Future)):
+                    raise TypeError(f"haiscale.ddp: the comm hook {getattr(hook, '__name__', hook)} must "
+                                    f"return a torch.futures.Future, got {type(future).__name__}")
+            except Exception as e:  # noqa: BLE001 (handed to the waiter at the end of backward)
+                bucket.future.set_exception(e)
+                continue
+            link = {"state": "waiting"}
+
+            def done(f, bucket=bucket, link=link):
+                try:
+                    bucket.future.set_result(f.value())
+                except Exception as e:  # noqa: BLE001
+                    bucket.future.set_exception(e)
+                with self._hook_lock:
+                    detached = link["state"] == "detached"
+                    link["state"] = "done"
+                if detached:
+                    self._pump_hooks()
+
+            future.add_done_callback(done)
+            with self._hook_lock:
+                if link["state"] != "done":
+                    link["state"] = "detached"  # still in flight: its callback goes on with the queue
+                    return
 
     def _finish_backward(self):
         self._callback_queued = False
@@ -154,11 +275,25 @@ class DistributedDataParallel(nn.Module):
                 self._launch(bucket)
         for bucket in self._buckets:
             bucket.work.wait()
+            if bucket.future is not None:
+                self._take_hook_result(bucket)
             if bucket.comm is not None:
                 bucket.flat.copy_(bucket.comm)
                 bucket.comm = None
             bucket.work = None
             bucket.ready = 0
+
+    def _take_hook_result(self, bucket):
+        future, bucket.future = bucket.future, None
+        result = future.value()
+        if isinstance(result, (list, tuple)) and len(result) == 1:
+            result = result[0]
+        if not isinstance(result, torch.Tensor) or result.numel() != bucket.flat.numel():
+            shape = tuple(result.shape) if isinstance(result, torch.Tensor) else type(result).__name__
+            raise RuntimeError(f"haiscale.ddp: the comm hook's future must hold the bucket's {bucket.flat.numel()} "
+                               f"reduced gradients as one tensor, got {shape}")
+        if result.data_ptr() != bucket.flat.data_ptr():
+            bucket.flat.copy_(result.reshape(-1))
 
     # ---- the module ---------------------------------------------------------------------------
 
@@ -187,6 +322,11 @@ class DistributedDataParallel(nn.Module):
         for bucket in self._buckets:
             if bucket.work is not None:
                 bucket.work.wait()
+                if bucket.future is not None:
+                    self._take_hook_result(bucket)
+                if bucket.comm is not None:
+                    bucket.flat.copy_(bucket.comm)
+                    bucket.comm = None
                 bucket.work = None
         for h in self._hooks:
             h.remove()
