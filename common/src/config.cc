@@ -239,6 +239,10 @@ void ConfigSection::Field(std::string_view key, double& out, bool required) {
   }
 }
 
+bool ConfigSection::Present(std::string_view key) const {
+  return table_ != nullptr && table_->get(key) != nullptr;
+}
+
 bool ConfigSection::FieldInteger(std::string_view key, int64_t& out, bool required, int64_t min,
                                  int64_t max) {
   if (mode_ == Mode::kWrite) {

@@ -122,9 +122,15 @@ void HaiOptions::Bind(ConfigSection& s) {
   s.Optional("policy", policy);
   s.OneOf("policy", policy, {"first-fit", "slurm-tree", "congestion-aware"});
   s.Optional("locality_wait_s", locality_wait_s);
-  s.Check(locality_wait_s >= 0, "locality_wait_s", "must not be negative");
+  s.Check(locality_wait_s.value_or(0) >= 0, "locality_wait_s", "must not be negative");
   s.Optional("preemption", preemption);
   s.Optional("backfill", backfill);
+}
+
+scheduler::PolicyOptions PolicyOptionsOf(const HaiOptions& options) {
+  scheduler::PolicyOptions policy;  // the library's defaults, unless the config sets one
+  if (options.locality_wait_s) policy.locality_wait = *options.locality_wait_s;
+  return policy;
 }
 
 Result<std::unique_ptr<HaiServer>> HaiServer::Create(const HaiOptions& options, Metrics* metrics) {
@@ -148,13 +154,11 @@ HaiServer::HaiServer(const HaiOptions& options, scheduler::Topology topology,
       topology_(std::move(topology)),
       store_(std::move(store)),
       metrics_(metrics) {
-  scheduler::PolicyOptions policy;
-  policy.locality_wait = options_.locality_wait_s;
   scheduler::SchedulerOptions sched;
   sched.preemption = options_.preemption;
   sched.backfill = options_.backfill;
   scheduler_ = std::make_unique<scheduler::Scheduler>(
-      scheduler::MakePlacementPolicy(options_.policy, policy), sched);
+      scheduler::MakePlacementPolicy(options_.policy, PolicyOptionsOf(options_)), sched);
   const auto now = std::chrono::steady_clock::now();
   for (const scheduler::Node& n : topology_.nodes()) {
     NodeRuntime& rt = nodes_[n.name];
@@ -1055,8 +1059,7 @@ void HaiServer::ScheduleRound() {
     if (u.node_quota() > 0) sched.node_quota[name] = u.node_quota();
   }
   scheduler::Scheduler round(
-      scheduler::MakePlacementPolicy(options_.policy, {.locality_wait = options_.locality_wait_s}),
-      sched);
+      scheduler::MakePlacementPolicy(options_.policy, PolicyOptionsOf(options_)), sched);
   scheduler::Decision d = round.Decide(state, queue, NowMs() / 1000);
   std::vector<const hai::Job*> changed;
   const int64_t now_ms = NowMs();

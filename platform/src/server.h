@@ -36,12 +36,17 @@ struct HaiOptions {
   int64_t suspend_grace_ms = 30000;  // checkpoint time before a suspended job is killed
   int64_t master_port_base = 29500;
   std::string policy = "congestion-aware";
-  int64_t locality_wait_s = 300;
+  // Unset: the scheduler library's default (scheduler::PolicyOptions::locality_wait), the wait the
+  // simulator measured; an admin may set another.
+  std::optional<int64_t> locality_wait_s;
   bool preemption = true;
   bool backfill = true;
 
   void Bind(ConfigSection& s);
 };
+
+// The placement policy's options: the scheduler library's defaults, with what the config sets.
+scheduler::PolicyOptions PolicyOptionsOf(const HaiOptions& options);
 
 class HaiServer final : public hai::Hai::Service {
  public:

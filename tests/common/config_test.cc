@@ -12,6 +12,7 @@ namespace ff {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct Peer {
   std::string name;
@@ -105,6 +106,37 @@ TEST(ConfigTest, LoadsEveryKindOfValue) {
   EXPECT_EQ(r->peers[0].name, "a");
   EXPECT_EQ(r->peers[0].weight, 1);
   EXPECT_EQ(r->peers[1].weight, 3);
+}
+
+struct WithUnset {
+  std::optional<int64_t> wait;
+  std::optional<std::string> name;
+  void Bind(ConfigSection& s) {
+    s.Optional("wait", wait);
+    s.Optional("name", name);
+    s.Check(wait.value_or(0) >= 0, "wait", "must not be negative");
+  }
+};
+
+TEST(ConfigTest, AnOptionalSettingLeftOutStaysUnsetAndIsNotWritten) {
+  Result<WithUnset> absent = LoadConfigString<WithUnset>("", "t.toml");
+  ASSERT_TRUE(absent.ok()) << absent.status().ToString();
+  EXPECT_FALSE(absent->wait.has_value());
+  EXPECT_FALSE(absent->name.has_value());
+  EXPECT_THAT(ConfigToToml(*absent), Not(HasSubstr("wait")));
+
+  Result<WithUnset> set = LoadConfigString<WithUnset>("wait = 0\nname = \"x\"", "t.toml");
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->wait, 0);  // zero is a value, not "unset"
+  EXPECT_EQ(set->name, "x");
+  EXPECT_THAT(ConfigToToml(*set), HasSubstr("wait = 0"));
+
+  Result<WithUnset> bad = LoadConfigString<WithUnset>("wait = \"soon\"", "t.toml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("wait"));
+  EXPECT_FALSE(LoadConfigString<WithUnset>("wait = -1", "t.toml").ok());
+  EXPECT_FALSE(
+      LoadConfigString<WithUnset>("wiat = 5", "t.toml").ok());  // unknown keys still refused
 }
 
 TEST(ConfigTest, FloatKeyAcceptsInteger) {

@@ -310,7 +310,7 @@ TEST_F(PlatformTest, AnExpectedRunTimeGivesTheJobBehindAStartEstimate) {
       20s))
       << reason;
   EXPECT_THAT(reason, ::testing::ContainsRegex(
-                          "needs 3 nodes with 2 free GPUs; 0 are free; then it waits up to 5m "
+                          "needs 3 nodes with 2 free GPUs; 0 are free; then it waits up to 2h "
                           "for them under one leaf switch; expected to start in (59m|1h), when "
                           "running jobs reach their expected run times"));
   EXPECT_THAT(Hai({"show", std::to_string(next)}, bob_).out,

@@ -41,6 +41,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -82,6 +83,22 @@ class ConfigSection {
   template <typename T>
   void Optional(std::string_view key, T& out) {
     Field(key, out, /*required=*/false);
+  }
+  // Reads `key` into `out` when present; leaves it unset when absent (for a setting whose default
+  // lives elsewhere, e.g. in the library that interprets it). Written only when set.
+  template <typename T>
+  void Optional(std::string_view key, std::optional<T>& out) {
+    if (mode_ == Mode::kWrite) {
+      if (out.has_value()) Field(key, *out, /*required=*/false);
+      return;
+    }
+    T value{};
+    if (Present(key)) {
+      Field(key, value, /*required=*/false);
+      out = value;
+    } else {
+      MarkUsed(key);
+    }
   }
   // Reads `key` into `out`; an error when absent.
   template <typename T>
@@ -153,6 +170,7 @@ class ConfigSection {
   bool BeginArray(std::string_view key, std::size_t& count);
   ConfigSection ArrayElement(std::string_view key, std::size_t i);
   void MarkUsed(std::string_view key);
+  bool Present(std::string_view key) const;
   void Fail(std::string_view key, const toml::node* where, std::string_view message);
   std::string KeyPath(std::string_view key) const;
 
