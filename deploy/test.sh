@@ -57,10 +57,16 @@ for san in $sanitizers; do
   dir="build-$san"
   mkdir -p "$dir"
   echo "== unit tests under FF_SANITIZE=$san ($dir/) =="
-  configure "$dir" -DFF_SANITIZE="$san"
+  configure "$dir" -DFF_SANITIZE="$san" -DFF_PYTHON_PTH=OFF  # the venv keeps pointing at build/
   cmake --build "$dir" -j "$jobs" --target unit-tests
   ctest --test-dir "$dir" -j "$jobs" --output-on-failure -L unit || status=1
 done
+
+# What a user does next: import the packages in the project's venv, from anywhere.
+if ! (repo="$PWD" && cd / && "$repo/.venv/bin/python" -c "import haiscale._C, fs3client, hai_job") >/dev/null; then
+  echo "test.sh: after the tests, the venv no longer imports haiscale, fs3client and hai_job" >&2
+  status=1
+fi
 
 echo "test.sh: finished in $(( $(date +%s) - start )) s, $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
 exit $status

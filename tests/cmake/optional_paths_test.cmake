@@ -6,7 +6,8 @@ function(configure_tree name expect_success out_var)
   set(dir "${SCRATCH}/${name}")
   file(REMOVE_RECURSE "${dir}")
   execute_process(
-    COMMAND ${CMAKE_COMMAND} -G Ninja -S "${FF_SOURCE_DIR}" -B "${dir}" ${ARGN}
+    # FF_PYTHON_PTH=OFF: a scratch tree must not point the project's venv at itself.
+    COMMAND ${CMAKE_COMMAND} -G Ninja -S "${FF_SOURCE_DIR}" -B "${dir}" -DFF_PYTHON_PTH=OFF ${ARGN}
     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   file(REMOVE_RECURSE "${dir}")
   if(expect_success AND NOT rc EQUAL 0)
