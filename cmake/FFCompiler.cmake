@@ -43,6 +43,10 @@ endif()
 if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
   list(REMOVE_ITEM FF_WARNINGS -Wshadow=local)  # GCC's spelling
   list(APPEND FF_WARNINGS -Wshadow-uncaptured-local)
+  # The lock discipline of common/thread_annotations.h, checked: a guarded member touched without
+  # its mutex, or a REQUIRES function called without it, does not build (the fuzz tree, built
+  # with Clang in every CI run, is where it is enforced).
+  list(APPEND FF_WARNINGS -Wthread-safety -Werror=thread-safety)
 endif()
 
 if(FF_SANITIZE STREQUAL "address")

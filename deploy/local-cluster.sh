@@ -117,7 +117,7 @@ down() {
 }
 
 up() {
-  for b in platform/hai-server platform/hai-agent platform/hai monitoring/health/hai-health; do
+  for b in platform/hai-server platform/hai-agent platform/hai platform/hai-health; do
     [ -x "$bin/$b" ] || { say "$bin/$b is missing: build first"; exit 1; }
   done
   if [ -e "$dir/server.pid" ] && kill -0 "$(cat "$dir/server.pid")" 2>/dev/null; then
@@ -198,7 +198,7 @@ min_free_disk_mib = $HEALTH_MIN_FREE_DISK_MIB
 validator_interval_s = $HEALTH_VALIDATOR_INTERVAL_S
 TOML
     at_node "$node"
-    start_daemon "health-$node" "${at[@]}" "$bin/monitoring/health/hai-health" --config "$dir/health-$node.toml"
+    start_daemon "health-$node" "${at[@]}" "$bin/platform/hai-health" --config "$dir/health-$node.toml"
   done
   local admin token
   admin=$(cat "$dir/server/admin.token")

@@ -90,6 +90,7 @@ Mgmtd::~Mgmtd() {
 }
 
 Status Mgmtd::Load() {
+  MutexLock lock(&mu_);  // alone here (Create), but the analysis holds every access to account
   Status st = db_->Get("cluster", &cluster_);
   if (!st.ok() && st.code() != StatusCode::kNotFound) return st;
   FF_ASSIGN_OR_RETURN(auto chains, db_->Scan<fs3rpc::ChainInfo>("chain/"));
@@ -108,7 +109,7 @@ Status Mgmtd::Load() {
 
 void Mgmtd::Start() {
   loop_ = std::thread([this] {
-    std::unique_lock lock(mu_);
+    UniqueLock lock(&mu_);
     while (!stopping_) {
       changed_.wait_for(lock, std::chrono::milliseconds(options_.check_interval_ms));
       if (stopping_) break;
@@ -121,7 +122,7 @@ void Mgmtd::Start() {
 
 void Mgmtd::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
   changed_.notify_all();
@@ -142,7 +143,7 @@ LocalState Mgmtd::LocalOf(TargetId id) const {
 }
 
 void Mgmtd::Check() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!cluster_.initialized()) return;
   // After a restart, services get a grace period to report before their targets count as down
   // (their clients reconnect with backoff).
@@ -282,7 +283,7 @@ grpc::Status Mgmtd::Heartbeat(grpc::ServerContext*, const fs3rpc::HeartbeatReque
                                t.local_state() + "'");
       }
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (const fs3rpc::ReportedTarget& t : req->targets()) {
       auto it = targets_.find(t.id());
       if (it != targets_.end() && it->second.node() != req->node()) {
@@ -326,11 +327,12 @@ grpc::Status Mgmtd::Heartbeat(grpc::ServerContext*, const fs3rpc::HeartbeatReque
 grpc::Status Mgmtd::GetRouting(grpc::ServerContext* ctx, const fs3rpc::GetRoutingRequest* req,
                                fs3rpc::RoutingInfo* resp) {
   return ServeRpc("GetRouting", [&]() -> Status {
-    std::unique_lock lock(mu_);
+    UniqueLock lock(&mu_);
     if (req->wait_ms() > 0 && req->known_version() == cluster_.routing_version()) {
       const auto wait =
           LongPollWait(ctx, std::chrono::milliseconds(std::min<int64_t>(req->wait_ms(), 30000)));
       changed_.wait_for(lock, wait, [&] {
+        mu_.AssertHeld();
         return stopping_ || ctx->IsCancelled() ||
                cluster_.routing_version() != req->known_version();
       });
@@ -352,7 +354,7 @@ grpc::Status Mgmtd::InitCluster(grpc::ServerContext*, const fs3rpc::InitRequest*
       return InvalidArgument("the replication factor must be 1.." +
                              std::to_string(kMaxReplication));
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (cluster_.initialized()) {
       return FailedPrecondition("the cluster is already initialised (chunk size " +
                                 std::to_string(cluster_.chunk_size()) + ", replication " +
@@ -410,7 +412,7 @@ grpc::Status Mgmtd::SetTargetOffline(grpc::ServerContext*, const fs3rpc::TargetR
                                      fs3rpc::RoutingInfo* resp) {
   return ServeRpc("SetTargetOffline", [&]() -> Status {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       auto it = targets_.find(req->id());
       if (it == targets_.end()) return NotFound("no target " + std::to_string(req->id()));
       it->second.set_admin_offline(true);
@@ -418,7 +420,7 @@ grpc::Status Mgmtd::SetTargetOffline(grpc::ServerContext*, const fs3rpc::TargetR
       spdlog::info("target {} taken offline by an admin", req->id());
     }
     Check();
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     Fill(resp);
     return Status::Ok();
   });
@@ -428,7 +430,7 @@ grpc::Status Mgmtd::AddTarget(grpc::ServerContext*, const fs3rpc::AddTargetReque
                               fs3rpc::RoutingInfo* resp) {
   return ServeRpc("AddTarget", [&]() -> Status {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (!cluster_.initialized()) return FailedPrecondition("initialise the cluster first");
       auto t = targets_.find(req->target());
       if (t == targets_.end()) {
@@ -459,7 +461,7 @@ grpc::Status Mgmtd::AddTarget(grpc::ServerContext*, const fs3rpc::AddTargetReque
       spdlog::info("target {} added to chain {}", req->target(), req->chain());
     }
     Check();
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     Fill(resp);
     return Status::Ok();
   });

@@ -12,6 +12,7 @@
 
 #include "common/config.h"
 #include "common/proto_db.h"
+#include "common/thread_annotations.h"
 #include "fs3/chain.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
 #include "monitoring/metrics.h"
@@ -59,27 +60,28 @@ class Mgmtd final : public fs3rpc::Mgmtd::Service {
   };
 
   Mgmtd(const MgmtdOptions& options, std::unique_ptr<ProtoDb> db, Metrics* metrics);
-  Status Load();
-  LocalState LocalOf(TargetId id) const;  // mu_ held
+  Status Load() FF_EXCLUDES(mu_);
+  LocalState LocalOf(TargetId id) const FF_REQUIRES(mu_);
   // Persists the cluster record, the given chains and targets in one batch and bumps the
-  // routing version; wakes long polls. mu_ held.
-  Status Commit(const std::vector<ChainId>& chains, const std::vector<TargetId>& targets);
-  void Fill(fs3rpc::RoutingInfo* out) const;  // mu_ held
-  void UpdateGauges();                        // mu_ held
+  // routing version; wakes long polls.
+  Status Commit(const std::vector<ChainId>& chains, const std::vector<TargetId>& targets)
+      FF_REQUIRES(mu_);
+  void Fill(fs3rpc::RoutingInfo* out) const FF_REQUIRES(mu_);
+  void UpdateGauges() FF_REQUIRES(mu_);
 
   const MgmtdOptions options_;
   std::unique_ptr<ProtoDb> db_;
   Metrics* metrics_;
   const std::chrono::steady_clock::time_point started_;
 
-  mutable std::mutex mu_;
-  std::condition_variable changed_;  // with mu_: the routing version moved, or stopping
-  fs3rpc::ClusterRecord cluster_;
-  std::map<ChainId, Chain> chains_;
-  std::map<TargetId, fs3rpc::TargetRecord> targets_;
-  std::map<TargetId, LocalState> reported_;  // last reported local state
-  std::map<std::string, NodeRuntime> nodes_;
-  bool stopping_ = false;
+  mutable Mutex mu_;
+  std::condition_variable_any changed_;  // with mu_: the routing version moved, or stopping
+  fs3rpc::ClusterRecord cluster_ FF_GUARDED_BY(mu_);
+  std::map<ChainId, Chain> chains_ FF_GUARDED_BY(mu_);
+  std::map<TargetId, fs3rpc::TargetRecord> targets_ FF_GUARDED_BY(mu_);
+  std::map<TargetId, LocalState> reported_ FF_GUARDED_BY(mu_);  // last reported local state
+  std::map<std::string, NodeRuntime> nodes_ FF_GUARDED_BY(mu_);
+  bool stopping_ FF_GUARDED_BY(mu_) = false;
   std::thread loop_;
 };
 

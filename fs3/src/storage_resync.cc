@@ -15,7 +15,7 @@ namespace ff::fs3 {
 void StorageService::SyncLoop() {
   while (!stopping_) {
     {
-      std::unique_lock lock(mu_);
+      UniqueLock lock(&mu_);
       routing_changed_.wait_for(lock, std::chrono::milliseconds(200));
     }
     if (stopping_ || CheckServing().ok() == false) continue;
@@ -25,7 +25,7 @@ void StorageService::SyncLoop() {
       // Is the successor syncing?
       bool syncing = false;
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         for (const auto& c : routing_.chains()) {
           for (const auto& t : c.targets()) {
             if (t.target() == pos->successor_target) {
@@ -38,7 +38,7 @@ void StorageService::SyncLoop() {
       if (!syncing) continue;
       Status st = SyncSuccessor(id, *pos);
       if (st.ok()) {
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         synced_.insert({pos->chain, pos->chain_version, pos->successor_target});
       } else {
         spdlog::warn("resync of target {} from {}: {}", pos->successor_target, id, st.message());
@@ -122,7 +122,7 @@ Status StorageService::SyncSuccessor(uint64_t target, const Position& pos) {
   {
     // A chain that moved on during the resync (the successor left it, say) may have taken
     // writes the successor was not sent: no SyncDone from this version; the next round decides.
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (const fs3rpc::ChainInfo& c : routing_.chains()) {
       if (c.id() == pos.chain && c.version() != pos.chain_version) {
         return Stale(pos.chain, c.version(), pos.chain_version);

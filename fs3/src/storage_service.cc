@@ -37,6 +37,7 @@ Result<std::unique_ptr<StorageService>> StorageService::Create(
       return InvalidArgument("target " + std::to_string(t.id) + " is listed twice");
     }
     FF_ASSIGN_OR_RETURN(s->stores_[t.id], ChunkStore::Open(t.path));
+    MutexLock lock(&s->mu_);
     s->local_[t.id] = LocalState::kOnline;  // until the cluster says it is current
   }
   return s;
@@ -66,7 +67,7 @@ void StorageService::Stop() {
   stopping_ = true;
   routing_changed_.notify_all();
   {
-    std::lock_guard lock(mu_);  // a resync waiting for writes to drain wakes up and leaves
+    MutexLock lock(&mu_);  // a resync waiting for writes to drain wakes up and leaves
     write_ended_.notify_all();
   }
   for (std::thread* t : {&heartbeat_, &routing_thread_, &sync_}) {
@@ -83,7 +84,7 @@ Status StorageService::RefreshRouting(bool wait, uint64_t known) {
       FetchRouting(*mgmtd_, RoutingFetch{.known_version = known,
                                          .wait = milliseconds(wait ? 2000 : 0),
                                          .deadline = milliseconds(wait ? 3000 : 2000)}));
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   fetched_ = true;
   if (info.version() < routing_.version()) return Status::Ok();
   routing_ = std::move(info);
@@ -124,7 +125,7 @@ void StorageService::RoutingLoop() {
   while (!stopping_) {
     uint64_t known;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       known = routing_.version();
     }
     if (!RefreshRouting(/*wait=*/known > 0, known).ok()) {
@@ -138,7 +139,7 @@ void StorageService::HeartbeatLoop() {
   // a chain), so that each goes through recovery instead of serving what it may have missed.
   while (!stopping_) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       bool ready = fetched_;
       for (const fs3rpc::ChainInfo& c : routing_.chains()) {
         for (const fs3rpc::ChainTargetInfo& t : c.targets()) {
@@ -149,7 +150,7 @@ void StorageService::HeartbeatLoop() {
       }
       if (ready) break;
     }
-    std::unique_lock lock(mu_);
+    UniqueLock lock(&mu_);
     routing_changed_.wait_for(lock, std::chrono::milliseconds(100));
   }
   if (!stopping_)
@@ -160,7 +161,7 @@ void StorageService::HeartbeatLoop() {
     req.set_address(address_);
     int64_t lease;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       for (const auto& [id, store] : stores_) {
         fs3rpc::ReportedTarget* t = req.add_targets();
         t->set_id(id);
@@ -180,7 +181,7 @@ void StorageService::HeartbeatLoop() {
     Status st = CallRpc("fs3-mgmtd Heartbeat", o,
                         [&](grpc::ClientContext* c) { return mgmtd_->Heartbeat(c, req, &resp); });
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (st.ok()) {
         renewed_ = std::max(renewed_, sent);
         lease_ms_ = resp.lease_ms();
@@ -196,7 +197,7 @@ void StorageService::HeartbeatLoop() {
 
 Status StorageService::CheckServing() const {
   if (stopping_) return Unavailable("fs3-storage is stopping");
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!registered_) return Unavailable("fs3-storage " + options_.node + " has not joined yet");
   if (Clock::now() - renewed_ > std::chrono::milliseconds(lease_ms_ / 2)) {
     return Unavailable("fs3-storage " + options_.node +
@@ -216,7 +217,7 @@ Status StorageService::CheckServing() const {
 Result<StorageService::Position> StorageService::Locate(uint64_t target, uint64_t hint) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       for (const fs3rpc::ChainInfo& c : routing_.chains()) {
         Chain chain;
         chain.id = c.id();
@@ -312,7 +313,7 @@ grpc::Status StorageService::DoRead(grpc::ServerContext*, const fs3rpc::ReadRequ
     }
     uint64_t chunk_size;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       chunk_size = routing_.chunk_size();
     }
     if (uint64_t{req->offset()} + req->length() > chunk_size) {
@@ -388,7 +389,7 @@ grpc::Status StorageService::DumpMeta(grpc::ServerContext*, const fs3rpc::DumpMe
 grpc::Status StorageService::SyncDone(grpc::ServerContext*, const fs3rpc::SyncDoneRequest* req,
                                       fs3rpc::SyncDoneResponse*) {
   return ServeRpc("SyncDone", [&]() -> Status {
-    if (!local_.contains(req->target())) {
+    if (!stores_.contains(req->target())) {  // the same targets as local_, fixed at Create
       return NotFound("no target " + std::to_string(req->target()));
     }
     // Only the resync of the chain version this target is syncing in makes it up to date: one
@@ -401,7 +402,7 @@ grpc::Status StorageService::SyncDone(grpc::ServerContext*, const fs3rpc::SyncDo
       return FailedPrecondition("target " + std::to_string(req->target()) + " is " +
                                 std::string(Name(pos.state)) + ", not syncing");
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     local_[req->target()] = LocalState::kUpToDate;
     spdlog::info("target {} is up to date", req->target());
     return Status::Ok();

@@ -46,6 +46,7 @@
 #include <unordered_map>
 
 #include "common/config.h"
+#include "common/thread_annotations.h"
 #include "fs3/chain.h"
 #include "fs3/chunk_store.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
@@ -209,21 +210,25 @@ class StorageService final : public fs3rpc::Storage::Service {
   std::shared_ptr<ChunkTransport> transport_;  // chunk data to successors
   StorageStubs peers_;                         // control calls to other services
 
-  mutable std::mutex mu_;
-  std::condition_variable routing_changed_;
-  fs3rpc::RoutingInfo routing_;
-  std::map<uint64_t, std::string> target_address_;  // from routing_: target -> its service
-  std::string AddressOf(uint64_t target) const;     // mu_ held
-  std::map<uint64_t, LocalState> local_;            // per target
-  RecentWrites done_;                               // mu_ held
-  std::set<std::tuple<uint32_t, uint64_t, uint64_t>> synced_;  // (chain, version, successor)
-  std::map<std::pair<uint64_t, uint64_t>, int> writing_;       // (target, chain version) -> writes
-  std::condition_variable write_ended_;                        // a write left writing_
-  int64_t lease_ms_ = 10000;
-  std::chrono::steady_clock::time_point renewed_{};  // when the last renewal was sent
-  LeaseRouting lease_;                               // mu_ held
-  bool registered_ = false;
-  bool fetched_ = false;  // the routing table was fetched at least once
+  mutable Mutex mu_;
+  std::condition_variable_any routing_changed_;
+  fs3rpc::RoutingInfo routing_ FF_GUARDED_BY(mu_);
+  // From routing_: target -> its service.
+  std::map<uint64_t, std::string> target_address_ FF_GUARDED_BY(mu_);
+  std::string AddressOf(uint64_t target) const FF_REQUIRES(mu_);
+  std::map<uint64_t, LocalState> local_ FF_GUARDED_BY(mu_);  // per target
+  RecentWrites done_ FF_GUARDED_BY(mu_);
+  // (chain, version, successor)
+  std::set<std::tuple<uint32_t, uint64_t, uint64_t>> synced_ FF_GUARDED_BY(mu_);
+  // (target, chain version) -> writes
+  std::map<std::pair<uint64_t, uint64_t>, int> writing_ FF_GUARDED_BY(mu_);
+  std::condition_variable_any write_ended_;  // a write left writing_
+  int64_t lease_ms_ FF_GUARDED_BY(mu_) = 10000;
+  // When the last renewal was sent.
+  std::chrono::steady_clock::time_point renewed_ FF_GUARDED_BY(mu_){};
+  LeaseRouting lease_ FF_GUARDED_BY(mu_);
+  bool registered_ FF_GUARDED_BY(mu_) = false;
+  bool fetched_ FF_GUARDED_BY(mu_) = false;  // the routing table was fetched at least once
 
   std::array<std::mutex, 1024> chunk_locks_;
   std::atomic<bool> stopping_{false};

@@ -27,7 +27,7 @@ grpc::Status StorageService::WriteStream(grpc::ServerContext*,
   fs3rpc::WriteRequest req = piece.header();
   uint64_t limit;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     limit = routing_.chunk_size();
   }
   // Streams carry large writes: room for a whole chunk at once, not regrown piece by piece.
@@ -80,7 +80,7 @@ Status StorageService::CheckWritePosition(const fs3rpc::WriteRequest& req,
 }
 
 Status StorageService::BeginWrite(uint64_t target, uint64_t chain_version) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const fs3rpc::ChainInfo& c : routing_.chains()) {
     for (const fs3rpc::ChainTargetInfo& t : c.targets()) {
       if (t.target() != target) continue;
@@ -93,7 +93,7 @@ Status StorageService::BeginWrite(uint64_t target, uint64_t chain_version) {
 }
 
 void StorageService::EndWrite(uint64_t target, uint64_t chain_version) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = writing_.find({target, chain_version});
   if (it != writing_.end() && --it->second == 0) writing_.erase(it);
   write_ended_.notify_all();
@@ -101,8 +101,9 @@ void StorageService::EndWrite(uint64_t target, uint64_t chain_version) {
 
 Status StorageService::WaitForOlderWrites(uint64_t target, uint64_t chain_version,
                                           std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
+  UniqueLock lock(&mu_);
   const bool drained = write_ended_.wait_for(lock, timeout, [&] {
+    mu_.AssertHeld();
     if (stopping_) return true;
     auto it = writing_.lower_bound({target, 0});
     return it == writing_.end() || it->first.first != target || it->first.second >= chain_version;
@@ -123,7 +124,7 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
   ChunkStore& store = *store_it->second;
   uint64_t chunk_size;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!routing_.initialized()) return FailedPrecondition("the fs3 cluster is not initialised");
     chunk_size = routing_.chunk_size();
   }
@@ -145,7 +146,7 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
   std::lock_guard chunk_lock(ChunkLock(req.target(), req.chunk()));
   {
     // Under the chunk's lock: a retry that waited here behind its own first attempt finds it.
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (auto applied = done_.Find(req.request_id())) {
       resp->set_version(applied->version);  // a retry of a write already applied
       resp->set_length(applied->length);
@@ -228,7 +229,7 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
     FF_RETURN_IF_ERROR(store.Commit(req.chunk(), version));
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     const uint64_t early = done_.evicted_early();
     done_.Add(req.request_id(), {version, length}, Clock::now());
     if (done_.evicted_early() > early && early == 0) {

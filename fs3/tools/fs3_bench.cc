@@ -134,20 +134,25 @@ Result<Figures> Cluster(const std::string& bin, const std::string& dir, uint32_t
     procs.push_back(std::move(s));
   }
   auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd));
-  Status init = Unavailable("not tried");
-  for (int i = 0; i < 200 && !init.ok(); ++i) {
+  // Initialise once every storage service has registered its target (asked, not read from an
+  // error's text).
+  std::size_t registered = 0;
+  for (int i = 0; i < 200 && registered < 3; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    fs3rpc::InitRequest req;
-    req.set_chunk_size(kMiB);
-    req.set_replication(replication);
     fs3rpc::RoutingInfo info;
-    init = CallRpc("fs3-mgmtd InitCluster", CallOptions{},
-                   [&](grpc::ClientContext* c) { return stub->InitCluster(c, req, &info); });
-    if (!init.ok() && init.message().find("storage services") == std::string::npos &&
-        init.code() != StatusCode::kUnavailable) {
-      return init;
-    }
+    Status st =
+        CallRpc("fs3-mgmtd GetRouting", CallOptions::Idempotent(), [&](grpc::ClientContext* c) {
+          return stub->GetRouting(c, fs3rpc::GetRoutingRequest{}, &info);
+        });
+    if (st.ok()) registered = static_cast<std::size_t>(info.targets_size());
   }
+  if (registered < 3) return Unavailable("the 3 storage services did not register within 10 s");
+  fs3rpc::InitRequest req;
+  req.set_chunk_size(kMiB);
+  req.set_replication(replication);
+  fs3rpc::RoutingInfo info;
+  Status init = CallRpc("fs3-mgmtd InitCluster", CallOptions{},
+                        [&](grpc::ClientContext* c) { return stub->InitCluster(c, req, &info); });
   FF_RETURN_IF_ERROR(init);
   ClientOptions o;
   o.mgmtd = mgmtd;

@@ -23,14 +23,14 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "auth.h"
 #include "common/files.h"
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
 #include "common/subprocess.h"
-#include "server.h"
+#include "platform/server.h"
+#include "platform/tokens.h"
 
 extern char** environ;
 
@@ -104,7 +104,7 @@ int SubmitLatency(const std::string& bin, int jobs) {
     stub->ListNodes(&c, {}, &nodes);
     int up = 0;
     for (const auto& n : nodes.nodes())
-      up += n.state() == "up";
+      up += n.state() == hai::NODE_UP;
     if (up == 2) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

@@ -10,7 +10,7 @@ build="$(cd "${1:?usage: deploy_check.sh BUILD_DIR}" && pwd)"
 declare -A bin=(
   [fs3-mgmtd]=fs3/fs3-mgmtd [fs3-meta]=fs3/fs3-meta [fs3-storage]=fs3/fs3-storage
   [fs3-fuse]=fs3/fs3-fuse [hai-server]=platform/hai-server [hai-agent]=platform/hai-agent
-  [hai-health]=monitoring/health/hai-health
+  [hai-health]=platform/hai-health
 )
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -49,10 +49,10 @@ grep -q DEAD "$tmp/status" && fail "a service is dead: $(cat "$tmp/status")"
 # shellcheck disable=SC1091
 source "$dir/env"
 for _ in $(seq 100); do
-  [ "$(hai nodes --json | grep -o '"state":"up"' | wc -l)" -eq 4 ] && break
+  [ "$(hai nodes --json | grep -o '"state":"NODE_UP"' | wc -l)" -eq 4 ] && break
   sleep 0.2
 done
-[ "$(hai nodes --json | grep -o '"state":"up"' | wc -l)" -eq 4 ] || fail "nodes: $(hai nodes)"
+[ "$(hai nodes --json | grep -o '"state":"NODE_UP"' | wc -l)" -eq 4 ] || fail "nodes: $(hai nodes)"
 fs3 nodes >/dev/null || fail "the fs3 command does not reach fs3-mgmtd"
 
 # A job on all four nodes, across the zones: allreduces, then each rank writes 4 MiB to fs3.

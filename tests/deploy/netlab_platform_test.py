@@ -118,10 +118,10 @@ class Platform:
                        lambda: (j := self.job(job_id))["runs"][0].get("end_reason") and j,
                        HEARTBEAT_TIMEOUT_MS / 1000 + 20)
         reason = job["runs"][0]["end_reason"]
-        if "lost" not in reason or not any(n in reason for n in lost):
+        if job["runs"][0].get("end") != "RUN_NODE_LOST" or not any(n in reason for n in lost):
             fail(f"run 0 of job {job_id} ended with '{reason}', expected a lost node of {lost}")
         say(f"run 0 ended ({reason}) {time.monotonic() - t:.1f} s after the cut")
-        states = wait_for(f"{lost} lost", lambda: all((x := self.node_states()).get(n) == "lost"
+        states = wait_for(f"{lost} lost", lambda: all((x := self.node_states()).get(n) == "NODE_LOST"
                                                       for n in lost) and x, 10)
         if room_elsewhere:
             job = wait_for(f"job {job_id} requeued after the cut of {cut}",
@@ -174,14 +174,14 @@ class Platform:
         self.c.lab.heal(cut)
         t = time.monotonic()
         wait_for(f"{lost} up again after healing {cut}",
-                 lambda: all(self.node_states().get(n) == "up" for n in lost), 60)
+                 lambda: all(self.node_states().get(n) == "NODE_UP" for n in lost), 60)
         up = time.monotonic() - t
         steady_since = [time.monotonic()]
 
         def steady():
             nodes = {n["name"]: n for n in self.c.hai_json("nodes")["nodes"]}
             now_ms = time.time() * 1000
-            if any(nodes[n]["state"] != "up" or
+            if any(nodes[n]["state"] != "NODE_UP" or
                    now_ms - int(nodes[n].get("last_heartbeat_ms", 0)) > 1000 for n in lost):
                 steady_since[0] = time.monotonic()
             return time.monotonic() - steady_since[0] >= 3
@@ -196,7 +196,7 @@ def main():
         server = cluster.start_platform(SERVER, NODES, toml,
                                         heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS)
         p = Platform(cluster, build)
-        wait_for("every node up", lambda: all(p.node_states().get(n) == "up" for n in NODES), 30)
+        wait_for("every node up", lambda: all(p.node_states().get(n) == "NODE_UP" for n in NODES), 30)
         say(f"hai-server at {server}; agents up on {', '.join(NODES)}")
 
         # A host's link: a 3-node job (it spans leaves of two); cut a node of it, not the server's.

@@ -19,10 +19,10 @@
 #include <set>
 #include <sstream>
 
-#include "auth.h"
 #include "grpc_fuzz.h"
 #include "persistent_fixture.h"
-#include "server.h"
+#include "platform/server.h"
+#include "platform/tokens.h"
 
 namespace {
 

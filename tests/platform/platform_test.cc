@@ -71,7 +71,7 @@ class PlatformTest : public ::testing::Test {
     alice_ = AddUser("alice");
     bob_ = AddUser("bob");
     // Every node reports in.
-    ASSERT_TRUE(WaitUntil([&] { return CountNodes("up") == kNodes; }, 20s));
+    ASSERT_TRUE(WaitUntil([&] { return CountNodes("NODE_UP") == kNodes; }, 20s));
   }
 
   void TearDown() override {
@@ -381,7 +381,7 @@ TEST_F(PlatformTest, LostNodeRequeuesItsJobElsewhere) {
   int agent = node.back() - '0';
   agents_[agent]->Signal(SIGKILL);
   agents_[agent]->Wait(5s);
-  ASSERT_TRUE(WaitUntil([&] { return CountNodes("lost") == 1; }, 20s));
+  ASSERT_TRUE(WaitUntil([&] { return CountNodes("NODE_LOST") == 1; }, 20s));
   ASSERT_TRUE(WaitUntil([&] { return Show(id, alice_)["runs"].size() == 2; }, 20s));
   json job = Show(id, alice_);
   EXPECT_EQ(job["state"], "RUNNING");
@@ -400,7 +400,7 @@ TEST_F(PlatformTest, ASilentNodeGetsNoNewJobBeforeItIsFoundLost) {
   std::this_thread::sleep_for(1500ms);
   int64_t id = Submit(alice_, {"--nodes", "3", "--", "echo on $HAI_NODE"});
   ASSERT_GT(id, 0);
-  ASSERT_TRUE(WaitUntil([&] { return CountNodes("lost") == 1; }, 20s));
+  ASSERT_TRUE(WaitUntil([&] { return CountNodes("NODE_LOST") == 1; }, 20s));
   json job = Show(id, alice_);
   EXPECT_EQ(job["state"], "QUEUED");
   EXPECT_EQ(job.value("runs", json::array()).size(), 0u) << job.dump();
@@ -413,9 +413,9 @@ TEST_F(PlatformTest, ASilentNodeGetsNoNewJobBeforeItIsFoundLost) {
 // timeout (a link that comes back often comes back in fits).
 TEST_F(PlatformTest, ANodeBackFromLostWaitsOutItsProbation) {
   agents_[2]->Signal(SIGSTOP);
-  ASSERT_TRUE(WaitUntil([&] { return CountNodes("lost") == 1; }, 20s));
+  ASSERT_TRUE(WaitUntil([&] { return CountNodes("NODE_LOST") == 1; }, 20s));
   agents_[2]->Signal(SIGCONT);
-  ASSERT_TRUE(WaitUntil([&] { return CountNodes("up") == kNodes; }, 20s));
+  ASSERT_TRUE(WaitUntil([&] { return CountNodes("NODE_UP") == kNodes; }, 20s));
   const int64_t back_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();

@@ -3,8 +3,8 @@
 
 #include "common/config.h"
 #include "monitoring/service_daemon.h"
+#include "platform/server.h"
 #include "scheduler/placement.h"
-#include "server.h"
 
 namespace ff::platform {
 namespace {

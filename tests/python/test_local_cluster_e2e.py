@@ -83,7 +83,7 @@ def test_demo_training_job_preempted_resumed_through_a_storage_crash(cluster):
                     "fs3-storage", "fs3-fuse"}
     assert len(targets) == 15 and all(t["health"] == "up" for t in targets), targets
     nodes = json.loads(sh(hai, "nodes", "--json", env=env).stdout)["nodes"]
-    assert all(n["state"] == "up" and not n["drained"] for n in nodes)
+    assert all(n["state"] == "NODE_UP" and not n["drained"] for n in nodes)
     wait_for("every node's first health report",
              lambda: all(n["health_report_ms"] != "0" for n in
                          json.loads(sh(hai, "nodes", "--json", env=env).stdout)["nodes"]), 30)

@@ -102,7 +102,7 @@ class HaiCluster:
             while time.monotonic() < deadline:
                 nodes = json.loads(self.hai("nodes", "--json", token=self.admin))
                 nodes = nodes.get("nodes", nodes) if isinstance(nodes, dict) else nodes
-                if sum(1 for n in nodes if n.get("state") == "up") == self.nodes:
+                if sum(1 for n in nodes if n.get("state") == "NODE_UP") == self.nodes:
                     break
                 time.sleep(0.2)
             else:

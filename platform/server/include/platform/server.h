@@ -17,12 +17,15 @@
 #include <thread>
 
 #include "common/config.h"
+#include "common/thread_annotations.h"
 #include "monitoring/metrics.h"
+#include "platform/lifecycle.h"
 #include "platform/proto/hai.grpc.pb.h"
 #include "scheduler/scheduler.h"
-#include "store.h"
 
 namespace ff::platform {
+
+class Store;  // the durable records (RocksDB), private to hai-server
 
 struct HaiOptions {
   static constexpr const char* kSection = "hai";  // its section in the config file
@@ -99,42 +102,44 @@ class HaiServer final : public hai::Hai::Service {
     std::set<std::tuple<int64_t, int, int>> reported_running;  // (job, run, rank)
     uint64_t generation = 1;  // bumped whenever the node's work changes (long polls wake)
   };
-  void Touch(const hai::Job& job);  // mu_ held: the job's nodes have new work
 
   HaiServer(const HaiOptions& options, scheduler::Topology topology, std::unique_ptr<Store> store,
             Metrics* metrics);
-  Status Load();
+  Status Load() FF_EXCLUDES(mu_);
 
   Result<hai::User> Authenticate(const grpc::ServerContext& context) const;  // a user
   Status AuthenticateAgent(const grpc::ServerContext& context) const;
-  Result<hai::Job*> OwnJob(const hai::User& user, int64_t id);  // mu_ held
+  Result<hai::Job*> OwnJob(const hai::User& user, int64_t id) FF_REQUIRES(mu_);
 
-  Status DoSubmit(const hai::User& user, const hai::JobSpec& spec, hai::Job* out);
+  Status DoSubmit(const hai::User& user, const hai::JobSpec& spec, hai::Job* out) FF_EXCLUDES(mu_);
+  // Applies a lifecycle event to the job (platform/lifecycle.h), saves it, then changes
+  // it in memory, wakes the nodes whose tasks changed and, when its run ended, asks for a
+  // scheduling round. A failed save changes nothing in memory; it is the caller's error
+  // (a user's request: nothing happened) or stops the server (an event the cluster will not
+  // repeat, such as a lost node: see MustPersist).
+  enum class OnWriteFailure { kReturnError, kStopServer };
+  Status ApplyEvent(hai::Job& job, const JobEvent& event, OnWriteFailure on_failure)
+      FF_REQUIRES(mu_);
+  void Kick() FF_EXCLUDES(loop_mu_);  // a scheduling round as soon as possible
   Status ValidateSpec(const hai::JobSpec& spec) const;
-  Status Save(const hai::Job& job);  // mu_ held
-  // mu_ held: `st` is the result of a durable write made after memory changed; a failure stops
-  // the server (see WriteFailure) and is returned.
-  Status MustPersist(Status st, const std::string& what);
+  Status Save(const hai::Job& job) FF_REQUIRES(mu_);
+  // `st` is the result of a durable write made after memory changed; a failure stops the server
+  // (see WriteFailure) and is returned.
+  Status MustPersist(Status st, const std::string& what) FF_REQUIRES(mu_);
 
-  void CheckLostNodes();  // mu_ held
-  void ScheduleRound();   // mu_ held
+  void CheckLostNodes() FF_REQUIRES(mu_);
+  void ScheduleRound() FF_REQUIRES(mu_);
   // GPUs handed out per node and master ports in use per host, over the active runs.
   struct InUse {
     std::map<std::string, std::set<int>> gpus;
     std::map<std::string, std::set<int>> ports;
   };
-  InUse ComputeInUse() const;  // mu_ held
-  // Adds a run (not saved: the caller saves).
-  void StartRun(hai::Job& job, const scheduler::Placement& placement, InUse& in_use);  // mu_ held
-  Status RecordExit(hai::Job& job, int rank, int code);                                // mu_ held
-  void EndRun(hai::Job& job, const std::string& reason);                               // mu_ held
-  void FinishRunIfDone(hai::Job& job);                                                 // mu_ held
-  std::vector<hai::Task> TasksFor(const std::string& node) const;                      // mu_ held
+  InUse ComputeInUse() const FF_REQUIRES(mu_);
+  // The run a placement becomes: GPUs on each node and a master port free, taken from in_use.
+  hai::Run PlaceRun(const scheduler::Placement& placement, InUse& in_use) const FF_REQUIRES(mu_);
+  std::vector<hai::Task> TasksFor(const std::string& node) const FF_REQUIRES(mu_);
   scheduler::JobRequest RequestOf(const hai::Job& job) const;
-  void UpdateGauges();  // mu_ held
-  // Sets the job's pending reason; a reason of another kind than the last is added to its
-  // history (at most 20 kept). mu_ held.
-  void RecordPending(hai::Job& job, int64_t now_ms, const std::string& reason);
+  void UpdateGauges() FF_REQUIRES(mu_);
 
   const HaiOptions options_;
   const scheduler::Topology topology_;
@@ -143,21 +148,22 @@ class HaiServer final : public hai::Hai::Service {
   std::string agent_token_hash_;
   Metrics* metrics_;
 
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;  // with mu_: a node's generation changed, or stopping
-  bool shutting_down_ = false;       // under mu_
-  Status write_failure_;             // under mu_
-  std::map<int64_t, hai::Job> jobs_;
-  std::map<std::string, hai::User> users_;            // by name
-  std::map<std::string, std::string> user_by_token_;  // token hash -> name
-  std::map<std::string, NodeRuntime> nodes_;          // every node of cluster.toml
-  std::map<int64_t, int64_t> suspending_since_ms_;    // SUSPENDING jobs, as UpdateGauges saw them
-  int64_t next_id_ = 1;
+  mutable Mutex mu_;
+  std::condition_variable_any work_cv_;  // with mu_: a node's generation changed, or stopping
+  bool shutting_down_ FF_GUARDED_BY(mu_) = false;
+  Status write_failure_ FF_GUARDED_BY(mu_);
+  std::map<int64_t, hai::Job> jobs_ FF_GUARDED_BY(mu_);
+  std::map<std::string, hai::User> users_ FF_GUARDED_BY(mu_);            // by name
+  std::map<std::string, std::string> user_by_token_ FF_GUARDED_BY(mu_);  // token hash -> name
+  std::map<std::string, NodeRuntime> nodes_ FF_GUARDED_BY(mu_);  // every node of cluster.toml
+  // SUSPENDING jobs, as UpdateGauges saw them.
+  std::map<int64_t, int64_t> suspending_since_ms_ FF_GUARDED_BY(mu_);
+  int64_t next_id_ FF_GUARDED_BY(mu_) = 1;
 
-  std::mutex loop_mu_;
-  std::condition_variable loop_cv_;
-  bool stopping_ = false;
-  bool kicked_ = false;
+  Mutex loop_mu_;
+  std::condition_variable_any loop_cv_;
+  bool stopping_ FF_GUARDED_BY(loop_mu_) = false;
+  bool kicked_ FF_GUARDED_BY(loop_mu_) = false;
   std::thread loop_;
 };
 

@@ -2,8 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "auth.h"
 #include "common/rpc_client.h"
+#include "platform/tokens.h"
 
 namespace ff::health {
 
@@ -57,7 +57,8 @@ HealthMonitor::HealthMonitor(const HealthOptions& options, std::string token, Me
       token_(std::move(token)),
       metrics_(metrics),
       kernel_log_(options.kernel_log) {
-  if (!options_.server.empty()) stub_ = hai::Hai::NewStub(MakeChannel(options_.server));
+  if (!options_.server.empty())
+    server_ = std::make_unique<platform::HaiClient>(options_.server, token_);
   if (!options_.fs3_mount.empty()) {
     mount_probe_ = std::make_unique<MountProbe>(
         options_.fs3_mount, std::chrono::milliseconds(options_.mount_timeout_ms));
@@ -193,7 +194,7 @@ std::vector<CheckResult> HealthMonitor::RunOnce(bool validators) {
 }
 
 Status HealthMonitor::Report(const std::vector<CheckResult>& checks) {
-  if (!stub_) return Status::Ok();
+  if (!server_) return Status::Ok();
   hai::HealthReport req;
   req.set_node(options_.node);
   for (const CheckResult& c : checks) {
@@ -203,11 +204,10 @@ Status HealthMonitor::Report(const std::vector<CheckResult>& checks) {
     out->set_message(c.message.substr(0, 1024));
   }
   hai::HealthReportResponse resp;
-  Status st =
-      CallRpc("hai-server ReportHealth", CallOptions::Idempotent(), [&](grpc::ClientContext* c) {
-        platform::SetBearerToken(c, token_);
-        return stub_->ReportHealth(c, req, &resp);
-      });
+  Status st = server_->Call("ReportHealth", CallOptions::Idempotent(),
+                            [&](grpc::ClientContext* c, hai::Hai::Stub& stub) {
+                              return stub.ReportHealth(c, req, &resp);
+                            });
   metrics_
       ->Counter("ff_health_reports_total", "Reports sent to hai-server, by outcome",
                 {{"result", st.ok() ? "ok" : "error"}})

@@ -18,6 +18,7 @@
 
 #include "common/config.h"
 #include "monitoring/metrics.h"
+#include "platform/client.h"
 #include "platform/proto/hai.grpc.pb.h"
 
 namespace ff::platform {
@@ -78,7 +79,7 @@ class Agent final : public hai::HaiAgent::Service {
   const std::string token_;
   Metrics* metrics_;
   std::string address_;
-  std::unique_ptr<hai::Hai::Stub> stub_;
+  HaiClient server_;  // hai-server, with the agents' token
 
   std::mutex mu_;
   std::map<Key, Task> tasks_;

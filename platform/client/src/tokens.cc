@@ -1,4 +1,4 @@
-#include "auth.h"
+#include "platform/tokens.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>

@@ -18,6 +18,7 @@
 #include "health/checks.h"
 #include "health/probes.h"
 #include "monitoring/metrics.h"
+#include "platform/client.h"
 #include "platform/proto/hai.grpc.pb.h"
 
 namespace ff::health {
@@ -74,7 +75,7 @@ class HealthMonitor {
   const HealthOptions options_;
   const std::string token_;
   Metrics* metrics_;
-  std::unique_ptr<hai::Hai::Stub> stub_;
+  std::unique_ptr<platform::HaiClient> server_;  // none when no server is configured
   KernelLog kernel_log_;
   std::unique_ptr<MountProbe> mount_probe_;
   // Fatal hardware errors still within their hold: summary -> when seen.

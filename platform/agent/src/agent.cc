@@ -15,9 +15,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "auth.h"
 #include "common/rpc_client.h"
 #include "common/rpc_status.h"
+#include "platform/tokens.h"
 
 extern char** environ;
 
@@ -81,7 +81,7 @@ Agent::Agent(const AgentOptions& options, std::string token, Metrics* metrics)
     : options_(options),
       token_(std::move(token)),
       metrics_(metrics),
-      stub_(hai::Hai::NewStub(MakeChannel(options.server))),
+      server_(options.server, token_),
       interval_ms_(options.heartbeat_interval_ms) {}
 
 Agent::~Agent() {
@@ -177,13 +177,12 @@ bool Agent::HeartbeatOnce() {
   CallOptions call;
   call.deadline = std::chrono::milliseconds(interval_ms_ + 2000);
   call.max_attempts = 1;
-  Status st = CallRpc("hai-server Heartbeat", call, [&](grpc::ClientContext* c) {
-    SetBearerToken(c, token_);
+  Status st = server_.Call("Heartbeat", call, [&](grpc::ClientContext* c, hai::Hai::Stub& stub) {
     {
       std::lock_guard lock(mu_);
       inflight_ = c;
     }
-    grpc::Status s = stub_->Heartbeat(c, req, &resp);
+    grpc::Status s = stub.Heartbeat(c, req, &resp);
     std::lock_guard lock(mu_);
     inflight_ = nullptr;
     return s;

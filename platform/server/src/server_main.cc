@@ -2,7 +2,7 @@
 //
 //   hai-server --config deploy/config/hai-server.toml [--set key=value ...] [--listen HOST:PORT]
 #include "monitoring/service_daemon.h"
-#include "server.h"
+#include "platform/server.h"
 
 int main(int argc, char** argv) {
   using ff::platform::HaiOptions;

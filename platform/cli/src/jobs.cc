@@ -1,0 +1,303 @@
+// hai's job subcommands, one function each: submit, ls, show, stop, suspend, logs.
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "cli.h"
+#include "platform/names.h"
+
+namespace ff::platform::cli {
+namespace {
+
+void PrintJobs(const std::vector<hai::Job>& jobs, bool show_user) {
+  std::printf("%-6s %-20s %s%-10s %5s %4s %4s %6s  %s\n", "ID", "NAME",
+              show_user ? "USER       " : "", "STATE", "NODES", "GPUS", "PRIO", "AGE",
+              "NODES / REASON");
+  for (const hai::Job& j : jobs) {
+    std::string where;
+    if ((j.state() == hai::RUNNING || j.state() == hai::SUSPENDING) && !j.runs().empty()) {
+      for (const std::string& n : j.runs(j.runs_size() - 1).nodes())
+        where += (where.empty() ? "" : ",") + n;
+    } else if (!j.pending_reason().empty()) {
+      where = j.pending_reason();
+    } else {
+      where = j.message();
+    }
+    std::printf(
+        "%-6lld %-20.20s %s%-10s %5d %4d %4d %6s  %s\n", static_cast<long long>(j.id()),
+        j.spec().name().c_str(),
+        show_user
+            ? (j.user() + std::string(11 - std::min<std::size_t>(11, j.user().size()), ' ')).c_str()
+            : "",
+        StateName(j.state()).c_str(), j.spec().nodes(), j.spec().gpus_per_node(),
+        j.spec().priority(), Ago(j.submit_ms()).c_str(), where.c_str());
+  }
+}
+
+void PrintJob(const hai::Job& j) {
+  const hai::JobSpec& s = j.spec();
+  std::printf("job %lld (%s) of %s: %s\n", static_cast<long long>(j.id()), s.name().c_str(),
+              j.user().c_str(), StateName(j.state()).c_str());
+  if (!j.pending_reason().empty()) std::printf("  waiting: %s\n", j.pending_reason().c_str());
+  if (j.pending_history_size() > 0) {
+    std::printf("  why it waited, over time:\n");
+    for (const hai::PendingEvent& e : j.pending_history())
+      std::printf("    %s  %s\n", Clock(e.time_ms()).c_str(), e.reason().c_str());
+  }
+  if (!j.message().empty()) std::printf("  %s\n", j.message().c_str());
+  std::printf("  command:   %s\n", s.command().c_str());
+  std::printf("  workdir:   %s\n", s.workdir().empty() ? "/" : s.workdir().c_str());
+  std::printf("  shape:     %d node(s) x %d GPU(s), %d process(es) per node, priority %d, %s\n",
+              s.nodes(), s.gpus_per_node(), s.procs_per_node(), s.priority(),
+              Lower(hai::CommKind_Name(s.comm())).c_str());
+  if (s.expected_runtime_s() > 0) {
+    std::printf("  expected:  runs %llds (--time)\n",
+                static_cast<long long>(s.expected_runtime_s()));
+  }
+  std::printf("  submitted: %s\n", Clock(j.submit_ms()).c_str());
+  if (j.end_ms() > 0) std::printf("  ended:     %s\n", Clock(j.end_ms()).c_str());
+  for (const auto& [k, v] : s.env())
+    std::printf("  env:       %s=%s\n", k.c_str(), v.c_str());
+  for (const hai::Run& r : j.runs()) {
+    std::string nodes;
+    for (const std::string& n : r.nodes())
+      nodes += (nodes.empty() ? "" : ",") + n;
+    std::string codes;
+    std::map<int, int> sorted(r.exit_codes().begin(), r.exit_codes().end());
+    for (const auto& [rank, code] : sorted)
+      codes += (codes.empty() ? "" : " ") + std::to_string(rank) + ":" + std::to_string(code);
+    std::printf("  run %d: %s on %s%s%s\n", r.index(), Clock(r.start_ms()).c_str(), nodes.c_str(),
+                r.end_ms() > 0 ? (", ended " + Clock(r.end_ms())).c_str() : ", running",
+                r.end_reason().empty() ? "" : (" (" + r.end_reason() + ")").c_str());
+    if (!codes.empty()) std::printf("         exit codes (rank:code): %s\n", codes.c_str());
+  }
+}
+
+struct SubmitArgs {
+  std::string name, workdir, comm = "allreduce", restart = "on-node-lost", expected_time;
+  int nodes = 1, gpus = 1, procs = 1, priority = 3, max_restarts = 0;
+  int64_t min_runtime = 0;
+  bool span_zones = false;
+  std::vector<std::string> env, command;
+};
+
+hai::JobSpec SpecOf(const SubmitArgs& a) {
+  hai::JobSpec spec;
+  spec.set_name(a.name);
+  std::string cmd;
+  if (a.command.size() == 1) {
+    cmd = a.command[0];  // one argument: a shell command line as written
+  } else {
+    for (const std::string& arg : a.command)
+      cmd += (cmd.empty() ? "" : " ") + Quote(arg);
+  }
+  spec.set_command(cmd);
+  std::string workdir = a.workdir;
+  if (workdir.empty()) {
+    char buf[4096];
+    if (getcwd(buf, sizeof buf)) workdir = buf;
+  }
+  spec.set_workdir(workdir);
+  for (const std::string& kv : a.env) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) Die("--env wants K=V, got '" + kv + "'", 2);
+    (*spec.mutable_env())[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  spec.set_nodes(a.nodes);
+  spec.set_gpus_per_node(a.gpus);
+  spec.set_procs_per_node(a.procs);
+  spec.set_priority(a.priority);
+  const std::map<std::string, hai::CommKind> comms = {
+      {"allreduce", hai::ALLREDUCE}, {"pipeline", hai::PIPELINE}, {"none", hai::NONE}};
+  auto comm = comms.find(a.comm);
+  if (comm == comms.end()) Die("--comm is allreduce, pipeline or none", 2);
+  spec.set_comm(comm->second);
+  spec.set_may_span_zones(a.span_zones);
+  spec.set_min_runtime_s(a.min_runtime);
+  if (!a.expected_time.empty()) {
+    const int64_t seconds = ParseDuration(a.expected_time);
+    if (seconds <= 0)
+      Die("--time '" + a.expected_time + "': give a duration like 90s, 30m, 2h or 1h30m", 2);
+    spec.set_expected_runtime_s(seconds);
+  }
+  const std::map<std::string, hai::RestartPolicy> policies = {
+      {"on-node-lost", hai::RESTART_ON_NODE_LOST},
+      {"never", hai::RESTART_NEVER},
+      {"on-failure", hai::RESTART_ON_FAILURE}};
+  auto policy = policies.find(a.restart);
+  if (policy == policies.end()) Die("--restart is on-node-lost, never or on-failure", 2);
+  spec.set_restart_policy(policy->second);
+  spec.set_max_restarts(a.max_restarts);
+  return spec;
+}
+
+int Submit(const SubmitArgs& a, const Globals& g, Client& client) {
+  hai::SubmitRequest req;
+  *req.mutable_spec() = SpecOf(a);
+  hai::Job job;
+  client.Call(
+      "Submit",
+      [&](grpc::ClientContext* c, hai::Hai::Stub& stub) { return stub.Submit(c, req, &job); },
+      /*idempotent=*/false);
+  if (g.json) {
+    std::printf("%s\n", ToJson(job).c_str());
+  } else {
+    std::printf("submitted job %lld (%s)\n", static_cast<long long>(job.id()),
+                job.spec().name().c_str());
+  }
+  return 0;
+}
+
+struct ListArgs {
+  bool finished = false, all_users = false;
+};
+
+int List(const ListArgs& a, const Globals& g, Client& client) {
+  hai::ListJobsRequest req;
+  req.set_include_finished(a.finished);
+  req.set_all_users(a.all_users);
+  hai::ListJobsResponse resp;
+  client.Call("ListJobs", [&](grpc::ClientContext* c, hai::Hai::Stub& stub) {
+    return stub.ListJobs(c, req, &resp);
+  });
+  if (g.json) {
+    std::printf("%s\n", ToJson(resp).c_str());
+  } else {
+    PrintJobs({resp.jobs().begin(), resp.jobs().end()}, a.all_users);
+  }
+  return 0;
+}
+
+int Show(const std::string& job_arg, const Globals& g, Client& client) {
+  hai::JobRef ref;
+  ref.set_id(ParseJobId(job_arg));
+  hai::Job job;
+  client.Call("GetJob", [&](grpc::ClientContext* c, hai::Hai::Stub& stub) {
+    return stub.GetJob(c, ref, &job);
+  });
+  if (g.json) {
+    std::printf("%s\n", ToJson(job).c_str());
+  } else {
+    PrintJob(job);
+  }
+  return 0;
+}
+
+int Stop(const std::string& job_arg, const Globals& g, Client& client) {
+  hai::JobRef ref;
+  ref.set_id(ParseJobId(job_arg));
+  hai::Job job;
+  client.Call("StopJob", [&](grpc::ClientContext* c, hai::Hai::Stub& stub) {
+    return stub.StopJob(c, ref, &job);
+  });
+  if (g.json) {
+    std::printf("%s\n", ToJson(job).c_str());
+  } else {
+    std::printf("job %lld: %s\n", static_cast<long long>(job.id()),
+                job.state() == hai::STOPPED ? "stopped" : "stopping");
+  }
+  return 0;
+}
+
+int Suspend(const std::string& job_arg, const Globals& g, Client& client) {
+  hai::JobRef ref;
+  ref.set_id(ParseJobId(job_arg));
+  hai::Job job;
+  client.Call("SuspendJob", [&](grpc::ClientContext* c, hai::Hai::Stub& stub) {
+    return stub.SuspendJob(c, ref, &job);
+  });
+  if (g.json) {
+    std::printf("%s\n", ToJson(job).c_str());
+  } else {
+    std::printf("job %lld: suspending (it checkpoints and is requeued)\n",
+                static_cast<long long>(job.id()));
+  }
+  return 0;
+}
+
+struct LogsArgs {
+  std::string job;
+  int rank = 0;
+  bool follow = false;
+};
+
+int Logs(const LogsArgs& a, const Globals& g, Client& client) {
+  hai::LogsRequest req;
+  req.set_id(ParseJobId(a.job));
+  req.set_rank(a.rank);
+  req.set_follow(a.follow);
+  grpc::ClientContext c;
+  client.hai().Authorize(&c);
+  auto reader = client.hai().stub().ReadLogs(&c, req);
+  hai::LogChunk chunk;
+  while (reader->Read(&chunk)) {
+    std::fwrite(chunk.data().data(), 1, chunk.data().size(), stdout);
+    std::fflush(stdout);
+  }
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) {
+    if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      Die("cannot reach hai-server at " + g.server + " (" + st.error_message() + ")");
+    }
+    Die(st.error_message());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddJobCommands(CLI::App& app, std::vector<Command>& out) {
+  auto s = std::make_shared<SubmitArgs>();
+  CLI::App* submit =
+      app.add_subcommand("submit", "Submit a job: hai submit [options] -- COMMAND...");
+  submit->add_option("--name", s->name, "Job name (default: the command's first word)");
+  submit->add_option("--nodes,-n", s->nodes, "Nodes (a gang: all start together)")
+      ->capture_default_str();
+  submit->add_option("--gpus-per-node,-g", s->gpus, "GPUs on each node")->capture_default_str();
+  submit->add_option("--procs-per-node", s->procs, "Processes started on each node")
+      ->capture_default_str();
+  submit->add_option("--priority,-p", s->priority, "0..6, higher first")->capture_default_str();
+  submit->add_option("--env,-e", s->env, "K=V added to the job's environment (repeatable)");
+  submit->add_option("--workdir,-C", s->workdir, "Working directory (default: the current one)");
+  submit->add_option("--comm", s->comm, "allreduce, pipeline or none")->capture_default_str();
+  submit->add_flag("--may-span-zones", s->span_zones, "Allow an allreduce job across zones");
+  submit->add_option("--min-runtime", s->min_runtime,
+                     "Seconds before it may be suspended for others");
+  submit->add_option("--time,-t", s->expected_time,
+                     "How long it is expected to run (90s, 30m, 2h, 1h30m, 2d): lets the "
+                     "scheduler estimate start times and start it early in a gap it fits");
+  submit->add_option("--restart", s->restart, "on-node-lost, never or on-failure")
+      ->capture_default_str();
+  submit->add_option("--max-restarts", s->max_restarts, "on-failure: how many times (default 3)");
+  submit->add_option("command", s->command, "The command (after --)")->required();
+  out.push_back({submit, [s](const Globals& g, Client& c) { return Submit(*s, g, c); }});
+
+  auto l = std::make_shared<ListArgs>();
+  CLI::App* ls = app.add_subcommand("ls", "List your jobs");
+  ls->add_flag("-a,--finished", l->finished, "Include ended jobs");
+  ls->add_flag("--all-users", l->all_users, "Every user's jobs (admins)");
+  out.push_back({ls, [l](const Globals& g, Client& c) { return List(*l, g, c); }});
+
+  using JobFn = int (*)(const std::string&, const Globals&, Client&);
+  for (auto [name, help, fn] :
+       {std::tuple<const char*, const char*, JobFn>{"show", "Show a job, its runs and exit codes",
+                                                    Show},
+        {"stop", "Stop a job", Stop},
+        {"suspend", "Suspend a job (it checkpoints and is requeued)", Suspend}}) {
+    auto job = std::make_shared<std::string>();
+    CLI::App* cmd = app.add_subcommand(name, help);
+    cmd->add_option("job", *job, "Job id")->required();
+    out.push_back({cmd, [job, fn](const Globals& g, Client& c) { return fn(*job, g, c); }});
+  }
+
+  auto lg = std::make_shared<LogsArgs>();
+  CLI::App* logs = app.add_subcommand("logs", "Print a rank's output");
+  logs->add_option("job", lg->job, "Job id")->required();
+  logs->add_option("--rank,-r", lg->rank, "Rank")->capture_default_str();
+  logs->add_flag("-f,--follow", lg->follow, "Keep printing while the job runs");
+  out.push_back({logs, [lg](const Globals& g, Client& c) { return Logs(*lg, g, c); }});
+}
+
+}  // namespace ff::platform::cli

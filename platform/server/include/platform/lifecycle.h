@@ -1,0 +1,85 @@
+// The one home of a job's life: how a job and its current run change on each event, as a pure
+// function (no clock, no store, no locks), so that "what happens to a job when its node is lost?"
+// is answered here and unit-tested (tests/platform/lifecycle_test.cc), and hai-server only applies
+// what it returns: saves the job, wakes the nodes, runs a scheduling round.
+//
+//   QUEUED ──Started──▶ RUNNING ──(every rank exited 0)──────────────▶ SUCCEEDED
+//     ▲  ▲                 │ ├──RankExited≠0 (the gang is killed)──▶ FAILED, or QUEUED again under
+//     │  │                 │ │                                         RESTART_ON_FAILURE
+//     │  │                 │ ├──NodeLost──▶ QUEUED (FAILED under RESTART_NEVER)
+//     │  │                 │ └──StopRequested──▶ STOPPED (once its ranks are gone)
+//     │  │     SuspendRequested / Preempted
+//     │  │                 ▼
+//     │  └── SUSPENDED ◀── SUSPENDING (once its ranks are gone; a lost node requeues it instead)
+//     └── (a job stopped before it ran goes straight to STOPPED)
+//
+// A run ends when every rank's exit is known (a rank on a lost node counts as exited with
+// kLostExitCode); how it ended is Run.end (hai.proto's RunEnd), with Run.end_reason the line
+// people read.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/result.h"
+#include "platform/proto/hai.pb.h"
+
+namespace ff::platform {
+
+// A rank whose node was lost: its exit is unknown (its process may live on, unreachable).
+inline constexpr int kLostExitCode = -1;
+// RESTART_ON_FAILURE's restarts when the spec leaves max_restarts at 0.
+inline constexpr int kDefaultMaxRestarts = 3;
+
+bool Active(const hai::Job& job);    // RUNNING or SUSPENDING: it has processes on nodes
+bool Terminal(const hai::Job& job);  // SUCCEEDED, FAILED or STOPPED: it never runs again
+int ProcsPerNode(const hai::JobSpec& spec);
+int WorldSize(const hai::JobSpec& spec);
+
+// The events of a job's life.
+struct Started {  // the scheduler placed it: `run` (nodes, GPUs, master) becomes its current run
+  hai::Run run;
+};
+struct StopRequested {  // its user (or an admin) stops it
+  std::string by;
+};
+struct SuspendRequested {  // its user suspends it: checkpoint, leave, wait in the queue
+  std::string by;
+};
+struct Preempted {  // the scheduler suspends it for a job of higher priority (0: for none named)
+  int64_t for_job = 0;
+  int for_priority = 0;
+};
+struct RankExited {  // an agent reports a rank of run `run` gone with `code` (128 + signal)
+  int run = 0;
+  int rank = 0;
+  int code = 0;
+};
+struct NodeLost {  // `node` stopped heartbeating: its ranks are gone as far as the job is concerned
+  std::string node;
+};
+using JobEvent =
+    std::variant<Started, StopRequested, SuspendRequested, Preempted, RankExited, NodeLost>;
+
+// What an event did.
+struct Transition {
+  hai::Job job;                   // the job afterwards
+  bool changed = false;           // false: the event did not apply (a stale exit); nothing to save
+  std::vector<std::string> wake;  // nodes whose tasks changed (their agents' long polls return)
+  bool run_ended = false;         // every rank is accounted for: a scheduling round is due
+  std::string log;                // one line for the server's log ("" when nothing happened)
+};
+
+// The job after `event` at `now_ms`. An event that a job in its state cannot take (suspending a
+// queued job, stopping a finished one) is a FailedPrecondition naming the job and its state, and
+// changes nothing; an event that no longer applies (an exit of an older run, reported twice, of
+// a rank out of range; a lost node the run does not use) returns the job unchanged.
+Result<Transition> Apply(const hai::Job& job, const JobEvent& event, int64_t now_ms);
+
+// Sets the job's pending reason; a reason of another shape than the last (numbers aside: "2 jobs
+// ahead" and "3 jobs ahead" are one) is added to its history, of which the last 20 are kept.
+void RecordPending(hai::Job& job, int64_t now_ms, const std::string& reason);
+
+}  // namespace ff::platform

@@ -1,0 +1,311 @@
+#include "platform/server.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "common/rpc_server.h"
+#include "common/rpc_status.h"
+#include "internal.h"
+#include "platform/lifecycle.h"
+#include "platform/names.h"
+#include "platform/tokens.h"
+#include "store.h"
+
+namespace ff::platform {
+
+using server_internal::HostOf;
+
+void HaiOptions::Bind(ConfigSection& s) {
+  s.Required("data_dir", data_dir);
+  s.Optional("cluster", cluster);
+  s.Required("agent_token_file", agent_token_file);
+  s.Optional("checkpoint_root", checkpoint_root);
+  s.Optional("heartbeat_timeout_ms", heartbeat_timeout_ms);
+  s.Check(heartbeat_timeout_ms > 0, "heartbeat_timeout_ms", "must be positive");
+  s.Optional("heartbeat_interval_ms", heartbeat_interval_ms);
+  s.Check(heartbeat_interval_ms > 0 && heartbeat_interval_ms < heartbeat_timeout_ms,
+          "heartbeat_interval_ms", "must be positive and below heartbeat_timeout_ms");
+  s.Optional("schedule_interval_ms", schedule_interval_ms);
+  s.Check(schedule_interval_ms > 0, "schedule_interval_ms", "must be positive");
+  s.Optional("suspend_grace_ms", suspend_grace_ms);
+  s.Check(suspend_grace_ms >= 0, "suspend_grace_ms", "must not be negative");
+  s.Optional("master_port_base", master_port_base);
+  s.Check(master_port_base > 0 && master_port_base < 65000, "master_port_base",
+          "must be a port number below 65000");
+  s.Optional("policy", policy);
+  s.OneOf("policy", policy, {"first-fit", "slurm-tree", "congestion-aware"});
+  s.Optional("locality_wait_s", locality_wait_s);
+  s.Check(locality_wait_s.value_or(0) >= 0, "locality_wait_s", "must not be negative");
+  s.Optional("preemption", preemption);
+  s.Optional("backfill", backfill);
+}
+
+scheduler::PolicyOptions PolicyOptionsOf(const HaiOptions& options) {
+  scheduler::PolicyOptions policy;  // the library's defaults, unless the config sets one
+  if (options.locality_wait_s) policy.locality_wait = *options.locality_wait_s;
+  return policy;
+}
+
+Result<std::unique_ptr<HaiServer>> HaiServer::Create(const HaiOptions& options, Metrics* metrics) {
+  FF_ASSIGN_OR_RETURN(scheduler::Topology topology, scheduler::Topology::Load(options.cluster));
+  std::error_code ec;
+  std::filesystem::create_directories(options.data_dir, ec);
+  if (ec) return IoError("cannot create data_dir " + options.data_dir + ": " + ec.message());
+  FF_ASSIGN_OR_RETURN(auto store, Store::Open(options.data_dir + "/db"));
+  std::unique_ptr<HaiServer> server(
+      new HaiServer(options, std::move(topology), std::move(store), metrics));
+  FF_ASSIGN_OR_RETURN(std::string agent_token,
+                      ReadTokenFile(options.agent_token_file, /*create=*/true));
+  server->agent_token_hash_ = HashToken(agent_token);
+  FF_RETURN_IF_ERROR(server->Load());
+  return server;
+}
+
+HaiServer::HaiServer(const HaiOptions& options, scheduler::Topology topology,
+                     std::unique_ptr<Store> store, Metrics* metrics)
+    : options_(options),
+      topology_(std::move(topology)),
+      store_(std::move(store)),
+      metrics_(metrics) {
+  scheduler::SchedulerOptions sched;
+  sched.preemption = options_.preemption;
+  sched.backfill = options_.backfill;
+  scheduler_ = std::make_unique<scheduler::Scheduler>(
+      scheduler::MakePlacementPolicy(options_.policy, PolicyOptionsOf(options_)), sched);
+  const auto now = std::chrono::steady_clock::now();
+  for (const scheduler::Node& n : topology_.nodes()) {
+    NodeRuntime& rt = nodes_[n.name];
+    rt.record.set_name(n.name);
+    rt.record.set_zone(topology_.zones()[n.zone].name);
+    rt.record.set_leaf(topology_.leaves()[n.leaf].name);
+    rt.record.set_gpus(n.gpus);
+    rt.record.set_state(hai::NODE_UNKNOWN);
+    rt.last_heartbeat = now;
+  }
+}
+
+HaiServer::~HaiServer() {
+  Stop();
+}
+
+Status HaiServer::Load() {
+  MutexLock lock(&mu_);  // alone here (Create), but the analysis holds every access to account
+  FF_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
+  for (hai::Job& j : jobs) {
+    next_id_ = std::max(next_id_, j.id() + 1);
+    jobs_[j.id()] = std::move(j);
+  }
+  FF_ASSIGN_OR_RETURN(auto users, store_->LoadUsers());
+  for (hai::User& u : users) {
+    user_by_token_[u.token_sha256()] = u.name();
+    users_[u.name()] = std::move(u);
+  }
+  FF_ASSIGN_OR_RETURN(auto nodes, store_->LoadNodes());
+  for (hai::Node& n : nodes) {
+    auto it = nodes_.find(n.name());
+    if (it == nodes_.end()) continue;  // no longer in cluster.toml
+    it->second.record.set_drained(n.drained());
+    it->second.record.set_drain_reason(n.drain_reason());
+    it->second.record.set_drained_by(n.drained_by());
+    it->second.record.set_agent_address(n.agent_address());
+    // A node that was up counts as up until its heartbeat timeout runs out.
+    if (n.state() == hai::NODE_UP) it->second.record.set_state(hai::NODE_UP);
+  }
+  if (users_.empty()) {
+    // First start: an admin user whose token only the operator can read.
+    const std::string path = options_.data_dir + "/admin.token";
+    FF_ASSIGN_OR_RETURN(std::string token, ReadTokenFile(path, /*create=*/true));
+    hai::User admin;
+    admin.set_name("admin");
+    admin.set_admin(true);
+    admin.set_token_sha256(HashToken(token));
+    FF_RETURN_IF_ERROR(store_->PutUser(admin));
+    user_by_token_[admin.token_sha256()] = "admin";
+    users_["admin"] = admin;
+    spdlog::info("created user 'admin'; its token is in {}", path);
+  }
+  spdlog::info("loaded {} jobs, {} users; {} nodes in {}", jobs_.size(), users_.size(),
+               nodes_.size(), options_.cluster);
+  return Status::Ok();
+}
+
+void HaiServer::Start() {
+  loop_ = std::thread([this] {
+    UniqueLock lock(&loop_mu_);
+    while (!stopping_) {
+      loop_cv_.wait_for(lock, std::chrono::milliseconds(options_.schedule_interval_ms), [this] {
+        loop_mu_.AssertHeld();
+        return stopping_ || kicked_;
+      });
+      if (stopping_) break;
+      kicked_ = false;
+      lock.unlock();
+      Tick();
+      lock.lock();
+    }
+  });
+}
+
+void HaiServer::Stop() {
+  {
+    MutexLock lock(&mu_);
+    shutting_down_ = true;
+  }
+  work_cv_.notify_all();
+  {
+    MutexLock lock(&loop_mu_);
+    stopping_ = true;
+  }
+  loop_cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+  MutexLock lock(&mu_);
+  if (!write_failure_.ok() && store_) store_->Abandon();
+}
+
+void HaiServer::Tick() {
+  auto start = std::chrono::steady_clock::now();
+  {
+    MutexLock lock(&mu_);
+    if (!write_failure_.ok()) return;
+    CheckLostNodes();
+    if (write_failure_.ok()) ScheduleRound();
+    UpdateGauges();
+  }
+  if (metrics_) {
+    metrics_
+        ->Histogram("hai_scheduling_round_seconds", "Time of one scheduling pass",
+                    Metrics::LatencyBuckets())
+        .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+}
+
+// ---- authentication ---------------------------------------------------------------------------
+
+Result<hai::User> HaiServer::Authenticate(const grpc::ServerContext& context) const {
+  std::string token = BearerToken(context);
+  if (token.empty()) {
+    return Status(StatusCode::kUnauthenticated,
+                  "no token: set HAI_TOKEN or token in ~/.hai/config.toml");
+  }
+  MutexLock lock(&mu_);
+  auto it = user_by_token_.find(HashToken(token));
+  if (it == user_by_token_.end()) return Status(StatusCode::kUnauthenticated, "invalid token");
+  return users_.at(it->second);
+}
+
+Status HaiServer::AuthenticateAgent(const grpc::ServerContext& context) const {
+  std::string token = BearerToken(context);
+  if (token.empty() || HashToken(token) != agent_token_hash_) {
+    return Status(StatusCode::kUnauthenticated, "invalid agent token");
+  }
+  return Status::Ok();
+}
+
+Result<hai::Job*> HaiServer::OwnJob(const hai::User& user, int64_t id) {
+  auto it = jobs_.find(id);
+  // Someone else's job is reported exactly like a missing one: ids reveal nothing.
+  if (it == jobs_.end() || (it->second.user() != user.name() && !user.admin())) {
+    return NotFound("no job " + std::to_string(id));
+  }
+  return &it->second;
+}
+
+Status HaiServer::Save(const hai::Job& job) {
+  Status st = store_->PutJob(job);
+  if (!st.ok()) spdlog::error("job {}: {}", job.id(), st.message());
+  return st;
+}
+
+Status HaiServer::MustPersist(Status st, const std::string& what) {
+  if (st.ok()) return st;
+  if (write_failure_.ok()) {
+    write_failure_ =
+        Status(st.code(), "could not write " + what + " to " + options_.data_dir + ": " +
+                              st.message() + "; stopped so that a restart serves what is on disk");
+    spdlog::error("hai-server: {}", write_failure_.message());
+    shutting_down_ = true;
+    work_cv_.notify_all();
+    kill(getpid(), SIGTERM);  // the daemon's shutdown; it exits 1 with WriteFailure()
+  }
+  return write_failure_;
+}
+
+Status HaiServer::ApplyEvent(hai::Job& job, const JobEvent& event, OnWriteFailure on_failure) {
+  if (!write_failure_.ok()) return write_failure_;
+  FF_ASSIGN_OR_RETURN(Transition t, Apply(job, event, NowMs()));
+  if (!t.changed) return Status::Ok();
+  Status saved = Save(t.job);
+  if (on_failure == OnWriteFailure::kStopServer) {
+    saved = MustPersist(saved, "job " + std::to_string(job.id()));
+  }
+  FF_RETURN_IF_ERROR(saved);
+  job = std::move(t.job);
+  if (!t.log.empty()) spdlog::info("{}", t.log);
+  for (const std::string& n : t.wake) {
+    if (auto it = nodes_.find(n); it != nodes_.end()) ++it->second.generation;
+  }
+  if (!t.wake.empty()) work_cv_.notify_all();
+  if (t.run_ended) Kick();
+  return Status::Ok();
+}
+
+void HaiServer::Kick() {
+  {
+    MutexLock lock(&loop_mu_);
+    kicked_ = true;
+  }
+  loop_cv_.notify_all();
+}
+
+Status HaiServer::WriteFailure() const {
+  MutexLock lock(&mu_);
+  return write_failure_;
+}
+
+void HaiServer::UpdateGauges() {
+  if (!metrics_) return;
+  std::map<hai::JobState, int> by_state;
+  const int64_t now = NowMs();
+  std::map<int64_t, int64_t> suspending;
+  int64_t longest_ms = 0;
+  for (const auto& [id, job] : jobs_) {
+    ++by_state[job.state()];
+    if (job.state() != hai::SUSPENDING) continue;
+    auto it = suspending_since_ms_.find(id);
+    const int64_t since = it == suspending_since_ms_.end() ? now : it->second;
+    suspending[id] = since;
+    longest_ms = std::max(longest_ms, now - since);
+  }
+  suspending_since_ms_ = std::move(suspending);
+  metrics_
+      ->Gauge("hai_job_suspending_seconds_max",
+              "How long the longest-suspending job has been SUSPENDING (0: none)")
+      .Set(static_cast<double>(longest_ms) / 1000.0);
+  for (int s = hai::QUEUED; s <= hai::STOPPED; ++s) {
+    auto state = static_cast<hai::JobState>(s);
+    metrics_->Gauge("hai_jobs", "Jobs by state", {{"state", StateName(state)}})
+        .Set(by_state[state]);
+  }
+  std::map<std::string, int> nodes_by_state;
+  for (const auto& [name, n] : nodes_)
+    ++nodes_by_state[n.record.drained() ? "drained" : NodeStateName(n.record.state())];
+  for (const char* s : {"up", "lost", "unknown", "drained"}) {
+    metrics_->Gauge("hai_nodes", "Nodes by state", {{"state", s}}).Set(nodes_by_state[s]);
+  }
+  for (const auto& [name, n] : nodes_) {
+    int failing = 0;
+    for (const hai::HealthCheck& c : n.record.health())
+      failing += c.ok() ? 0 : 1;
+    metrics_
+        ->Gauge("hai_node_failing_health_checks",
+                "Failing checks in the node's last hai-health report", {{"node", name}})
+        .Set(failing);
+    metrics_->Gauge("hai_node_drained", "1 while the node is drained", {{"node", name}})
+        .Set(n.record.drained() ? 1 : 0);
+  }
+}
+
+}  // namespace ff::platform

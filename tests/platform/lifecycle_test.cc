@@ -1,0 +1,267 @@
+// The job lifecycle (platform/lifecycle.h): every event in every state it can meet, as a pure
+// function of a job and an event, the way scheduler_test tests the scheduler.
+#include "platform/lifecycle.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace ff::platform {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr int64_t kNow = 1'000'000;
+
+hai::Job Queued(int nodes = 2, int procs = 1, hai::RestartPolicy policy = hai::RESTART_ON_NODE_LOST,
+                int max_restarts = 0) {
+  hai::Job job;
+  job.set_id(7);
+  job.set_user("alice");
+  job.set_state(hai::QUEUED);
+  job.mutable_spec()->set_nodes(nodes);
+  job.mutable_spec()->set_procs_per_node(procs);
+  job.mutable_spec()->set_restart_policy(policy);
+  job.mutable_spec()->set_max_restarts(max_restarts);
+  return job;
+}
+
+hai::Run On(std::vector<std::string> nodes) {
+  hai::Run run;
+  for (const std::string& n : nodes) {
+    run.add_nodes(n);
+    run.add_gpus("0");
+  }
+  run.set_master_addr("10.0.0.1");
+  run.set_master_port(29500);
+  return run;
+}
+
+Transition Must(const hai::Job& job, const JobEvent& event, int64_t now = kNow) {
+  Result<Transition> t = Apply(job, event, now);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? *t : Transition{job};
+}
+
+hai::Job Running(int nodes = 2, int procs = 1,
+                 hai::RestartPolicy policy = hai::RESTART_ON_NODE_LOST, int max_restarts = 0) {
+  std::vector<std::string> names;
+  for (int i = 0; i < nodes; ++i)
+    names.push_back("n" + std::to_string(i));
+  return Must(Queued(nodes, procs, policy, max_restarts), Started{On(names)}).job;
+}
+
+TEST(LifecycleTest, StartingMakesTheRunCurrentAndWakesItsNodes) {
+  hai::Job job = Queued();
+  job.set_preempted_by(3);
+  job.set_locality_wait_since_ms(5);
+  job.set_message("requeued: node n9 lost");
+  Transition t = Must(job, Started{On({"n0", "n1"})});
+  EXPECT_TRUE(t.changed);
+  EXPECT_EQ(t.job.state(), hai::RUNNING);
+  ASSERT_EQ(t.job.runs_size(), 1);
+  EXPECT_EQ(t.job.runs(0).index(), 0);
+  EXPECT_EQ(t.job.runs(0).start_ms(), kNow);
+  EXPECT_EQ(t.job.runs(0).end(), hai::RUN_END_UNSPECIFIED);
+  EXPECT_EQ(t.job.preempted_by(), 0);
+  EXPECT_EQ(t.job.locality_wait_since_ms(), 0);  // a later suspension waits afresh
+  EXPECT_EQ(t.job.message(), "");
+  EXPECT_EQ(t.job.pending_history(0).reason(), "started: run 0");
+  EXPECT_THAT(t.wake, ElementsAre("n0", "n1"));
+  EXPECT_FALSE(t.run_ended);
+  EXPECT_EQ(t.log, "job 7 run 0 starts on n0,n1");
+}
+
+TEST(LifecycleTest, OnlyAQueuedOrSuspendedJobStarts) {
+  Result<Transition> again = Apply(Running(), Started{On({"n2", "n3"})}, kNow);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(again.status().message(), HasSubstr("job 7 is running"));
+}
+
+TEST(LifecycleTest, EveryRankExitingZeroSucceeds) {
+  hai::Job job = Running(2, 2);
+  for (int rank : {0, 1, 2}) {
+    Transition t = Must(job, RankExited{0, rank, 0});
+    EXPECT_TRUE(t.changed);
+    EXPECT_FALSE(t.run_ended);
+    EXPECT_THAT(t.wake, IsEmpty());  // the others go on running
+    job = t.job;
+  }
+  Transition t = Must(job, RankExited{0, 3, 0}, kNow + 5);
+  EXPECT_TRUE(t.run_ended);
+  EXPECT_EQ(t.job.state(), hai::SUCCEEDED);
+  EXPECT_EQ(t.job.end_ms(), kNow + 5);
+  EXPECT_EQ(t.job.runs(0).end(), hai::RUN_EXITED);
+  EXPECT_EQ(t.job.runs(0).end_ms(), kNow + 5);
+  EXPECT_EQ(t.job.message(), "every rank exited with 0");
+  EXPECT_THAT(t.log, HasSubstr("succeeded"));
+}
+
+TEST(LifecycleTest, ARankFailingEndsTheGangAndTheJobFails) {
+  Transition t = Must(Running(), RankExited{0, 1, 3});
+  EXPECT_EQ(t.job.state(), hai::RUNNING);  // rank 0 is still being killed
+  EXPECT_EQ(t.job.runs(0).end(), hai::RUN_RANK_FAILED);
+  EXPECT_EQ(t.job.runs(0).end_reason(), "rank 1 exited with code 3");
+  EXPECT_THAT(t.wake, ElementsAre("n0", "n1"));  // its nodes kill the rest
+  t = Must(t.job, RankExited{0, 0, 143});
+  EXPECT_TRUE(t.run_ended);
+  EXPECT_EQ(t.job.state(), hai::FAILED);
+  EXPECT_EQ(t.job.message(), "rank 1 exited with code 3");  // the cause, not the killed rank
+}
+
+TEST(LifecycleTest, RestartOnFailureRequeuesUpToMaxRestarts) {
+  hai::Job job = Running(1, 1, hai::RESTART_ON_FAILURE, 2);
+  for (int run = 0; run < 2; ++run) {
+    Transition t = Must(job, RankExited{run, 0, 1});
+    EXPECT_EQ(t.job.state(), hai::QUEUED) << "run " << run;
+    EXPECT_EQ(t.job.message(), "requeued: rank 0 exited with code 1");
+    job = Must(t.job, Started{On({"n0"})}).job;
+  }
+  Transition t = Must(job, RankExited{2, 0, 1});
+  EXPECT_EQ(t.job.state(), hai::FAILED);
+  EXPECT_EQ(t.job.runs_size(), 3);
+}
+
+TEST(LifecycleTest, ALostNodeEndsTheRunAndRequeuesTheJob) {
+  hai::Job job = Running(2, 2);
+  Transition t = Must(job, NodeLost{"n1"});
+  EXPECT_TRUE(t.changed);
+  EXPECT_EQ(t.job.runs(0).end(), hai::RUN_NODE_LOST);
+  EXPECT_EQ(t.job.runs(0).end_reason(), "node n1 lost");
+  EXPECT_EQ(t.job.runs(0).exit_codes().at(2), kLostExitCode);
+  EXPECT_EQ(t.job.runs(0).exit_codes().at(3), kLostExitCode);
+  EXPECT_EQ(t.job.state(), hai::RUNNING);  // n0's ranks are being killed
+  EXPECT_THAT(t.wake, ElementsAre("n0", "n1"));
+  // n0's ranks die of the broken gang: the run still ended because of the node.
+  t = Must(t.job, RankExited{0, 0, 1});
+  EXPECT_EQ(t.job.runs(0).end(), hai::RUN_NODE_LOST);
+  t = Must(t.job, RankExited{0, 1, 137});
+  EXPECT_TRUE(t.run_ended);
+  EXPECT_EQ(t.job.state(), hai::QUEUED);
+  EXPECT_EQ(t.job.message(), "requeued: node n1 lost");
+  EXPECT_EQ(t.job.end_ms(), 0);
+}
+
+TEST(LifecycleTest, ANodeLostAfterARankFailedIsTheCause) {
+  Transition t = Must(Running(), RankExited{0, 0, 1});
+  t = Must(t.job, NodeLost{"n1"});
+  EXPECT_EQ(t.job.runs(0).end(), hai::RUN_NODE_LOST);
+  EXPECT_EQ(t.job.state(), hai::QUEUED);  // rank 0 failed because n1 went away
+}
+
+TEST(LifecycleTest, ALostNodeFailsAJobThatNeverRestarts) {
+  Transition t = Must(Running(1, 1, hai::RESTART_NEVER), NodeLost{"n0"});
+  EXPECT_TRUE(t.run_ended);
+  EXPECT_EQ(t.job.state(), hai::FAILED);
+  EXPECT_EQ(t.job.message(), "node n0 lost; restart policy is never");
+}
+
+TEST(LifecycleTest, ANodeTheRunDoesNotUseChangesNothing) {
+  hai::Job job = Running();
+  Transition t = Must(job, NodeLost{"n9"});
+  EXPECT_FALSE(t.changed);
+  EXPECT_THAT(t.wake, IsEmpty());
+  EXPECT_EQ(t.log, "");
+  EXPECT_FALSE(Must(Queued(), NodeLost{"n0"}).changed);
+}
+
+TEST(LifecycleTest, StaleExitsChangeNothing) {
+  hai::Job job = Running(1, 1, hai::RESTART_ON_FAILURE, 3);
+  job = Must(job, RankExited{0, 0, 1}).job;              // run 0 failed: requeued
+  job = Must(job, Started{On({"n1"})}).job;              // run 1
+  EXPECT_FALSE(Must(job, RankExited{0, 0, 0}).changed);  // run 0's, reported late
+  EXPECT_FALSE(Must(job, RankExited{1, 5, 0}).changed);  // no rank 5
+  EXPECT_FALSE(Must(job, RankExited{1, -1, 0}).changed);
+  hai::Job exited = Must(job, RankExited{1, 0, 0}).job;
+  EXPECT_EQ(exited.state(), hai::SUCCEEDED);
+  EXPECT_FALSE(Must(exited, RankExited{1, 0, 1}).changed);  // reported twice
+}
+
+TEST(LifecycleTest, StoppingAQueuedJobEndsItAtOnce) {
+  Transition t = Must(Queued(), StopRequested{"alice"});
+  EXPECT_EQ(t.job.state(), hai::STOPPED);
+  EXPECT_EQ(t.job.end_ms(), kNow);
+  EXPECT_EQ(t.job.message(), "stopped by alice before it ran");
+  EXPECT_THAT(t.wake, IsEmpty());
+}
+
+TEST(LifecycleTest, StoppingARunningJobKillsItsRanksThenStopsIt) {
+  Transition t = Must(Running(), StopRequested{"admin"});
+  EXPECT_TRUE(t.job.stop_requested());
+  EXPECT_EQ(t.job.state(), hai::RUNNING);
+  EXPECT_THAT(t.wake, ElementsAre("n0", "n1"));
+  t = Must(t.job, RankExited{0, 0, 143});
+  EXPECT_EQ(t.job.runs(0).end(), hai::RUN_END_UNSPECIFIED);  // a killed rank is no failure
+  t = Must(t.job, RankExited{0, 1, 143});
+  EXPECT_EQ(t.job.state(), hai::STOPPED);
+  EXPECT_EQ(t.job.runs(0).end(), hai::RUN_STOPPED);
+  EXPECT_EQ(t.job.message(), "stopped by its user");
+}
+
+TEST(LifecycleTest, AFinishedJobCannotBeStopped) {
+  hai::Job done = Must(Must(Running(1), RankExited{0, 0, 0}).job, RankExited{0, 0, 0}).job;
+  Result<Transition> t = Apply(done, StopRequested{"alice"}, kNow);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(t.status().message(), "job 7 has already ended (succeeded)");
+}
+
+TEST(LifecycleTest, ASuspendedJobCheckpointsLeavesAndWaitsToResume) {
+  Transition t = Must(Running(), SuspendRequested{"alice"});
+  EXPECT_EQ(t.job.state(), hai::SUSPENDING);
+  EXPECT_THAT(t.wake, ElementsAre("n0", "n1"));
+  t = Must(t.job, RankExited{0, 0, 0});
+  t = Must(t.job, RankExited{0, 1, 0});
+  EXPECT_TRUE(t.run_ended);
+  EXPECT_EQ(t.job.state(), hai::SUSPENDED);
+  EXPECT_EQ(t.job.runs(0).end(), hai::RUN_SUSPENDED);
+  EXPECT_EQ(t.job.end_ms(), 0);
+  // It resumes as run 1.
+  t = Must(t.job, Started{On({"n2", "n3"})});
+  EXPECT_EQ(t.job.state(), hai::RUNNING);
+  EXPECT_EQ(t.job.runs(1).index(), 1);
+}
+
+TEST(LifecycleTest, ANodeLostWhileSuspendingRequeuesTheJob) {
+  Transition t = Must(Must(Running(), SuspendRequested{"alice"}).job, NodeLost{"n0"});
+  t = Must(t.job, RankExited{0, 1, 0});
+  EXPECT_EQ(t.job.state(), hai::QUEUED);
+  EXPECT_EQ(t.job.runs(0).end(), hai::RUN_NODE_LOST);
+}
+
+TEST(LifecycleTest, OnlyARunningJobIsSuspended) {
+  for (const hai::Job& job : {Queued(), Must(Running(), SuspendRequested{"a"}).job,
+                              Must(Running(), StopRequested{"a"}).job}) {
+    Result<Transition> t = Apply(job, SuspendRequested{"alice"}, kNow);
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(t.status().message(), HasSubstr("only running jobs can be suspended"));
+  }
+}
+
+TEST(LifecycleTest, APreemptedJobRecordsWhoForAndWhen) {
+  Transition t = Must(Running(), Preempted{12, 6});
+  EXPECT_EQ(t.job.state(), hai::SUSPENDING);
+  EXPECT_EQ(t.job.preempted_by(), 12);
+  EXPECT_EQ(t.job.preempted_by_priority(), 6);
+  EXPECT_EQ(t.job.preempted_at_ms(), kNow);
+  EXPECT_EQ(t.job.pending_reason(), "suspended for job 12 (priority 6)");
+  EXPECT_THAT(t.wake, ElementsAre("n0", "n1"));
+}
+
+TEST(LifecycleTest, ThePendingHistoryKeepsOneEntryPerShapeAndTheLastTwenty) {
+  hai::Job job = Queued();
+  RecordPending(job, 1, "2 jobs ahead");
+  RecordPending(job, 2, "1 jobs ahead");  // the same shape: the reason changes, no new entry
+  EXPECT_EQ(job.pending_reason(), "1 jobs ahead");
+  ASSERT_EQ(job.pending_history_size(), 1);
+  for (int i = 0; i < 30; ++i)
+    RecordPending(job, 10 + i, i % 2 ? "waiting for nodes" : "quota of user alice");
+  EXPECT_EQ(job.pending_history_size(), 20);
+  EXPECT_EQ(job.pending_history(19).time_ms(), 39);
+}
+
+}  // namespace
+}  // namespace ff::platform
