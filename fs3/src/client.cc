@@ -32,7 +32,12 @@ bool Retryable(const Status& st) {
 Result<std::unique_ptr<StorageClient>> StorageClient::Create(const ClientOptions& options) {
   std::unique_ptr<StorageClient> c(new StorageClient(options));
   FF_RETURN_IF_ERROR(c->RefreshRouting());
-  if (!c->routing_.initialized()) return FailedPrecondition("the fs3 cluster is not initialised");
+  {
+    MutexLock lock(&c->mu_);
+    if (!c->routing_.initialized()) {
+      return FailedPrecondition("the fs3 cluster is not initialised");
+    }
+  }
   return c;
 }
 
@@ -43,12 +48,12 @@ StorageClient::StorageClient(const ClientOptions& options)
       next_request_(std::random_device{}() * uint64_t{0x100000000}) {}
 
 uint64_t StorageClient::peak_inflight_read_bytes() const {
-  std::lock_guard lock(credit_mu_);
+  MutexLock lock(&credit_mu_);
   return peak_;
 }
 
 uint64_t StorageClient::chunk_size() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return routing_.chunk_size();
 }
 
@@ -56,7 +61,7 @@ Status StorageClient::RefreshRouting() {
   FF_ASSIGN_OR_RETURN(fs3rpc::RoutingInfo info,
                       FetchRouting(*mgmtd_, RoutingFetch{.deadline = options_.rpc_timeout,
                                                          .attempts = CallOptions{}.max_attempts}));
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (info.version() >= routing_.version()) routing_ = std::move(info);
   return Status::Ok();
 }
@@ -130,7 +135,7 @@ Result<int> StorageClient::ChainPositionLocked(uint64_t inode, uint32_t index,
 }
 
 std::vector<uint32_t> StorageClient::ChainIds() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<uint32_t> ids;
   for (const auto& c : routing_.chains())
     ids.push_back(c.id());
@@ -146,7 +151,7 @@ Status StorageClient::SendToHead(fs3rpc::WriteRequest& req, Chains chains) {
   for (int attempt = 0;; ++attempt) {
     std::string address;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       FF_ASSIGN_OR_RETURN(int position, ChainPositionLocked(inode, index, chains));
       const auto& chain = routing_.chains(position);
       req.set_chain(chain.id());
@@ -208,8 +213,9 @@ Result<std::string> StorageClient::ReadChunk(uint64_t inode, uint32_t index, uin
   const uint64_t grant = std::min<uint64_t>(
       std::max<uint32_t>(length, 1), std::max<uint64_t>(1, options_.max_inflight_read_bytes));
   {
-    std::unique_lock lock(credit_mu_);
+    UniqueLock lock(&credit_mu_);
     credit_cv_.wait(lock, [&] {
+      credit_mu_.AssertHeld();
       return inflight_ + grant <= options_.max_inflight_read_bytes || inflight_ == 0;
     });
     inflight_ += grant;
@@ -220,7 +226,7 @@ Result<std::string> StorageClient::ReadChunk(uint64_t inode, uint32_t index, uin
     uint64_t n;
     ~Release() {
       {
-        std::lock_guard lock(c->credit_mu_);
+        MutexLock lock(&c->credit_mu_);
         c->inflight_ -= n;
       }
       c->credit_cv_.notify_all();
@@ -231,7 +237,7 @@ Result<std::string> StorageClient::ReadChunk(uint64_t inode, uint32_t index, uin
   for (int attempt = 0;; ++attempt) {
     std::vector<std::pair<uint64_t, std::string>> replicas;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       FF_ASSIGN_OR_RETURN(int position, ChainPositionLocked(inode, index, chains));
       const auto& chain = routing_.chains(position);
       const auto address_of = TargetAddresses(routing_);
@@ -285,7 +291,7 @@ Result<std::vector<std::string>> StorageClient::ReadBatch(const std::vector<Read
 }
 
 std::vector<std::pair<uint64_t, std::string>> StorageClient::ChainTails() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   const auto address_of = TargetAddresses(routing_);
   std::vector<std::pair<uint64_t, std::string>> out;
   for (const auto& chain : routing_.chains()) {
@@ -395,7 +401,7 @@ Result<StorageClient::Space> StorageClient::SpaceInfo() {
   std::vector<std::pair<uint64_t, std::string>> targets;
   uint32_t replication = 1;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     replication = std::max<uint32_t>(1, routing_.replication());
     const auto address_of = TargetAddresses(routing_);
     for (const auto& t : routing_.targets()) {

@@ -75,7 +75,7 @@ class Mgmtd final : public fs3rpc::Mgmtd::Service {
   const std::chrono::steady_clock::time_point started_;
 
   mutable Mutex mu_;
-  std::condition_variable_any changed_;  // with mu_: the routing version moved, or stopping
+  CondVar changed_;  // with mu_: the routing version moved, or stopping
   fs3rpc::ClusterRecord cluster_ FF_GUARDED_BY(mu_);
   std::map<ChainId, Chain> chains_ FF_GUARDED_BY(mu_);
   std::map<TargetId, fs3rpc::TargetRecord> targets_ FF_GUARDED_BY(mu_);

@@ -211,7 +211,7 @@ class StorageService final : public fs3rpc::Storage::Service {
   StorageStubs peers_;                         // control calls to other services
 
   mutable Mutex mu_;
-  std::condition_variable_any routing_changed_;
+  CondVar routing_changed_;
   fs3rpc::RoutingInfo routing_ FF_GUARDED_BY(mu_);
   // From routing_: target -> its service.
   std::map<uint64_t, std::string> target_address_ FF_GUARDED_BY(mu_);
@@ -222,7 +222,7 @@ class StorageService final : public fs3rpc::Storage::Service {
   std::set<std::tuple<uint32_t, uint64_t, uint64_t>> synced_ FF_GUARDED_BY(mu_);
   // (target, chain version) -> writes
   std::map<std::pair<uint64_t, uint64_t>, int> writing_ FF_GUARDED_BY(mu_);
-  std::condition_variable_any write_ended_;  // a write left writing_
+  CondVar write_ended_;  // a write left writing_
   int64_t lease_ms_ FF_GUARDED_BY(mu_) = 10000;
   // When the last renewal was sent.
   std::chrono::steady_clock::time_point renewed_ FF_GUARDED_BY(mu_){};

@@ -9,11 +9,13 @@
 //   };
 //
 // libstdc++'s std::mutex carries no annotations, so guarded state is guarded by ff::Mutex, and
-// held with ff::MutexLock (a scope) or ff::UniqueLock (a scope that a condition variable may
-// release while it waits: std::condition_variable_any). A lambda run under the lock (a wait's
-// predicate) states it with mu_.AssertHeld(). Under GCC the macros expand to nothing.
+// held with ff::MutexLock (a scope) or ff::UniqueLock (a scope that a CondVar may release while it
+// waits). A lambda run under the lock (a wait's predicate) states it with mu_.AssertHeld().
+// Under GCC the macros expand to nothing.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 
 #if defined(__clang__)
@@ -52,6 +54,7 @@ class FF_CAPABILITY("mutex") Mutex {
   void AssertHeld() const FF_ASSERT_CAPABILITY(this) {}
 
  private:
+  friend class CondVar;
   std::mutex mu_;
 };
 
@@ -88,8 +91,48 @@ class FF_SCOPED_CAPABILITY UniqueLock {
   }
 
  private:
+  friend class CondVar;
   Mutex* const mu_;
   bool held_ = true;
+};
+
+// A std::condition_variable that waits with a UniqueLock (on the Mutex's own std::mutex: no
+// std::condition_variable_any in the way).
+class CondVar {
+ public:
+  void notify_one() { cv_.notify_one(); }
+  void notify_all() { cv_.notify_all(); }
+
+  template <typename Pred>
+  void wait(UniqueLock& lock, Pred pred) {
+    std::unique_lock<std::mutex> native(lock.mu_->mu_, std::adopt_lock);
+    cv_.wait(native, pred);
+    native.release();  // still held, by `lock`
+  }
+  template <typename Rep, typename Period>
+  std::cv_status wait_for(UniqueLock& lock, std::chrono::duration<Rep, Period> timeout) {
+    std::unique_lock<std::mutex> native(lock.mu_->mu_, std::adopt_lock);
+    const std::cv_status st = cv_.wait_for(native, timeout);
+    native.release();
+    return st;
+  }
+  template <typename Rep, typename Period, typename Pred>
+  bool wait_for(UniqueLock& lock, std::chrono::duration<Rep, Period> timeout, Pred pred) {
+    std::unique_lock<std::mutex> native(lock.mu_->mu_, std::adopt_lock);
+    const bool met = cv_.wait_for(native, timeout, pred);
+    native.release();
+    return met;
+  }
+  template <typename Clock, typename Duration, typename Pred>
+  bool wait_until(UniqueLock& lock, std::chrono::time_point<Clock, Duration> deadline, Pred pred) {
+    std::unique_lock<std::mutex> native(lock.mu_->mu_, std::adopt_lock);
+    const bool met = cv_.wait_until(native, deadline, pred);
+    native.release();
+    return met;
+  }
+
+ private:
+  std::condition_variable cv_;
 };
 
 }  // namespace ff

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "common/thread_annotations.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
 #include "fs3/proto/storage.grpc.pb.h"
 #include "fs3/routing.h"
@@ -104,23 +105,25 @@ class StorageClient {
   Status SendToHead(fs3rpc::WriteRequest& req, Chains chains);
   Result<std::string> ReadChunk(uint64_t inode, uint32_t index, uint32_t offset, uint32_t length,
                                 Chains chains);
-  // The position in routing_ of the chain holding chunk `index` (mu_ held).
-  Result<int> ChainPositionLocked(uint64_t inode, uint32_t index, Chains chains) const;
+  // The position in routing_ of the chain holding chunk `index`.
+  Result<int> ChainPositionLocked(uint64_t inode, uint32_t index, Chains chains) const
+      FF_REQUIRES(mu_);
   // (target, address) of each chain's tail, for queries of committed state.
   std::vector<std::pair<uint64_t, std::string>> ChainTails();
 
   const ClientOptions options_;
   std::unique_ptr<fs3rpc::Mgmtd::Stub> mgmtd_;
-  mutable std::mutex mu_;
-  fs3rpc::RoutingInfo routing_;
+  mutable Mutex mu_;
+  fs3rpc::RoutingInfo routing_ FF_GUARDED_BY(mu_);
   std::shared_ptr<ChunkTransport> transport_;  // chunk data
   StorageStubs stubs_;                         // control calls
   std::atomic<uint64_t> next_request_;
   std::atomic<uint64_t> rotate_{0};
   // Read credits (request-to-send).
-  mutable std::mutex credit_mu_;
-  std::condition_variable credit_cv_;
-  uint64_t inflight_ = 0, peak_ = 0;
+  mutable Mutex credit_mu_;
+  CondVar credit_cv_;
+  uint64_t inflight_ FF_GUARDED_BY(credit_mu_) = 0;
+  uint64_t peak_ FF_GUARDED_BY(credit_mu_) = 0;
 };
 
 }  // namespace ff::fs3

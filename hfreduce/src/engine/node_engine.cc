@@ -108,8 +108,11 @@ NodeEngine::~NodeEngine() {
   // Let the network threads finish the chunks of accepted operations (a child may still be
   // receiving the last result) before cutting the connections.
   {
-    std::unique_lock lock(plans_mu_);
-    plans_cv_.wait_for(lock, config_.timeout, [&] { return seg_.aborted() || Drained(); });
+    UniqueLock lock(&plans_mu_);
+    plans_cv_.wait_for(lock, config_.timeout, [&] {
+      plans_mu_.AssertHeld();
+      return seg_.aborted() || Drained();
+    });
   }
   stop_ = true;
   plans_cv_.notify_all();
@@ -218,7 +221,7 @@ void NodeEngine::ReducerLoop() {
     in_tree[0] += (plan.num_chunks + 1) / 2;
     in_tree[1] += plan.num_chunks / 2;
     {
-      std::lock_guard lock(plans_mu_);
+      MutexLock lock(&plans_mu_);
       plans_[plans_accepted_ % kPlanRing] = plan;
       ++plans_accepted_;
     }
@@ -443,7 +446,7 @@ Status NodeEngine::StartFromOwner(const OpPlan& plan, uint32_t c, const Route& r
 // ---- Network threads --------------------------------------------------------------------------
 
 bool NodeEngine::NextPlan(std::size_t index, OpPlan* plan) {
-  std::unique_lock lock(plans_mu_);
+  UniqueLock lock(&plans_mu_);
   while (true) {
     if (stop_ || seg_.aborted()) return false;
     if (plans_accepted_ > index) {
@@ -459,7 +462,7 @@ void NodeEngine::ForEachTreeChunk(int id, int t,
                                                              uint32_t, Clock::time_point)>& body) {
   for (std::size_t index = 0;; ++index) {
     {
-      std::lock_guard lock(plans_mu_);
+      MutexLock lock(&plans_mu_);
       progress_[static_cast<std::size_t>(id)] = index;
     }
     plans_cv_.notify_all();

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/double_binary_tree.h"
+#include "common/thread_annotations.h"
 #include "engine/op.h"
 #include "engine/route.h"
 #include "engine/waiter.h"
@@ -92,7 +93,8 @@ class NodeEngine {
   void ForEachTreeChunk(int id, int t,
                         const std::function<Status(const OpPlan&, uint32_t c, uint32_t g,
                                                    uint32_t ti, Clock::time_point deadline)>& body);
-  bool Drained() const;  // every network thread has finished every accepted plan (plans_mu_ held)
+  // Every network thread has finished every accepted plan.
+  bool Drained() const FF_REQUIRES(plans_mu_);
   Status Wait(const std::function<bool()>& pred, Clock::time_point deadline,
               const std::function<std::string()>& what);
   Status ValidateFrame(const FrameHeader& h, const OpPlan& plan, uint32_t g,
@@ -115,11 +117,13 @@ class NodeEngine {
   std::array<std::array<std::unique_ptr<EdgeRing>, 2>, 2> to_child_;
   RouteTable routes_;
 
-  std::mutex plans_mu_;
-  std::condition_variable plans_cv_;
-  std::vector<OpPlan> plans_;  // ring of recent plans, indexed by position % size
-  std::size_t plans_accepted_ = 0;
-  std::vector<std::size_t> progress_;  // per network thread: plans it has finished
+  mutable Mutex plans_mu_;
+  CondVar plans_cv_;
+  // Ring of recent plans, indexed by position % size.
+  std::vector<OpPlan> plans_ FF_GUARDED_BY(plans_mu_);
+  std::size_t plans_accepted_ FF_GUARDED_BY(plans_mu_) = 0;
+  // Per network thread: plans it has finished.
+  std::vector<std::size_t> progress_ FF_GUARDED_BY(plans_mu_);
   static constexpr std::size_t kPlanRing = 4096;
 
   std::atomic<bool> stop_{false};

@@ -149,7 +149,7 @@ class HaiServer final : public hai::Hai::Service {
   Metrics* metrics_;
 
   mutable Mutex mu_;
-  std::condition_variable_any work_cv_;  // with mu_: a node's generation changed, or stopping
+  CondVar work_cv_;  // with mu_: a node's generation changed, or stopping
   bool shutting_down_ FF_GUARDED_BY(mu_) = false;
   Status write_failure_ FF_GUARDED_BY(mu_);
   std::map<int64_t, hai::Job> jobs_ FF_GUARDED_BY(mu_);
@@ -161,7 +161,7 @@ class HaiServer final : public hai::Hai::Service {
   int64_t next_id_ FF_GUARDED_BY(mu_) = 1;
 
   Mutex loop_mu_;
-  std::condition_variable_any loop_cv_;
+  CondVar loop_cv_;
   bool stopping_ FF_GUARDED_BY(loop_mu_) = false;
   bool kicked_ FF_GUARDED_BY(loop_mu_) = false;
   std::thread loop_;
