@@ -19,20 +19,12 @@ namespace {
 std::atomic<int> next_id{0};
 }  // namespace
 
-Result<Subprocess> Subprocess::Start(const std::vector<std::string>& argv, const Options& options) {
-  if (argv.empty()) return InvalidArgument("Subprocess::Start: empty argv");
-  const char* tmp = std::getenv("TMPDIR");
-  std::string dir = !options.output_dir.empty() ? options.output_dir
-                    : (tmp && *tmp)             ? std::string(tmp)
-                                                : std::string("/tmp");
-  std::string base = dir + "/" + std::filesystem::path(argv[0]).filename().string() + "." +
-                     std::to_string(getpid()) + "." + std::to_string(next_id++);
-  std::string out_path = base + ".out";
-  std::string err_path = base + ".err";
-
+Result<pid_t> Spawn(const SpawnOptions& options) {
+  if (options.argv.empty()) return InvalidArgument("Spawn: empty argv");
+  std::vector<std::string> argv_strings = options.argv;
   std::vector<char*> args;
-  for (const std::string& a : argv)
-    args.push_back(const_cast<char*>(a.c_str()));
+  for (std::string& a : argv_strings)
+    args.push_back(a.data());
   args.push_back(nullptr);
   std::vector<std::string> env_strings;
   for (char** e = environ; *e; ++e) {
@@ -46,30 +38,64 @@ Result<Subprocess> Subprocess::Start(const std::vector<std::string>& argv, const
   for (std::string& e : env_strings)
     envp.push_back(e.data());
   envp.push_back(nullptr);
+  const std::string bad_dir = "cannot enter the working directory " + options.workdir + "\n";
+  const std::string exec_failed = "cannot run " + options.argv[0] + "\n";
 
-  pid_t parent = getpid();
-  pid_t pid = fork();
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
   if (pid < 0) return Status::FromErrno(errno, "fork");
   if (pid == 0) {
     setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (out < 0 || err < 0) _exit(127);
-    dup2(out, STDOUT_FILENO);
-    dup2(err, STDERR_FILENO);
+    if (options.die_with_parent) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);  // the parent died before the line above
+    }
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    if (options.stdout_fd >= 0) dup2(options.stdout_fd, STDOUT_FILENO);
+    if (options.stderr_fd >= 0) dup2(options.stderr_fd, STDERR_FILENO);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (!options.workdir.empty() && chdir(options.workdir.c_str()) != 0) {
+      (void)!write(STDERR_FILENO, bad_dir.data(), bad_dir.size());
+      _exit(127);
+    }
     execve(args[0], args.data(), envp.data());
-    dprintf(STDERR_FILENO, "exec %s: %s\n", args[0], strerror(errno));
+    (void)!write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
     _exit(127);
   }
-  setpgid(pid, pid);
-  return Subprocess(pid, out_path, err_path);
+  setpgid(pid, pid);  // also here: no race with a signal sent right after
+  return pid;
+}
+
+Result<Subprocess> Subprocess::Start(const std::vector<std::string>& argv, const Options& options) {
+  if (argv.empty()) return InvalidArgument("Subprocess::Start: empty argv");
+  const char* tmp = std::getenv("TMPDIR");
+  std::string dir = !options.output_dir.empty() ? options.output_dir
+                    : (tmp && *tmp)             ? std::string(tmp)
+                                                : std::string("/tmp");
+  std::string base = dir + "/" + std::filesystem::path(argv[0]).filename().string() + "." +
+                     std::to_string(getpid()) + "." + std::to_string(next_id++);
+  std::string out_path = base + ".out";
+  std::string err_path = base + ".err";
+  int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out < 0) return Status::FromErrno(errno, "cannot create " + out_path);
+  int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (err < 0) {
+    close(out);
+    return Status::FromErrno(errno, "cannot create " + err_path);
+  }
+  Result<pid_t> pid = Spawn({.argv = argv,
+                             .env = options.env,
+                             .workdir = "",
+                             .stdout_fd = out,
+                             .stderr_fd = err,
+                             .die_with_parent = true});
+  close(out);
+  close(err);
+  if (!pid.ok()) return pid.status();
+  return Subprocess(*pid, out_path, err_path);
 }
 
 Subprocess::Subprocess(pid_t pid, std::string out_path, std::string err_path)

@@ -20,6 +20,22 @@
 
 namespace ff {
 
+// The one fork/exec of the code base. The child gets its own process group (signal it as -pid),
+// stdin from /dev/null, stdout and stderr on the given descriptors, an empty signal mask (daemons
+// block SIGTERM/SIGINT in their threads), and the caller's environment with `env` added (or
+// replacing). Everything is prepared before fork; the child makes only async-signal-safe calls.
+struct SpawnOptions {
+  std::vector<std::string> argv;           // argv[0] is the program's path
+  std::map<std::string, std::string> env;  // added to (or replacing in) the caller's environment
+  std::string workdir;                     // empty: the caller's; a failed chdir exits 127
+  int stdout_fd = -1;                      // -1: the caller's
+  int stderr_fd = -1;                      // -1: the caller's
+  // Killed (SIGKILL) when the thread that spawned it exits: for tools and tests, never for a
+  // job that must outlive its agent.
+  bool die_with_parent = true;
+};
+Result<pid_t> Spawn(const SpawnOptions& options);
+
 class Subprocess {
  public:
   struct Options {

@@ -17,9 +17,8 @@
 
 #include "common/rpc_client.h"
 #include "common/rpc_status.h"
+#include "common/subprocess.h"
 #include "platform/tokens.h"
-
-extern char** environ;
 
 namespace ff::platform {
 namespace {
@@ -332,58 +331,24 @@ void Agent::StartTask(const Key& key, const hai::Task& t) {
                        " rank " + std::to_string(rank) + " on " + options_.node + " ====\n";
   (void)!write(log, header.data(), header.size());
 
-  // Everything the child needs is prepared before fork (only async-signal-safe calls after).
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e; ++e) {
-    std::string kv = *e;
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  for (const auto& [k, v] : t.env())
-    env[k] = v;
+  std::map<std::string, std::string> env(t.env().begin(), t.env().end());
   env["HAI_SUSPEND_FLAG"] = FlagPath(key);
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : env)
-    env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (std::string& s : env_strings)
-    envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string exit_path = ExitPath(key);
-  std::vector<std::string> args = {"/bin/sh", "-c", kWrapper, "hai-task", t.command(), exit_path};
-  std::vector<char*> argv;
-  for (std::string& a : args)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const std::string workdir = t.workdir();
-  const std::string bad_dir = "hai-agent: cannot enter the working directory " + workdir + "\n";
-
-  pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
-    dup2(log, 1);
-    dup2(log, 2);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);  // the daemon blocks SIGTERM/SIGINT in its threads
-    if (chdir(workdir.c_str()) != 0) {
-      (void)!write(2, bad_dir.data(), bad_dir.size());
-      _exit(127);
-    }
-    execve("/bin/sh", argv.data(), envp.data());
-    _exit(127);
-  }
+  // The job outlives this agent (a restarted agent adopts it), so it does not die with us.
+  Result<pid_t> pid =
+      Spawn({.argv = {"/bin/sh", "-c", kWrapper, "hai-task", t.command(), ExitPath(key)},
+             .env = std::move(env),
+             .workdir = t.workdir(),
+             .stdout_fd = log,
+             .stderr_fd = log,
+             .die_with_parent = false});
   close(log);
-  if (pid < 0) {
-    spdlog::error("job {} rank {}: fork: {}", job, rank, std::strerror(errno));
+  if (!pid.ok()) {
+    spdlog::error("job {} rank {}: {}", job, rank, pid.status().message());
     task.exited = true;
     task.exit_code = 127;
   } else {
-    setpgid(pid, pid);
-    task.pid = pid;
-    spdlog::info("job {} run {} rank {}: started (pid {})", job, run, rank, pid);
+    task.pid = *pid;
+    spdlog::info("job {} run {} rank {}: started (pid {})", job, run, rank, *pid);
   }
   tasks_[key] = task;
   dirty_ = true;
