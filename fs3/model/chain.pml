@@ -7,15 +7,15 @@
  * One chain of three targets (T0, T1, T2, one per fs3-storage service) holding one chunk,
  * fs3-mgmtd, concurrent writers, readers, a clock, and crashes. The names follow the code:
  *
- *   fs3/src/chain.cc            NextPublicState, UpdateChain (rank, stable sort, states flowing down)
- *   fs3/src/mgmtd.cc            Mgmtd::Heartbeat, LocalOf (the lease), Check
- *   fs3/src/storage_service.cc  HeartbeatLoop, RefreshRouting, CheckServing, Locate, DoWrite
+ *   fs3/common/src/chain.cc     NextPublicState, UpdateChain (rank, stable sort, states flowing down)
+ *   fs3/mgmtd/src/mgmtd.cc      Mgmtd::Heartbeat, LocalOf (the lease), Check
+ *   fs3/storage/src/storage_service.cc HeartbeatLoop, RefreshRouting, CheckServing, Locate, DoWrite
  *                               (head check, request-id dedup, chunk lock, Prepare, forward,
  *                               whole-chunk resend on kStaleVersion, retry with new routing,
  *                               Commit), DoRead + QueryVersion (CRAQ's apportioned query),
  *                               SyncLoop / SyncSuccessor (DumpMeta diff, whole replaces), SyncDone
- *   fs3/src/chunk_store.cc      Prepare (base version check), Commit
- *   fs3/src/client.cc           SendToHead (retries with the same request id)
+ *   fs3/storage/src/chunk_store.cc Prepare (base version check), Commit
+ *   fs3/client/src/client.cc    SendToHead (retries with the same request id)
  *
  * What persists across a crash is what the code keeps on disk (committed and pending versions
  * and content); memory (routing, lease, local state, the dedup table, chunk locks, RPCs in
@@ -62,7 +62,7 @@
 #define MAXFWD 2        /* times a replica retries a failed forward with new routing */
 #define NONE 255
 
-/* PublicState (fs3/include/fs3/chain.h) */
+/* PublicState (fs3/common/include/fs3/chain.h) */
 #define SERVING 0
 #define SYNCING 1
 #define WAITING 2

@@ -1,6 +1,6 @@
-// The chain write's rules on their own (fs3/src/chain_write.cc): fs3-storage's table of applied
-// writes (request id -> what the write did: retries within the retention are answered from it;
-// it forgets by age, and past its size the oldest first), when a write may go on mid-chain, and
+// The chain write's rules on their own (fs3/storage/src/chain_write.cc): fs3-storage's table of
+// applied writes (request id -> what the write did: retries within the retention are answered from
+// it; it forgets by age, and past its size the oldest first), when a write may go on mid-chain, and
 // which chunks a resync sends.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
