@@ -1,6 +1,7 @@
 """A real HAI-Platform on loopback for Python tests: hai-server, hai-agents as nodes, the hai CLI.
 
-The binaries come from $FF_BUILD_DIR/platform (CTest sets it). Every process is stopped, and every
+The daemons are started by deploy/daemons.py; the binaries come from $FF_BUILD_DIR/platform
+(CTest sets it). Every process is stopped, and every
 job's process group killed, when the context ends, also on failure.
 """
 
@@ -10,8 +11,11 @@ import random
 import signal
 import socket
 import subprocess
+import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy"))
+from daemons import hai_agent, hai_server, stop_all  # noqa: E402
 
 
 def quiet_port():
@@ -52,51 +56,30 @@ class HaiCluster:
         self.bin = os.path.join(build, "platform")
         self.dir = directory
         self.nodes = nodes
-        self.procs = []
+        self.daemons = []
+        self.server = None
         self.address = f"127.0.0.1:{quiet_port()}"
 
     def _file(self, name):
         return os.path.join(self.dir, name)
 
-    def _start(self, args, name):
-        log = open(self._file(name + ".log"), "w")
-        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.procs.append(p)
-        return p
-
-    def _wait_file(self, path, proc, timeout=30):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if os.path.exists(path):
-                return
-            if proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise RuntimeError(f"{proc.args[0]} did not become ready: " + open(self._file(os.path.basename(path)
-                                                                                       .replace(".ready", ".log"))).read())
-
     def __enter__(self):
         with open(self._file("cluster.toml"), "w") as f:
             f.write(CLUSTER.format(nodes=self.nodes))
-        with open(self._file("server.toml"), "w") as f:
-            f.write(f'[server]\nlisten = "{self.address}"\n[metrics]\nenabled = false\n[hai]\n'
-                    f'data_dir = "{self._file("server")}"\ncluster = "{self._file("cluster.toml")}"\n'
-                    f'agent_token_file = "{self._file("agent.token")}"\ncheckpoint_root = "{self._file("ckpt")}"\n'
-                    'heartbeat_timeout_ms = 5000\nheartbeat_interval_ms = 200\nschedule_interval_ms = 200\n'
-                    'suspend_grace_ms = 30000\n')
         try:
-            p = self._start([os.path.join(self.bin, "hai-server"), "--config", self._file("server.toml"),
-                             "--ready-file", self._file("server.ready")], "server")
-            self._wait_file(self._file("server.ready"), p)
+            self.server = hai_server(self.bin, self.dir, self._file("cluster.toml"), self.address,
+                                     checkpoint_root=self._file("ckpt"), heartbeat_timeout_ms=5000,
+                                     heartbeat_interval_ms=200, schedule_interval_ms=200,
+                                     suspend_grace_ms=30000)
+            self.daemons.append(self.server)
+            self.server.start()
             self.admin = open(self._file("server/admin.token")).read().strip()
             for i in range(self.nodes):
-                p = self._start([os.path.join(self.bin, "hai-agent"), "--set", f"agent.node=A-leaf-n0{i}",
-                                 "--set", f"agent.server={self.address}", "--set",
-                                 f"agent.token_file={self._file('agent.token')}", "--set",
-                                 f"agent.state_dir={self._file(f'agent{i}')}", "--set", "agent.gpus=2", "--set",
-                                 "agent.kill_grace_ms=1000", "--set", "metrics.enabled=false",
-                                 "--set", f"server.listen=127.0.0.1:{quiet_port()}", "--ready-file", self._file(f"agent{i}.ready")], f"agent{i}")
-                self._wait_file(self._file(f"agent{i}.ready"), p)
+                agent = hai_agent(self.bin, self.dir, f"A-leaf-n0{i}", self.address,
+                                  f"127.0.0.1:{quiet_port()}", name=f"agent{i}", gpus=2,
+                                  kill_grace_ms=1000)
+                self.daemons.append(agent)
+                agent.start()
             self.token = json.loads(self.hai("admin", "user", "add", "researcher", "--json", token=self.admin))["token"]
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
@@ -113,18 +96,10 @@ class HaiCluster:
         return self
 
     def __exit__(self, *exc):
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        stop_all(self.daemons)
         for i in range(self.nodes):  # jobs live in their own process groups
             try:
-                tasks = json.load(open(self._file(f"agent{i}/tasks.json")))
+                tasks = json.load(open(self._file(f"agent{i}-state/tasks.json")))
             except (OSError, ValueError):
                 continue
             for t in tasks if isinstance(tasks, list) else []:
@@ -139,9 +114,9 @@ class HaiCluster:
         r = subprocess.run([os.path.join(self.bin, "hai"), *args], env=env, capture_output=True, text=True,
                            timeout=60)
         if check and r.returncode != 0:
-            server = self.procs[0] if self.procs else None
-            state = "running" if server and server.poll() is None else f"exited {server and server.returncode}"
-            tail = open(self._file("server.log")).read()[-2000:] if os.path.exists(self._file("server.log")) else ""
+            server = self.server
+            state = "running" if server and server.running() else f"exited {server and server.proc.returncode}"
+            tail = server.log_tail(2000) if server else ""
             raise RuntimeError(f"hai {' '.join(args)} exited {r.returncode}: {r.stderr}\n"
                                f"hai-server is {state}; its log ends:\n{tail}")
         return r.stdout

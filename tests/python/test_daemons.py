@@ -1,0 +1,47 @@
+"""deploy/daemons.py, the one way the Python harnesses start daemons: configs as data, a real
+daemon started, crashed and restarted, stopped cleanly, and a bad config reported."""
+
+import os
+import sys
+import tomllib
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy"))
+from daemons import fs3_mgmtd, fs3_storage, stop_all, toml  # noqa: E402
+
+BIN = os.path.join(os.environ.get("FF_BUILD_DIR", ""), "fs3")
+
+
+def test_configs_are_toml_that_reads_back_the_same():
+    config = {"server": {"listen": "127.0.0.1:0", "max_message_mib": 64},
+              "metrics": {"enabled": False},
+              "storage": {"node": 'a "quoted" name', "ratio": 0.5, "tags": ["x", "y"], "unset": None,
+                          "targets": [{"id": 1, "path": "/d/1"}, {"id": 2, "path": "/d/2"}]}}
+    back = tomllib.loads(toml(config))
+    del config["storage"]["unset"]  # None: left out, so the daemon's default holds
+    assert back == config
+
+
+def test_a_daemon_starts_crashes_restarts_and_stops(tmp_path):
+    mgmtd = fs3_mgmtd(BIN, str(tmp_path), lease_ms=3000)
+    storage = fs3_storage(BIN, str(tmp_path), "s1", "", [(7, str(tmp_path / "t7"))])
+    try:
+        address = mgmtd.start().rpc
+        assert address.startswith("127.0.0.1:") and mgmtd.running()
+        storage.config["storage"]["mgmtd"] = address
+        storage.start()
+        assert mgmtd.kill() == -9 and not mgmtd.running()  # a crash
+        mgmtd.config["server"]["listen"] = address  # back where the storage service looks
+        assert mgmtd.start().rpc == address
+        assert open(mgmtd.path("log")).read().count("ready") >= 2  # one log across restarts
+    finally:
+        stop_all([storage, mgmtd])
+    assert mgmtd.proc.returncode == 0 and storage.proc.returncode == 0  # SIGTERM: clean exits
+
+
+def test_a_daemon_that_cannot_start_says_why(tmp_path):
+    bad = fs3_mgmtd(BIN, str(tmp_path), lease_ms=-1)
+    with pytest.raises(RuntimeError, match="lease_ms"):
+        bad.start(timeout=10)
+    assert not bad.running()
