@@ -55,6 +55,7 @@ void HaiServer::CheckLostNodes() {
     if (!MustPersist(store_->PutNode(node.record), "node " + name).ok()) return;
     spdlog::warn("node {} is lost: no heartbeat for {} ms", name, options_.heartbeat_timeout_ms);
     for (auto& [id, job] : jobs_) {
+      if (!Active(job)) continue;  // (Apply would leave it unchanged, after copying it)
       if (!ApplyEvent(job, NodeLost{name}, OnWriteFailure::kStopServer).ok()) return;
     }
   }
