@@ -108,7 +108,13 @@ _ff_decide(VERBS "${_found}" "${_reason}")
 
 # --- PyTorch ------------------------------------------------------------------------------------
 _ff_tristate(FF_WITH_TORCH "Build the PyTorch integration")
-set(FF_PYTHON "${CMAKE_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
+# Under pip (scikit-build-core sets SKBUILD), the interpreter pip runs is the one to build for.
+if(DEFINED SKBUILD AND Python3_EXECUTABLE)
+  set(_ff_python_default "${Python3_EXECUTABLE}")
+else()
+  set(_ff_python_default "${CMAKE_SOURCE_DIR}/.venv/bin/python")
+endif()
+set(FF_PYTHON "${_ff_python_default}" CACHE FILEPATH
     "Python interpreter whose torch the PyTorch integration is built against")
 set(_found FALSE)
 if(NOT FF_WITH_TORCH_REQUEST STREQUAL "OFF")

@@ -73,6 +73,7 @@ class Daemon:
         return self.ready["rpc"]
 
     def start(self, timeout=30):
+        os.makedirs(self.dir, exist_ok=True)
         with open(self.path("toml"), "w") as f:
             f.write(toml(self.config))
         ready = self.path("ready")
@@ -193,3 +194,10 @@ def hai_agent(bin_dir, directory, node, server, listen, name=None, metrics=False
                        "token_file": os.path.join(directory, "agent.token"),
                        "state_dir": os.path.join(directory, f"{name}-state"), **agent}
     return Daemon(os.path.join(bin_dir, "hai-agent"), name, directory, config)
+
+
+def hai_web(bin_dir, directory, server, listen="127.0.0.1:0", fs3_mgmtd=None, name="web", **web):
+    """hai-web, the read-only web view of hai-server `server` (and fs3-mgmtd `fs3_mgmtd`, when
+    given); its address is ready["http"]; `web` adds [web] keys."""
+    config = {"web": {"listen": listen, "hai_server": server, "fs3_mgmtd": fs3_mgmtd, **web}}
+    return Daemon(os.path.join(bin_dir, "hai-web"), name, directory, config)

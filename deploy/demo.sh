@@ -79,5 +79,6 @@ echo
 echo "demo: job 1 trained $steps steps over HFReduce on 2 nodes x 2 ranks, preempted and resumed:"
 echo "demo:   loss $first -> $last (curve: $dir/loss.svg, $dir/loss.csv)"
 echo "demo: look around:  source $dir/env; hai ls -a; hai logs 1; hai nodes --health"
+echo "demo:   web view:   $HAI_WEB_URL (log in with the token in \$HAI_TOKEN: source $dir/env; echo \$HAI_TOKEN)"
 echo "demo:   Prometheus: $PROMETHEUS_URL (targets, alerts);  fs3: $FS3_MOUNT"
 echo "demo:   stop it:    deploy/local-cluster.sh down $dir --purge"

@@ -31,6 +31,8 @@ PACKAGES=(
   spin clang libclang-rt-14-dev
   # the Python environment (.venv) and the haiscale extension's headers
   python3-venv python3-dev
+  # hai-web (the cluster's web view): its HTTP server; its browser test drives chromium
+  libcpp-httplib-dev chromium chromium-driver
 )
 
 say() { echo "install-deps: $*" >&2; }

@@ -14,13 +14,15 @@ json_field() {  # FILE KEY: a string field of a one-line JSON file (a ready file
 # the same config comes back at the same addresses (clients, scrape targets).
 pin_ports() {  # CONFIG READY
   [ -e "$1" ] || return 0
-  local rpc metrics
+  local rpc metrics http
   rpc=$(grep -o '"rpc":"[^"]*"' "$2" | cut -d'"' -f4 || true)
   metrics=$(grep -o '"metrics":"[^"]*"' "$2" | cut -d'"' -f4 || true)
-  awk -v rpc="$rpc" -v metrics="$metrics" '
+  http=$(grep -o '"http":"[^"]*"' "$2" | cut -d'"' -f4 || true)
+  awk -v rpc="$rpc" -v metrics="$metrics" -v http="$http" '
     /^\[/ { section = $0 }
     /^listen = "[^"]*:0"$/ && section == "[server]" && rpc != "" { print "listen = \"" rpc "\""; next }
     /^listen = "[^"]*:0"$/ && section == "[metrics]" && metrics != "" { print "listen = \"" metrics "\""; next }
+    /^listen = "[^"]*:0"$/ && section == "[web]" && http != "" { print "listen = \"" http "\""; next }
     { print }' "$1" >"$1.tmp" && mv "$1.tmp" "$1"
 }
 

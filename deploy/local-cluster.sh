@@ -117,7 +117,7 @@ down() {
 }
 
 up() {
-  for b in platform/hai-server platform/hai-agent platform/hai platform/hai-health; do
+  for b in platform/hai-server platform/hai-agent platform/hai platform/hai-health platform/hai-web; do
     [ -x "$bin/$b" ] || { say "$bin/$b is missing: build first"; exit 1; }
   done
   if [ -e "$dir/server.pid" ] && kill -0 "$(cat "$dir/server.pid")" 2>/dev/null; then
@@ -205,6 +205,15 @@ TOML
   token=$(HAI_SERVER=$server HAI_TOKEN=$admin "${head_at[@]}" "$bin/platform/hai" admin user add researcher --json |
     json_field /dev/stdin token)
 
+  # ---- hai-web: the read-only web view (log in with a user's token) -----------------------------
+  {
+    printf '[web]\nlisten = "%s:0"\nhai_server = "%s"\n' "$head_addr" "$server"
+    [ ${#fs3_env[@]} -gt 0 ] && printf 'fs3_mgmtd = "%s"\n' "$FS3_MGMTD"
+  } >"$dir/hai-web.toml"
+  start_daemon hai-web "${head_at[@]}" "$bin/platform/hai-web" --config "$dir/hai-web.toml"
+  local web_url
+  web_url=$(json_field "$dir/hai-web.ready" url)
+
   # ---- Prometheus ------------------------------------------------------------------------------
   local prom_url=""
   if [ "${PROMETHEUS:-1}" != 0 ]; then
@@ -251,7 +260,7 @@ TOML
   fi
 
   {
-    printf 'export HAI_SERVER=%s\nexport HAI_TOKEN=%s\n' "$server" "$token"
+    printf 'export HAI_SERVER=%s\nexport HAI_TOKEN=%s\nexport HAI_WEB_URL=%s\n' "$server" "$token" "$web_url"
     for kv in "${fs3_env[@]}"; do printf 'export %s\n' "$kv"; done
     [ -n "$prom_url" ] && printf 'export PROMETHEUS_URL=%s\n' "$prom_url"
     printf 'export PATH=%s:$PATH\n' "$bin_abs/platform:$bin_abs/fs3"
@@ -269,6 +278,7 @@ TOML
   say "up in $dir${NETLAB:+ (on the network lab $NETLAB)}:"
   say "  nodes:       ${nodes[*]} (each with hai-agent and hai-health)"
   say "  hai-server:  $server; as the user 'researcher': source $dir/env (admin: $dir/admin.env)"
+  say "  web view:    $web_url (log in with \$HAI_TOKEN from $dir/env)"
   if [ ${#fs3_env[@]} -gt 0 ]; then
     say "  fs3:         mounted at $FS3_MOUNT ($FS3_STORAGE_SERVICES storage services, chains of $FS3_REPLICATION); meta $FS3_META, mgmtd $FS3_MGMTD"
   fi

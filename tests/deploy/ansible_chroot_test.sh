@@ -117,7 +117,7 @@ check "the units verify on the host" sh -c "chroot '$host' sh -c 'systemd-analyz
   /etc/systemd/system/fs3-*.service /etc/systemd/system/hai-*.service /etc/systemd/system/fs3.mount' 2>&1 |
   tee /dev/stderr | (! grep -q .)"
 for u in fs3-mgmtd.service fs3-meta.service fs3-storage.service hai-server.service hai-agent.service \
-         hai-health.service fs3.mount prometheus.service; do
+         hai-health.service hai-web.service fs3.mount prometheus.service; do
   check "$u enabled" systemctl --root="$host" is-enabled --quiet "$u"
 done
 check "hai-agent is node A-leaf00-n00" grep -q 'node = "A-leaf00-n00"' "$host/etc/fireflyer/hai-agent.toml"
@@ -130,6 +130,8 @@ check "storage target directory owned by fs3" sh -c "[ \"\$(chroot '$host' stat 
 check "haiscale and fs3client installed for jobs" test -f "$host/usr/local/lib/fireflyer/python/fs3client/libfs3c.so" -a -f "$host/usr/local/lib/fireflyer/python/haiscale/__init__.py"
 check "mount.fs3 installed" test -x "$host/usr/sbin/mount.fs3"
 check "jobs import haiscale's pieces and fs3client from there" test -f "$host/usr/local/lib/fireflyer/python/haiscale/ddp.py" -a -f "$host/usr/local/lib/fireflyer/python/fs3client/data.py"
+check "they came as wheels (pip's metadata beside them)" sh -c "ls -d '$host'/usr/local/lib/fireflyer/python/haiscale-*.dist-info '$host'/usr/local/lib/fireflyer/python/fs3client-*.dist-info '$host'/usr/local/lib/fireflyer/python/hai_job-*.dist-info"
+check "haiscale's extension is in its wheel" sh -c "ls '$host'/usr/local/lib/fireflyer/python/haiscale/_C.*.so"
 
 # The installed daemons start from their installed configs (the generated cluster.toml included),
 # each alone in a network namespace, then stop on SIGTERM.
@@ -146,5 +148,6 @@ starts() {  # DAEMON [--set ...]
 check "hai-server starts from its config and cluster.toml" starts hai-server --set hai.data_dir=/tmp/hai-server-data
 check "fs3-mgmtd starts from its config" starts fs3-mgmtd --set mgmtd.data_dir=/tmp/fs3-mgmtd-data
 check "fs3-meta starts from its config" starts fs3-meta --set meta.data_dir=/tmp/fs3-meta-data
+check "hai-web starts from its config (its library installed)" starts hai-web
 [ $fail -eq 0 ] && say "PASS" || say "FAIL"
 exit $fail

@@ -10,7 +10,7 @@ build="$(cd "${1:?usage: deploy_check.sh BUILD_DIR}" && pwd)"
 declare -A bin=(
   [fs3-mgmtd]=fs3/fs3-mgmtd [fs3-meta]=fs3/fs3-meta [fs3-storage]=fs3/fs3-storage
   [fs3-fuse]=fs3/fs3-fuse [hai-server]=platform/hai-server [hai-agent]=platform/hai-agent
-  [hai-health]=platform/hai-health
+  [hai-health]=platform/hai-health [hai-web]=platform/hai-web
 )
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -153,3 +153,14 @@ def test_demo_training_job_preempted_resumed_through_a_storage_crash(cluster):
     sh(f"{build}/fs3/fs3", "fsck", "--meta", env["FS3_META"], env=env)  # exits non-zero on damage
     wait_for("every Prometheus target up", lambda: all(
         t["health"] == "up" for t in prom(env, "/api/v1/targets")["activeTargets"]), 30)
+
+    # The web view the demo points at: logged in with the researcher's token, the job's page has
+    # its runs (the preempted one and the resumed one) and the loss curve from its log.
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+    page = opener.open(env["HAI_WEB_URL"] + "login",
+                       data=urllib.parse.urlencode({"token": env["HAI_TOKEN"]}).encode(),
+                       timeout=10).read().decode()
+    assert "Your jobs" in page and 'data-job="1"' in page, page[-2000:]
+    page = opener.open(env["HAI_WEB_URL"] + "jobs/1", timeout=30).read().decode()
+    assert page.count("<tr><td>") >= 2 and "suspended" in page, page[-3000:]
+    assert "<polyline" in page, "no loss curve on the job's page"

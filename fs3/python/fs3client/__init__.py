@@ -28,8 +28,9 @@ _ERR_LEN = 1024
 
 
 def library_path() -> str:
-    """Where libfs3c.so is: beside this package in the build (build/python/fs3client; the
-    package's .py files there are links to the sources, so the path is not resolved)."""
+    """Where libfs3c.so is: inside this package, installed (pip install fs3/python) or in the
+    build (build/python/fs3client, whose .py files are links to the sources, so the path is not
+    resolved)."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "libfs3c.so")
 
 

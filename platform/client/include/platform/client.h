@@ -24,6 +24,9 @@ class HaiClient {
  public:
   // `server` is hai-server's "host:port"; `token` a user's token or the agents' shared one.
   HaiClient(std::string server, std::string token, const ChannelOptions& channel = {});
+  // Over a channel the caller shares between clients (one per user, as hai-web has): channels
+  // are thread-safe, and one keeps one connection.
+  HaiClient(std::string server, std::string token, const std::shared_ptr<grpc::Channel>& channel);
 
   // One call: `fn(context, stub)` with the token set on each attempt, under `options`. Errors
   // read "hai-server <what>: <server's message>" and keep the server's code.

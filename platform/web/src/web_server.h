@@ -1,0 +1,64 @@
+// hai-web: a read-only web view of the cluster, a client of hai-server's API (and of fs3-mgmtd's
+// routing), logged in by the user's own token. It shows a user what `hai ls`, `hai show`,
+// `hai logs` and `hai nodes` show them and nothing more: every page is fetched from hai-server
+// with the user's token, so hai-server's checks decide (another user's job is "not found").
+// It changes nothing: the only request that is not a GET is the login form.
+//
+//   WebOptions o; o.hai_server = "127.0.0.1:7700";
+//   FF_ASSIGN_OR_RETURN(auto web, WebServer::Create(o));
+//   FF_RETURN_IF_ERROR(web->Start());   // web->address(): "127.0.0.1:8090"
+//   ...
+//   web->Stop();
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/config.h"
+#include "common/result.h"
+
+namespace httplib {
+class Server;
+}
+namespace grpc {
+class Channel;
+}
+
+namespace ff::platform::web {
+
+struct WebOptions {
+  static constexpr const char* kSection = "web";
+  std::string listen = "127.0.0.1:8090";  // HTTP; port 0 picks a free one
+  std::string hai_server;                 // host:port (required)
+  std::string fs3_mgmtd;                  // host:port; empty: the fs3 page says it is not set
+  int64_t log_tail_bytes = 16384;         // how much of rank 0's log a job page shows
+  // Mark the login cookie Secure (the view is served through an HTTPS proxy).
+  bool secure_cookie = false;
+
+  void Bind(ConfigSection& s);
+};
+
+class WebServer {
+ public:
+  static Result<std::unique_ptr<WebServer>> Create(const WebOptions& options);
+  ~WebServer();
+
+  // Binds options.listen and serves on a thread of its own.
+  Status Start();
+  void Stop();
+  const std::string& address() const { return address_; }
+
+ private:
+  explicit WebServer(const WebOptions& options);
+  void Routes();
+
+  WebOptions options_;
+  std::shared_ptr<grpc::Channel> hai_channel_;
+  std::shared_ptr<grpc::Channel> mgmtd_channel_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread thread_;
+  std::string address_;
+};
+
+}  // namespace ff::platform::web

@@ -1,0 +1,198 @@
+// hai-web's pages from protos: what a user is shown, escaped, grouped and plotted.
+#include <gtest/gtest.h>
+
+#include "pages.h"
+
+namespace ff::platform::web {
+namespace {
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
+hai::Job MakeJob(int64_t id, hai::JobState state, const std::string& name) {
+  hai::Job j;
+  j.set_id(id);
+  j.set_user("alice");
+  j.set_state(state);
+  j.mutable_spec()->set_name(name);
+  j.mutable_spec()->set_command("python train.py");
+  j.mutable_spec()->set_nodes(2);
+  j.mutable_spec()->set_gpus_per_node(8);
+  j.set_submit_ms(1'000'000);
+  return j;
+}
+
+TEST(WebPagesTest, EscapesEverythingThatCameFromOutside) {
+  EXPECT_EQ(Escape(R"(<a href="x">'&'</a>)"),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
+  hai::Job j = MakeJob(7, hai::QUEUED, "<script>alert(1)</script>");
+  j.set_pending_reason("needs <2> nodes & a leaf");
+  Page p = JobsPage({j}, false, false, 2'000'000);
+  EXPECT_EQ(p.body.find("<script>"), std::string::npos);
+  EXPECT_NE(p.body.find("&lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
+  EXPECT_NE(p.body.find("needs &lt;2&gt; nodes &amp; a leaf"), std::string::npos);
+  Page jp = JobPage(j, "loss <nan> & \"quotes\"\n", {}, 2'000'000);
+  EXPECT_NE(jp.body.find("loss &lt;nan&gt; &amp; &quot;quotes&quot;"), std::string::npos);
+  hai::User u;
+  u.set_name("<bob>");
+  EXPECT_EQ(Layout(jp, u).find("<bob>"), std::string::npos);
+  EXPECT_EQ(LoginPage("<b>").find("<b>"), std::string::npos);
+}
+
+TEST(WebPagesTest, JobsPageSplitsActiveFromEndedNewestFirstWithWhereOrWhy) {
+  hai::Job queued = MakeJob(3, hai::QUEUED, "waits");
+  queued.set_pending_reason("waiting for 2 free nodes");
+  hai::Job running = MakeJob(5, hai::RUNNING, "runs");
+  auto* run = running.add_runs();
+  run->add_nodes("A-leaf-n00");
+  run->add_nodes("A-leaf-n01");
+  hai::Job done = MakeJob(4, hai::SUCCEEDED, "done");
+  done.set_message("every rank exited 0");
+  Page p = JobsPage({queued, done, running}, false, false, 2'000'000);
+  const size_t active = p.body.find("id=\"active\""), ended = p.body.find("id=\"ended\"");
+  ASSERT_NE(active, std::string::npos);
+  ASSERT_NE(ended, std::string::npos);
+  const size_t j5 = p.body.find("data-job=\"5\""), j3 = p.body.find("data-job=\"3\""),
+               j4 = p.body.find("data-job=\"4\"");
+  EXPECT_TRUE(active < j5 && j5 < j3 && j3 < ended && ended < j4) << p.body;
+  EXPECT_NE(p.body.find("waiting for 2 free nodes"), std::string::npos);
+  EXPECT_NE(p.body.find("A-leaf-n00, A-leaf-n01"), std::string::npos);
+  EXPECT_NE(p.body.find("every rank exited 0"), std::string::npos);
+  EXPECT_NE(p.body.find("data-state=\"RUNNING\""), std::string::npos);
+  EXPECT_NE(p.body.find("<a href=\"/jobs/5\">5</a>"), std::string::npos);
+  // The admin's switch is offered to admins only.
+  EXPECT_EQ(p.body.find("?all=1"), std::string::npos);
+  EXPECT_NE(JobsPage({}, false, true, 0).body.find("?all=1"), std::string::npos);
+}
+
+TEST(WebPagesTest, JobPageShowsRunsExitCodesHistoryLogAndLoss) {
+  hai::Job j = MakeJob(9, hai::FAILED, "train");
+  j.set_message("rank 1 exited 3");
+  auto* h = j.add_pending_history();
+  h->set_time_ms(1'000'000);
+  h->set_reason("waiting for the leaf");
+  auto* r = j.add_runs();
+  r->set_index(0);
+  r->add_nodes("n1");
+  r->set_start_ms(1'100'000);
+  r->set_end_ms(1'160'000);
+  (*r->mutable_exit_codes())[1] = 3;
+  (*r->mutable_exit_codes())[0] = 143;
+  r->set_end(hai::RUN_RANK_FAILED);
+  r->set_end_reason("rank 1 exited 3");
+  Page p = JobPage(j, "step 1 loss 2.0\n", {{1, 2.0}, {2, 1.5}}, 2'000'000);
+  EXPECT_NE(p.body.find("0: 143, 1: 3"), std::string::npos) << p.body;  // by rank
+  EXPECT_NE(p.body.find("waiting for the leaf"), std::string::npos);
+  EXPECT_NE(p.body.find("<pre id=\"log\">step 1 loss 2.0"), std::string::npos);
+  EXPECT_NE(p.body.find("<svg"), std::string::npos);
+  EXPECT_NE(p.body.find("2 points, step 1 to 2"), std::string::npos);
+  EXPECT_NE(p.body.find("<td>60 s</td>"), std::string::npos);  // how long the run ran
+  Page none = JobPage(MakeJob(10, hai::QUEUED, "q"), "", {}, 0);
+  EXPECT_NE(none.body.find("not started"), std::string::npos);
+  EXPECT_EQ(none.body.find("<svg"), std::string::npos);
+}
+
+TEST(WebPagesTest, NodesAreDrawnByZoneAndLeafAndOthersJobsAreOnlyCounted) {
+  std::vector<hai::Node> nodes;
+  auto add = [&](const char* name, const char* zone, const char* leaf, std::vector<int64_t> jobs) {
+    hai::Node n;
+    n.set_name(name);
+    n.set_zone(zone);
+    n.set_leaf(leaf);
+    n.set_gpus(8);
+    n.set_state(hai::NODE_UP);
+    for (int64_t id : jobs)
+      n.add_jobs(id);
+    nodes.push_back(n);
+  };
+  add("A1-n0", "A", "A1", {5});
+  add("B1-n0", "B", "B1", {77, 78});
+  add("A1-n1", "A", "A1", {});
+  add("A2-n0", "A", "A2", {});
+  nodes[3].set_drained(true);
+  nodes[3].set_drained_by("hai-health");
+  nodes[3].set_drain_reason("gpus: 7 GPUs");
+  auto* c = nodes[3].add_health();
+  c->set_name("gpus");
+  c->set_ok(false);
+  c->set_message("7 GPUs");
+  nodes[3].set_health_report_ms(1000);
+  Page p = NodesPage(nodes, {5}, 2000);
+  EXPECT_EQ(Count(p.body, "class=\"zone\""), 2u);
+  EXPECT_EQ(Count(p.body, "class=\"leaf\""), 3u);
+  const size_t a = p.body.find("data-zone=\"A\""), a1 = p.body.find("data-leaf=\"A1\""),
+               n0 = p.body.find("data-node=\"A1-n0\""), n1 = p.body.find("data-node=\"A1-n1\""),
+               a2 = p.body.find("data-leaf=\"A2\""), b = p.body.find("data-zone=\"B\"");
+  EXPECT_TRUE(a < a1 && a1 < n0 && n0 < n1 && n1 < a2 && a2 < b) << p.body;
+  EXPECT_NE(p.body.find("<a href=\"/jobs/5\">5</a>"), std::string::npos);
+  EXPECT_EQ(p.body.find("77"), std::string::npos);  // another user's job: counted, not named
+  EXPECT_NE(p.body.find("2 other users' jobs"), std::string::npos);
+  EXPECT_NE(p.body.find("drained by hai-health: gpus: 7 GPUs"), std::string::npos);
+  EXPECT_NE(p.body.find("1 failing"), std::string::npos);
+  EXPECT_NE(p.body.find("4 nodes: 4 up, 1 drained."), std::string::npos);
+}
+
+TEST(WebPagesTest, Fs3PageListsChainsHeadFirstAndSaysWhyWhenUnreachable) {
+  fs3rpc::RoutingInfo r;
+  r.set_initialized(true);
+  r.set_version(12);
+  r.set_replication(2);
+  r.set_chunk_size(1 << 20);
+  auto* ch = r.add_chains();
+  ch->set_id(1);
+  ch->set_version(3);
+  for (auto [id, state] : {std::pair<uint64_t, const char*>{102, "serving"}, {101, "syncing"}}) {
+    auto* ct = ch->add_targets();
+    ct->set_target(id);
+    ct->set_state(state);
+    auto* t = r.add_targets();
+    t->set_id(id);
+    t->set_node("storage-" + std::to_string(id));
+    t->set_chain(1);
+    t->set_public_state(state);
+    t->set_local_state("online");
+  }
+  Page p = Fs3Page(&r, "");
+  const size_t head = p.body.find("data-target=\"102\""), tail = p.body.find("data-target=\"101\"");
+  EXPECT_TRUE(head != std::string::npos && head < tail);
+  EXPECT_NE(p.body.find("102 on storage-102"), std::string::npos);
+  EXPECT_NE(p.body.find("1 chains of 2"), std::string::npos);
+  Page down = Fs3Page(nullptr, "fs3-mgmtd at 127.0.0.1:1 did not answer");
+  EXPECT_NE(down.body.find("did not answer"), std::string::npos);
+  EXPECT_EQ(ErrorPage(404, "You have no job 3.").status, 404);
+}
+
+TEST(WebPagesTest, LossCurveComesFromTheLogWhateverHowItIsSplit) {
+  const std::string log =
+      "4 ranks on 2 node(s)\nstep     1  loss 5.5452  (0.3 s)\nnoise step x loss y\n"
+      "step    10  loss 4.25  (1.0 s)\nepoch 3: loss 0.5\nstep 20 loss nan\nstep 30  loss 3.5";
+  for (size_t split = 0; split <= log.size(); split += 7) {
+    LossCurveParser parser;
+    parser.Feed(std::string_view(log).substr(0, split));
+    parser.Feed(std::string_view(log).substr(split));
+    auto points = parser.Points();
+    ASSERT_EQ(points.size(), 4u) << "split at " << split;
+    EXPECT_EQ(points[0], (std::pair<int64_t, double>{1, 5.5452}));
+    EXPECT_EQ(points[1], (std::pair<int64_t, double>{10, 4.25}));
+    EXPECT_EQ(points[2], (std::pair<int64_t, double>{3, 0.5}));  // hai-demo-train's epochs
+    EXPECT_EQ(points[3], (std::pair<int64_t, double>{30, 3.5}));
+  }
+  // A long log is thinned to the limit, evenly, keeping the first and the last point.
+  LossCurveParser parser(100);
+  for (int i = 1; i <= 10000; ++i)
+    parser.Feed("step " + std::to_string(i) + " loss 1.0\n");
+  auto points = parser.Points();
+  EXPECT_LE(points.size(), 101u);
+  EXPECT_GE(points.size(), 50u);
+  EXPECT_EQ(points.front().first, 1);
+  EXPECT_EQ(points.back().first, 10000);
+  EXPECT_NE(LossSvg(points).find("<polyline"), std::string::npos);
+  EXPECT_EQ(LossSvg({}), "");
+}
+
+}  // namespace
+}  // namespace ff::platform::web

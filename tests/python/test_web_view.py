@@ -1,0 +1,299 @@
+"""hai-web, the cluster's read-only web view, in a real browser: headless Chromium (Debian's
+chromium and chromium-driver, driven by Selenium) against a running hai-server with two agents,
+a 2-replica fs3 and hai-web, all real processes on loopback.
+
+What a user sees is checked against what the CLI says (`hai ls --finished --json`, `hai show`,
+`hai nodes --json`, `fs3 chains --json`): their jobs with states and why they wait, a job's runs,
+exit codes, log tail and loss curve, nodes by zone and leaf, fs3's chains. Another user's job is
+neither listed nor reachable by its address; no page offers an action; screenshots of every page
+are saved (under $FF_BUILD_DIR/test-artifacts/web_view) and looked at: a real page, styled, not
+blank and not an error.
+"""
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import zlib
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "torch"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "deploy"))
+from daemons import hai_web  # noqa: E402
+from fs3_cluster import Fs3Cluster  # noqa: E402
+from hai_cluster import HaiCluster  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+LOSS_JOB = ("for i in 1 2 3 4 5 6; do echo \"step $i  loss $((20 - 3 * i)).25\"; done; "
+            "echo 'done <for now> & waiting'; sleep 600")
+
+
+class Stack:
+    pass
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    for binary in (CHROMIUM, CHROMEDRIVER):
+        assert os.path.exists(binary), f"{binary} is missing (deploy/install-deps.sh installs chromium and chromium-driver)"
+    base = tmp_path_factory.mktemp("web")
+    for d in ("fs3", "hai"):
+        os.makedirs(base / d)
+    s = Stack()
+    with Fs3Cluster(str(base / "fs3"), storage=2, replication=2) as fs3, \
+            HaiCluster(str(base / "hai"), nodes=2) as hai:
+        s.fs3, s.hai = fs3, hai
+        web = hai_web(hai.bin, hai.dir, hai.address, fs3_mgmtd=fs3.mgmtd)
+        try:
+            s.url = "http://" + web.start().ready["http"]
+            s.other = json.loads(hai.hai("admin", "user", "add", "other", "--json", token=hai.admin))["token"]
+            s.running = int(hai.submit("--name", "lossy", "--nodes", "1", "--", "sh", "-c", LOSS_JOB))
+            s.done = int(hai.submit("--name", "quick", "--nodes", "1", "--", "true"))
+            hai.wait_state(s.running, "RUNNING")
+            hai.wait_state(s.done, "SUCCEEDED")
+            hai.wait_log(s.running, "step 6")
+            s.theirs = int(json.loads(hai.hai("submit", "--json", "--name", "theirs", "--nodes", "1", "--",
+                                          "sleep", "600", token=s.other))["id"])
+            deadline = time.monotonic() + 60
+            while json.loads(hai.hai("show", str(s.theirs), "--json", token=s.other))["state"] != "RUNNING":
+                assert time.monotonic() < deadline, "the other user's job never started"
+                time.sleep(0.2)
+            # Both nodes busy: a 2-node job waits, with a reason.
+            s.waiting = int(hai.submit("--name", "big", "--nodes", "2", "--", "true"))
+            deadline = time.monotonic() + 30
+            while not hai.show(s.waiting).get("pending_reason"):
+                assert time.monotonic() < deadline, "the 2-node job has no pending reason"
+                time.sleep(0.2)
+            yield s
+        finally:
+            web.stop()
+            for job, token in ((s.__dict__.get("theirs"), s.__dict__.get("other")),
+                               (s.__dict__.get("running"), None), (s.__dict__.get("waiting"), None)):
+                if job:
+                    hai.hai("stop", str(job), token=token, check=False)
+
+
+@pytest.fixture(scope="module")
+def browser(stack):
+    options = Options()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1280,1000", "--no-first-run", "--disable-extensions"):
+        options.add_argument(arg)
+    os.environ.setdefault("SE_AVOID_STATS", "true")
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def screenshots_dir():
+    d = os.path.join(os.environ.get("FF_BUILD_DIR", "."), "test-artifacts", "web_view")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def png_pixels(path):
+    """(width, height, rows of RGB(A) bytes) of an 8-bit RGB or RGBA PNG, unfiltered."""
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    pos, idat, width = 8, b"", None
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, color = struct.unpack(">IIBB", body[:10])
+            assert depth == 8 and color in (2, 6), f"PNG depth {depth} colour type {color}"
+            bpp = 3 if color == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    rows, prev = [], bytearray(stride)
+    for y in range(height):
+        f = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    return width, height, bpp, rows
+
+
+def look_at(driver, name):
+    """Saves a screenshot of the page and checks it is a page: big, styled (the navigation bar's
+    dark blue across the top), with content (many colours, a good share of non-background)."""
+    path = os.path.join(screenshots_dir(), f"{name}.png")
+    assert driver.save_screenshot(path), f"no screenshot of {name}"
+    assert os.path.getsize(path) > 8000, f"{path}: {os.path.getsize(path)} bytes, a blank page?"
+    width, height, bpp, rows = png_pixels(path)
+    assert width >= 1000 and height >= 600, (width, height)
+    r, g, b = rows[5][10 * bpp:10 * bpp + 3]
+    assert (r, g, b) == (0x1D, 0x2A, 0x44), f"{name}: no navigation bar at the top ({r}, {g}, {b})"
+    colours, ink = set(), 0
+    for y in range(0, height, 4):
+        row = rows[y]
+        for x in range(0, width, 4):
+            px = row[x * bpp:x * bpp + 3]
+            colours.add(px)
+            ink += px != b"\xf6\xf7\xf9" and px != b"\xff\xff\xff"
+    samples = (height // 4) * (width // 4)
+    assert len(colours) > 20, f"{name}: {len(colours)} colours"
+    assert ink / samples > 0.03, f"{name}: {ink / samples:.1%} of the page is not background"
+    assert "Not found" not in driver.title and "Error" not in driver.title, driver.title
+    return path
+
+
+def login(driver, url, token):
+    driver.get(url + "/login")
+    driver.find_element(By.ID, "token").send_keys(token)
+    driver.find_element(By.ID, "login").click()
+
+
+def ids_and_states(driver):
+    rows = driver.find_elements(By.CSS_SELECTOR, "tr[data-job]")
+    return {int(r.get_attribute("data-job")):
+            r.find_element(By.CSS_SELECTOR, "[data-state]").get_attribute("data-state") for r in rows}
+
+
+def test_a_visitor_without_a_token_is_sent_to_log_in(stack, browser):
+    browser.delete_all_cookies()
+    browser.get(stack.url + "/")
+    assert browser.current_url.endswith("/login")
+    login(browser, stack.url, "hai_" + "0" * 64)
+    assert "does not know that token" in browser.find_element(By.ID, "error").text
+    browser.get(stack.url + f"/jobs/{stack.running}")
+    assert browser.current_url.endswith("/login")
+
+
+def test_jobs_page_shows_what_hai_ls_shows_and_nothing_more(stack, browser):
+    login(browser, stack.url, stack.hai.token)
+    assert browser.current_url == stack.url + "/"
+    assert browser.find_element(By.ID, "user").text == "researcher"
+    listed = json.loads(stack.hai.hai("ls", "--finished", "--json"))
+    listed = listed.get("jobs", listed) if isinstance(listed, dict) else listed
+    assert ids_and_states(browser) == {int(j["id"]): j["state"] for j in listed}
+    assert {stack.running, stack.done, stack.waiting} <= set(ids_and_states(browser))
+    assert stack.theirs not in ids_and_states(browser)
+    assert f"/jobs/{stack.theirs}\"" not in browser.page_source
+    reason = stack.hai.show(stack.waiting)["pending_reason"]
+    assert reason in browser.find_element(By.CSS_SELECTOR, f"tr[data-job='{stack.waiting}']").text
+    assert not browser.find_elements(By.TAG_NAME, "form"), "a page offers an action"
+    look_at(browser, "jobs")
+
+
+def test_a_job_page_has_runs_exit_codes_log_and_loss(stack, browser):
+    login(browser, stack.url, stack.hai.token)
+    shown = stack.hai.show(stack.running)
+    browser.get(stack.url + f"/jobs/{stack.running}")
+    facts = browser.find_element(By.ID, "facts").text
+    assert "running" in facts and "researcher" in facts
+    runs = browser.find_element(By.ID, "runs").text
+    assert shown["runs"][0]["nodes"][0] in runs
+    log = browser.find_element(By.ID, "log").text
+    assert "step 6  loss 2.25" in log and "done <for now> & waiting" in log  # escaped, shown as is
+    curve = browser.find_element(By.CSS_SELECTOR, "#loss svg polyline")
+    assert len(curve.get_attribute("points").split()) == 6
+    assert "6 points, step 1 to 6" in browser.find_element(By.ID, "loss").text
+    look_at(browser, "job_running")
+
+    browser.get(stack.url + f"/jobs/{stack.done}")
+    assert "succeeded" in browser.find_element(By.ID, "facts").text
+    assert "0: 0" in browser.find_element(By.ID, "runs").text  # rank 0 exited 0
+    look_at(browser, "job_succeeded")
+
+    browser.get(stack.url + f"/jobs/{stack.waiting}")
+    assert stack.hai.show(stack.waiting)["pending_reason"] in browser.find_element(By.ID, "pending").text
+
+
+def test_another_users_job_is_not_reachable(stack, browser):
+    login(browser, stack.url, stack.hai.token)
+    browser.get(stack.url + f"/jobs/{stack.theirs}")
+    assert browser.title.startswith("Not found")
+    assert "sleep 600" not in browser.page_source and "theirs" not in browser.page_source
+    # The same answer as for a job that does not exist: the page does not tell them apart.
+    browser.get(stack.url + "/jobs/999999")
+    assert browser.find_element(By.ID, "error").text == "You have no job 999999."
+
+
+def test_nodes_page_draws_zones_leaves_and_who_runs_where(stack, browser):
+    login(browser, stack.url, stack.hai.token)
+    browser.get(stack.url + "/nodes")
+    nodes = json.loads(stack.hai.hai("nodes", "--json"))
+    nodes = nodes.get("nodes", nodes) if isinstance(nodes, dict) else nodes
+    for n in nodes:
+        card = browser.find_element(
+            By.CSS_SELECTOR, f"section[data-zone='{n['zone']}'] div[data-leaf='{n['leaf']}'] "
+                             f"div[data-node='{n['name']}']")
+        assert "up" in card.text
+        mine = [int(j) for j in n.get("jobs", []) if int(j) != stack.theirs]
+        for j in mine:
+            assert card.find_element(By.LINK_TEXT, str(j))
+        if stack.theirs in [int(j) for j in n.get("jobs", [])]:
+            assert "1 other user's job" in card.text and str(stack.theirs) not in card.text
+    assert f"{len(nodes)} nodes: {len(nodes)} up" in browser.find_element(By.ID, "summary").text
+    look_at(browser, "nodes")
+
+
+def test_fs3_page_lists_the_chains_fs3_lists(stack, browser):
+    login(browser, stack.url, stack.hai.token)
+    browser.get(stack.url + "/fs3")
+    chains = json.loads(subprocess.run(
+        [os.path.join(stack.fs3.bin, "fs3"), "--mgmtd", stack.fs3.mgmtd, "chains", "--json"],
+        capture_output=True, text=True, check=True).stdout)
+    assert chains
+    for c in chains:
+        row = browser.find_element(By.CSS_SELECTOR, f"tr[data-chain='{c['id']}']")
+        shown = [int(t.get_attribute("data-target")) for t in row.find_elements(By.CSS_SELECTOR, "[data-target]")]
+        assert shown == [int(t["target"]) for t in c["targets"]]  # head first
+        for t in c["targets"]:
+            assert t["state"] in row.text
+    look_at(browser, "fs3")
+
+
+def test_admin_may_see_every_users_jobs_and_logout_forgets_the_token(stack, browser):
+    login(browser, stack.url, stack.hai.admin)
+    browser.get(stack.url + "/?all=1")
+    assert stack.theirs in ids_and_states(browser)
+    browser.get(stack.url + "/logout")
+    assert browser.current_url.endswith("/login")
+    browser.get(stack.url + "/")
+    assert browser.current_url.endswith("/login")
+
+
+def test_nothing_changes_state_through_the_view(stack):
+    """Only GET pages and the login form: any other request is refused, and the job runs on."""
+    for method, path in (("POST", f"/jobs/{stack.running}"), ("DELETE", f"/jobs/{stack.running}"),
+                         ("POST", "/"), ("PUT", "/nodes")):
+        req = urllib.request.Request(stack.url + path, method=method, data=b"stop=1",
+                                     headers={"Cookie": f"hai_token={stack.hai.token}"})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=10)
+        assert e.value.code in (404, 405), (method, path, e.value.code)
+    assert stack.hai.show(stack.running)["state"] == "RUNNING"
