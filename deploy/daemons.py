@@ -7,9 +7,13 @@ TOML), started with --config and --ready-file, waited for until ready, stopped, 
     s.kill(); s.start()                                                 # a crash and a restart
     m.stop()
 
-Every daemon writes <dir>/<name>.toml, .ready and .log; a daemon that exits before it is ready
-raises with the tail of its log. Used by the Python and torch test harnesses
-(tests/python/fs3_cluster.py, tests/torch/hai_cluster.py).
+Every daemon writes <dir>/<name>.toml, .ready, .log, .pid and .daemon.json; a daemon that exits
+before it is ready raises with the tail of its log; the ports it bound are written back into its
+config, so a restart comes back at the same addresses; Daemon.load gives it back to another
+process. Used by the local cluster and the one-machine fs3 (deploy/local_cluster.py,
+deploy/fs3_local.py), the network lab (deploy/netlab_cluster.py, where each daemon runs `inside`
+its host's namespace) and the Python and torch test harnesses (tests/python/fs3_cluster.py,
+tests/torch/hai_cluster.py).
 """
 
 import json
@@ -51,19 +55,35 @@ def toml(config):
     return "\n".join(out)
 
 
+# Where each section's listen address is reported in a ready file: after the first start, the
+# config is rewritten with the ports a daemon bound (port 0 in its config), so that a restart
+# comes back at the same addresses (clients, mounts and scrape targets keep working).
+_READY_KEYS = {"server": "rpc", "metrics": "metrics", "web": "http"}
+
+
 class Daemon:
     """One daemon process of the stack (any of our binaries that takes --config and
-    --ready-file)."""
+    --ready-file). Its files: <dir>/<name>.toml (config), .log, .ready, .pid, and .daemon.json
+    (how to start it again: Daemon.load gives it back in another process, as the CLIs
+    deploy/fs3-local.sh and deploy/local-cluster.sh do across invocations)."""
 
     def __init__(self, binary, name, directory, config, args=(), env=None):
         self.binary = binary
         self.name = name
         self.dir = directory
-        self.config = config
+        self.config = config  # None: the .toml on disk is the config (a loaded daemon)
         self.args = list(args)
         self.env = env
+        self.prefix = []  # what the command runs under, e.g. ["ip", "netns", "exec", NS]
         self.proc = None
+        self.pid = None
         self.ready = None
+
+    def inside(self, prefix):
+        """Runs the daemon under `prefix` (a network lab's host: ip netns exec NS, or nsenter
+        --net=...); returns self."""
+        self.prefix = list(prefix)
+        return self
 
     def path(self, suffix):
         return os.path.join(self.dir, f"{self.name}.{suffix}")
@@ -72,23 +92,62 @@ class Daemon:
     def rpc(self):
         return self.ready["rpc"]
 
+    @classmethod
+    def load(cls, directory, name):
+        """The daemon `name` that an earlier process started in `directory` (its pid, its
+        endpoints, how to start it again)."""
+        with open(os.path.join(directory, f"{name}.daemon.json")) as f:
+            saved = json.load(f)
+        d = cls(saved["binary"], name, directory, None, saved["args"], saved["env"])
+        d.prefix = saved["prefix"]
+        try:
+            with open(d.path("pid")) as f:
+                d.pid = int(f.read().strip() or 0) or None
+        except (OSError, ValueError):
+            d.pid = None
+        try:
+            with open(d.path("ready")) as f:
+                d.ready = json.load(f)
+        except (OSError, ValueError):
+            d.ready = None
+        return d
+
+    @staticmethod
+    def saved(directory):
+        """The names of the daemons started in `directory`, sorted."""
+        try:
+            return sorted(n[:-len(".daemon.json")] for n in os.listdir(directory)
+                          if n.endswith(".daemon.json"))
+        except OSError:
+            return []
+
     def start(self, timeout=30):
         os.makedirs(self.dir, exist_ok=True)
-        with open(self.path("toml"), "w") as f:
-            f.write(toml(self.config))
+        if self.config is not None:
+            with open(self.path("toml"), "w") as f:
+                f.write(toml(self.config))
+        with open(self.path("daemon.json"), "w") as f:
+            json.dump({"binary": self.binary, "args": self.args, "env": self.env,
+                       "prefix": self.prefix}, f)
         ready = self.path("ready")
         if os.path.exists(ready):
             os.remove(ready)
         env = None if self.env is None else {**os.environ, **self.env}
         with open(self.path("log"), "a") as log:
             self.proc = subprocess.Popen(
-                [self.binary, "--config", self.path("toml"), "--ready-file", ready, *self.args],
-                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                [*self.prefix, self.binary, "--config", self.path("toml"), "--ready-file", ready,
+                 *self.args],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                start_new_session=True)
+        self.pid = self.proc.pid
+        with open(self.path("pid"), "w") as f:
+            f.write(f"{self.pid}\n")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if os.path.exists(ready) and os.path.getsize(ready) > 0:
                 with open(ready) as f:
                     self.ready = json.load(f)
+                self._pin_ports()
                 return self
             if self.proc.poll() is not None:
                 break
@@ -97,34 +156,71 @@ class Daemon:
         raise RuntimeError(f"{self.name} ({os.path.basename(self.binary)}) did not become ready:\n"
                            + self.log_tail())
 
+    def _pin_ports(self):
+        if self.config is None:
+            return
+        changed = False
+        for section, key in _READY_KEYS.items():
+            listen = self.config.get(section, {}).get("listen")
+            if isinstance(listen, str) and listen.endswith(":0") and self.ready.get(key):
+                self.config[section]["listen"] = self.ready[key]
+                changed = True
+        if changed:
+            with open(self.path("toml"), "w") as f:
+                f.write(toml(self.config))
+
     def running(self):
-        return self.proc is not None and self.proc.poll() is None
+        if self.proc is not None:
+            return self.proc.poll() is None
+        if self.pid is None:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
     def terminate(self):
         """SIGTERM, without waiting (stop() waits)."""
         if self.running():
-            self.proc.send_signal(signal.SIGTERM)
+            os.kill(self.pid, signal.SIGTERM)
 
-    def stop(self, timeout=10):
-        """SIGTERM, then SIGKILL after `timeout`; returns the exit code (None if never started)."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+    def _wait(self, timeout):
+        """True when the process is gone within `timeout` seconds."""
+        if self.proc is not None:
             try:
                 self.proc.wait(timeout=timeout)
+                return True
             except subprocess.TimeoutExpired:
+                return False
+        deadline = time.monotonic() + timeout
+        while self.running():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def stop(self, timeout=10):
+        """SIGTERM, then SIGKILL after `timeout`; returns the exit code (None if never started
+        or not started by this process)."""
+        if self.pid is None:
+            return None
+        if self.running():
+            os.kill(self.pid, signal.SIGTERM)
+            if not self._wait(timeout):
                 self.kill()
-        return self.proc.returncode
+        return self.proc.returncode if self.proc is not None else None
 
     def kill(self):
         """SIGKILL (a crash); returns the exit code."""
-        if self.proc is None:
+        if self.pid is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        return self.proc.returncode
+        if self.running():
+            os.kill(self.pid, signal.SIGKILL)
+            self._wait(30)
+        return self.proc.returncode if self.proc is not None else None
 
     def restart(self, timeout=30):
         self.stop()
@@ -199,5 +295,42 @@ def hai_agent(bin_dir, directory, node, server, listen, name=None, metrics=False
 def hai_web(bin_dir, directory, server, listen="127.0.0.1:0", fs3_mgmtd=None, name="web", **web):
     """hai-web, the read-only web view of hai-server `server` (and fs3-mgmtd `fs3_mgmtd`, when
     given); its address is ready["http"]; `web` adds [web] keys."""
-    config = {"web": {"listen": listen, "hai_server": server, "fs3_mgmtd": fs3_mgmtd, **web}}
+    config = {"metrics": {"enabled": False},
+              "web": {"listen": listen, "hai_server": server, "fs3_mgmtd": fs3_mgmtd, **web}}
     return Daemon(os.path.join(bin_dir, "hai-web"), name, directory, config)
+
+
+def fs3_fuse(bin_dir, directory, mount, meta, mgmtd, name="fuse", metrics_listen="127.0.0.1:0",
+             **fuse):
+    """fs3-fuse mounting fs3 at `mount`; `fuse` adds [fuse] keys."""
+    config = {"metrics": {"listen": metrics_listen}, "fuse": {"meta": meta, "mgmtd": mgmtd, **fuse}}
+    return Daemon(os.path.join(bin_dir, "fs3-fuse"), name, directory, config, args=[mount])
+
+
+def netlab_prefix(lab, node):
+    """What runs a command in NODE's host of the network lab LAB (deploy/netlab.py): nsenter into
+    its network namespace only, so mounts stay shared (a FUSE mount made there is every host's)."""
+    ns = f"/run/netns/{lab}-{node}"
+    if not os.path.exists(ns):
+        raise RuntimeError(f"the network lab '{lab}' has no host {node} "
+                           f"(deploy/netlab.py up CLUSTER_TOML --name {lab})")
+    return ["nsenter", f"--net={ns}"]
+
+
+def netlab_address(lab, node):
+    """NODE's address in the network lab LAB."""
+    try:
+        with open(f"/run/netlab/{lab}.json") as f:
+            hosts = json.load(f)["hosts"]
+        return next(h["address"] for h in hosts if h["node"] == node)
+    except (OSError, ValueError, KeyError, StopIteration):
+        raise RuntimeError(f"the network lab '{lab}' has no host {node} "
+                           f"(deploy/netlab.py up CLUSTER_TOML --name {lab})") from None
+
+
+def hai_health(bin_dir, directory, node, server, token_file, name=None,
+               metrics_listen="127.0.0.1:0", **health):
+    """The hai-health of `node`, reporting to hai-server `server`; `health` adds [health] keys."""
+    config = {"metrics": {"listen": metrics_listen},
+              "health": {"node": node, "server": server, "token_file": token_file, **health}}
+    return Daemon(os.path.join(bin_dir, "hai-health"), name or f"health-{node}", directory, config)

@@ -21,9 +21,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 
 import netlab
+from daemons import fs3_mgmtd, fs3_storage, hai_agent, hai_server, stop_all
 
 
 class LabCluster:
@@ -34,6 +34,7 @@ class LabCluster:
         os.makedirs(work_dir, exist_ok=True)
         self.hosts = {h["node"]: h for h in lab.load()["hosts"]}
         self.procs = []  # (name, Popen), stopped in reverse order
+        self.daemons = []  # deploy/daemons.py's, stopped after the processes
         self.next_port = 29500
 
     # ---- processes in a host ------------------------------------------------------------------
@@ -73,22 +74,12 @@ class LabCluster:
                                f"{r.stderr.strip()[-2000:]}")
         return r.stdout
 
-    def daemon(self, node, program, *args, timeout=30):
-        """Starts a daemon with --ready-file; returns its endpoints once it is ready."""
-        name = f"{program}-{node}"
-        ready = os.path.join(self.work, name + ".ready")
-        if os.path.exists(ready):
-            os.remove(ready)
-        p = self.spawn(node, program, *args, "--ready-file", ready, name=name)
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(ready):
-            if p.poll() is not None:
-                raise RuntimeError(f"{name} exited ({p.returncode}): {tail(p.log_path)}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{name} not ready in {timeout} s: {tail(p.log_path)}")
-            time.sleep(0.05)
-        with open(ready) as f:
-            return json.load(f)
+    def start(self, node, daemon, timeout=30):
+        """Starts a daemon of deploy/daemons.py inside NODE's namespace; returns it once ready."""
+        if node not in self.hosts:
+            raise RuntimeError(f"no host {node} in the lab")
+        self.daemons.append(daemon.inside(["ip", "netns", "exec", self.hosts[node]["netns"]]))
+        return daemon.start(timeout)
 
     def stop(self, procs=None):
         for name, p in reversed(procs or self.procs):
@@ -105,6 +96,8 @@ class LabCluster:
                 p.wait()
         if procs is None:
             self.procs = []
+            stop_all(list(reversed(self.daemons)))
+            self.daemons = []
 
     # ---- fs3 ----------------------------------------------------------------------------------
     def start_fs3(self, mgmtd_node, storage_nodes, replication=1, chunk_size="1MiB", traffic=None,
@@ -113,26 +106,21 @@ class LabCluster:
         to their host's address; builds the chains. Returns fs3-mgmtd's address. `traffic`: extra
         --set overrides of the [traffic] section, e.g. {"storage_dscp": 0}; `lease_ms`: fs3-mgmtd's
         lease (how long an unheard storage service stays up)."""
-        sets = []
-        for k, v in (traffic or {}).items():
-            sets += ["--set", f"traffic.{k}={v}"]
-        mgmtd_sets = ["--set", f"mgmtd.lease_ms={lease_ms}"] if lease_ms else []
-        a = self.address(mgmtd_node)
-        mg_dir = os.path.join(self.work, "mgmtd")
-        os.makedirs(mg_dir, exist_ok=True)
-        ep = self.daemon(mgmtd_node, "fs3-mgmtd", "--listen", f"{a}:0", "--set",
-                         f"mgmtd.data_dir={mg_dir}", "--set", "metrics.enabled=false", *sets,
-                         *mgmtd_sets)
-        mgmtd = ep["rpc"]
+        fs3_bin = os.path.join(self.build, "fs3")
+        d = os.path.join(self.work, "fs3")
+        mgmtd_keys = {"lease_ms": lease_ms} if lease_ms else {}
+        m = fs3_mgmtd(fs3_bin, d, listen=f"{self.address(mgmtd_node)}:0", metrics=False,
+                      **mgmtd_keys)
+        if traffic:
+            m.config["traffic"] = dict(traffic)
+        mgmtd = self.start(mgmtd_node, m).rpc
         for i, node in enumerate(storage_nodes):
-            d = os.path.join(self.work, f"storage-{node}")
-            os.makedirs(d, exist_ok=True)
-            toml = os.path.join(d, "storage.toml")
-            with open(toml, "w") as f:
-                f.write(f'[metrics]\nenabled = false\n[storage]\nnode = "{node}"\nmgmtd = "{mgmtd}"\n'
-                        f'[[storage.targets]]\nid = {(i + 1) * 10 + 1}\npath = "{d}/t"\n')
-            self.daemon(node, "fs3-storage", "--config", toml, "--listen",
-                        f"{self.address(node)}:0", *sets)
+            target = (i + 1) * 10 + 1
+            s = fs3_storage(fs3_bin, d, node, mgmtd, [(target, os.path.join(d, f"{node}-t{target}"))],
+                            name=f"storage-{node}", listen=f"{self.address(node)}:0", metrics=False)
+            if traffic:
+                s.config["traffic"] = dict(traffic)
+            self.start(node, s)
         self.run(mgmtd_node, "fs3", "--mgmtd", mgmtd, "init", "--chunk-size", chunk_size,
                  "--replication", str(replication))
         self.mgmtd = (mgmtd_node, mgmtd)
@@ -151,23 +139,16 @@ class LabCluster:
         job's ranks their node's address (MASTER_ADDR, HFREDUCE_LISTEN_HOST), so a job's traffic
         crosses the lab. Adds the user "researcher"; `hai(...)` runs the CLI as that user."""
         d = os.path.join(self.work, "platform")
-        os.makedirs(d, exist_ok=True)
-        a = self.address(server_node)
-        conf = os.path.join(d, "hai-server.toml")
-        with open(conf, "w") as f:
-            f.write(f'[server]\nlisten = "{a}:0"\n[metrics]\nenabled = false\n[hai]\n'
-                    f'data_dir = "{d}/server"\ncluster = "{os.path.abspath(cluster_toml)}"\n'
-                    f'agent_token_file = "{d}/agent.token"\ncheckpoint_root = "{d}/checkpoints"\n'
-                    f'policy = "{policy}"\nheartbeat_timeout_ms = {heartbeat_timeout_ms}\n'
-                    f'heartbeat_interval_ms = {max(50, heartbeat_timeout_ms // 10)}\n'
-                    f'schedule_interval_ms = 250\n')
-        server = self.daemon(server_node, "hai-server", "--config", conf)["rpc"]
+        bin_dir = os.path.join(self.build, "platform")
+        server = self.start(server_node, hai_server(
+            bin_dir, d, os.path.abspath(cluster_toml), f"{self.address(server_node)}:0",
+            checkpoint_root=os.path.join(d, "checkpoints"), policy=policy,
+            heartbeat_timeout_ms=heartbeat_timeout_ms,
+            heartbeat_interval_ms=max(50, heartbeat_timeout_ms // 10),
+            schedule_interval_ms=250)).rpc
         for node in agent_nodes:
-            self.daemon(node, "hai-agent", "--node", node, "--listen", f"{self.address(node)}:0",
-                        "--set", f"agent.server={server}",
-                        "--set", f"agent.token_file={d}/agent.token",
-                        "--set", f"agent.state_dir={self.agent_dir(node)}",
-                        "--set", f"agent.gpus={gpus}", "--set", "metrics.enabled=false")
+            self.start(node, hai_agent(bin_dir, d, node, server, f"{self.address(node)}:0",
+                                       name=f"agent-{node}", gpus=gpus))
         with open(os.path.join(d, "server", "admin.token")) as f:
             admin = f.read().strip()
         self.platform = {"node": server_node, "server": server, "token": admin}
@@ -176,7 +157,7 @@ class LabCluster:
         return server
 
     def agent_dir(self, node):
-        return os.path.join(self.work, "platform", f"agent-{node}")
+        return os.path.join(self.work, "platform", f"agent-{node}-state")
 
     def hai(self, *args, timeout=60):
         """The hai CLI, from the server's host (the lab has no route to the machine's own

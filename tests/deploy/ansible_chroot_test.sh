@@ -122,7 +122,7 @@ for u in fs3-mgmtd.service fs3-meta.service fs3-storage.service hai-server.servi
 done
 check "hai-agent is node A-leaf00-n00" grep -q 'node = "A-leaf00-n00"' "$host/etc/fireflyer/hai-agent.toml"
 check "Prometheus' config and rules (promtool)" in_host promtool check config /etc/prometheus/prometheus.yml
-for job in hai-server hai-agent hai-health fs3-mgmtd fs3-meta fs3-storage fs3-fuse; do
+for job in hai-server hai-web hai-agent hai-health fs3-mgmtd fs3-meta fs3-storage fs3-fuse; do
   check "Prometheus scrapes $job" grep -q "job_name: $job" "$host/etc/prometheus/prometheus.yml"
 done
 check "the agent token is shared (0640 root:hai)" sh -c "[ \"\$(chroot '$host' stat -c '%a %U %G' /etc/fireflyer/agent.token)\" = '640 root hai' ]"

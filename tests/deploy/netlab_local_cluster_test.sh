@@ -43,8 +43,8 @@ done
 FF_BUILD_DIR="$build" bash "$root/deploy/local-cluster.sh" status "$dir" >"$tmp/status" ||
   fail "status: $(cat "$tmp/status")"
 grep -q DEAD "$tmp/status" && fail "a service is dead: $(cat "$tmp/status")"
-[ "$(grep -cE '^  (hai|fs3)-[a-z]+ +[a-zA-Z0-9-]+ +up' "$tmp/status")" -eq 15 ] ||
-  fail "Prometheus does not scrape all 15 services: $(cat "$tmp/status")"
+[ "$(grep -cE '^  (hai|fs3)-[a-z]+ +[a-zA-Z0-9-]+ +up' "$tmp/status")" -eq 16 ] ||
+  fail "Prometheus does not scrape all 16 services: $(cat "$tmp/status")"
 
 # shellcheck disable=SC1091
 source "$dir/env"

@@ -17,6 +17,7 @@
 #include "common/rpc_status.h"
 #include "fs3/meta_client.h"
 #include "fs3/proto/meta.grpc.pb.h"
+#include "tests/support/daemons.h"
 #include "tests/support/full_disk.h"
 #include "tests/support/subprocess.h"
 
@@ -30,27 +31,15 @@ using fs3::MetaClientOptions;
 class MetaServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto port = FindFreePort();
-    ASSERT_TRUE(port.ok());
-    address_ = "127.0.0.1:" + std::to_string(*port);
-    test::WriteFile(dir_.File("meta.toml"),
-                    "[server]\nlisten = \"" + address_ +
-                        "\"\n[metrics]\nenabled = false\n[meta]\ndata_dir = \"" +
-                        dir_.File("meta") + "\"\n");
+    daemons_.Write("meta", "[meta]\ndata_dir = \"" + dir_.File("meta") + "\"\n");
     Start();
+    address_ = daemons_.ReadyField("meta", "rpc");
     stub_ = fs3rpc::Meta::NewStub(MakeChannel(address_));
   }
 
-  void Start() {
-    std::string ready = dir_.File("meta.ready");
-    std::remove(ready.c_str());
-    auto proc = test::Subprocess::Start(
-        {FF_FS3_META_PATH, "--config", dir_.File("meta.toml"), "--ready-file", ready},
-        {.env = {}, .output_dir = dir_.path()});
-    ASSERT_TRUE(proc.ok());
-    meta_ = std::make_unique<test::Subprocess>(std::move(*proc));
-    ASSERT_TRUE(test::WaitForFile(ready, 20s).has_value()) << meta_->Stderr();
-  }
+  // (Again, at the same address: the config holds the port it bound first.)
+  void Start() { ASSERT_TRUE(daemons_.Start("meta", FF_FS3_META_PATH)); }
+  test::Subprocess& meta() { return daemons_.proc("meta"); }
 
   template <typename Req, typename Resp, typename Fn>
   Status Call(Fn fn, const Req& req, Resp* resp) {
@@ -83,8 +72,8 @@ class MetaServiceTest : public ::testing::Test {
   }
 
   test::TempDir dir_;
+  test::Daemons daemons_{dir_};
   std::string address_;
-  std::unique_ptr<test::Subprocess> meta_;
   std::unique_ptr<fs3rpc::Meta::Stub> stub_;
 };
 
@@ -239,8 +228,7 @@ TEST_F(MetaServiceTest, KilledDuringAStormEveryAcknowledgedOperationSurvives) {
     }
   });
   std::this_thread::sleep_for(700ms);
-  meta_->Signal(SIGKILL);
-  meta_->Wait(5s);
+  daemons_.Kill("meta");
   stop = true;
   storm.join();
   Start();
@@ -298,8 +286,7 @@ TEST_F(MetaServiceTest, TheClientUsesFramesAndFindsThemAgainAfterARestart) {
   EXPECT_EQ(client.Make(make, &again).code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(client.FramesAddress(), frames);
 
-  meta_->Signal(SIGKILL);
-  meta_->Wait(5s);
+  daemons_.Kill("meta");
   fs3rpc::NameRequest look;
   look.set_parent(1);
   look.set_name("over-frames");
@@ -314,12 +301,10 @@ TEST_F(MetaServiceTest, TheClientUsesFramesAndFindsThemAgainAfterARestart) {
   EXPECT_FALSE(client.FramesAddress().empty());
 
   // fs3-meta without frames: the client asks, hears none, and uses gRPC.
-  meta_->Signal(SIGTERM);
-  meta_->Wait(5s);
-  test::WriteFile(dir_.File("meta.toml"),
-                  "[server]\nlisten = \"" + address_ +
-                      "\"\n[metrics]\nenabled = false\n[meta]\ndata_dir = \"" + dir_.File("meta") +
-                      "\"\nframes_listen = \"off\"\n");
+  daemons_.Signal("meta", SIGTERM);
+  daemons_.WriteRaw("meta", "[server]\nlisten = \"" + address_ +
+                                "\"\n[metrics]\nenabled = false\n[meta]\ndata_dir = \"" +
+                                dir_.File("meta") + "\"\nframes_listen = \"off\"\n");
   Start();
   MetaClient plain(o);
   ASSERT_TRUE(plain.Lookup(look, &found).ok());
@@ -341,10 +326,7 @@ class MetaFullDiskTest : public MetaServiceTest {
     MetaServiceTest::SetUp();
   }
   void TearDown() override {
-    if (meta_) {
-      meta_->Signal(SIGKILL);
-      (void)meta_->Wait(10s);
-    }
+    if (daemons_.has("meta")) daemons_.Kill("meta");
     if (mounted_) umount2(dir_.File("meta").c_str(), MNT_DETACH);
   }
   std::string Fill() { return test::FillFileSystem(dir_.File("meta")); }
@@ -371,15 +353,14 @@ TEST_F(MetaFullDiskTest, WhatCannotBeStoredIsRefusedWithEnospcAndNothingAcknowle
   EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused;
   EXPECT_EQ(refused.ToErrno(), ENOSPC) << refused;
   EXPECT_THAT(refused.message(), ::testing::HasSubstr("No space left on device")) << refused;
-  EXPECT_FALSE(meta_->Wait(0s).has_value()) << "fs3-meta exited: " << meta_->Stderr();
+  EXPECT_FALSE(meta().Wait(0s).has_value()) << "fs3-meta exited: " << meta().Stderr();
   for (const std::string& n : acknowledged)
     EXPECT_TRUE(Lookup(1, n).ok()) << n;
 
   ASSERT_EQ(unlink(filler.c_str()), 0);
   ASSERT_TRUE(Make(1, "after", fs3rpc::INODE_FILE).ok());
   acknowledged.push_back("after");
-  meta_->Signal(SIGKILL);
-  (void)meta_->Wait(5s);
+  daemons_.Kill("meta");
   Start();
   fs3rpc::InoRequest root;
   root.set_ino(1);

@@ -13,6 +13,7 @@
 #include "common/net.h"
 #include "common/rpc_client.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
+#include "tests/support/daemons.h"
 #include "tests/support/subprocess.h"
 
 namespace ff {
@@ -30,14 +31,11 @@ struct CliResult {
 class MgmtdTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto port = FindFreePort();
-    ASSERT_TRUE(port.ok());
-    address_ = "127.0.0.1:" + std::to_string(*port);
-    test::WriteFile(dir_.File("mgmtd.toml"),
-                    "[server]\nlisten = \"" + address_ + "\"\n[metrics]\nenabled = false\n" +
-                        "[mgmtd]\ndata_dir = \"" + dir_.File("mgmtd") +
-                        "\"\nlease_ms = 1000\ncheck_interval_ms = 50\nrestart_grace_ms = 10000\n");
+    daemons_.Write("mgmtd",
+                   "[mgmtd]\ndata_dir = \"" + dir_.File("mgmtd") +
+                       "\"\nlease_ms = 1000\ncheck_interval_ms = 50\nrestart_grace_ms = 10000\n");
     StartMgmtd();
+    address_ = daemons_.ReadyField("mgmtd", "rpc");
     for (const char* s : {"s0", "s1", "s2"}) {
       std::string name = s;
       int base = (name[1] - '0' + 1) * 100;
@@ -76,16 +74,8 @@ class MgmtdTest : public ::testing::Test {
     if (beating_.joinable()) beating_.join();
   }
 
-  void StartMgmtd() {
-    std::string ready = dir_.File("mgmtd.ready");
-    std::remove(ready.c_str());
-    auto proc = test::Subprocess::Start(
-        {FF_FS3_MGMTD_PATH, "--config", dir_.File("mgmtd.toml"), "--ready-file", ready},
-        {.env = {}, .output_dir = dir_.path()});
-    ASSERT_TRUE(proc.ok()) << proc.status();
-    mgmtd_ = std::make_unique<test::Subprocess>(std::move(*proc));
-    ASSERT_TRUE(test::WaitForFile(ready, 20s).has_value()) << mgmtd_->Stderr();
-  }
+  // (Again, at the same address: the config holds the port it bound first.)
+  void StartMgmtd() { ASSERT_TRUE(daemons_.Start("mgmtd", FF_FS3_MGMTD_PATH)); }
 
   CliResult Fs3(std::vector<std::string> args) {
     args.insert(args.begin(), FF_FS3_PATH);
@@ -148,8 +138,8 @@ class MgmtdTest : public ::testing::Test {
     std::map<uint64_t, std::string> targets;
   };
   test::TempDir dir_;
+  test::Daemons daemons_{dir_};
   std::string address_;
-  std::unique_ptr<test::Subprocess> mgmtd_;
   std::mutex mu_;
   std::map<std::string, Service> services_;
   std::atomic<bool> stop_{false};
@@ -192,8 +182,7 @@ TEST_F(MgmtdTest, RoutingSurvivesAKilledManagerAndServicesReRegister) {
   ASSERT_EQ(Fs3({"init", "--chunk-size", "4MiB", "--replication", "2"}).code, 0);
   json before = Routing();
   ASSERT_EQ(before["chains"].size(), 3u);  // 6 targets on 3 services, 2 per chain
-  mgmtd_->Signal(SIGKILL);
-  mgmtd_->Wait(5s);
+  daemons_.Kill("mgmtd");
   StartMgmtd();
   json after = Routing();
   EXPECT_EQ(after["chains"], before["chains"]);
@@ -202,7 +191,7 @@ TEST_F(MgmtdTest, RoutingSurvivesAKilledManagerAndServicesReRegister) {
   ASSERT_TRUE(WaitUntil([&] { return Nodes("up") == 3; }, 10s));
   // Past the lease, with everyone back, nothing changed.
   std::this_thread::sleep_for(1500ms);
-  EXPECT_EQ(Routing()["chains"], before["chains"]) << mgmtd_->Stderr();
+  EXPECT_EQ(Routing()["chains"], before["chains"]) << daemons_.proc("mgmtd").Stderr();
 }
 
 TEST_F(MgmtdTest, BadRequestsAreRefusedAndChangeNothing) {

@@ -400,18 +400,11 @@ TEST_F(StorageTest, ResyncRemovesWhatThePredecessorNoLongerHas) {
 
 TEST_F(StorageTest, NativeClientReadsFilesByPathInBatches) {
   // fs3-meta beside the storage cluster.
-  auto port = FindFreePort();
-  ASSERT_TRUE(port.ok());
-  const std::string meta_address = "127.0.0.1:" + std::to_string(*port);
-  test::WriteFile(dir().File("meta.toml"),
-                  "[server]\nlisten = \"" + meta_address +
-                      "\"\n[metrics]\nenabled = false\n[meta]\ndata_dir = \"" + dir().File("meta") +
-                      "\"\nmgmtd = \"" + mgmtd_address() + "\"\n");
-  auto meta = test::Subprocess::Start({FF_FS3_META_PATH, "--config", dir().File("meta.toml"),
-                                       "--ready-file", dir().File("meta.ready")},
-                                      {.env = {}, .output_dir = dir().path()});
-  ASSERT_TRUE(meta.ok());
-  ASSERT_TRUE(test::WaitForFile(dir().File("meta.ready"), 20s).has_value()) << meta->Stderr();
+  test::Daemons daemons(dir());
+  daemons.Write("meta", "[meta]\ndata_dir = \"" + dir().File("meta") + "\"\nmgmtd = \"" +
+                            mgmtd_address() + "\"\n");
+  ASSERT_TRUE(daemons.Start("meta", FF_FS3_META_PATH));
+  const std::string meta_address = daemons.ReadyField("meta", "rpc");
   auto fs = FileSystem::Connect({.meta = meta_address, .mgmtd = mgmtd_address(), .caller = {}});
   ASSERT_TRUE(fs.ok()) << fs.status();
   ASSERT_TRUE((*fs)->Mkdir("/data").ok());

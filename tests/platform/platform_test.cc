@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/net.h"
+#include "tests/support/daemons.h"
 #include "tests/support/full_disk.h"
 #include "tests/support/subprocess.h"
 
@@ -52,17 +53,14 @@ class PlatformTest : public ::testing::Test {
  protected:
   void SetUp() override {
     test::WriteFile(dir_.File("cluster.toml"), kCluster);
-    auto port = FindFreePort();
-    ASSERT_TRUE(port.ok());
-    server_address_ = "127.0.0.1:" + std::to_string(*port);
-    test::WriteFile(dir_.File("server.toml"),
-                    "[server]\nlisten = \"" + server_address_ + "\"\n[metrics]\nenabled = false\n" +
-                        "[hai]\ndata_dir = \"" + dir_.File("server") + "\"\ncluster = \"" +
-                        dir_.File("cluster.toml") + "\"\nagent_token_file = \"" +
-                        dir_.File("agent.token") + "\"\ncheckpoint_root = \"" + dir_.File("ckpt") +
-                        "\"\nheartbeat_timeout_ms = 2500\nheartbeat_interval_ms = 200\n"
-                        "schedule_interval_ms = 200\nsuspend_grace_ms = 2000\n");
+    daemons_.Write("server", "[hai]\ndata_dir = \"" + dir_.File("server") + "\"\ncluster = \"" +
+                                 dir_.File("cluster.toml") + "\"\nagent_token_file = \"" +
+                                 dir_.File("agent.token") + "\"\ncheckpoint_root = \"" +
+                                 dir_.File("ckpt") +
+                                 "\"\nheartbeat_timeout_ms = 2500\nheartbeat_interval_ms = 200\n"
+                                 "schedule_interval_ms = 200\nsuspend_grace_ms = 2000\n");
     StartServer();
+    server_address_ = daemons_.ReadyField("server", "rpc");
     admin_token_ = test::ReadFileOrEmpty(dir_.File("server/admin.token"));
     admin_token_.erase(admin_token_.find_last_not_of("\n") + 1);
     ASSERT_FALSE(admin_token_.empty());
@@ -75,8 +73,7 @@ class PlatformTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    agents_.clear();
-    server_.reset();
+    daemons_.Clear();
     // Job processes live in their own process groups (they outlive agents on purpose).
     for (int i = 0; i < kNodes; ++i) {
       std::ifstream in(dir_.File("agent" + std::to_string(i)) + "/tasks.json");
@@ -88,34 +85,23 @@ class PlatformTest : public ::testing::Test {
     }
   }
 
-  void StartServer() {
-    std::string ready = dir_.File("server.ready");
-    std::remove(ready.c_str());
-    auto proc = test::Subprocess::Start(
-        {FF_HAI_SERVER_PATH, "--config", dir_.File("server.toml"), "--ready-file", ready},
-        {.env = {}, .output_dir = dir_.path()});
-    ASSERT_TRUE(proc.ok()) << proc.status();
-    server_ = std::make_unique<test::Subprocess>(std::move(*proc));
-    ASSERT_TRUE(test::WaitForFile(ready, 20s).has_value()) << server_->Stderr();
-  }
+  // (Again, at the same address: the config holds the port it bound first.)
+  void StartServer() { ASSERT_TRUE(daemons_.Start("server", FF_HAI_SERVER_PATH)); }
+  test::Subprocess& server() { return daemons_.proc("server"); }
+  test::Subprocess& agent(int i) { return daemons_.proc("agent" + std::to_string(i)); }
 
   // Each node's agent has its own address (as on a cluster), all on loopback.
   static std::string AgentHost(int i) { return "127.0.0." + std::to_string(10 + i); }
 
   void StartAgent(int i) {
-    std::string name = "agent" + std::to_string(i);
-    std::string ready = dir_.File(name + ".ready");
-    std::remove(ready.c_str());
-    auto proc = test::Subprocess::Start(
-        {FF_HAI_AGENT_PATH, "--set", "agent.node=A-leaf-n0" + std::to_string(i), "--set",
-         "agent.server=" + server_address_, "--set", "agent.token_file=" + dir_.File("agent.token"),
-         "--set", "agent.state_dir=" + dir_.File(name), "--set", "agent.gpus=2", "--set",
-         "agent.kill_grace_ms=1000", "--set", "metrics.enabled=false", "--listen",
-         AgentHost(i) + ":0", "--ready-file", ready},
-        {.env = {}, .output_dir = dir_.path()});
-    ASSERT_TRUE(proc.ok()) << proc.status();
-    agents_[i] = std::make_unique<test::Subprocess>(std::move(*proc));
-    ASSERT_TRUE(test::WaitForFile(ready, 20s).has_value()) << agents_[i]->Stderr();
+    const std::string name = "agent" + std::to_string(i);
+    daemons_.WriteRaw(name, "[server]\nlisten = \"" + AgentHost(i) +
+                                ":0\"\n[metrics]\nenabled = false\n[agent]\nnode = \"A-leaf-n0" +
+                                std::to_string(i) + "\"\nserver = \"" + server_address_ +
+                                "\"\ntoken_file = \"" + dir_.File("agent.token") +
+                                "\"\nstate_dir = \"" + dir_.File(name) +
+                                "\"\ngpus = 2\nkill_grace_ms = 1000\n");
+    ASSERT_TRUE(daemons_.Start(name, FF_HAI_AGENT_PATH));
   }
 
   CliResult Hai(std::vector<std::string> args, const std::string& token,
@@ -194,8 +180,7 @@ class PlatformTest : public ::testing::Test {
 
   test::TempDir dir_;
   std::string server_address_;
-  std::unique_ptr<test::Subprocess> server_;
-  std::map<int, std::unique_ptr<test::Subprocess>> agents_;
+  test::Daemons daemons_{dir_};
   std::string admin_token_, alice_, bob_;
 };
 
@@ -379,8 +364,7 @@ TEST_F(PlatformTest, LostNodeRequeuesItsJobElsewhere) {
   ASSERT_TRUE(WaitForState(id, alice_, "RUNNING"));
   std::string node = Show(id, alice_)["runs"][0]["nodes"][0];
   int agent = node.back() - '0';
-  agents_[agent]->Signal(SIGKILL);
-  agents_[agent]->Wait(5s);
+  daemons_.Kill("agent" + std::to_string(agent));
   ASSERT_TRUE(WaitUntil([&] { return CountNodes("NODE_LOST") == 1; }, 20s));
   ASSERT_TRUE(WaitUntil([&] { return Show(id, alice_)["runs"].size() == 2; }, 20s));
   json job = Show(id, alice_);
@@ -395,7 +379,7 @@ TEST_F(PlatformTest, LostNodeRequeuesItsJobElsewhere) {
 // is found lost only after heartbeat_timeout_ms; until then its node is silent and gets no new
 // job, which would otherwise start there and fail once the node is found lost.
 TEST_F(PlatformTest, ASilentNodeGetsNoNewJobBeforeItIsFoundLost) {
-  agents_[2]->Signal(SIGSTOP);
+  agent(2).Signal(SIGSTOP);
   // Silent 0.4 s (two 200 ms intervals) after its last heartbeat ends, lost 2.5 s after it.
   std::this_thread::sleep_for(1500ms);
   int64_t id = Submit(alice_, {"--nodes", "3", "--", "echo on $HAI_NODE"});
@@ -404,7 +388,7 @@ TEST_F(PlatformTest, ASilentNodeGetsNoNewJobBeforeItIsFoundLost) {
   json job = Show(id, alice_);
   EXPECT_EQ(job["state"], "QUEUED");
   EXPECT_EQ(job.value("runs", json::array()).size(), 0u) << job.dump();
-  agents_[2]->Signal(SIGCONT);
+  agent(2).Signal(SIGCONT);
   ASSERT_TRUE(WaitForState(id, alice_, "SUCCEEDED"));
   EXPECT_EQ(Show(id, alice_)["runs"].size(), 1u);
 }
@@ -412,9 +396,9 @@ TEST_F(PlatformTest, ASilentNodeGetsNoNewJobBeforeItIsFoundLost) {
 // A node back from lost gets no new work until it has been heard from steadily for the heartbeat
 // timeout (a link that comes back often comes back in fits).
 TEST_F(PlatformTest, ANodeBackFromLostWaitsOutItsProbation) {
-  agents_[2]->Signal(SIGSTOP);
+  agent(2).Signal(SIGSTOP);
   ASSERT_TRUE(WaitUntil([&] { return CountNodes("NODE_LOST") == 1; }, 20s));
-  agents_[2]->Signal(SIGCONT);
+  agent(2).Signal(SIGCONT);
   ASSERT_TRUE(WaitUntil([&] { return CountNodes("NODE_UP") == kNodes; }, 20s));
   const int64_t back_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::system_clock::now().time_since_epoch())
@@ -506,8 +490,8 @@ TEST_F(PlatformTest, AgentRestartAdoptsItsJobsWithoutStartingThemTwice) {
       WaitUntil([&] { return Logs(id, alice_).find("started") != std::string::npos; }, 20s));
   std::string node = Show(id, alice_)["runs"][0]["nodes"][0];
   int agent = node.back() - '0';
-  agents_[agent]->Signal(SIGKILL);  // the job's processes stay (their own process group)
-  agents_[agent]->Wait(5s);
+  daemons_.Kill("agent" +
+                std::to_string(agent));  // the job's processes stay (their own process group)
   StartAgent(agent);  // back before the heartbeat timeout: the node is never lost
   ASSERT_TRUE(WaitForState(id, alice_, "SUCCEEDED"));
   json job = Show(id, alice_);
@@ -523,8 +507,8 @@ TEST_F(PlatformTest, ServerCrashLosesNothingAndJobsKeepRunning) {
   int64_t id = Submit(alice_, {"--", "sleep 3; echo finished"});
   ASSERT_TRUE(WaitForState(id, alice_, "RUNNING"));
   json before = Show(id, alice_);
-  server_->Signal(SIGKILL);
-  server_->Wait(5s);
+  server().Signal(SIGKILL);
+  server().Wait(5s);
   StartServer();
   json after = Show(id, alice_);  // alice's token still works: users survived
   EXPECT_EQ(after["id"], before["id"]);
@@ -560,8 +544,8 @@ TEST_F(PlatformTest, UsersSeeAndChangeOnlyTheirOwnJobs) {
   EXPECT_EQ(away.code, 1);
   EXPECT_THAT(away.err, HasSubstr("hai: cannot reach hai-server at 127.0.0.1:1"));
   // Tokens are never logged.
-  EXPECT_THAT(server_->Stderr(), Not(HasSubstr(alice_)));
-  EXPECT_THAT(server_->Stderr(), Not(HasSubstr(admin_token_)));
+  EXPECT_THAT(server().Stderr(), Not(HasSubstr(alice_)));
+  EXPECT_THAT(server().Stderr(), Not(HasSubstr(admin_token_)));
   EXPECT_EQ(Hai({"stop", std::to_string(id)}, alice_).code, 0);
 }
 
@@ -655,11 +639,11 @@ TEST_F(PlatformFullDiskTest, WhatCannotBeWrittenIsNeitherAcknowledgedNorServedFr
   EXPECT_THAT(refused.err, HasSubstr("No space left on device")) << refused.err;
 
   test::WriteFile(flag, "");  // the job's rank exits 0; hai-server cannot record it
-  auto code = server_->Wait(30s);
+  auto code = server().Wait(30s);
   ASSERT_TRUE(code.has_value()) << "hai-server kept serving an exit it could not write";
-  EXPECT_EQ(*code, 1) << server_->Stderr();
-  EXPECT_THAT(server_->Stderr(), HasSubstr("could not write job " + std::to_string(id)));
-  EXPECT_THAT(server_->Stderr(), HasSubstr("stopped so that a restart serves what is on disk"));
+  EXPECT_EQ(*code, 1) << server().Stderr();
+  EXPECT_THAT(server().Stderr(), HasSubstr("could not write job " + std::to_string(id)));
+  EXPECT_THAT(server().Stderr(), HasSubstr("stopped so that a restart serves what is on disk"));
 
   ASSERT_EQ(unlink(filler.c_str()), 0);
   StartServer();

@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -32,47 +31,25 @@ import time
 
 from test_local_cluster_e2e import ROOT, cluster, sh, wait_for  # noqa: F401 (the fixture)
 
+sys.path.insert(0, os.path.join(ROOT, "deploy"))
+import daemons  # noqa: E402
+
 KILLS = int(os.environ.get("SOAK_KILLS", "20"))
 SEED = int(os.environ.get("SOAK_SEED", str(int(time.time()))))
 
 
-def read_proc(pid, what):
-    with open(f"/proc/{pid}/{what}", "rb") as f:
-        return f.read()
+class Victim:
+    """A daemon of the local cluster (deploy/daemons.py's, as the cluster saved it): killed -9,
+    then started again from its own config after a while."""
 
-
-class Daemon:
-    """A daemon of the local cluster, known by its pid file; restarted from its own command line,
-    environment and directory as /proc shows them."""
-
-    def __init__(self, name, pidfile):
-        self.name, self.pidfile = name, pidfile
-
-    def pid(self):
-        return int(open(self.pidfile).read())
+    def __init__(self, name, directory, daemon):
+        self.name, self.dir, self.daemon = name, directory, daemon
 
     def kill_and_restart(self, rng):
-        pid = self.pid()
-        argv = [a.decode() for a in read_proc(pid, "cmdline").split(b"\0")[:-1]]
-        env = dict(kv.decode().split("=", 1) for kv in read_proc(pid, "environ").split(b"\0")
-                   if b"=" in kv)
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-        os.kill(pid, signal.SIGKILL)
-        wait_for(f"{self.name} to die", lambda: not os.path.exists(f"/proc/{pid}")
-                 or b"zombie" in read_proc(pid, "status") or b"Z (" in read_proc(pid, "status"),
-                 10)
+        d = daemons.Daemon.load(self.dir, self.daemon)
+        d.kill()
         time.sleep(rng.uniform(0, 2))  # down for a while, the workload running on
-        ready = argv[argv.index("--ready-file") + 1]
-        if os.path.exists(ready):
-            os.remove(ready)
-        log = open(self.pidfile[:-len(".pid")] + ".log", "a")
-        p = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=log,
-                             start_new_session=True)
-        with open(self.pidfile, "w") as f:
-            f.write(str(p.pid))
-        wait_for(f"{self.name} to start again", lambda: os.path.exists(ready)
-                 and os.path.getsize(ready) > 0 or p.poll() is not None, 60)
-        assert p.poll() is None, f"{self.name} exited {p.returncode} on restart; see its log"
+        d.start(timeout=60)
 
 
 class Workload:
@@ -327,10 +304,10 @@ def test_crash_soak(cluster):  # noqa: F811 (the fixture)
     rng = random.Random(SEED)
     print(f"crash soak: seed {SEED}, {KILLS} kills", file=sys.stderr)
     fs3 = os.path.join(d, "fs3")
-    daemons = [Daemon("fs3-mgmtd", f"{fs3}/mgmtd.pid"), Daemon("fs3-meta", f"{fs3}/meta.pid"),
-               Daemon("hai-server", f"{d}/hai-server.pid")]
-    daemons += [Daemon(f"fs3-storage {n[len('storage'):-4]}", f"{fs3}/{n}")
-                for n in sorted(os.listdir(fs3)) if n.startswith("storage") and n.endswith(".pid")]
+    victims = [Victim("fs3-mgmtd", fs3, "mgmtd"), Victim("fs3-meta", fs3, "meta"),
+               Victim("hai-server", d, "hai-server")]
+    victims += [Victim(f"fs3-storage {n[len('storage'):]}", fs3, n)
+                for n in daemons.Daemon.saved(fs3) if n.startswith("storage")]
     w = Workload(env, d, rng)
     threads = [threading.Thread(target=t, daemon=True)
                for t in (w.fuse, w.native_writes, w.job_submissions)]
@@ -342,7 +319,7 @@ def test_crash_soak(cluster):  # noqa: F811 (the fixture)
         for k in range(KILLS):
             time.sleep(rng.uniform(0.5, 4))
             if not order:  # every daemon once per round, in a random order
-                order = rng.sample(daemons, len(daemons))
+                order = rng.sample(victims, len(victims))
             victim = order.pop()
             victim.kill_and_restart(rng)
             killed[victim.name] = killed.get(victim.name, 0) + 1

@@ -79,9 +79,9 @@ def test_demo_training_job_preempted_resumed_through_a_storage_crash(cluster):
     # Every daemon is a Prometheus target, and up.
     targets = prom(env, "/api/v1/targets")["activeTargets"]
     jobs = {t["labels"]["job"] for t in targets}
-    assert jobs == {"hai-server", "hai-agent", "hai-health", "fs3-mgmtd", "fs3-meta",
+    assert jobs == {"hai-server", "hai-web", "hai-agent", "hai-health", "fs3-mgmtd", "fs3-meta",
                     "fs3-storage", "fs3-fuse"}
-    assert len(targets) == 15 and all(t["health"] == "up" for t in targets), targets
+    assert len(targets) == 16 and all(t["health"] == "up" for t in targets), targets
     nodes = json.loads(sh(hai, "nodes", "--json", env=env).stdout)["nodes"]
     assert all(n["state"] == "NODE_UP" and not n["drained"] for n in nodes)
     wait_for("every node's first health report",

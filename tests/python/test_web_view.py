@@ -57,8 +57,10 @@ def stack(tmp_path_factory):
             HaiCluster(str(base / "hai"), nodes=2) as hai:
         s.fs3, s.hai = fs3, hai
         web = hai_web(hai.bin, hai.dir, hai.address, fs3_mgmtd=fs3.mgmtd)
+        web.config["metrics"] = {"listen": "127.0.0.1:0"}
         try:
             s.url = "http://" + web.start().ready["http"]
+            s.metrics = "http://" + web.ready["metrics"] + "/metrics"
             s.other = json.loads(hai.hai("admin", "user", "add", "other", "--json", token=hai.admin))["token"]
             s.running = int(hai.submit("--name", "lossy", "--nodes", "1", "--", "sh", "-c", LOSS_JOB))
             s.done = int(hai.submit("--name", "quick", "--nodes", "1", "--", "true"))
@@ -297,3 +299,22 @@ def test_nothing_changes_state_through_the_view(stack):
             urllib.request.urlopen(req, timeout=10)
         assert e.value.code in (404, 405), (method, path, e.value.code)
     assert stack.hai.show(stack.running)["state"] == "RUNNING"
+
+
+def test_zz_metrics_count_what_was_served(stack):
+    """(Runs last.) hai-web's /metrics counted the pages above by route, not by job id."""
+    text = urllib.request.urlopen(stack.metrics, timeout=10).read().decode()
+
+    def value(name, **labels):
+        for line in text.splitlines():
+            if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    assert value("hai_web_requests_total", page="job", code="404") >= 2  # theirs, and 999999
+    assert value("hai_web_requests_total", page="job", code="200") >= 3
+    assert value("hai_web_requests_total", page="nodes", code="200") >= 1
+    assert value("hai_web_logins_total", result="refused") >= 1
+    assert value("hai_web_logins_total", result="ok") >= 5
+    assert value("hai_web_request_seconds_count", page="fs3") >= 1
+    assert "/jobs/" not in text  # routes, not paths: no job ids as labels

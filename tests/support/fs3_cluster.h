@@ -1,10 +1,10 @@
 // The fs3 test fabric: one builder for the integration tests' clusters of real processes on
 // loopback (fs3-mgmtd, storage services with their targets, fs3-meta, fs3-fuse mounts), like
-// 3FS's test fabric. Each daemon binds a free port (port 0) and reports it in its ready file;
-// its config is then pinned to that port, so a daemon killed and started again comes back at
-// the same address (clients and the routing table keep working). Names: "mgmtd", "s0", "s1", ...
-// (a storage service and its node name), "meta", "fuse-<mount>"; service i's targets have ids
-// (i + 1) * 10 + t (t = 1, 2, ...) and live in <dir>/s<i>-t<t>.
+// 3FS's test fabric, over test::Daemons (daemons.h): each daemon binds a free port (port 0) and
+// reports it in its ready file; its config is then pinned to that port, so a daemon killed and
+// started again comes back at the same address (clients and the routing table keep working). Names:
+// "mgmtd", "s0", "s1", ... (a storage service and its node name), "meta", "fuse-<mount>"; service
+// i's targets have ids (i + 1) * 10 + t (t = 1, 2, ...) and live in <dir>/s<i>-t<t>.
 //
 // Header-only: the including test target defines FF_FS3_MGMTD_PATH, FF_FS3_STORAGE_PATH,
 // FF_FS3_META_PATH (and FF_FS3_FUSE_PATH for mounts).
@@ -27,6 +27,7 @@
 #include "common/rpc_client.h"
 #include "fs3/proto/meta.grpc.pb.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
+#include "tests/support/daemons.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/wait.h"
 
@@ -47,12 +48,13 @@ struct Fs3ClusterOptions {
 class Fs3Cluster {
  public:
   // Makes the folder; Start() starts the daemons (a test may prepare target folders between).
-  explicit Fs3Cluster(Fs3ClusterOptions options = {}) : options_(std::move(options)) {
+  explicit Fs3Cluster(Fs3ClusterOptions options = {})
+      : options_(std::move(options)), daemons_(dir_, options_.metrics) {
     chmod(dir_.path().c_str(), 0755);  // other users reach mounts below it
   }
 
   ~Fs3Cluster() {
-    for (auto& [name, p] : procs_) {
+    for (auto& [name, p] : daemons_.procs()) {
       if (name.rfind("fuse-", 0) == 0 && p->running()) {
         p->Signal(SIGTERM);
         p->Wait(std::chrono::seconds(10));
@@ -115,43 +117,39 @@ class Fs3Cluster {
 
   // Starts (again) a daemon from its config; false, with the reason in the test's output, when it
   // exits or does not get ready.
-  bool StartMgmtd() { return StartDaemon("mgmtd", FF_FS3_MGMTD_PATH, {}); }
-  bool StartStorage(int i) { return StartDaemon(StorageName(i), FF_FS3_STORAGE_PATH, {}); }
-  bool StartMeta() { return StartDaemon("meta", FF_FS3_META_PATH, {}); }
+  bool StartMgmtd() { return daemons_.Start("mgmtd", FF_FS3_MGMTD_PATH); }
+  bool StartStorage(int i) { return daemons_.Start(StorageName(i), FF_FS3_STORAGE_PATH); }
+  bool StartMeta() { return daemons_.Start("meta", FF_FS3_META_PATH); }
 
 #ifdef FF_FS3_FUSE_PATH
   // A new fs3-fuse mount at <dir>/<name>; returns its path.
   std::string Mount(const std::string& name, const std::vector<std::string>& extra = {}) {
     const std::string path = dir_.File(name);
     std::filesystem::create_directories(path);
-    std::vector<std::string> args = {path, "--config", dir_.File("fuse.toml")};
-    args.insert(args.end(), extra.begin(), extra.end());
-    EXPECT_TRUE(Launch("fuse-" + name, FF_FS3_FUSE_PATH, args));
+    std::vector<std::string> argv = {FF_FS3_FUSE_PATH, path, "--config", dir_.File("fuse.toml")};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    EXPECT_TRUE(daemons_.Launch("fuse-" + name, argv));
     mounts_.push_back(path);
     return path;
   }
 #endif
 
   void Kill(const std::string& name) {
-    procs_.at(name)->Signal(SIGKILL);
-    procs_.at(name)->Wait(std::chrono::seconds(10));
+    daemons_.Kill(name);
   }
   Subprocess& proc(const std::string& name) {
-    return *procs_.at(name);
+    return daemons_.proc(name);
   }
   bool has(const std::string& name) const {
-    return procs_.contains(name);
+    return daemons_.has(name);
   }
   const std::map<std::string, std::unique_ptr<Subprocess>>& procs() const {
-    return procs_;
+    return daemons_.procs();
   }
 
   // What a daemon's ready file says under `key` ("rpc", "metrics", "mountpoint").
   std::string ReadyField(const std::string& name, const std::string& key) {
-    auto text = WaitForFile(dir_.File(name + ".ready"), std::chrono::seconds(1));
-    if (!text) return "";
-    auto j = nlohmann::json::parse(*text, nullptr, false);
-    return j.is_object() && j.contains(key) ? j[key].get<std::string>() : "";
+    return daemons_.ReadyField(name, key);
   }
 
   fs3rpc::RoutingInfo Routing() {
@@ -199,64 +197,12 @@ class Fs3Cluster {
   std::string mgmtd_address_, meta_address_;
 
  private:
-  // <name>.toml: a free port for the server (pinned after the first start), metrics as asked.
   void WriteConfig(const std::string& name, const std::string& section) {
-    WriteFile(dir_.File(name + ".toml"),
-              "[server]\nlisten = \"127.0.0.1:0\"\n" +
-                  std::string(options_.metrics ? "[metrics]\nlisten = \"127.0.0.1:0\"\n"
-                                               : "[metrics]\nenabled = false\n") +
-                  section);
-  }
-
-  bool StartDaemon(const std::string& name, const std::string& binary,
-                   std::vector<std::string> args) {
-    args.insert(args.begin(), {"--config", dir_.File(name + ".toml")});
-    if (!Launch(name, binary, args)) return false;
-    Pin(name);
-    return true;
-  }
-
-  bool Launch(const std::string& name, const std::string& binary, std::vector<std::string> args) {
-    const std::string ready = dir_.File(name + ".ready");
-    std::remove(ready.c_str());
-    args.insert(args.begin(), binary);
-    args.push_back("--ready-file");
-    args.push_back(ready);
-    auto proc = Subprocess::Start(args, {.env = {}, .output_dir = dir_.path()});
-    EXPECT_TRUE(proc.ok()) << proc.status();
-    if (!proc.ok()) return false;
-    procs_[name] = std::make_unique<Subprocess>(std::move(*proc));
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (WaitForFile(ready, std::chrono::milliseconds(100))) return true;
-      if (procs_[name]->Wait(std::chrono::seconds(0)).has_value()) break;
-    }
-    ADD_FAILURE() << name << " did not start: " << procs_[name]->Stderr();
-    return false;
-  }
-
-  // Rewrites the config's port-0 listen lines to the addresses the daemon bound.
-  void Pin(const std::string& name) {
-    const std::string path = dir_.File(name + ".toml");
-    std::ifstream in(path);
-    std::string text((std::istreambuf_iterator<char>(in)), {});
-    std::string out, section, line;
-    std::istringstream lines(text);
-    while (std::getline(lines, line)) {
-      if (!line.empty() && line[0] == '[') section = line;
-      if (line == "listen = \"127.0.0.1:0\"") {
-        const std::string bound = ReadyField(name, section == "[server]"    ? "rpc"
-                                                   : section == "[metrics]" ? "metrics"
-                                                                            : "");
-        if (!bound.empty()) line = "listen = \"" + bound + "\"";
-      }
-      out += line + "\n";
-    }
-    WriteFile(path, out);
+    daemons_.Write(name, section);
   }
 
   const Fs3ClusterOptions options_;
-  std::map<std::string, std::unique_ptr<Subprocess>> procs_;
+  Daemons daemons_;
   std::vector<std::string> mounts_;
 };
 

@@ -3,15 +3,18 @@
 //
 //   hai-web --config deploy/config/hai-web.toml [--listen HOST:PORT] [--set web.key=value ...]
 #include "common/daemon.h"
+#include "monitoring/metrics.h"
 #include "web_server.h"
 
 namespace {
 
 struct WebConfig {
+  ff::MetricsOptions metrics;
   ff::LogOptions log;
   ff::platform::web::WebOptions web;
 
   void Bind(ff::ConfigSection& s) {
+    s.Section("metrics", metrics);
     s.Section("log", log);
     s.Section("web", web);
   }
@@ -28,10 +31,13 @@ int main(int argc, char** argv) {
         "Shorthand for --set web.listen=HOST:PORT");
   };
   spec.serve = [](WebConfig& config, ff::DaemonContext& context) -> ff::Status {
-    FF_ASSIGN_OR_RETURN(auto web, ff::platform::web::WebServer::Create(config.web));
+    ff::Metrics metrics(context.name());
+    FF_ASSIGN_OR_RETURN(auto web, ff::platform::web::WebServer::Create(config.web, &metrics));
+    FF_RETURN_IF_ERROR(metrics.Serve(config.metrics));
     FF_RETURN_IF_ERROR(web->Start());
-    FF_RETURN_IF_ERROR(
-        context.Ready({{"http", web->address()}, {"url", "http://" + web->address() + "/"}}));
+    FF_RETURN_IF_ERROR(context.Ready({{"http", web->address()},
+                                      {"url", "http://" + web->address() + "/"},
+                                      {"metrics", metrics.address()}}));
     context.WaitForShutdown();
     web->Stop();
     return ff::Status::Ok();

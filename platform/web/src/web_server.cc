@@ -3,7 +3,9 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <chrono>
+#include <functional>
 #include <set>
 
 #include "common/net.h"
@@ -110,20 +112,38 @@ void WebOptions::Bind(ConfigSection& s) {
   s.Optional("secure_cookie", secure_cookie);
 }
 
-WebServer::WebServer(const WebOptions& options) : options_(options) {}
+WebServer::WebServer(const WebOptions& options, Metrics* metrics)
+    : options_(options), metrics_(metrics) {}
+
+void WebServer::Count(const std::string& page, int status) {
+  if (metrics_ == nullptr) return;
+  metrics_
+      ->Counter("hai_web_requests_total", "Requests served, by page and HTTP status",
+                {{"page", page}, {"code", std::to_string(status)}})
+      .Increment();
+}
+
+void WebServer::Time(const std::string& page, std::chrono::steady_clock::time_point start) {
+  if (metrics_ == nullptr) return;
+  metrics_
+      ->Histogram("hai_web_request_seconds",
+                  "Time to render a page (hai-server's answers included)",
+                  Metrics::LatencyBuckets(), {{"page", page}})
+      .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
 
 WebServer::~WebServer() {
   Stop();
 }
 
-Result<std::unique_ptr<WebServer>> WebServer::Create(const WebOptions& options) {
+Result<std::unique_ptr<WebServer>> WebServer::Create(const WebOptions& options, Metrics* metrics) {
   std::string host;
   int port = 0;
   FF_RETURN_IF_ERROR(SplitHostPort(options.listen, &host, &port));
   FF_RETURN_IF_ERROR(SplitHostPort(options.hai_server, &host, &port));
   if (!options.fs3_mgmtd.empty())
     FF_RETURN_IF_ERROR(SplitHostPort(options.fs3_mgmtd, &host, &port));
-  std::unique_ptr<WebServer> web(new WebServer(options));
+  std::unique_ptr<WebServer> web(new WebServer(options, metrics));
   web->hai_channel_ = MakeChannel(options.hai_server, ChannelOptions{});
   if (!options.fs3_mgmtd.empty()) web->mgmtd_channel_ = MakeChannel(options.fs3_mgmtd, {});
   web->http_ = std::make_unique<httplib::Server>();
@@ -162,8 +182,9 @@ void WebServer::Routes() {
   // Each page: who is asking (hai-server's WhoAmI on the cookie's token), then the page, fetched
   // with that token. No token, or one hai-server does not know: the login page.
   using Render = std::function<Page(HaiClient&, const hai::User&, const httplib::Request&)>;
-  auto page = [this](Render render) {
-    return [this, render](const httplib::Request& req, httplib::Response& res) {
+  auto page = [this](const std::string& name, Render render) {
+    return [this, name, render](const httplib::Request& req, httplib::Response& res) {
+      const auto start = std::chrono::steady_clock::now();
       Secure(res);
       std::string token = CookieToken(req);
       if (token.empty()) return Redirect(res, "/login");
@@ -178,6 +199,7 @@ void WebServer::Routes() {
       Page p = st.ok() ? render(hai, user, req) : ErrorPage(503, st.message());
       res.status = p.status;
       res.set_content(Layout(p, user), kHtml);
+      Time(name, start);
     };
   };
 
@@ -207,6 +229,13 @@ void WebServer::Routes() {
         return stub.WhoAmI(c, hai::WhoAmIRequest{}, &user);
       });
     }
+    if (metrics_ != nullptr) {
+      metrics_
+          ->Counter("hai_web_logins_total",
+                    "Login attempts: ok, or refused (a token hai-server does not know)",
+                    {{"result", st.ok() ? "ok" : "refused"}})
+          .Increment();
+    }
     if (!st.ok()) {
       const bool unknown =
           st.Is(StatusCode::kUnauthenticated) || st.Is(StatusCode::kPermissionDenied);
@@ -230,7 +259,7 @@ void WebServer::Routes() {
     Redirect(res, "/login");
   });
 
-  s.Get("/", page([](HaiClient& hai, const hai::User& user, const httplib::Request& req) {
+  s.Get("/", page("jobs", [](HaiClient& hai, const hai::User& user, const httplib::Request& req) {
           hai::ListJobsRequest r;
           r.set_include_finished(true);
           r.set_all_users(user.admin() && req.get_param_value("all") == "1");
@@ -243,7 +272,7 @@ void WebServer::Routes() {
         }));
 
   s.Get(R"(/jobs/(\d{1,18}))",
-        page([this](HaiClient& hai, const hai::User&, const httplib::Request& req) {
+        page("job", [this](HaiClient& hai, const hai::User&, const httplib::Request& req) {
           hai::JobRef ref;
           ref.set_id(std::stoll(req.matches[1].str()));
           hai::Job job;
@@ -277,7 +306,7 @@ void WebServer::Routes() {
           return JobPage(job, tail, loss.Points(), NowMs());
         }));
 
-  s.Get("/nodes", page([](HaiClient& hai, const hai::User& user, const httplib::Request&) {
+  s.Get("/nodes", page("nodes", [](HaiClient& hai, const hai::User& user, const httplib::Request&) {
           hai::ListNodesResponse nodes;
           Status st = hai.Call("ListNodes", CallOptions::Idempotent(), [&](auto* c, auto& stub) {
             return stub.ListNodes(c, hai::ListNodesRequest{}, &nodes);
@@ -296,7 +325,7 @@ void WebServer::Routes() {
           return NodesPage({nodes.nodes().begin(), nodes.nodes().end()}, visible, NowMs());
         }));
 
-  s.Get("/fs3", page([this](HaiClient&, const hai::User&, const httplib::Request&) {
+  s.Get("/fs3", page("fs3", [this](HaiClient&, const hai::User&, const httplib::Request&) {
           if (!mgmtd_channel_) {
             return Fs3Page(nullptr,
                            "No fs3-mgmtd is set for hai-web (web.fs3_mgmtd in its config).");
@@ -309,6 +338,19 @@ void WebServer::Routes() {
           }
           return Fs3Page(&*routing, "");
         }));
+
+  // Every response counted by page (the route, not the path: job ids do not become labels).
+  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    std::string route = req.path == "/"                      ? "jobs"
+                        : req.path.rfind("/jobs/", 0) == 0   ? "job"
+                        : req.path == "/nodes"               ? "nodes"
+                        : req.path == "/fs3"                 ? "fs3"
+                        : req.path == "/login"               ? "login"
+                        : req.path == "/logout"              ? "logout"
+                        : req.path.rfind("/static/", 0) == 0 ? "static"
+                                                             : "other";
+    Count(route, res.status);
+  });
 
   s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;

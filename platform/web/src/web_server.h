@@ -11,12 +11,14 @@
 //   web->Stop();
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "common/config.h"
 #include "common/result.h"
+#include "monitoring/metrics.h"
 
 namespace httplib {
 class Server;
@@ -41,7 +43,10 @@ struct WebOptions {
 
 class WebServer {
  public:
-  static Result<std::unique_ptr<WebServer>> Create(const WebOptions& options);
+  // `metrics` (may be null) gets hai_web_requests_total{page,code}, hai_web_request_seconds{page}
+  // and hai_web_logins_total{result}; it must outlive the server.
+  static Result<std::unique_ptr<WebServer>> Create(const WebOptions& options,
+                                                   Metrics* metrics = nullptr);
   ~WebServer();
 
   // Binds options.listen and serves on a thread of its own.
@@ -50,10 +55,13 @@ class WebServer {
   const std::string& address() const { return address_; }
 
  private:
-  explicit WebServer(const WebOptions& options);
+  WebServer(const WebOptions& options, Metrics* metrics);
   void Routes();
+  void Count(const std::string& page, int status);
+  void Time(const std::string& page, std::chrono::steady_clock::time_point start);
 
   WebOptions options_;
+  Metrics* metrics_;
   std::shared_ptr<grpc::Channel> hai_channel_;
   std::shared_ptr<grpc::Channel> mgmtd_channel_;
   std::unique_ptr<httplib::Server> http_;
