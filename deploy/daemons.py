@@ -180,7 +180,12 @@ class Daemon:
             return False
         except PermissionError:
             return True
-        return True
+        # Exited but not yet reaped by the process that started it (a zombie) is not running.
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except (OSError, IndexError):
+            return False
 
     def terminate(self):
         """SIGTERM, without waiting (stop() waits)."""

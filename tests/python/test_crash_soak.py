@@ -232,10 +232,22 @@ class Workload:
     def verify(self):
         """Every acknowledged operation is there; fsck is clean."""
         fsck = os.path.join(self.build, "fs3", "fs3")
-        wait_for("fs3 fsck --data clean", lambda: subprocess.run(
-            [fsck, "--mgmtd", self.env["FS3_MGMTD"], "fsck", "--data", "--meta",
-             self.env["FS3_META"]], env=self.env, capture_output=True, timeout=120).returncode == 0,
-            120)
+        last = {}
+
+        def clean():
+            last["run"] = subprocess.run(
+                [fsck, "--mgmtd", self.env["FS3_MGMTD"], "fsck", "--data", "--meta",
+                 self.env["FS3_META"]], env=self.env, capture_output=True, text=True, timeout=120)
+            return last["run"].returncode == 0
+
+        try:
+            wait_for("fs3 fsck --data clean", clean, 120)
+        except AssertionError as e:
+            r = last.get("run")
+            chains = subprocess.run([fsck, "--mgmtd", self.env["FS3_MGMTD"], "chains"],
+                                    capture_output=True, text=True).stdout
+            raise AssertionError(f"{e}; the last fsck said:\n{r and (r.stdout + r.stderr)[-3000:]}"
+                                 f"\nchains:\n{chains}") from None
         with self.lock:
             files, removed, native, jobs = (dict(self.files), set(self.removed),
                                             dict(self.native), dict(self.jobs))

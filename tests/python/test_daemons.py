@@ -8,7 +8,7 @@ import tomllib
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy"))
-from daemons import fs3_mgmtd, fs3_storage, stop_all, toml  # noqa: E402
+from daemons import Daemon, fs3_mgmtd, fs3_storage, stop_all, toml  # noqa: E402
 
 BIN = os.path.join(os.environ.get("FF_BUILD_DIR", ""), "fs3")
 
@@ -32,8 +32,7 @@ def test_a_daemon_starts_crashes_restarts_and_stops(tmp_path):
         storage.config["storage"]["mgmtd"] = address
         storage.start()
         assert mgmtd.kill() == -9 and not mgmtd.running()  # a crash
-        mgmtd.config["server"]["listen"] = address  # back where the storage service looks
-        assert mgmtd.start().rpc == address
+        assert mgmtd.start().rpc == address  # its port was pinned: back where storage looks
         assert open(mgmtd.path("log")).read().count("ready") >= 2  # one log across restarts
     finally:
         stop_all([storage, mgmtd])
@@ -45,3 +44,21 @@ def test_a_daemon_that_cannot_start_says_why(tmp_path):
     with pytest.raises(RuntimeError, match="lease_ms"):
         bad.start(timeout=10)
     assert not bad.running()
+
+
+def test_another_process_finds_kills_and_restarts_a_daemon(tmp_path):
+    """What the CLIs do across invocations (deploy/fs3-local.sh kill|restart NAME): Daemon.load
+    from the files the first process left; a daemon that exited unreaped counts as not running."""
+    mgmtd = fs3_mgmtd(BIN, str(tmp_path), lease_ms=3000)
+    try:
+        address = mgmtd.start().rpc
+        assert Daemon.saved(str(tmp_path)) == ["mgmtd"]
+        other = Daemon.load(str(tmp_path), "mgmtd")
+        assert other.pid == mgmtd.pid and other.running() and other.rpc == address
+        other.kill()  # mgmtd.proc is never waited for here: a zombie of this process
+        assert not Daemon.load(str(tmp_path), "mgmtd").running()
+        again = Daemon.load(str(tmp_path), "mgmtd").start()
+        assert again.rpc == address and again.running()
+        assert again.stop() == 0
+    finally:
+        mgmtd.kill()
