@@ -27,6 +27,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.wait import WebDriverWait
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "torch"))
@@ -172,10 +173,25 @@ def look_at(driver, name):
     return path
 
 
-def login(driver, url, token):
+def login(driver, url, token, user=None):
+    """Submits the login form and waits for its answer to load: with `user`, the jobs page naming
+    that user; else the jobs page or the form again with an error. (A page asked for while the
+    form's redirect is still under way would be replaced by it.)"""
     driver.get(url + "/login")
     driver.find_element(By.ID, "token").send_keys(token)
     driver.find_element(By.ID, "login").click()
+
+    def answered(d):
+        if user is not None:
+            names = d.find_elements(By.ID, "user")
+            return bool(names) and names[0].text.split(" ")[0] == user
+        return not d.current_url.endswith("/login") or d.find_elements(By.ID, "error")
+
+    try:
+        WebDriverWait(driver, 30).until(answered)
+    except Exception:
+        raise AssertionError(f"logging in as {user or 'someone'}: {driver.current_url} "
+                             f"{driver.title}: {driver.page_source[-1500:]}") from None
 
 
 def ids_and_states(driver):
@@ -195,7 +211,7 @@ def test_a_visitor_without_a_token_is_sent_to_log_in(stack, browser):
 
 
 def test_jobs_page_shows_what_hai_ls_shows_and_nothing_more(stack, browser):
-    login(browser, stack.url, stack.hai.token)
+    login(browser, stack.url, stack.hai.token, "researcher")
     assert browser.current_url == stack.url + "/"
     assert browser.find_element(By.ID, "user").text == "researcher"
     listed = json.loads(stack.hai.hai("ls", "--finished", "--json"))
@@ -211,7 +227,7 @@ def test_jobs_page_shows_what_hai_ls_shows_and_nothing_more(stack, browser):
 
 
 def test_a_job_page_has_runs_exit_codes_log_and_loss(stack, browser):
-    login(browser, stack.url, stack.hai.token)
+    login(browser, stack.url, stack.hai.token, "researcher")
     shown = stack.hai.show(stack.running)
     browser.get(stack.url + f"/jobs/{stack.running}")
     facts = browser.find_element(By.ID, "facts").text
@@ -235,7 +251,7 @@ def test_a_job_page_has_runs_exit_codes_log_and_loss(stack, browser):
 
 
 def test_another_users_job_is_not_reachable(stack, browser):
-    login(browser, stack.url, stack.hai.token)
+    login(browser, stack.url, stack.hai.token, "researcher")
     browser.get(stack.url + f"/jobs/{stack.theirs}")
     assert browser.title.startswith("Not found")
     assert "sleep 600" not in browser.page_source and "theirs" not in browser.page_source
@@ -245,7 +261,7 @@ def test_another_users_job_is_not_reachable(stack, browser):
 
 
 def test_nodes_page_draws_zones_leaves_and_who_runs_where(stack, browser):
-    login(browser, stack.url, stack.hai.token)
+    login(browser, stack.url, stack.hai.token, "researcher")
     browser.get(stack.url + "/nodes")
     nodes = json.loads(stack.hai.hai("nodes", "--json"))
     nodes = nodes.get("nodes", nodes) if isinstance(nodes, dict) else nodes
@@ -264,7 +280,7 @@ def test_nodes_page_draws_zones_leaves_and_who_runs_where(stack, browser):
 
 
 def test_fs3_page_lists_the_chains_fs3_lists(stack, browser):
-    login(browser, stack.url, stack.hai.token)
+    login(browser, stack.url, stack.hai.token, "researcher")
     browser.get(stack.url + "/fs3")
     chains = json.loads(subprocess.run(
         [os.path.join(stack.fs3.bin, "fs3"), "--mgmtd", stack.fs3.mgmtd, "chains", "--json"],
@@ -280,9 +296,9 @@ def test_fs3_page_lists_the_chains_fs3_lists(stack, browser):
 
 
 def test_admin_may_see_every_users_jobs_and_logout_forgets_the_token(stack, browser):
-    login(browser, stack.url, stack.hai.admin)
+    login(browser, stack.url, stack.hai.admin, "admin")
     browser.get(stack.url + "/?all=1")
-    assert stack.theirs in ids_and_states(browser)
+    assert stack.theirs in ids_and_states(browser), (browser.current_url, browser.title)
     browser.get(stack.url + "/logout")
     assert browser.current_url.endswith("/login")
     browser.get(stack.url + "/")
