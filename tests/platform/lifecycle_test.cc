@@ -41,7 +41,10 @@ hai::Run On(std::vector<std::string> nodes) {
 Transition Must(const hai::Job& job, const JobEvent& event, int64_t now = kNow) {
   Result<Transition> t = Apply(job, event, now);
   EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return t.ok() ? *t : Transition{job};
+  if (t.ok()) return *t;
+  Transition unchanged;
+  unchanged.job = job;
+  return unchanged;
 }
 
 hai::Job Running(int nodes = 2, int procs = 1,
