@@ -35,6 +35,8 @@ def say(message):
 
 
 class Fail(Exception):
+    """What a deploy CLI (this one, local_cluster.py) reports in one line and exits with `code`."""
+
     def __init__(self, message, code=1):
         super().__init__(message)
         self.code = code

@@ -44,18 +44,13 @@ import urllib.request
 import fs3_local
 from daemons import (Daemon, hai_agent, hai_health, hai_server, hai_web, netlab_address,
                      netlab_prefix, stop_all)
+from fs3_local import Fail
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def say(message):
     print(f"local-cluster: {message}", file=sys.stderr)
-
-
-class Fail(Exception):
-    def __init__(self, message, code=1):
-        super().__init__(message)
-        self.code = code
 
 
 # What deploy/config/local-cluster.conf sets, for a config that leaves something out.
@@ -430,7 +425,7 @@ def main(argv):
             print("usage: deploy/local-cluster.sh up|status|down [DIR] [--config FILE] [--purge]",
                   file=sys.stderr)
             return 64
-    except (Fail, fs3_local.Fail, RuntimeError) as e:
+    except (Fail, RuntimeError) as e:
         say(str(e))
         return getattr(e, "code", 1)
     return 0
