@@ -195,7 +195,14 @@ def login(driver, url, token, user=None):
 
 
 def ids_and_states(driver):
-    rows = driver.find_elements(By.CSS_SELECTOR, "tr[data-job]")
+    """The jobs a jobs page lists, with their states (waiting up to 10 s for its rows: every
+    jobs page these tests open lists some)."""
+    try:
+        rows = WebDriverWait(driver, 10).until(
+            lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-job]"))
+    except Exception:
+        raise AssertionError(f"no job rows on {driver.current_url} ({driver.title}): "
+                             f"{driver.page_source[-2000:]}") from None
     return {int(r.get_attribute("data-job")):
             r.find_element(By.CSS_SELECTOR, "[data-state]").get_attribute("data-state") for r in rows}
 

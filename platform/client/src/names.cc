@@ -22,4 +22,21 @@ std::string NodeStateName(hai::NodeState state) {
   }
 }
 
+std::string RunEndName(hai::RunEnd end) {
+  switch (end) {
+    case hai::RUN_EXITED:
+      return "exited";
+    case hai::RUN_RANK_FAILED:
+      return "a rank failed";
+    case hai::RUN_NODE_LOST:
+      return "node lost";
+    case hai::RUN_STOPPED:
+      return "stopped";
+    case hai::RUN_SUSPENDED:
+      return "suspended";
+    default:
+      return "";
+  }
+}
+
 }  // namespace ff::platform

@@ -10,5 +10,6 @@ namespace ff::platform {
 
 std::string StateName(hai::JobState state);       // "running"
 std::string NodeStateName(hai::NodeState state);  // "up", "lost", "unknown"
+std::string RunEndName(hai::RunEnd end);          // "exited", "node lost", ... ("" while running)
 
 }  // namespace ff::platform
