@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
 
 
 def _value(v):
@@ -67,13 +68,16 @@ class Daemon:
     (how to start it again: Daemon.load gives it back in another process, as the CLIs
     deploy/fs3-local.sh and deploy/local-cluster.sh do across invocations)."""
 
-    def __init__(self, binary, name, directory, config, args=(), env=None):
+    def __init__(self, binary, name, directory, config, args=(), env=None, health_url=None):
         self.binary = binary
         self.name = name
         self.dir = directory
         self.config = config  # None: the .toml on disk is the config (a loaded daemon)
         self.args = list(args)
         self.env = env
+        # A daemon of another project (etcd): `args` are its whole command line, and it is ready
+        # when `health_url` answers {"health":"true"} (the ready file then holds its endpoints).
+        self.health_url = health_url
         self.prefix = []  # what the command runs under, e.g. ["ip", "netns", "exec", NS]
         self.proc = None
         self.pid = None
@@ -98,7 +102,8 @@ class Daemon:
         endpoints, how to start it again)."""
         with open(os.path.join(directory, f"{name}.daemon.json")) as f:
             saved = json.load(f)
-        d = cls(saved["binary"], name, directory, None, saved["args"], saved["env"])
+        d = cls(saved["binary"], name, directory, None, saved["args"], saved["env"],
+                saved.get("health_url"))
         d.prefix = saved["prefix"]
         try:
             with open(d.path("pid")) as f:
@@ -121,28 +126,47 @@ class Daemon:
         except OSError:
             return []
 
-    def start(self, timeout=30):
+    def start(self, timeout=30, wait=True):
+        """Starts it and (with `wait`) waits until it is ready; wait_ready() waits later (the
+        members of an etcd cluster are ready only once a majority runs)."""
         os.makedirs(self.dir, exist_ok=True)
         if self.config is not None:
             with open(self.path("toml"), "w") as f:
                 f.write(toml(self.config))
         with open(self.path("daemon.json"), "w") as f:
             json.dump({"binary": self.binary, "args": self.args, "env": self.env,
-                       "prefix": self.prefix}, f)
+                       "prefix": self.prefix, "health_url": self.health_url}, f)
         ready = self.path("ready")
         if os.path.exists(ready):
             os.remove(ready)
         env = None if self.env is None else {**os.environ, **self.env}
-        with open(self.path("log"), "a") as log:
-            self.proc = subprocess.Popen(
+        argv = ([*self.prefix, self.binary, *self.args] if self.health_url else
                 [*self.prefix, self.binary, "--config", self.path("toml"), "--ready-file", ready,
-                 *self.args],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                start_new_session=True)
+                 *self.args])
+        with open(self.path("log"), "a") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         self.pid = self.proc.pid
         with open(self.path("pid"), "w") as f:
             f.write(f"{self.pid}\n")
+        return self.wait_ready(timeout) if wait else self
+
+    def wait_ready(self, timeout=30):
+        ready = self.path("ready")
         deadline = time.monotonic() + timeout
+        if self.health_url:
+            while time.monotonic() < deadline:
+                if self._healthy():
+                    self.ready = {"rpc": self.health_url.split("//", 1)[1].split("/", 1)[0]}
+                    with open(ready, "w") as f:
+                        json.dump(self.ready, f)
+                    return self
+                if self.proc is not None and self.proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+            self.kill()
+            raise RuntimeError(f"{self.name} ({os.path.basename(self.binary)}) did not become "
+                               "healthy:\n" + self.log_tail())
         while time.monotonic() < deadline:
             if os.path.exists(ready) and os.path.getsize(ready) > 0:
                 with open(ready) as f:
@@ -155,6 +179,21 @@ class Daemon:
         self.kill()
         raise RuntimeError(f"{self.name} ({os.path.basename(self.binary)}) did not become ready:\n"
                            + self.log_tail())
+
+    def _healthy(self):
+        if self.prefix:  # inside a network lab's host: ask from there (no route from here)
+            try:
+                return subprocess.run(
+                    [*self.prefix, "etcdctl", f"--endpoints={self.health_url.rsplit('/', 1)[0]}",
+                     "--dial-timeout=1s", "endpoint", "health"], capture_output=True,
+                    env={**os.environ, "ETCDCTL_API": "3"}, timeout=5).returncode == 0
+            except subprocess.TimeoutExpired:
+                return False
+        try:
+            with urllib.request.urlopen(self.health_url, timeout=1) as r:
+                return b'"true"' in r.read()
+        except OSError:
+            return False
 
     def _pin_ports(self):
         if self.config is None:
@@ -253,10 +292,12 @@ def _common(listen, metrics):
 
 
 def fs3_mgmtd(bin_dir, directory, name="mgmtd", listen="127.0.0.1:0", metrics=True, **mgmtd):
-    """fs3-mgmtd with its data in <directory>/<name>-data; `mgmtd` adds [mgmtd] keys."""
+    """fs3-mgmtd with its data in <directory>/<name>-data; `mgmtd` adds [mgmtd] keys (a key
+    given None is left out: data_dir=None with engine="etcd")."""
     config = _common(listen, metrics)
     config["mgmtd"] = {"data_dir": os.path.join(directory, f"{name}-data"), **mgmtd}
     return Daemon(os.path.join(bin_dir, "fs3-mgmtd"), name, directory, config)
+
 
 
 def fs3_storage(bin_dir, directory, node, mgmtd, targets, name=None, listen="127.0.0.1:0",
@@ -270,7 +311,8 @@ def fs3_storage(bin_dir, directory, node, mgmtd, targets, name=None, listen="127
 
 def fs3_meta(bin_dir, directory, mgmtd, chunk_size, name="meta", listen="127.0.0.1:0",
              metrics=True, **meta):
-    """fs3-meta with its data in <directory>/<name>-data; `meta` adds [meta] keys."""
+    """fs3-meta with its data in <directory>/<name>-data; `meta` adds [meta] keys (a key given
+    None is left out)."""
     config = _common(listen, metrics)
     config["meta"] = {"data_dir": os.path.join(directory, f"{name}-data"), "chunk_size": chunk_size,
                       "mgmtd": mgmtd, **meta}
@@ -339,3 +381,49 @@ def hai_health(bin_dir, directory, node, server, token_file, name=None,
     config = {"metrics": {"listen": metrics_listen},
               "health": {"node": node, "server": server, "token_file": token_file, **health}}
     return Daemon(os.path.join(bin_dir, "hai-health"), name or f"health-{node}", directory, config)
+
+
+def etcd_members(directory, count, host="127.0.0.1", names=None, binary=None):
+    """An etcd cluster of `count` members (Debian's etcd-server) on `host`, on free ports (or on
+    the hosts in `names`: [(name, host, prefix)], each with a network lab host's address and
+    prefix, on etcd's own ports 2379 and 2380), data in <directory>/<name>-data; each member is a
+    Daemon whose ready["rpc"] is its client endpoint. Start them together with start_etcd()."""
+    import shutil
+    import socket
+    binary = binary or shutil.which("etcd") or "/usr/bin/etcd"
+    members = names or [(f"etcd{i + 1}", host, []) for i in range(count)]
+
+    def free_port(h):
+        with socket.socket() as s:
+            s.bind((h, 0))
+            return s.getsockname()[1]
+
+    ports = [(2379, 2380) if names else (free_port(h), free_port(h)) for _, h, _ in members]
+    initial = ",".join(f"{n}=http://{h}:{peer}" for (n, h, _), (_, peer) in zip(members, ports))
+    out = []
+    for (name, h, prefix), (client, peer) in zip(members, ports):
+        args = [f"--name={name}", f"--data-dir={os.path.join(directory, name + '-data')}",
+                f"--listen-client-urls=http://{h}:{client}",
+                f"--advertise-client-urls=http://{h}:{client}",
+                f"--listen-peer-urls=http://{h}:{peer}",
+                f"--initial-advertise-peer-urls=http://{h}:{peer}",
+                f"--initial-cluster={initial}", "--initial-cluster-state=new",
+                "--initial-cluster-token=fireflyer",
+                # fs3-meta's transactions (one operation's keys) and fsck repairs fit in one
+                "--max-txn-ops=1024",
+                # old revisions go after 10 minutes (the store grows with every write otherwise)
+                "--auto-compaction-mode=periodic", "--auto-compaction-retention=10m",
+                "--logger=zap", "--log-level=warn"]
+        d = Daemon(binary, name, directory, None, args, health_url=f"http://{h}:{client}/health")
+        out.append(d.inside(prefix))
+    return out
+
+
+def start_etcd(members, timeout=60):
+    """Starts every member, then waits until each reports a healthy cluster (a majority with a
+    leader). Returns "host:port,host:port,..." (the client endpoints)."""
+    for m in members:
+        m.start(wait=False)
+    for m in members:
+        m.wait_ready(timeout)
+    return ",".join(m.rpc for m in members)

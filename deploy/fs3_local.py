@@ -11,7 +11,10 @@ mount, with their state under one folder; the daemons are started by deploy/daem
 
 Environment: FS3_REPLICATION (default 1), FS3_STORAGE_SERVICES (default: the replication),
 FS3_CHUNK_SIZE (default 4194304), FS3_DATA (default DIR/data: where chunks and RocksDB live),
-FS3_MOUNT (default DIR/mnt), FF_BUILD_DIR (default build). On the network lab (NETLAB=NAME,
+FS3_MOUNT (default DIR/mnt), FF_BUILD_DIR (default build). FS3_HA=1: no single point of failure:
+two fs3-mgmtd replicas ("mgmtd", "mgmtd2") and two fs3-meta servers ("meta", "meta2") keep their
+state in etcd: the cluster at FS3_ETCD ("host:port,...") or, without it, three etcd members
+started here ("etcd1".."etcd3"); every client is given both addresses of each. On the network lab (NETLAB=NAME,
 deploy/netlab.py): fs3-mgmtd, fs3-meta and fs3-fuse run in FS3_HEAD_NODE's host and the storage
 services in FS3_STORAGE_NODES' hosts (a space-separated list, used in turn), each bound to its
 host's address; the mount is this machine's as always.
@@ -24,8 +27,8 @@ import subprocess
 import sys
 import time
 
-from daemons import (Daemon, fs3_fuse, fs3_meta, fs3_mgmtd, fs3_storage, netlab_address,
-                     netlab_prefix, stop_all)
+from daemons import (Daemon, etcd_members, fs3_fuse, fs3_meta, fs3_mgmtd, fs3_storage,
+                     netlab_address, netlab_prefix, start_etcd, stop_all)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -87,9 +90,24 @@ def start(d, env):
         started.append(daemon.inside(prefix))
         return daemon.start()
 
+    ha = env.get("FS3_HA", "0") == "1"
     try:
-        mgmtd = run(fs3_mgmtd(bin_dir, d, listen=f"{head}:0", data_dir=os.path.join(data, "mgmtd"),
-                              lease_ms=3000, restart_grace_ms=5000), head_at, head).rpc
+        if ha:
+            etcd = env.get("FS3_ETCD", "")
+            if not etcd:
+                members = etcd_members(d, 3, host=head)
+                started.extend(members)
+                etcd = start_etcd(members)
+            engine = {"engine": "etcd", "etcd_endpoints": etcd.split(",")}
+            mgmtds = [run(fs3_mgmtd(bin_dir, d, name=name, listen=f"{head}:0", data_dir=None,
+                                    lease_ms=3000, restart_grace_ms=5000, election_ttl_s=2,
+                                    **engine), head_at, head).rpc
+                      for name in ("mgmtd", "mgmtd2")]
+            mgmtd = ",".join(mgmtds)
+        else:
+            mgmtd = run(fs3_mgmtd(bin_dir, d, listen=f"{head}:0",
+                                  data_dir=os.path.join(data, "mgmtd"), lease_ms=3000,
+                                  restart_grace_ms=5000), head_at, head).rpc
         for i in range(1, services + 1):
             at, addr = place(lab, storage_nodes[(i - 1) % len(storage_nodes)])
             run(fs3_storage(bin_dir, d, f"storage-{i}", mgmtd,
@@ -106,8 +124,13 @@ def start(d, env):
                             str(replication)], capture_output=True, text=True)
         if r.returncode != 0:
             raise Fail(f"fs3 init failed: {r.stderr.strip()}")
-        meta = run(fs3_meta(bin_dir, d, mgmtd, chunk, listen=f"{head}:0",
-                            data_dir=os.path.join(data, "meta")), head_at, head).rpc
+        if ha:
+            meta = ",".join(run(fs3_meta(bin_dir, d, mgmtd, chunk, name=name, listen=f"{head}:0",
+                                         data_dir=None, **engine), head_at, head).rpc
+                            for name in ("meta", "meta2"))
+        else:
+            meta = run(fs3_meta(bin_dir, d, mgmtd, chunk, listen=f"{head}:0",
+                                data_dir=os.path.join(data, "meta")), head_at, head).rpc
         with open(os.path.join(d, "mnt.path"), "w") as f:
             f.write(mnt + "\n")
         run(fs3_fuse(bin_dir, d, mnt, meta, mgmtd), head_at, head)
@@ -117,8 +140,8 @@ def start(d, env):
         raise
     with open(os.path.join(d, "env"), "w") as f:
         f.write(f"export FS3_MGMTD={mgmtd}\nexport FS3_META={meta}\nexport FS3_MOUNT={mnt}\n")
-    say(f"fs3 mounted at {mnt} (mgmtd {mgmtd}, meta {meta}, replication {replication}); "
-        f"source {d}/env")
+    say(f"fs3 mounted at {mnt} (mgmtd {mgmtd}, meta {meta}, replication {replication}"
+        f"{', highly available on etcd' if ha else ''}); source {d}/env")
 
 
 def mount_path(d):
@@ -165,7 +188,8 @@ def status(d):
 
 def service(d, name):
     if not name:
-        raise Fail("which service? (mgmtd, meta, storageN or fuse)", 64)
+        raise Fail("which service? (mgmtd, meta, storageN, fuse; with FS3_HA mgmtd2, meta2, etcdN)",
+                   64)
     names = Daemon.saved(d)
     if name not in names:
         raise Fail(f"no service '{name}' in {d}; there are: {' '.join(names)}")

@@ -33,6 +33,8 @@ PACKAGES=(
   python3-venv python3-dev
   # hai-web (the cluster's web view): its HTTP server; its browser test drives chromium
   libcpp-httplib-dev chromium chromium-driver
+  # the highly available control plane's store (etcd's v3 API over gRPC) and its CLI
+  etcd-server etcd-client
 )
 
 say() { echo "install-deps: $*" >&2; }

@@ -11,7 +11,7 @@ its state under one folder; every daemon is started by deploy/daemons.py:
 Jobs see the stack's Python side (haiscale, hai_job, fs3client) and FS3_META / FS3_MGMTD /
 FS3_MOUNT without extra steps.
 
-  deploy/local-cluster.sh up [DIR] [--config FILE] [--netlab NAME]
+  deploy/local-cluster.sh up [DIR] [--config FILE] [--netlab NAME] [--ha]
                                                     # default DIR: /tmp/fireflyer-local
   source DIR/env                                    # HAI_SERVER, HAI_TOKEN (user "researcher"),
                                                     # HAI_WEB_URL, FS3_*, PROMETHEUS_URL;
@@ -25,6 +25,11 @@ hai-web, Prometheus, fs3-mgmtd, fs3-meta and fs3-fuse in the first node's, the f
 services in the other nodes' hosts, each bound to its host's address, so that every byte of
 HFReduce and fs3 crosses the emulated switches. The hosts have no route to this machine's own
 network: DIR/env then defines `hai` and `fs3` as commands that run in the first node's host.
+--ha: no single point of failure in the control plane: three etcd members (etcd1..etcd3, Debian's
+etcd-server), two fs3-mgmtd replicas and two fs3-meta servers on it (fs3/: mgmtd, mgmtd2, meta,
+meta2), two hai-servers (hai-server, hai-server2; one leads, the other stands by); every client is
+given both addresses of each (HAI_SERVER, FS3_MGMTD and FS3_META are lists). Any one of them can
+be killed -9 and the cluster goes on. Not with --netlab.
 `start` and `stop` are `up` and `down --purge`. `down` works on a crashed or half-started cluster
 too: it acts on whatever daemons, pid files and mounts it finds.
 """
@@ -42,8 +47,8 @@ import tomllib
 import urllib.request
 
 import fs3_local
-from daemons import (Daemon, hai_agent, hai_health, hai_server, hai_web, netlab_address,
-                     netlab_prefix, stop_all)
+from daemons import (Daemon, etcd_members, hai_agent, hai_health, hai_server, hai_web,
+                     netlab_address, netlab_prefix, start_etcd, stop_all)
 from fs3_local import Fail
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,10 +93,11 @@ def node_names(cluster_toml):
 
 
 class LocalCluster:
-    def __init__(self, directory, config_path, lab):
+    def __init__(self, directory, config_path, lab, ha=False):
         self.dir = os.path.abspath(directory)
         self.config_path = config_path
         self.lab = lab
+        self.ha = ha
         build = os.environ.get("FF_BUILD_DIR", "build")
         self.build = build if os.path.isabs(build) else os.path.join(ROOT, build)
 
@@ -110,6 +116,8 @@ class LocalCluster:
         for b in ("hai-server", "hai-agent", "hai", "hai-health", "hai-web"):
             if not os.access(self.bin("platform", b), os.X_OK):
                 raise Fail(f"{self.bin('platform', b)} is missing: build first")
+        if self.ha and self.lab:
+            raise Fail("--ha runs on this machine only (not with --netlab)", 64)
         if os.path.isdir(self.dir) and os.listdir(self.dir):
             if "hai-server" in Daemon.saved(self.dir) and Daemon.load(self.dir, "hai-server").running():
                 raise Fail(f"already running in {self.dir} (down it first)")
@@ -135,6 +143,10 @@ class LocalCluster:
         d = self.dir
         fs3_env = {}
         checkpoints = os.path.join(d, "checkpoints")
+        etcd = ""
+        if self.ha:  # the control plane's shared store: three members
+            etcd = start_etcd(etcd_members(d, 3, host=head))
+            say(f"etcd: {etcd}")
         # ---- fs3 ----
         if (c["FS3"] != "0" and os.geteuid() == 0 and os.access("/dev/fuse", os.W_OK)
                 and os.access(self.bin("fs3", "fs3-fuse"), os.X_OK)):
@@ -144,6 +156,8 @@ class LocalCluster:
                        FS3_STORAGE_SERVICES=c["FS3_STORAGE_SERVICES"])
             if self.lab:
                 env["NETLAB"] = self.lab
+            if self.ha:
+                env.update(FS3_HA="1", FS3_ETCD=etcd)
             fs3_local.start(os.path.join(d, "fs3"), env)
             with open(os.path.join(d, "fs3", "env")) as f:
                 for line in f:
@@ -157,12 +171,21 @@ class LocalCluster:
         # ---- hai-server, agents, hai-health ----
         pbin = os.path.join(self.build, "platform")
         token_file = os.path.join(d, "agent.token")
-        server = hai_server(pbin, d, cluster_toml, f"{head}:0", name="hai-server", metrics=True,
-                            data_dir=os.path.join(d, "server"), checkpoint_root=checkpoints,
-                            heartbeat_timeout_ms=5000, heartbeat_interval_ms=250,
-                            schedule_interval_ms=250, suspend_grace_ms=20000)
-        server.config["metrics"] = {"listen": f"{head}:0"}
-        server = server.inside(head_at).start().rpc
+        servers = []
+        for i, name in enumerate(["hai-server", "hai-server2"] if self.ha else ["hai-server"]):
+            engine = {"engine": "etcd", "etcd_endpoints": etcd.split(","),
+                      "election_ttl_s": 2} if self.ha else {}
+            server = hai_server(pbin, d, cluster_toml, f"{head}:0", name=name, metrics=True,
+                                data_dir=os.path.join(d, "server" if i == 0 else f"server{i + 1}"),
+                                checkpoint_root=checkpoints, heartbeat_timeout_ms=5000,
+                                heartbeat_interval_ms=250, schedule_interval_ms=250,
+                                suspend_grace_ms=20000, **engine)
+            server.config["metrics"] = {"listen": f"{head}:0"}
+            servers.append(server.inside(head_at).start().rpc)
+            if i == 0:
+                # The first leads first: it makes the admin user (its token in server/admin.token).
+                self._wait_file(os.path.join(d, "server", "admin.token"))
+        server = ",".join(servers)
         python_path = ":".join([os.path.join(self.build, "python"), os.path.join(ROOT, "platform", "python")]
                                + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
         job_env = {"PATH": f"{ROOT}/.venv/bin:{os.environ.get('PATH', '/usr/bin:/bin')}",
@@ -225,6 +248,8 @@ class LocalCluster:
         say(f"up in {d}{f' (on the network lab {self.lab})' if self.lab else ''}:")
         say(f"  nodes:       {' '.join(nodes)} (each with hai-agent and hai-health)")
         say(f"  hai-server:  {server}; as the user 'researcher': source {d}/env (admin: {d}/admin.env)")
+        if self.ha:
+            say(f"  etcd:        {etcd} (fs3-mgmtd, fs3-meta and hai-server each twice, one leading)")
         say(f"  web view:    {web_url} (log in with $HAI_TOKEN from {d}/env)")
         if fs3_env:
             say(f"  fs3:         mounted at {fs3_env['FS3_MOUNT']} ({c['FS3_STORAGE_SERVICES']} storage "
@@ -234,16 +259,31 @@ class LocalCluster:
         if prom_url:
             say(f"  Prometheus:  {prom_url} (targets: {prom_url}/targets, alerts: {prom_url}/alerts)")
 
+    @staticmethod
+    def _wait_file(path, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if os.path.exists(path) and os.path.getsize(path) > 0:
+                return
+            time.sleep(0.1)
+        raise Fail(f"{path} did not appear in {timeout} s (the first hai-server did not lead)")
+
     def _prometheus(self, c, head_at, head):
         d = self.dir
         if not shutil.which("prometheus"):
             raise Fail("prometheus is not installed (deploy/install-deps.sh)")
-        jobs = [("hai-server", ["hai-server"]), ("hai-web", ["hai-web"]), ("hai-agent", [n for n in Daemon.saved(d) if n.startswith("agent-")]),
-                ("hai-health", [n for n in Daemon.saved(d) if n.startswith("health-")])]
+        saved = Daemon.saved(d)
+        jobs = [("hai-server", [n for n in saved if n.startswith("hai-server")]), ("hai-web", ["hai-web"]),
+                ("hai-agent", [n for n in saved if n.startswith("agent-")]),
+                ("hai-health", [n for n in saved if n.startswith("health-")])]
+        if any(n.startswith("etcd") for n in saved):  # etcd serves /metrics on its client port
+            jobs.append(("etcd", [n for n in saved if n.startswith("etcd")]))
         fs3 = os.path.join(d, "fs3")
         if os.path.isdir(fs3):
-            jobs += [("fs3-mgmtd", ["fs3/mgmtd"]), ("fs3-meta", ["fs3/meta"]),
-                     ("fs3-storage", [f"fs3/{n}" for n in Daemon.saved(fs3) if n.startswith("storage")]),
+            in_fs3 = Daemon.saved(fs3)
+            jobs += [("fs3-mgmtd", [f"fs3/{n}" for n in in_fs3 if n.startswith("mgmtd")]),
+                     ("fs3-meta", [f"fs3/{n}" for n in in_fs3 if n.startswith("meta")]),
+                     ("fs3-storage", [f"fs3/{n}" for n in in_fs3 if n.startswith("storage")]),
                      ("fs3-fuse", ["fs3/fuse"])]
         lines = [f"global:\n  scrape_interval: {c['SCRAPE_INTERVAL']}\n  evaluation_interval: {c['SCRAPE_INTERVAL']}",
                  f'rule_files: ["{ROOT}/deploy/prometheus/alerts.yml"]', "scrape_configs:"]
@@ -252,7 +292,8 @@ class LocalCluster:
             lines.append(f"  - job_name: {job}\n    static_configs:")
             for name in names:
                 with open(os.path.join(d, f"{name}.ready")) as f:
-                    metrics = json.load(f)["metrics"]
+                    ready = json.load(f)
+                metrics = ready.get("metrics") or ready["rpc"]
                 lines.append(f'      - targets: ["{metrics}"]\n        labels: {{service: "{os.path.basename(name)}"}}')
                 targets += 1
         with open(os.path.join(d, "prometheus.yml"), "w") as f:
@@ -399,6 +440,7 @@ def kill_pidfile(path):
 def main(argv):
     cmd = argv[1] if len(argv) > 1 else ""
     directory, config, purge, lab = "/tmp/fireflyer-local", "deploy/config/local-cluster.conf", False, os.environ.get("NETLAB", "")
+    ha = False
     rest = argv[2:]
     while rest:
         a = rest.pop(0)
@@ -408,12 +450,14 @@ def main(argv):
             purge = True
         elif a == "--netlab" and rest:
             lab = rest.pop(0)
+        elif a == "--ha":
+            ha = True
         elif a.startswith("-"):
             say(f"unknown option {a}")
             return 64
         else:
             directory = a
-    cluster = LocalCluster(directory, os.path.join(ROOT, config) if not os.path.isabs(config) else config, lab)
+    cluster = LocalCluster(directory, os.path.join(ROOT, config) if not os.path.isabs(config) else config, lab, ha)
     try:
         if cmd in ("up", "start"):
             cluster.up()
@@ -422,7 +466,7 @@ def main(argv):
         elif cmd == "status":
             return cluster.status()
         else:
-            print("usage: deploy/local-cluster.sh up|status|down [DIR] [--config FILE] [--purge]",
+            print("usage: deploy/local-cluster.sh up|status|down [DIR] [--config FILE] [--purge] [--ha]",
                   file=sys.stderr)
             return 64
     except (Fail, RuntimeError) as e:

@@ -16,23 +16,88 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   return IoError(what + ": " + s.ToString());
 }
 
-Status FillBatch(const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs,
-                 rocksdb::WriteBatch* batch) {
+void FillBatch(const std::vector<ProtoDb::RawWrite>& kvs, rocksdb::WriteBatch* batch) {
+  for (const auto& [key, value] : kvs) {
+    if (value) {
+      batch->Put(key, *value);
+    } else {
+      batch->Delete(key);
+    }
+  }
+}
+
+Result<std::vector<ProtoDb::RawWrite>> Serialise(
+    const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs) {
+  std::vector<ProtoDb::RawWrite> out;
+  out.reserve(kvs.size());
   for (const auto& [key, value] : kvs) {
     if (value == nullptr) {
-      batch->Delete(key);
+      out.emplace_back(key, std::nullopt);
       continue;
     }
     std::string bytes;
     if (!value->SerializeToString(&bytes)) return Internal("cannot serialise " + key);
-    batch->Put(key, bytes);
+    out.emplace_back(key, std::move(bytes));
   }
-  return Status::Ok();
+  return out;
 }
+
+class RocksProtoDb : public ProtoDb {
+ public:
+  RocksProtoDb(rocksdb::DB* db, std::string path) : db_(db), path_(std::move(path)) {}
+  const char* engine() const override { return "rocksdb"; }
+  void Abandon() override;
+  Status WriteRaw(const std::vector<RawWrite>& kvs) override;
+  Result<uint64_t> WriteRawLogged(const std::vector<RawWrite>& kvs) override;
+  Status AwaitDurable(uint64_t seq) override;
+  Result<std::optional<std::string>> GetRaw(const std::string& key) const override;
+  Result<std::vector<std::pair<std::string, std::string>>> ScanKeys(
+      const std::string& prefix, const std::string& after, std::size_t limit) const override;
+
+ private:
+  Status CheckSpace() const;  // kResourceExhausted below the reserve
+
+  std::unique_ptr<rocksdb::DB> db_;
+  std::string path_;
+
+  std::mutex sync_mu_;  // group commit
+  std::condition_variable sync_cv_;
+  uint64_t synced_ = 0;  // every sequence number up to this one is on disk
+  bool syncing_ = false;
+  Status sync_error_;
+};
 
 }  // namespace
 
-Status ProtoDb::CheckSpace() const {
+Status ProtoDb::Put(const std::string& key, const google::protobuf::Message& value) {
+  return PutBatch({{key, &value}});
+}
+
+Status ProtoDb::PutBatch(
+    const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs) {
+  if (kvs.empty()) return Status::Ok();
+  FF_ASSIGN_OR_RETURN(auto raw, Serialise(kvs));
+  return WriteRaw(raw);
+}
+
+Status ProtoDb::Delete(const std::string& key) {
+  return WriteRaw({{key, std::nullopt}});
+}
+
+Result<uint64_t> ProtoDb::PutBatchLogged(
+    const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs) {
+  FF_ASSIGN_OR_RETURN(auto raw, Serialise(kvs));
+  return WriteRawLogged(raw);
+}
+
+Status ProtoDb::Get(const std::string& key, google::protobuf::Message* out) const {
+  FF_ASSIGN_OR_RETURN(std::optional<std::string> bytes, GetRaw(key));
+  if (!bytes) return NotFound("no record " + key);
+  if (!out->ParseFromString(*bytes)) return DataLoss("record " + key + " is corrupt");
+  return Status::Ok();
+}
+
+Status RocksProtoDb::CheckSpace() const {
   struct statvfs fs {};
   if (statvfs(path_.c_str(), &fs) != 0) return Status::FromErrno(errno, "statvfs " + path_);
   const uint64_t size = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize;
@@ -53,35 +118,25 @@ Result<std::unique_ptr<ProtoDb>> ProtoDb::Open(const std::string& path) {
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, path, &db);
   if (!s.ok()) return Unavailable("cannot open the database at " + path + ": " + s.ToString());
-  return std::unique_ptr<ProtoDb>(new ProtoDb(db, path));
+  return std::unique_ptr<ProtoDb>(new RocksProtoDb(db, path));
 }
 
-ProtoDb::ProtoDb(rocksdb::DB* db, std::string path) : db_(db), path_(std::move(path)) {}
-
-ProtoDb::~ProtoDb() = default;
-
-void ProtoDb::Abandon() {
+void RocksProtoDb::Abandon() {
   rocksdb::DB* leaked = db_.release();
   (void)leaked;  // on purpose: see the header
 }
 
-Status ProtoDb::Put(const std::string& key, const google::protobuf::Message& value) {
-  return PutBatch({{key, &value}});
-}
-
-Status ProtoDb::PutBatch(
-    const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs) {
+Status RocksProtoDb::WriteRaw(const std::vector<RawWrite>& kvs) {
   if (kvs.empty()) return Status::Ok();
   FF_RETURN_IF_ERROR(CheckSpace());
   rocksdb::WriteBatch batch;
-  FF_RETURN_IF_ERROR(FillBatch(kvs, &batch));
+  FillBatch(kvs, &batch);
   rocksdb::WriteOptions options;
   options.sync = true;
   return FromRocks(db_->Write(options, &batch), "write to " + path_);
 }
 
-Result<uint64_t> ProtoDb::PutBatchLogged(
-    const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs) {
+Result<uint64_t> RocksProtoDb::WriteRawLogged(const std::vector<RawWrite>& kvs) {
   if (kvs.empty()) return db_->GetLatestSequenceNumber();
   {
     std::lock_guard lock(sync_mu_);
@@ -89,7 +144,7 @@ Result<uint64_t> ProtoDb::PutBatchLogged(
   }
   FF_RETURN_IF_ERROR(CheckSpace());
   rocksdb::WriteBatch batch;
-  FF_RETURN_IF_ERROR(FillBatch(kvs, &batch));
+  FillBatch(kvs, &batch);
   rocksdb::WriteOptions options;  // logged (the log is written to the kernel), not synced
   FF_RETURN_IF_ERROR(FromRocks(db_->Write(options, &batch), "write to " + path_));
   ++logged_batches_;
@@ -98,7 +153,7 @@ Result<uint64_t> ProtoDb::PutBatchLogged(
   return db_->GetLatestSequenceNumber();
 }
 
-Status ProtoDb::AwaitDurable(uint64_t seq) {
+Status RocksProtoDb::AwaitDurable(uint64_t seq) {
   std::unique_lock lock(sync_mu_);
   while (sync_error_.ok() && synced_ < seq) {
     if (syncing_) {  // a sync is under way: it may cover us; if not, the next one will
@@ -123,23 +178,15 @@ Status ProtoDb::AwaitDurable(uint64_t seq) {
   return sync_error_;
 }
 
-Status ProtoDb::Delete(const std::string& key) {
-  FF_RETURN_IF_ERROR(CheckSpace());
-  rocksdb::WriteOptions options;
-  options.sync = true;
-  return FromRocks(db_->Delete(options, key), "delete " + key + " in " + path_);
-}
-
-Status ProtoDb::Get(const std::string& key, google::protobuf::Message* out) const {
+Result<std::optional<std::string>> RocksProtoDb::GetRaw(const std::string& key) const {
   std::string bytes;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &bytes);
-  if (s.IsNotFound()) return NotFound("no record " + key);
+  if (s.IsNotFound()) return std::optional<std::string>();
   FF_RETURN_IF_ERROR(FromRocks(s, "read " + key + " in " + path_));
-  if (!out->ParseFromString(bytes)) return DataLoss("record " + key + " is corrupt");
-  return Status::Ok();
+  return std::optional<std::string>(std::move(bytes));
 }
 
-Result<std::vector<std::pair<std::string, std::string>>> ProtoDb::ScanKeys(
+Result<std::vector<std::pair<std::string, std::string>>> RocksProtoDb::ScanKeys(
     const std::string& prefix, const std::string& after, std::size_t limit) const {
   std::vector<std::pair<std::string, std::string>> out;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
@@ -150,16 +197,6 @@ Result<std::vector<std::pair<std::string, std::string>>> ProtoDb::ScanKeys(
   }
   FF_RETURN_IF_ERROR(FromRocks(it->status(), "scan " + prefix + " in " + path_));
   return out;
-}
-
-Status ProtoDb::ScanRaw(
-    const std::string& prefix,
-    const std::function<Status(const std::string&, const std::string&)>& fn) const {
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    FF_RETURN_IF_ERROR(fn(it->key().ToString(), it->value().ToString()));
-  }
-  return FromRocks(it->status(), "scan " + prefix + " in " + path_);
 }
 
 }  // namespace ff

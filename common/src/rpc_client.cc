@@ -60,9 +60,24 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
+// A follower of a replicated service (common/replicas.h) refused the call before doing anything:
+// another attempt (on the leader it named) is safe for every call, idempotent or not.
+bool RefusedByFollower(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE && IsHandlerStatus(status) &&
+         status.error_message().find("is not the leader") != std::string::npos;
+}
+
+// The channel never connected, so nothing was sent: another attempt (through Replicas, on the
+// next replica) is safe for every call. gRPC says so in its message (1.51: "failed to connect to
+// all addresses").
+bool NeverSent(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE && !IsHandlerStatus(status) &&
+         status.error_message().find("failed to connect") != std::string::npos;
+}
+
 Status CallRpc(std::string_view what, const CallOptions& options, const RpcAttempt& attempt) {
   using Clock = std::chrono::steady_clock;
-  const int max_attempts = options.idempotent ? std::max(1, options.max_attempts) : 1;
+  const int max_attempts = std::max(1, options.max_attempts);
   const auto total =
       options.total_deadline.count() > 0 ? options.total_deadline : options.deadline * max_attempts;
   const auto give_up = Clock::now() + total;
@@ -79,7 +94,10 @@ Status CallRpc(std::string_view what, const CallOptions& options, const RpcAttem
     context.set_deadline(std::chrono::system_clock::now() + this_deadline);
     ++attempts;
     last = attempt(&context);
-    if (last.ok() || !options.idempotent || !Retryable(last)) break;
+    if (last.ok()) break;
+    if (!RefusedByFollower(last) && !NeverSent(last) && (!options.idempotent || !Retryable(last))) {
+      break;
+    }
     if (attempts >= max_attempts) break;
     // Full jitter: sleep a random time in [backoff/2, backoff], never past the total deadline.
     auto half = backoff.count() / 2;

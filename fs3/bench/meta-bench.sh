@@ -8,28 +8,43 @@
 # figure.
 #
 #   fs3/bench/meta-bench.sh [--files 2000] [--workers 8] [--ls-files 5000] [--dir /var/tmp]
+#                           [--engine rocksdb|etcd|both]
+#
+# --engine: fs3-meta's store. rocksdb (the default): one fs3-meta, its namespace in RocksDB.
+# etcd: the highly available fs3 (FS3_HA=1: three etcd members and two fs3-meta servers on this
+# machine, the mounts spreading calls over both); both: the two in one run, side by side.
 #
 # Needs root (mounts with allow_other), gcc, a built tree (build/). Measure on a quiet machine:
 # under CPU load passthrough_ll slows more than fs3, which flatters fs3's ratios.
 # Last line: meta bench: 1 worker create+stat+unlink X% of passthrough_ll, N workers on two
 #            mounts Y%, ls -la of 5000 files Z x passthrough_ll's time
+# (with etcd, a line per engine; with both, then: meta bench etcd vs rocksdb: 1 worker A%, N
+# workers B% of rocksdb's create+stat+unlink)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 files=2000
 workers=8
 ls_files=5000
 base=/var/tmp
+engine=rocksdb
 while [ $# -gt 0 ]; do
   case "$1" in
+    --engine) engine=$2; shift 2 ;;
     --files) files=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
     --ls-files) ls_files=$2; shift 2 ;;
     --dir) base=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "meta-bench: unknown argument '$1'" >&2; exit 64 ;;
   esac
 done
 say() { echo "meta-bench: $*" >&2; }
+case "$engine" in
+  rocksdb) engines=(fs3) ;;
+  etcd) engines=(fs3e) ;;
+  both) engines=(fs3 fs3e) ;;
+  *) say "--engine is rocksdb, etcd or both"; exit 64 ;;
+esac
 # shellcheck source=fs3/bench/lib.sh
 source fs3/bench/lib.sh
 bench_prereqs gcc pkg-config fusermount3
@@ -38,11 +53,12 @@ bench_prereqs gcc pkg-config fusermount3
 work=$(mktemp -d "$base/meta-bench.XXXXXX")
 pids=()
 cleanup() {
-  for m in "$work"/pt-mnt1 "$work"/pt-mnt2 "$work"/fs3-mnt2; do
+  for m in "$work"/pt-mnt1 "$work"/pt-mnt2 "$work"/fs3-mnt2 "$work"/fs3e-mnt2; do
     fusermount3 -u "$m" 2>/dev/null || true
   done
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   deploy/fs3-local.sh stop "$work/fs3" >/dev/null 2>&1 || true
+  deploy/fs3-local.sh stop "$work/fs3e" >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -54,14 +70,19 @@ for i in 1 2; do
   pids+=($!)
 done
 
-# fs3 with one replica, its data on the same disk, and a second fs3-fuse mount of it.
-FS3_REPLICATION=1 FS3_DATA="$work/fs3-data" FS3_MOUNT="$work/fs3-mnt1" \
-  deploy/fs3-local.sh start "$work/fs3" 2>/dev/null
-mkdir -p "$work/fs3-mnt2"
-build/fs3/fs3-fuse "$work/fs3-mnt2" --config "$work/fs3/fuse.toml" \
-  --set metrics.listen=127.0.0.1:0 >"$work/fuse2.log" 2>&1 &
-pids+=($!)
-wait_mount "$work/fs3-mnt2"
+# fs3 with one replica, its data on the same disk, and a second fs3-fuse mount of it (fs3e: the
+# same on etcd, two fs3-meta servers).
+for fs in "${engines[@]}"; do
+  ha=0
+  [ "$fs" = fs3e ] && ha=1
+  FS3_HA=$ha FS3_REPLICATION=1 FS3_DATA="$work/$fs-data" FS3_MOUNT="$work/$fs-mnt1" \
+    deploy/fs3-local.sh start "$work/$fs" 2>/dev/null
+  mkdir -p "$work/$fs-mnt2"
+  build/fs3/fs3-fuse "$work/$fs-mnt2" --config "$work/$fs/fuse.toml" \
+    --set metrics.listen=127.0.0.1:0 >"$work/$fs-fuse2.log" 2>&1 &
+  pids+=($!)
+  wait_mount "$work/$fs-mnt2"
+done
 
 # One phase = every worker does its share at once; the rate is all operations over the time from
 # the common start to the last worker's end.
@@ -140,27 +161,44 @@ PY
 }
 
 declare -A one many ls
-for fs in pt fs3; do
+for fs in pt "${engines[@]}"; do
   one[$fs]=$(/usr/bin/python3 "$work/driver.py" "$work/$fs-mnt1" 1 "$files")
   many[$fs]=$(/usr/bin/python3 "$work/driver.py" "$work/$fs-mnt1,$work/$fs-mnt2" "$workers" \
     "$((files / workers > 0 ? files / workers : 1))")
   ls[$fs]=$(ls_time "$work/$fs-mnt1")
 done
 
-/usr/bin/python3 - "${one[pt]}" "${one[fs3]}" "${many[pt]}" "${many[fs3]}" "${ls[pt]}" \
-  "${ls[fs3]}" "$workers" "$ls_files" <<'PY'
+report() {  # FS NAME: the table and the last line of one engine against passthrough_ll
+  /usr/bin/python3 - "${one[pt]}" "${one[$1]}" "${many[pt]}" "${many[$1]}" "${ls[pt]}" \
+    "${ls[$1]}" "$workers" "$ls_files" "$2" <<'PY'
 import json, sys
 one_pt, one_fs3, many_pt, many_fs3 = (json.loads(a) for a in sys.argv[1:5])
 ls_pt, ls_fs3, workers, ls_files = float(sys.argv[5]), float(sys.argv[6]), sys.argv[7], sys.argv[8]
-print(f"{'operations per second':<24} {'passthrough_ll':>15} {'fs3':>9} {'ratio':>6}"
-      f" | {workers + ' workers, 2 mounts':>20} {'fs3':>9} {'ratio':>6}")
+name = sys.argv[9]
+col = "fs3" if name == "rocksdb" else "fs3 etcd"
+print(f"{'operations per second':<24} {'passthrough_ll':>15} {col:>9} {'ratio':>6}"
+      f" | {workers + ' workers, 2 mounts':>20} {col:>9} {'ratio':>6}")
 for op in ("create", "stat", "rename", "readdir", "unlink", "create+stat+unlink"):
     print(f"{op:<24} {one_pt[op]:>15.0f} {one_fs3[op]:>9.0f} {100 * one_fs3[op] / one_pt[op]:>5.0f}%"
           f" | {many_pt[op]:>20.0f} {many_fs3[op]:>9.0f} {100 * many_fs3[op] / many_pt[op]:>5.0f}%")
-print(f"ls -la of {ls_files} files: passthrough_ll {ls_pt:.3f} s, fs3 {ls_fs3:.3f} s "
+print(f"ls -la of {ls_files} files: passthrough_ll {ls_pt:.3f} s, {col} {ls_fs3:.3f} s "
       f"({ls_fs3 / ls_pt:.1f}x)")
 key = "create+stat+unlink"
-print(f"meta bench: 1 worker {key} {100 * one_fs3[key] / one_pt[key]:.0f}% of passthrough_ll, "
+print(f"meta bench{'' if name == 'rocksdb' else ' ' + name}: 1 worker {key} "
+      f"{100 * one_fs3[key] / one_pt[key]:.0f}% of passthrough_ll, "
       f"{workers} workers on two mounts {100 * many_fs3[key] / many_pt[key]:.0f}%, "
       f"ls -la of {ls_files} files {ls_fs3 / ls_pt:.1f} x passthrough_ll's time")
 PY
+}
+for fs in "${engines[@]}"; do
+  report "$fs" "$([ "$fs" = fs3 ] && echo rocksdb || echo etcd)"
+done
+if [ "$engine" = both ]; then
+  /usr/bin/python3 - "${one[fs3]}" "${one[fs3e]}" "${many[fs3]}" "${many[fs3e]}" "$workers" <<'PY'
+import json, sys
+one_r, one_e, many_r, many_e = (json.loads(a) for a in sys.argv[1:5])
+key = "create+stat+unlink"
+print(f"meta bench etcd vs rocksdb: 1 worker {100 * one_e[key] / one_r[key]:.0f}%, "
+      f"{sys.argv[5]} workers {100 * many_e[key] / many_r[key]:.0f}% of rocksdb's {key}")
+PY
+fi

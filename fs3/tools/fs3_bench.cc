@@ -133,7 +133,7 @@ Result<Figures> Cluster(const std::string& bin, const std::string& dir, uint32_t
                                                         {.env = {}, .output_dir = dir}));
     procs.push_back(std::move(s));
   }
-  auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd));
+  MgmtdReplicas replicas(mgmtd);
   // Initialise once every storage service has registered its target (asked, not read from an
   // error's text).
   std::size_t registered = 0;
@@ -142,7 +142,9 @@ Result<Figures> Cluster(const std::string& bin, const std::string& dir, uint32_t
     fs3rpc::RoutingInfo info;
     Status st =
         CallRpc("fs3-mgmtd GetRouting", CallOptions::Idempotent(), [&](grpc::ClientContext* c) {
-          return stub->GetRouting(c, fs3rpc::GetRoutingRequest{}, &info);
+          return replicas.Attempt([&](fs3rpc::Mgmtd::Stub& s) {
+            return s.GetRouting(c, fs3rpc::GetRoutingRequest{}, &info);
+          });
         });
     if (st.ok()) registered = static_cast<std::size_t>(info.targets_size());
   }
@@ -151,8 +153,9 @@ Result<Figures> Cluster(const std::string& bin, const std::string& dir, uint32_t
   req.set_chunk_size(kMiB);
   req.set_replication(replication);
   fs3rpc::RoutingInfo info;
-  Status init = CallRpc("fs3-mgmtd InitCluster", CallOptions{},
-                        [&](grpc::ClientContext* c) { return stub->InitCluster(c, req, &info); });
+  Status init = CallRpc("fs3-mgmtd InitCluster", CallOptions{}, [&](grpc::ClientContext* c) {
+    return replicas.Attempt([&](fs3rpc::Mgmtd::Stub& s) { return s.InitCluster(c, req, &info); });
+  });
   FF_RETURN_IF_ERROR(init);
   ClientOptions o;
   o.mgmtd = mgmtd;

@@ -195,8 +195,8 @@ int Main(int argc, char** argv) {
     if (data) {
       if (mgmtd.empty() && std::getenv("FS3_MGMTD")) mgmtd = std::getenv("FS3_MGMTD");
       if (mgmtd.empty()) Die("fsck --data needs fs3-mgmtd's address: --mgmtd or $FS3_MGMTD");
-      auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd));
-      auto table = FetchRouting(*stub, RoutingFetch{.attempts = 3});
+      MgmtdReplicas replicas(mgmtd);
+      auto table = FetchRouting(replicas, RoutingFetch{.attempts = 3});
       if (!table.ok()) {
         Die("cannot reach fs3-mgmtd at " + mgmtd + " (" + table.status().message() + ")");
       }
@@ -231,7 +231,7 @@ int Main(int argc, char** argv) {
   }
   if (mgmtd.empty() && std::getenv("FS3_MGMTD")) mgmtd = std::getenv("FS3_MGMTD");
   if (mgmtd.empty()) Die("no fs3-mgmtd address: --mgmtd or $FS3_MGMTD");
-  auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd));
+  MgmtdReplicas replicas(mgmtd);
   fs3rpc::RoutingInfo info;
   auto report = [&](const Status& st) {
     if (st.ok()) return;
@@ -252,23 +252,36 @@ int Main(int argc, char** argv) {
     req.set_chunk_size(ParseSize(chunk_size));
     req.set_replication(replication);
     call(
-        "InitCluster", [&](grpc::ClientContext* c) { return stub->InitCluster(c, req, &info); },
+        "InitCluster",
+        [&](grpc::ClientContext* c) {
+          return replicas.Attempt(
+              [&](fs3rpc::Mgmtd::Stub& s) { return s.InitCluster(c, req, &info); });
+        },
         false);
   } else if (*offline) {
     fs3rpc::TargetRef req;
     req.set_id(target_id);
     call(
         "SetTargetOffline",
-        [&](grpc::ClientContext* c) { return stub->SetTargetOffline(c, req, &info); }, true);
+        [&](grpc::ClientContext* c) {
+          return replicas.Attempt(
+              [&](fs3rpc::Mgmtd::Stub& s) { return s.SetTargetOffline(c, req, &info); });
+        },
+        true);
   } else if (*add) {
     fs3rpc::AddTargetRequest req;
     req.set_target(target_id);
     req.set_chain(chain_id);
     call(
-        "AddTarget", [&](grpc::ClientContext* c) { return stub->AddTarget(c, req, &info); }, false);
+        "AddTarget",
+        [&](grpc::ClientContext* c) {
+          return replicas.Attempt(
+              [&](fs3rpc::Mgmtd::Stub& s) { return s.AddTarget(c, req, &info); });
+        },
+        false);
   } else {
-    auto fetched = FetchRouting(*stub, RoutingFetch{.deadline = std::chrono::seconds(10),
-                                                    .attempts = CallOptions{}.max_attempts});
+    auto fetched = FetchRouting(replicas, RoutingFetch{.deadline = std::chrono::seconds(10),
+                                                       .attempts = CallOptions{}.max_attempts});
     report(fetched.status());
     info = std::move(*fetched);
   }

@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "common/net.h"
+#include "common/replicas.h"
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
 #include "common/rpc_status.h"
@@ -127,6 +129,55 @@ TEST_F(RpcTest, NonIdempotentCallsAreTriedOnce) {
   EXPECT_EQ(st.code(), StatusCode::kUnavailable);
   EXPECT_EQ(LastCallAttempts(), 1);
   EXPECT_EQ(service_.calls(), 1);
+}
+
+// A channel that never connected sent nothing: even a call that must not be repeated is tried
+// again (Replicas moves it to the next replica).
+TEST_F(RpcTest, ACallThatNeverReachedAServerIsTriedAgainEvenIfNotIdempotent) {
+  auto port = FindFreePort();
+  ASSERT_TRUE(port.ok());
+  auto nowhere = Echo::NewStub(MakeChannel("127.0.0.1:" + std::to_string(*port)));
+  SayRequest request;
+  SayReply reply;
+  CallOptions options;  // not idempotent
+  options.max_attempts = 3;
+  options.deadline = std::chrono::milliseconds(500);
+  Status st = CallRpc("Echo.Say", options, [&](grpc::ClientContext* context) {
+    return nowhere->Say(context, request, &reply);
+  });
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(LastCallAttempts(), 3);
+}
+
+// The client side of a replicated service: a follower's refusal names the leader, and the next
+// attempt goes there; an unreachable replica is passed over.
+TEST(Replicas, FollowTheLeaderAFollowerNames) {
+  EXPECT_EQ(SplitAddressList(" a:1, b:2 ,,c:3"), (std::vector<std::string>{"a:1", "b:2", "c:3"}));
+  Status refused = NotLeader("fs3-mgmtd", "10.0.0.1:8000", "10.0.0.2:8000");
+  EXPECT_EQ(refused.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(LeaderNamedIn(refused.message()), "10.0.0.2:8000");
+  EXPECT_EQ(LeaderNamedIn(NotLeader("x", "a", "").message()), "");
+
+  test::EchoService leader_service{"leader: "};
+  auto leader = RpcServer::Start(RpcServerOptions{}, {&leader_service});
+  ASSERT_TRUE(leader.ok());
+  auto dead = FindFreePort();
+  ASSERT_TRUE(dead.ok());
+  const std::string dead_address = "127.0.0.1:" + std::to_string(*dead);
+  Replicas<Echo> replicas(dead_address + "," + (*leader)->address());
+  EXPECT_EQ(replicas.size(), 2u);
+  EXPECT_EQ(replicas.current(), dead_address);
+  SayRequest request;
+  request.set_text("hi");
+  SayReply reply;
+  CallOptions options;  // not idempotent: a replica that never got it may still be tried
+  options.max_attempts = 3;
+  Status st = CallRpc("Echo.Say", options, [&](grpc::ClientContext* c) {
+    return replicas.Attempt([&](Echo::Stub& s) { return s.Say(c, request, &reply); });
+  });
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(reply.text(), "leader: hi");
+  EXPECT_EQ(replicas.current(), (*leader)->address());
 }
 
 TEST_F(RpcTest, OtherErrorsAreNotRetried) {

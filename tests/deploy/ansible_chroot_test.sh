@@ -60,6 +60,7 @@ all:
     fireflyer_cluster_name: chroot-test
     fs3_replication: 1
     fireflyer_install_venv: false   # torch from PyPI: several GB, not for a test
+    fireflyer_ha: true              # the control plane on etcd (a one-member cluster here)
   children:
     management: {hosts: {node1: }}
     storage: {hosts: {node1: }}
@@ -121,6 +122,14 @@ for u in fs3-mgmtd.service fs3-meta.service fs3-storage.service hai-server.servi
   check "$u enabled" systemctl --root="$host" is-enabled --quiet "$u"
 done
 check "hai-agent is node A-leaf00-n00" grep -q 'node = "A-leaf00-n00"' "$host/etc/fireflyer/hai-agent.toml"
+# The highly available control plane: etcd installed and configured, the replicas on it.
+check "etcd installed (Debian's etcd-server)" in_host etcd --version
+check "etcd's member settings" grep -q 'ETCD_INITIAL_CLUSTER="node1=http://127.0.0.1:2380"' "$host/etc/default/etcd"
+check "etcd.service enabled" systemctl --root="$host" is-enabled --quiet etcd.service
+for d in fs3-mgmtd fs3-meta hai-server; do
+  check "$d keeps its state in etcd" grep -q 'engine = "etcd"' "$host/etc/fireflyer/$d.toml"
+done
+check "Prometheus scrapes etcd" grep -q "job_name: etcd" "$host/etc/prometheus/prometheus.yml"
 check "Prometheus' config and rules (promtool)" in_host promtool check config /etc/prometheus/prometheus.yml
 for job in hai-server hai-web hai-agent hai-health fs3-mgmtd fs3-meta fs3-storage fs3-fuse; do
   check "Prometheus scrapes $job" grep -q "job_name: $job" "$host/etc/prometheus/prometheus.yml"
@@ -147,7 +156,8 @@ starts() {  # DAEMON [--set ...]
 }
 check "hai-server starts from its config and cluster.toml" starts hai-server --set hai.data_dir=/tmp/hai-server-data
 check "fs3-mgmtd starts from its config" starts fs3-mgmtd --set mgmtd.data_dir=/tmp/fs3-mgmtd-data
-check "fs3-meta starts from its config" starts fs3-meta --set meta.data_dir=/tmp/fs3-meta-data
+# (fs3-meta opens its namespace as it starts: alone in its namespace, without etcd, on RocksDB.)
+check "fs3-meta starts from its config" starts fs3-meta --set meta.engine=rocksdb --set meta.data_dir=/tmp/fs3-meta-data
 check "hai-web starts from its config (its library installed)" starts hai-web
 [ $fail -eq 0 ] && say "PASS" || say "FAIL"
 exit $fail

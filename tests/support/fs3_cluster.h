@@ -6,6 +6,10 @@
 // "mgmtd", "s0", "s1", ... (a storage service and its node name), "meta", "fuse-<mount>"; service
 // i's targets have ids (i + 1) * 10 + t (t = 1, 2, ...) and live in <dir>/s<i>-t<t>.
 //
+// Highly available (options.ha): a three-member etcd cluster, fs3-mgmtd replicas "mgmtd",
+// "mgmtd2", ... and fs3-meta servers "meta", "meta2", ... on the etcd engine; every client is
+// given all their addresses (mgmtd_address_ and meta_address_ are comma-separated lists).
+//
 // Header-only: the including test target defines FF_FS3_MGMTD_PATH, FF_FS3_STORAGE_PATH,
 // FF_FS3_META_PATH (and FF_FS3_FUSE_PATH for mounts).
 #pragma once
@@ -24,10 +28,13 @@
 #include <string>
 #include <vector>
 
+#include "common/replicas.h"
 #include "common/rpc_client.h"
+#include "fs3/meta_client.h"
 #include "fs3/proto/meta.grpc.pb.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
 #include "tests/support/daemons.h"
+#include "tests/support/etcd_cluster.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/wait.h"
 
@@ -43,6 +50,9 @@ struct Fs3ClusterOptions {
   std::string mgmtd_keys = "lease_ms = 1500\ncheck_interval_ms = 100\nrestart_grace_ms = 10000\n";
   std::string storage_keys;  // more [storage] keys
   std::string meta_keys = "gc_interval_ms = 200\n";
+  bool ha = false;  // etcd, several fs3-mgmtd and fs3-meta (below)
+  int mgmtd_replicas = 2;
+  int meta_servers = 2;
 };
 
 class Fs3Cluster {
@@ -72,10 +82,26 @@ class Fs3Cluster {
   // mgmtd, the storage services, the chains (InitCluster), then fs3-meta. ASSERTs inside: check
   // HasFatalFailure() after it.
   void Start() {
-    WriteConfig("mgmtd",
-                "[mgmtd]\ndata_dir = \"" + dir_.File("mgmtd") + "\"\n" + options_.mgmtd_keys);
-    ASSERT_TRUE(StartMgmtd());
-    mgmtd_address_ = ReadyField("mgmtd", "rpc");
+    if (options_.ha) {
+      etcd_ = std::make_unique<EtcdCluster>(dir_, 3);
+      ASSERT_TRUE(etcd_->Start());
+      std::string endpoints;
+      for (const std::string& e : etcd_->endpoints())
+        endpoints += (endpoints.empty() ? "\"" : ", \"") + e + "\"";
+      etcd_keys_ = "engine = \"etcd\"\netcd_endpoints = [" + endpoints + "]\n";
+      mgmtd_address_.clear();
+      for (int i = 0; i < options_.mgmtd_replicas; ++i) {
+        const std::string name = MgmtdName(i);
+        WriteConfig(name, "[mgmtd]\n" + etcd_keys_ + "election_ttl_s = 2\n" + options_.mgmtd_keys);
+        ASSERT_TRUE(daemons_.Start(name, FF_FS3_MGMTD_PATH));
+        mgmtd_address_ += (i == 0 ? "" : ",") + ReadyField(name, "rpc");
+      }
+    } else {
+      WriteConfig("mgmtd",
+                  "[mgmtd]\ndata_dir = \"" + dir_.File("mgmtd") + "\"\n" + options_.mgmtd_keys);
+      ASSERT_TRUE(StartMgmtd());
+      mgmtd_address_ = ReadyField("mgmtd", "rpc");
+    }
     for (int i = 0; i < options_.services; ++i) {
       std::string keys = "[storage]\nnode = \"" + StorageName(i) + "\"\nmgmtd = \"" +
                          mgmtd_address_ + "\"\n" + options_.storage_keys;
@@ -90,23 +116,31 @@ class Fs3Cluster {
       ASSERT_TRUE(WaitUntil([&] { return CountNodes("up") == options_.services; },
                             std::chrono::seconds(20)))
           << "the storage services did not register";
-      auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd_address_));
+      Replicas<fs3rpc::Mgmtd> mgmtd(mgmtd_address_);
       fs3rpc::InitRequest init;
       init.set_chunk_size(options_.chunk_size);
       init.set_replication(options_.replication);
       fs3rpc::RoutingInfo info;
-      grpc::ClientContext c;
-      grpc::Status st = stub->InitCluster(&c, init, &info);
-      ASSERT_TRUE(st.ok()) << st.error_message();
+      Status st = CallRpc("InitCluster", CallOptions{}, [&](grpc::ClientContext* c) {
+        return mgmtd.Attempt([&](fs3rpc::Mgmtd::Stub& s) { return s.InitCluster(c, init, &info); });
+      });
+      ASSERT_TRUE(st.ok()) << st;
       ASSERT_TRUE(WaitUntil([&] { return AllServing(); }, std::chrono::seconds(20)))
           << "the chains did not start serving";
     }
     if (options_.meta) {
-      WriteConfig("meta", "[meta]\ndata_dir = \"" + dir_.File("meta") +
-                              "\"\nchunk_size = " + std::to_string(options_.chunk_size) +
+      const int servers = options_.ha ? options_.meta_servers : 1;
+      meta_address_.clear();
+      for (int i = 0; i < servers; ++i) {
+        const std::string name = MetaName(i);
+        WriteConfig(name, "[meta]\n" +
+                              (options_.ha ? etcd_keys_ + "name = \"" + name + "\"\n"
+                                           : "data_dir = \"" + dir_.File("meta") + "\"\n") +
+                              "chunk_size = " + std::to_string(options_.chunk_size) +
                               "\nmgmtd = \"" + mgmtd_address_ + "\"\n" + options_.meta_keys);
-      ASSERT_TRUE(StartMeta());
-      meta_address_ = ReadyField("meta", "rpc");
+        ASSERT_TRUE(daemons_.Start(name, FF_FS3_META_PATH));
+        meta_address_ += (i == 0 ? "" : ",") + ReadyField(name, "rpc");
+      }
       WriteFile(dir_.File("fuse.toml"),
                 std::string(options_.metrics ? "[metrics]\nlisten = \"127.0.0.1:0\"\n"
                                              : "[metrics]\nenabled = false\n") +
@@ -117,7 +151,24 @@ class Fs3Cluster {
 
   // Starts (again) a daemon from its config; false, with the reason in the test's output, when it
   // exits or does not get ready.
-  bool StartMgmtd() { return daemons_.Start("mgmtd", FF_FS3_MGMTD_PATH); }
+  bool StartMgmtd(int i = 0) { return daemons_.Start(MgmtdName(i), FF_FS3_MGMTD_PATH); }
+  bool StartMeta(int i) { return daemons_.Start(MetaName(i), FF_FS3_META_PATH); }
+  static std::string MgmtdName(int i) { return i == 0 ? "mgmtd" : "mgmtd" + std::to_string(i + 1); }
+  static std::string MetaName(int i) { return i == 0 ? "meta" : "meta" + std::to_string(i + 1); }
+  // The fs3-mgmtd replica that leads now (its daemon name), "" if none answers as leader.
+  std::string MgmtdLeader() {
+    for (int i = 0; i < (options_.ha ? options_.mgmtd_replicas : 1); ++i) {
+      const std::string name = MgmtdName(i);
+      if (!daemons_.has(name) || !daemons_.proc(name).running()) continue;
+      auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(ReadyField(name, "rpc")));
+      fs3rpc::RoutingInfo info;
+      grpc::ClientContext c;
+      c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      if (stub->GetRouting(&c, {}, &info).ok()) return name;
+    }
+    return "";
+  }
+  EtcdCluster* etcd() { return etcd_.get(); }
   bool StartStorage(int i) { return daemons_.Start(StorageName(i), FF_FS3_STORAGE_PATH); }
   bool StartMeta() { return daemons_.Start("meta", FF_FS3_META_PATH); }
 
@@ -153,11 +204,13 @@ class Fs3Cluster {
   }
 
   fs3rpc::RoutingInfo Routing() {
-    auto stub = fs3rpc::Mgmtd::NewStub(MakeChannel(mgmtd_address_));
+    Replicas<fs3rpc::Mgmtd> mgmtd(mgmtd_address_);
     fs3rpc::RoutingInfo info;
-    grpc::ClientContext c;
-    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    (void)stub->GetRouting(&c, {}, &info);
+    (void)CallRpc(
+        "GetRouting", CallOptions::Idempotent(std::chrono::seconds(2)),
+        [&](grpc::ClientContext* c) {
+          return mgmtd.Attempt([&](fs3rpc::Mgmtd::Stub& s) { return s.GetRouting(c, {}, &info); });
+        });
     return info;
   }
   int CountNodes(const std::string& state) {
@@ -179,12 +232,11 @@ class Fs3Cluster {
   }
   // fs3-meta's fsck (with storage): the problems found.
   std::vector<std::string> Fsck(bool repair = false) {
-    auto stub = fs3rpc::Meta::NewStub(MakeChannel(meta_address_));
+    fs3::MetaClient meta(fs3::MetaClientOptions{.address = meta_address_, .frames = false});
     fs3rpc::FsckRequest r;
     r.set_repair(repair);
     fs3rpc::FsckReply out;
-    Status st = CallRpc("fsck", CallOptions::Idempotent(std::chrono::seconds(30)),
-                        [&](grpc::ClientContext* c) { return stub->Fsck(c, r, &out); });
+    Status st = meta.Fsck(r, &out, std::chrono::seconds(30));
     EXPECT_TRUE(st.ok()) << st;
     return {out.problems().begin(), out.problems().end()};
   }
@@ -202,6 +254,8 @@ class Fs3Cluster {
   }
 
   const Fs3ClusterOptions options_;
+  std::unique_ptr<EtcdCluster> etcd_;  // options.ha
+  std::string etcd_keys_;              // the engine keys of mgmtd's and meta's configs
   Daemons daemons_;
   std::vector<std::string> mounts_;
 };

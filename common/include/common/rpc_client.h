@@ -4,7 +4,10 @@
 // server deduplicates) are retried with exponential backoff and jitter on UNAVAILABLE and when an
 // attempt runs past its own deadline (not when a handler answers DEADLINE_EXCEEDED), until they
 // succeed, fail with another code, run out of attempts, or the total deadline passes.
-// Non-idempotent calls are tried once: a retry could apply them twice. Thread-safe.
+// Non-idempotent calls are tried once: a retry could apply them twice; except that a follower of a
+// replicated service refusing a call ("... is not the leader", common/replicas.h) applied nothing,
+// so every call is retried then (on the leader, through Replicas), as it is when the channel never
+// connected (nothing was sent). Thread-safe.
 #pragma once
 
 #include <grpcpp/channel.h>

@@ -43,7 +43,7 @@ Result<std::unique_ptr<StorageClient>> StorageClient::Create(const ClientOptions
 
 StorageClient::StorageClient(const ClientOptions& options)
     : options_(options),
-      mgmtd_(fs3rpc::Mgmtd::NewStub(MakeChannel(options.mgmtd))),
+      mgmtd_(std::make_unique<MgmtdReplicas>(options.mgmtd)),
       transport_(options.transport ? options.transport : std::make_shared<GrpcTransport>()),
       next_request_(std::random_device{}() * uint64_t{0x100000000}) {}
 

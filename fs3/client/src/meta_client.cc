@@ -10,24 +10,79 @@ constexpr auto kAskAgainAfter = std::chrono::seconds(10);
 
 }  // namespace
 
-MetaClient::MetaClient(MetaClientOptions options)
-    : options_(std::move(options)), stub_(fs3rpc::Meta::NewStub(MakeChannel(options_.address))) {
-  int port = 0;
-  if (!SplitHostPort(options_.address, &host_, &port).ok()) host_.clear();
+MetaClient::MetaClient(MetaClientOptions options) : options_(std::move(options)) {
+  std::size_t start = 0;
+  while (start <= options_.address.size()) {
+    std::size_t comma = options_.address.find(',', start);
+    if (comma == std::string::npos) comma = options_.address.size();
+    std::string address = options_.address.substr(start, comma - start);
+    address.erase(0, address.find_first_not_of(" \t"));
+    address.erase(address.find_last_not_of(" \t") + 1);
+    if (!address.empty()) {
+      auto server = std::make_unique<Server>();
+      server->address = address;
+      server->stub = fs3rpc::Meta::NewStub(MakeChannel(address));
+      int port = 0;
+      if (!SplitHostPort(address, &server->host, &port).ok()) server->host.clear();
+      servers_.push_back(std::move(server));
+    }
+    start = comma + 1;
+  }
+  if (servers_.empty()) {  // calls fail with gRPC's own error for a bad target
+    auto server = std::make_unique<Server>();
+    server->address = options_.address;
+    server->stub = fs3rpc::Meta::NewStub(MakeChannel(options_.address));
+    servers_.push_back(std::move(server));
+  }
 }
 
 std::string MetaClient::FramesAddress() {
   std::lock_guard lock(mu_);
-  return frames_ ? frames_->address() : "";
+  for (const auto& server : servers_) {
+    if (server->frames) return server->frames->address();
+  }
+  return "";
 }
 
-grpc::Status MetaClient::Frames(std::chrono::system_clock::time_point deadline,
+MetaClient::Server& MetaClient::Pick() {
+  const std::size_t n = servers_.size();
+  const uint64_t first = next_.fetch_add(1, std::memory_order_relaxed);
+  if (n == 1) return *servers_[0];
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mu_);
+  Server* soonest = nullptr;
+  for (std::size_t i = 0; i < n; ++i) {
+    Server& s = *servers_[(first + i) % n];
+    if (s.down_until <= now) return s;
+    if (!soonest || s.down_until < soonest->down_until) soonest = &s;
+  }
+  return *soonest;  // all failed lately: the one that failed longest ago
+}
+
+void MetaClient::MarkDown(Server& server) {
+  if (servers_.size() == 1) return;
+  std::lock_guard lock(mu_);
+  // Passed over for 1 s after a failure, twice as long after each failure in a row (a server
+  // cut off by the network costs a call's whole deadline each time it is tried), up to 30 s.
+  const int shift = std::min(server.failures++, 5);
+  server.down_until =
+      std::chrono::steady_clock::now() + std::chrono::seconds(std::min(30, 1 << shift));
+}
+
+void MetaClient::MarkUp(Server& server) {
+  if (servers_.size() == 1) return;
+  std::lock_guard lock(mu_);
+  server.down_until = {};
+  server.failures = 0;
+}
+
+grpc::Status MetaClient::Frames(Server& server, std::chrono::system_clock::time_point deadline,
                                 std::shared_ptr<FrameChannel>* out) {
   {
     std::lock_guard lock(mu_);
-    if (frames_ || !options_.frames || host_.empty() ||
-        std::chrono::steady_clock::now() < no_frames_until_) {
-      *out = frames_;
+    if (server.frames || !options_.frames || server.host.empty() ||
+        std::chrono::steady_clock::now() < server.no_frames_until) {
+      *out = server.frames;
       return grpc::Status::OK;
     }
   }
@@ -36,35 +91,52 @@ grpc::Status MetaClient::Frames(std::chrono::system_clock::time_point deadline,
       std::min(deadline, std::chrono::system_clock::now() + std::chrono::seconds(2)));
   fs3rpc::Empty empty;
   fs3rpc::EndpointsReply reply;
-  grpc::Status st = stub_->Endpoints(&context, empty, &reply);
+  grpc::Status st = server.stub->Endpoints(&context, empty, &reply);
   std::lock_guard lock(mu_);
   if (!st.ok() && st.error_code() != grpc::StatusCode::UNIMPLEMENTED) return st;
   if (!st.ok() || reply.frames_port() == 0) {  // an fs3-meta without frames: gRPC it is
-    no_frames_until_ = std::chrono::steady_clock::now() + kAskAgainAfter;
-  } else if (!frames_) {
-    frames_ =
-        std::make_shared<FrameChannel>(JoinHostPort(host_, static_cast<int>(reply.frames_port())));
+    server.no_frames_until = std::chrono::steady_clock::now() + kAskAgainAfter;
+  } else if (!server.frames) {
+    server.frames = std::make_shared<FrameChannel>(
+        JoinHostPort(server.host, static_cast<int>(reply.frames_port())));
   }
-  *out = frames_;
+  *out = server.frames;
   return grpc::Status::OK;
 }
 
-void MetaClient::DropFrames(const std::shared_ptr<FrameChannel>& failed) {
+void MetaClient::DropFrames(Server& server, const std::shared_ptr<FrameChannel>& failed) {
   std::lock_guard lock(mu_);
-  if (frames_ == failed) frames_.reset();
+  if (server.frames == failed) server.frames.reset();
 }
 
 template <typename Req, typename Resp, typename Method>
 Status MetaClient::Call(const char* what, uint16_t id, Method method, const Req& request,
                         Resp* reply) {
   return CallRpc(what, options_.call, [&](grpc::ClientContext* c) -> grpc::Status {
+    Server& server = Pick();
     std::shared_ptr<FrameChannel> frames;
-    grpc::Status found = Frames(c->deadline(), &frames);
-    if (!found.ok()) return found;  // fs3-meta is not reachable: retried like the call
-    if (!frames) return (stub_.get()->*method)(c, request, reply);
+    grpc::Status found = Frames(server, c->deadline(), &frames);
+    if (!found.ok()) {  // fs3-meta is not reachable: retried like the call, on another server
+      MarkDown(server);
+      return found;
+    }
+    if (!frames) {
+      grpc::Status st = (server.stub.get()->*method)(c, request, reply);
+      if (!st.ok() && !IsHandlerStatus(st)) {
+        MarkDown(server);
+      } else {
+        MarkUp(server);  // it answered (a restarted server is back in turn at once)
+      }
+      return st;
+    }
     grpc::Status st = frames->Call(id, request, reply, c->deadline());
     // A transport failure (fs3-meta restarting, perhaps on another port): ask again next time.
-    if (!st.ok() && !IsHandlerStatus(st)) DropFrames(frames);
+    if (!st.ok() && !IsHandlerStatus(st)) {
+      DropFrames(server, frames);
+      MarkDown(server);
+    } else {
+      MarkUp(server);
+    }
     return st;
   });
 }
@@ -74,8 +146,12 @@ Status MetaClient::Fsck(const fs3rpc::FsckRequest& request, fs3rpc::FsckReply* r
   CallOptions call = options_.call;
   call.deadline = attempt;
   call.total_deadline = std::max(call.total_deadline, attempt);
-  return CallRpc("fs3-meta Fsck", call,
-                 [&](grpc::ClientContext* c) { return stub_->Fsck(c, request, reply); });
+  return CallRpc("fs3-meta Fsck", call, [&](grpc::ClientContext* c) {
+    Server& server = Pick();
+    grpc::Status st = server.stub->Fsck(c, request, reply);
+    if (!st.ok() && !IsHandlerStatus(st)) MarkDown(server);
+    return st;
+  });
 }
 
 #define FS3_META_CLIENT_METHOD(id, name, Req, Resp)                                \

@@ -4,7 +4,7 @@
 
 namespace ff::fs3 {
 
-Result<fs3rpc::RoutingInfo> FetchRouting(fs3rpc::Mgmtd::Stub& mgmtd, const RoutingFetch& fetch) {
+Result<fs3rpc::RoutingInfo> FetchRouting(MgmtdReplicas& mgmtd, const RoutingFetch& fetch) {
   fs3rpc::GetRoutingRequest req;
   req.set_known_version(fetch.known_version);
   req.set_wait_ms(static_cast<int64_t>(fetch.wait.count()));
@@ -12,7 +12,7 @@ Result<fs3rpc::RoutingInfo> FetchRouting(fs3rpc::Mgmtd::Stub& mgmtd, const Routi
   o.max_attempts = fetch.attempts;
   fs3rpc::RoutingInfo info;
   FF_RETURN_IF_ERROR(CallRpc("fs3-mgmtd GetRouting", o, [&](grpc::ClientContext* c) {
-    return mgmtd.GetRouting(c, req, &info);
+    return mgmtd.Attempt([&](fs3rpc::Mgmtd::Stub& s) { return s.GetRouting(c, req, &info); });
   }));
   return info;
 }

@@ -26,7 +26,17 @@ Caller CallerOf(const fs3rpc::Credentials& c) {
 }  // namespace
 
 void MetaOptions::Bind(ConfigSection& s) {
-  s.Required("data_dir", data_dir);
+  s.Optional("engine", engine);
+  s.Check(engine == "rocksdb" || engine == "etcd", "engine", "must be \"rocksdb\" or \"etcd\"");
+  s.Optional("data_dir", data_dir);
+  s.Check(engine != "rocksdb" || !data_dir.empty() || s.mode() != ConfigSection::Mode::kRead,
+          "data_dir", "is required with engine = \"rocksdb\"");
+  s.Optional("etcd_endpoints", etcd_endpoints);
+  s.Check(engine != "etcd" || !etcd_endpoints.empty() || s.mode() != ConfigSection::Mode::kRead,
+          "etcd_endpoints", "is required with engine = \"etcd\"");
+  s.Optional("etcd_prefix", etcd_prefix);
+  s.Check(!etcd_prefix.empty(), "etcd_prefix", "must not be empty");
+  s.Optional("name", name);
   s.Optional("chunk_size", chunk_size);
   s.Check(chunk_size >= 4096 && (chunk_size & (chunk_size - 1)) == 0, "chunk_size",
           "must be a power of two of at least 4096");
@@ -49,8 +59,19 @@ Result<std::unique_ptr<MetaService>> MetaService::Create(const MetaOptions& opti
   fs3rpc::Layout layout;
   layout.set_chunk_size(options.chunk_size);
   layout.set_stripe(options.stripe);
+  if (options.engine == "etcd") {
+    std::string list;
+    for (const std::string& e : options.etcd_endpoints)
+      list += (list.empty() ? "" : ",") + e;
+    FF_ASSIGN_OR_RETURN(auto endpoints, etcd::ParseEndpoints(list));
+    FF_ASSIGN_OR_RETURN(auto client, etcd::Client::Make({.endpoints = endpoints}));
+    FF_ASSIGN_OR_RETURN(auto store, MetaStore::OpenEtcd(client.get(), options.etcd_prefix, layout));
+    spdlog::info("namespace in etcd under {} ({})", options.etcd_prefix, list);
+    return std::unique_ptr<MetaService>(
+        new MetaService(options, std::move(client), std::move(store), metrics));
+  }
   FF_ASSIGN_OR_RETURN(auto store, MetaStore::Open(options.data_dir + "/meta", layout));
-  return std::unique_ptr<MetaService>(new MetaService(options, std::move(store), metrics));
+  return std::unique_ptr<MetaService>(new MetaService(options, nullptr, std::move(store), metrics));
 }
 
 Result<StorageClient*> MetaService::Storage() {
@@ -100,6 +121,13 @@ void MetaService::Start(const std::string& rpc_address) {
       spdlog::error("no frame transport: {}", server.status().message());
     }
   }
+  if (etcd_) {  // one collector among the servers of the namespace
+    if (options_.name.empty()) options_.name = rpc_address;
+    gc_election_ = std::make_unique<LeaderElection>(
+        etcd_.get(),
+        ElectionOptions{.key = options_.etcd_prefix + "gc-leader", .value = options_.name});
+    gc_election_->Start();
+  }
   gc_ = std::thread([this] {
     std::unique_lock lock(gc_mu_);
     while (!stopping_) {
@@ -120,10 +148,16 @@ void MetaService::Stop() {
   }
   gc_cv_.notify_all();
   if (gc_.joinable()) gc_.join();
+  if (gc_election_) gc_election_->Resign();
   if (frames_) frames_->Shutdown();
 }
 
+bool MetaService::CollectsGarbage() const {
+  return !gc_election_ || gc_election_->IsLeader();
+}
+
 Result<std::size_t> MetaService::CollectGarbage() {
+  if (!CollectsGarbage()) return std::size_t{0};
   FF_RETURN_IF_ERROR(store_->PruneRequests(kRequestMemorySeconds).status());
   FF_ASSIGN_OR_RETURN(auto garbage, store_->Garbage());
   if (garbage.empty() || options_.mgmtd.empty()) return std::size_t{0};
@@ -142,10 +176,12 @@ Result<std::size_t> MetaService::CollectGarbage() {
   return done;
 }
 
-MetaService::MetaService(const MetaOptions& options, std::unique_ptr<MetaStore> store,
-                         Metrics* metrics)
-    : options_(options), store_(std::move(store)), metrics_(metrics) {
+MetaService::MetaService(const MetaOptions& options, std::unique_ptr<etcd::Client> etcd,
+                         std::unique_ptr<MetaStore> store, Metrics* metrics)
+    : options_(options), etcd_(std::move(etcd)), store_(std::move(store)), metrics_(metrics) {
   if (!metrics_) return;
+  conflicts_ = &metrics_->Counter("fs3_meta_txn_conflicts_total",
+                                  "Operations run again after a conflict (etcd engine)");
   logged_batches_ = &metrics_->Counter("fs3_meta_logged_batches_total",
                                        "Metadata changes written to the log (one per operation)");
   log_syncs_ =
@@ -163,6 +199,7 @@ void MetaService::ReportLog() {
   };
   advance(reported_batches_, store_->LoggedBatches(), *logged_batches_);
   advance(reported_syncs_, store_->LogSyncs(), *log_syncs_);
+  advance(reported_conflicts_, store_->Conflicts(), *conflicts_);
 }
 
 grpc::Status MetaService::Serve(const char* op, const std::function<Status()>& body) {

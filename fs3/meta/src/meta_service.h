@@ -1,7 +1,9 @@
-// fs3-meta: the namespace service, the MetaStore behind gRPC. Stateless above RocksDB (so it can
-// be restarted at any point). Mutating calls carry a request id: a retry of a call that already
-// succeeded gets the first answer, also across a restart (creates through the inode's record,
-// the others through request records kept for an hour).
+// fs3-meta: the namespace service, the MetaStore behind gRPC. Stateless above its store (so it
+// can be restarted at any point): RocksDB on its own disk (one server), or etcd, where any number
+// of fs3-meta servers serve one namespace at once (clients spread their calls over them) and the
+// garbage collector runs on one of them at a time, elected. Mutating calls carry a request id: a
+// retry of a call that already succeeded gets the first answer, also across a restart (creates
+// through the inode's record, the others through request records kept for an hour).
 #pragma once
 
 #include <condition_variable>
@@ -12,7 +14,9 @@
 #include <thread>
 
 #include "common/config.h"
+#include "common/etcd.h"
 #include "common/frame_rpc.h"
+#include "common/leader_election.h"
 #include "fs3/client.h"
 #include "fs3/meta_store.h"
 #include "fs3/proto/meta.grpc.pb.h"
@@ -22,7 +26,14 @@ namespace ff::fs3 {
 
 struct MetaOptions {
   static constexpr const char* kSection = "meta";  // its section in the config file
-  std::string data_dir;
+  // Where the namespace lives: "rocksdb" (in data_dir) or "etcd" (under etcd_prefix in the etcd
+  // cluster at etcd_endpoints, shared by every server configured alike).
+  std::string engine = "rocksdb";
+  std::string data_dir;                     // rocksdb
+  std::vector<std::string> etcd_endpoints;  // etcd: "host:port" of the members
+  std::string etcd_prefix = "/fireflyer/fs3/meta/";
+  // This server's name in the garbage collector's election ("" = its RPC address).
+  std::string name;
   uint64_t chunk_size = 4 << 20;  // the root directory's layout, inherited below it
   uint32_t stripe = 16;
   // fs3-mgmtd's address: with it, fs3-meta settles file lengths from storage on close and fsync,
@@ -80,7 +91,8 @@ class MetaService final : public fs3rpc::Meta::Service {
   Result<std::size_t> CollectGarbage();
 
  private:
-  MetaService(const MetaOptions& options, std::unique_ptr<MetaStore> store, Metrics* metrics);
+  MetaService(const MetaOptions& options, std::unique_ptr<etcd::Client> etcd,
+              std::unique_ptr<MetaStore> store, Metrics* metrics);
   // The storage client (made on first use: the cluster may be initialised after fs3-meta starts).
   Result<StorageClient*> Storage();
   // After a write: grows the recorded length of `ino` to `at_least` and to what storage holds,
@@ -93,11 +105,19 @@ class MetaService final : public fs3rpc::Meta::Service {
   void AddDirs(google::protobuf::RepeatedPtrField<fs3rpc::Inode>* dirs,
                std::initializer_list<uint64_t> inos);
 
-  const MetaOptions options_;
+  // Whether this server runs the garbage collector now (always on RocksDB; the elected one on
+  // etcd).
+  bool CollectsGarbage() const;
+
+  MetaOptions options_;
+  std::unique_ptr<etcd::Client> etcd_;  // the etcd engine's client (outlives the store)
   std::unique_ptr<MetaStore> store_;
+  std::unique_ptr<LeaderElection> gc_election_;
   Metrics* metrics_;
   prometheus::Counter* logged_batches_ = nullptr;  // with metrics_
   prometheus::Counter* log_syncs_ = nullptr;
+  prometheus::Counter* conflicts_ = nullptr;
+  std::atomic<uint64_t> reported_conflicts_{0};
   std::atomic<uint64_t> reported_batches_{0};
   std::atomic<uint64_t> reported_syncs_{0};
   std::mutex storage_mu_;

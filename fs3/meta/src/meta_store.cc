@@ -10,142 +10,188 @@ namespace ff::fs3 {
 Result<std::unique_ptr<MetaStore>> MetaStore::Open(const std::string& path,
                                                    const fs3rpc::Layout& default_layout) {
   FF_ASSIGN_OR_RETURN(auto db, ProtoDb::Open(path));
-  std::unique_ptr<MetaStore> m(new MetaStore(std::move(db)));
-  Inode root;
-  Status st = m->db_->Get(InodeKey(kRootIno), &root);
-  if (st.code() == StatusCode::kNotFound) {
-    root.set_ino(kRootIno);
-    root.set_type(fs3rpc::INODE_DIR);
-    root.set_mode(0755);
-    root.set_nlink(2);
-    root.set_parent(kRootIno);
+  return OpenKv(TxnKv::OpenSerial(std::move(db)), default_layout);
+}
+
+Result<std::unique_ptr<MetaStore>> MetaStore::OpenEtcd(etcd::Client* client,
+                                                       const std::string& prefix,
+                                                       const fs3rpc::Layout& default_layout) {
+  FF_ASSIGN_OR_RETURN(auto kv, TxnKv::OpenEtcd(client, prefix));
+  return OpenKv(std::move(kv), default_layout);
+}
+
+Result<std::unique_ptr<MetaStore>> MetaStore::OpenKv(std::unique_ptr<TxnKv> kv,
+                                                     const fs3rpc::Layout& default_layout) {
+  std::unique_ptr<MetaStore> m(new MetaStore(std::move(kv)));
+  // The root, made once (by whichever server gets there first).
+  FF_RETURN_IF_ERROR(m->Run([&](Txn& t) -> Status {
+    auto root = t.GetInode(kRootIno);
+    if (root.ok()) return Status::Ok();
+    if (root.status().code() != StatusCode::kNotFound) return root.status();
+    Inode r;
+    r.set_ino(kRootIno);
+    r.set_type(fs3rpc::INODE_DIR);
+    r.set_mode(0755);
+    r.set_nlink(2);
+    r.set_parent(kRootIno);
     const int64_t now = NowNs();
-    root.set_atime_ns(now);
-    root.set_mtime_ns(now);
-    root.set_ctime_ns(now);
-    *root.mutable_layout() = default_layout;
-    fs3rpc::Counter one;
-    one.set_value(1);
-    FF_RETURN_IF_ERROR(m->db_->PutBatch({{InodeKey(kRootIno), &root}, {"m/inodes", &one}}));
-  } else if (!st.ok()) {
-    return st;
-  }
+    r.set_atime_ns(now);
+    r.set_mtime_ns(now);
+    r.set_ctime_ns(now);
+    *r.mutable_layout() = default_layout;
+    t.PutInode(r);
+    t.CountNewInode();
+    return t.Commit();
+  }));
+  FF_RETURN_IF_ERROR(m->AwaitDurable());
   return m;
 }
 
+std::optional<uint64_t> MetaStore::TakeIno() const {
+  std::lock_guard lock(ino_mu_);
+  if (ino_next_ < ino_end_) return ino_next_++;
+  return std::nullopt;
+}
+
+void MetaStore::GiveInoBlock(uint64_t first, uint64_t end) const {
+  std::lock_guard lock(ino_mu_);
+  if (ino_next_ >= ino_end_ && first < end) {
+    ino_next_ = first;
+    ino_end_ = end;
+  }
+}
+
+void MetaStore::ResetInoPool() const {
+  std::lock_guard lock(ino_mu_);
+  ino_next_ = ino_end_ = 0;
+}
+
 Result<Inode> MetaStore::GetAttr(uint64_t ino) const {
-  std::lock_guard lock(mu_);
-  Txn t(*db_, &needed_);
-  return t.GetInode(ino);
+  return Run([&](Txn& t) -> Result<Inode> { return t.GetInode(ino); });
 }
 
 Result<Inode> MetaStore::Lookup(const Caller& c, uint64_t parent, const std::string& name) const {
-  std::lock_guard lock(mu_);
-  Txn t(*db_, &needed_);
-  FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
-  if (!Permitted(c, dir, 1)) return PermissionDenied("no search permission on the directory");
-  if (name == ".") return dir;
-  if (name == "..") return t.GetInode(dir.parent());
-  FF_RETURN_IF_ERROR(CheckName(name));
-  FF_ASSIGN_OR_RETURN(auto d, t.GetDentry(parent, name));
-  if (!d) return Err(StatusCode::kNotFound, "no entry '" + name + "'");
-  return t.GetInode(d->ino());
+  return Run([&](Txn& t) -> Result<Inode> {
+    FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
+    if (!Permitted(c, dir, 1)) return PermissionDenied("no search permission on the directory");
+    if (name == ".") return dir;
+    if (name == "..") return t.GetInode(dir.parent());
+    FF_RETURN_IF_ERROR(CheckName(name));
+    FF_ASSIGN_OR_RETURN(auto d, t.GetDentry(parent, name));
+    if (!d) return Err(StatusCode::kNotFound, "no entry '" + name + "'");
+    return t.GetInode(d->ino());
+  });
 }
 
 Status MetaStore::OpenSession(uint64_t ino) {
-  std::lock_guard lock(mu_);
-  Txn t(*db_, &needed_);
-  FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
-  inode.set_sessions(inode.sessions() + 1);
-  t.PutInode(inode);
-  return t.Commit();
+  return Run([&](Txn& t) -> Status {
+    FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
+    inode.set_sessions(inode.sessions() + 1);
+    t.PutInode(inode);
+    return t.Commit();
+  });
 }
 
 Status MetaStore::CloseSession(uint64_t ino, std::optional<uint64_t> size) {
-  std::lock_guard lock(mu_);
-  Txn t(*db_, &needed_);
-  FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
-  if (inode.sessions() == 0)
-    return FailedPrecondition("inode " + std::to_string(ino) + " is not open");
-  inode.set_sessions(inode.sessions() - 1);
-  const bool grows = size && *size > inode.size();
-  if (grows) {
-    inode.set_size(*size);
-    inode.set_mtime_ns(NowNs());
-    inode.set_ctime_ns(inode.mtime_ns());
-  }
-  if (inode.sessions() == 0 && inode.nlink() == 0) {
-    t.DeleteInode(ino);  // unlinked while open: its data goes now
-    if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(ino, inode.layout());
-    return t.Commit();
-  }
-  t.PutInode(inode);
-  return t.Commit(/*durable=*/grows);
-}
-
-Result<Inode> MetaStore::SettleLength(uint64_t ino, uint64_t length, bool written) {
-  std::lock_guard lock(mu_);
-  Txn t(*db_, &needed_);
-  FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
-  if (inode.type() != fs3rpc::INODE_FILE) return inode;
-  if (length > inode.size() || written) {
-    inode.set_size(std::max(length, inode.size()));
-    if (written) {  // data changed: mtime and ctime move (POSIX: on write)
+  return Run([&](Txn& t) -> Status {
+    FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
+    if (inode.sessions() == 0)
+      return FailedPrecondition("inode " + std::to_string(ino) + " is not open");
+    inode.set_sessions(inode.sessions() - 1);
+    const bool grows = size && *size > inode.size();
+    if (grows) {
+      inode.set_size(*size);
       inode.set_mtime_ns(NowNs());
       inode.set_ctime_ns(inode.mtime_ns());
     }
+    if (inode.sessions() == 0 && inode.nlink() == 0) {
+      t.DeleteInode(ino);  // unlinked while open: its data goes now
+      if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(ino, inode.layout());
+      return t.Commit();
+    }
     t.PutInode(inode);
-    FF_RETURN_IF_ERROR(t.Commit());
-  }
-  return inode;
+    return t.Commit(/*durable=*/grows);
+  });
+}
+
+Result<Inode> MetaStore::SettleLength(uint64_t ino, uint64_t length, bool written) {
+  return Run([&](Txn& t) -> Result<Inode> {
+    FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
+    if (inode.type() != fs3rpc::INODE_FILE) return inode;
+    if (length > inode.size() || written) {
+      inode.set_size(std::max(length, inode.size()));
+      if (written) {  // data changed: mtime and ctime move (POSIX: on write)
+        inode.set_mtime_ns(NowNs());
+        inode.set_ctime_ns(inode.mtime_ns());
+      }
+      t.PutInode(inode);
+      FF_RETURN_IF_ERROR(t.Commit());
+    }
+    return inode;
+  });
 }
 
 Result<uint64_t> MetaStore::InodeCount() const {
-  std::lock_guard lock(mu_);
-  fs3rpc::Counter c;
-  Status st = db_->Get("m/inodes", &c);
-  if (!st.ok() && st.code() != StatusCode::kNotFound) return st;
-  return c.value();
+  if (!kv_->serial()) return kv_->CountKeys("i/");
+  return Run([&](Txn& t) -> Result<uint64_t> {
+    FF_ASSIGN_OR_RETURN(auto c, t.Read<fs3rpc::Counter>("m/inodes"));
+    return c ? c->value() : 0;
+  });
 }
 
 Result<std::vector<uint64_t>> MetaStore::Garbage() const {
-  std::lock_guard lock(mu_);
-  FF_ASSIGN_OR_RETURN(auto rows, db_->ScanKeys("g/", "", SIZE_MAX));
-  std::vector<uint64_t> out;
-  for (const auto& [key, bytes] : rows) {
-    uint64_t ino = 0;
-    for (std::size_t i = 2; i < 10 && i < key.size(); ++i)
-      ino = (ino << 8) | static_cast<unsigned char>(key[i]);
-    out.push_back(ino);
-  }
-  return out;
+  return Run([&](Txn& t) -> Result<std::vector<uint64_t>> {
+    FF_ASSIGN_OR_RETURN(auto rows, t.Scan("g/", "", SIZE_MAX));
+    std::vector<uint64_t> out;
+    for (const auto& [key, bytes] : rows) {
+      uint64_t ino = 0;
+      for (std::size_t i = 2; i < 10 && i < key.size(); ++i)
+        ino = (ino << 8) | static_cast<unsigned char>(key[i]);
+      out.push_back(ino);
+    }
+    return out;
+  });
 }
 
 Result<std::size_t> MetaStore::PruneRequests(uint64_t max_age_s) {
-  std::lock_guard lock(mu_);
   const auto now_s = static_cast<uint64_t>(NowNs() / 1000000000);
-  FF_ASSIGN_OR_RETURN(auto rows, db_->ScanKeys("r/", "", SIZE_MAX));
-  std::vector<std::pair<std::string, const google::protobuf::Message*>> old;
-  for (const auto& [key, bytes] : rows) {
-    fs3rpc::Counter when;
-    if (!when.ParseFromString(bytes) || when.value() + max_age_s < now_s) {
-      old.emplace_back(key, nullptr);
-    }
+  std::size_t pruned = 0;
+  std::string after;
+  // In pages, so that one transaction stays within the engine's limits.
+  for (;;) {
+    using Page = std::pair<std::size_t, std::string>;  // pruned, the next page's cursor
+    FF_ASSIGN_OR_RETURN(Page page, Run([&](Txn& t) -> Result<Page> {
+                          FF_ASSIGN_OR_RETURN(auto rows, t.Scan("r/", after, 512));
+                          std::size_t old = 0;
+                          for (const auto& [key, bytes] : rows) {
+                            fs3rpc::Counter when;
+                            if (!when.ParseFromString(bytes) || when.value() + max_age_s < now_s) {
+                              t.DeleteKey(key);
+                              ++old;
+                            }
+                          }
+                          FF_RETURN_IF_ERROR(t.Commit(/*durable=*/false));
+                          return Page(old, rows.size() < 512 ? "" : rows.back().first);
+                        }));
+    pruned += page.first;
+    if (page.second.empty()) return pruned;
+    after = page.second;
   }
-  if (!old.empty()) FF_RETURN_IF_ERROR(db_->PutBatch(old));
-  return old.size();
 }
 
 Result<fs3rpc::Layout> MetaStore::GarbageLayout(uint64_t ino) const {
-  std::lock_guard lock(mu_);
-  fs3rpc::Layout layout;
-  FF_RETURN_IF_ERROR(db_->Get(GarbageKey(ino), &layout));
-  return layout;
+  return Run([&](Txn& t) -> Result<fs3rpc::Layout> {
+    FF_ASSIGN_OR_RETURN(auto layout, t.Read<fs3rpc::Layout>(GarbageKey(ino)));
+    if (!layout) return NotFound("inode " + std::to_string(ino) + " is not awaiting deletion");
+    return *layout;
+  });
 }
 
 Status MetaStore::Forget(uint64_t ino) {
-  std::lock_guard lock(mu_);
-  return db_->Delete(GarbageKey(ino));
+  return Run([&](Txn& t) -> Status {
+    t.RemoveGarbage(ino);
+    return t.Commit();
+  });
 }
 
 }  // namespace ff::fs3

@@ -10,149 +10,144 @@ namespace ff::fs3 {
 
 Result<std::vector<std::string>> MetaStore::CheckData(const std::map<uint64_t, uint64_t>& stored,
                                                       bool repair) {
-  std::lock_guard lock(mu_);
-  Txn t(*db_, &needed_);
-  std::vector<std::string> problems;
-  for (const auto& [ino, length] : stored) {
-    auto inode = t.GetInode(ino);
-    // Only a file that is surely gone makes its chunks garbage: a failed read stops the check
-    // (a repair would otherwise delete a live file's data).
-    if (!inode.ok() && inode.status().code() != StatusCode::kNotFound) return inode.status();
-    if (!inode.ok()) {
-      fs3rpc::Layout queued;
-      Status q = db_->Get(GarbageKey(ino), &queued);
-      if (q.ok()) continue;  // deletion under way
-      if (q.code() != StatusCode::kNotFound) return q;
-      problems.push_back("chunks of inode " + std::to_string(ino) + " (" + std::to_string(length) +
-                         " bytes) belong to no file");
-      if (repair) t.AddGarbage(ino);
-      continue;
-    }
-    if (inode->type() == fs3rpc::INODE_FILE && inode->sessions() == 0 && length > inode->size()) {
-      problems.push_back("inode " + std::to_string(ino) + " holds " + std::to_string(length) +
-                         " bytes of data but records a length of " + std::to_string(inode->size()));
-      if (repair) {
-        inode->set_size(length);
-        t.PutInode(*inode);
+  return Run([&](Txn& t) -> Result<std::vector<std::string>> {
+    std::vector<std::string> problems;
+    for (const auto& [ino, length] : stored) {
+      auto inode = t.GetInode(ino);
+      // Only a file that is surely gone makes its chunks garbage: a failed read stops the check
+      // (a repair would otherwise delete a live file's data).
+      if (!inode.ok() && inode.status().code() != StatusCode::kNotFound) return inode.status();
+      if (!inode.ok()) {
+        FF_ASSIGN_OR_RETURN(auto queued, t.Read<fs3rpc::Layout>(GarbageKey(ino)));
+        if (queued) continue;  // deletion under way
+        problems.push_back("chunks of inode " + std::to_string(ino) + " (" +
+                           std::to_string(length) + " bytes) belong to no file");
+        if (repair) t.AddGarbage(ino);
+        continue;
+      }
+      if (inode->type() == fs3rpc::INODE_FILE && inode->sessions() == 0 && length > inode->size()) {
+        problems.push_back("inode " + std::to_string(ino) + " holds " + std::to_string(length) +
+                           " bytes of data but records a length of " +
+                           std::to_string(inode->size()));
+        if (repair) {
+          inode->set_size(length);
+          t.PutInode(*inode);
+        }
       }
     }
-  }
-  if (repair && !problems.empty()) FF_RETURN_IF_ERROR(t.Commit());
-  return problems;
+    if (repair && !problems.empty()) FF_RETURN_IF_ERROR(t.Commit());
+    return problems;
+  });
 }
 
 Result<std::vector<std::string>> MetaStore::Fsck(bool repair) {
-  std::lock_guard lock(mu_);
-  Txn t(*db_, &needed_);
-  std::vector<std::string> problems;
-  std::map<uint64_t, Inode> inodes;
-  FF_ASSIGN_OR_RETURN(auto inode_rows, db_->ScanKeys("i/", "", SIZE_MAX));
-  for (const auto& [key, bytes] : inode_rows) {
-    Inode i;
-    if (!i.ParseFromString(bytes)) return DataLoss("corrupt inode record");
-    inodes[i.ino()] = i;
-  }
-  auto name_of = [](uint64_t parent, const std::string& name) {
-    return "entry '" + name + "' in directory " + std::to_string(parent);
-  };
-  std::map<uint64_t, uint32_t> links;    // entries pointing at each inode
-  std::map<uint64_t, uint32_t> subdirs;  // directories under each directory
-  std::map<uint64_t, uint64_t> dir_parent;
-  FF_ASSIGN_OR_RETURN(auto dentry_rows, db_->ScanKeys("d/", "", SIZE_MAX));
-  for (const auto& [key, bytes] : dentry_rows) {
-    Dentry d;
-    if (!d.ParseFromString(bytes) || key.size() < 10) return DataLoss("corrupt directory entry");
-    uint64_t parent = 0;
-    for (std::size_t i = 2; i < 10; ++i)
-      parent = (parent << 8) | static_cast<unsigned char>(key[i]);
-    const std::string name = key.substr(10);
-    auto it = inodes.find(d.ino());
-    if (it == inodes.end()) {
-      problems.push_back(name_of(parent, name) + " points at missing inode " +
-                         std::to_string(d.ino()));
-      if (repair) t.DeleteDentry(parent, name);
-      continue;
+  return Run([&](Txn& t) -> Result<std::vector<std::string>> {
+    std::vector<std::string> problems;
+    std::map<uint64_t, Inode> inodes;
+    FF_ASSIGN_OR_RETURN(auto inode_rows, t.Scan("i/", "", SIZE_MAX));
+    for (const auto& [key, bytes] : inode_rows) {
+      Inode i;
+      if (!i.ParseFromString(bytes)) return DataLoss("corrupt inode record");
+      inodes[i.ino()] = i;
     }
-    if (d.type() != it->second.type()) {
-      problems.push_back(name_of(parent, name) + " has the wrong type");
-      if (repair) {
-        d.set_type(it->second.type());
-        t.PutDentry(parent, name, d);
-      }
-    }
-    ++links[d.ino()];
-    if (it->second.type() == fs3rpc::INODE_DIR) {
-      ++subdirs[parent];
-      dir_parent[d.ino()] = parent;
-    }
-  }
-  uint64_t max_ino = kRootIno;
-  for (auto& [ino, inode] : inodes) {
-    max_ino = std::max(max_ino, ino);
-    const uint32_t n = links[ino];
-    bool changed = false;
-    if (inode.type() == fs3rpc::INODE_DIR) {
-      if (ino != kRootIno && n == 0) {
-        problems.push_back("directory inode " + std::to_string(ino) + " is unreachable");
-        if (repair) t.DeleteInode(ino);
+    auto name_of = [](uint64_t parent, const std::string& name) {
+      return "entry '" + name + "' in directory " + std::to_string(parent);
+    };
+    std::map<uint64_t, uint32_t> links;    // entries pointing at each inode
+    std::map<uint64_t, uint32_t> subdirs;  // directories under each directory
+    std::map<uint64_t, uint64_t> dir_parent;
+    FF_ASSIGN_OR_RETURN(auto dentry_rows, t.Scan("d/", "", SIZE_MAX));
+    for (const auto& [key, bytes] : dentry_rows) {
+      Dentry d;
+      if (!d.ParseFromString(bytes) || key.size() < 10) return DataLoss("corrupt directory entry");
+      uint64_t parent = 0;
+      for (std::size_t i = 2; i < 10; ++i)
+        parent = (parent << 8) | static_cast<unsigned char>(key[i]);
+      const std::string name = key.substr(10);
+      auto it = inodes.find(d.ino());
+      if (it == inodes.end()) {
+        problems.push_back(name_of(parent, name) + " points at missing inode " +
+                           std::to_string(d.ino()));
+        if (repair) t.DeleteDentry(parent, name);
         continue;
       }
-      const uint32_t want = 2 + subdirs[ino];
-      if (inode.nlink() != want) {
-        problems.push_back("directory inode " + std::to_string(ino) + " has link count " +
-                           std::to_string(inode.nlink()) + ", should be " + std::to_string(want));
-        inode.set_nlink(want);
-        changed = true;
-      }
-      if (ino != kRootIno && inode.parent() != dir_parent[ino]) {
-        problems.push_back("directory inode " + std::to_string(ino) + " records the wrong parent");
-        inode.set_parent(dir_parent[ino]);
-        changed = true;
-      }
-    } else {
-      if (n == 0 && inode.sessions() == 0) {
-        problems.push_back("inode " + std::to_string(ino) + " is orphaned (no entry, not open)");
+      if (d.type() != it->second.type()) {
+        problems.push_back(name_of(parent, name) + " has the wrong type");
         if (repair) {
-          t.DeleteInode(ino);
-          if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(ino, inode.layout());
+          d.set_type(it->second.type());
+          t.PutDentry(parent, name, d);
         }
-        continue;
       }
-      if (inode.nlink() != n) {
-        problems.push_back("inode " + std::to_string(ino) + " has link count " +
-                           std::to_string(inode.nlink()) + ", entries say " + std::to_string(n));
-        inode.set_nlink(n);
-        changed = true;
+      ++links[d.ino()];
+      if (it->second.type() == fs3rpc::INODE_DIR) {
+        ++subdirs[parent];
+        dir_parent[d.ino()] = parent;
       }
     }
-    if (changed && repair) t.PutInode(inode);
-  }
-  uint64_t live = 0;
-  for (const auto& [ino, inode] : inodes) {
-    auto now = t.GetInode(ino);
-    if (!now.ok() && now.status().code() != StatusCode::kNotFound) return now.status();
-    live += now.ok();
-  }
-  fs3rpc::Counter counted;
-  Status counted_st = db_->Get("m/inodes", &counted);
-  if (!counted_st.ok() && counted_st.code() != StatusCode::kNotFound) return counted_st;
-  if (counted.value() != inodes.size()) {  // as found, before any repair
-    problems.push_back("the inode count (" + std::to_string(counted.value()) + ") is not " +
-                       std::to_string(inodes.size()));
-  }
-  t.SetInodeCount(live);
-  FF_ASSIGN_OR_RETURN(uint64_t next, t.NextIno());
-  if (next <= max_ino) {
-    problems.push_back("the inode counter (" + std::to_string(next) + ") is not past inode " +
-                       std::to_string(max_ino));
-  }
-  if (repair && !problems.empty()) {
-    while (next <= max_ino) {
-      FF_ASSIGN_OR_RETURN(next, t.NextIno());
+    uint64_t max_ino = kRootIno;
+    for (auto& [ino, inode] : inodes) {
+      max_ino = std::max(max_ino, ino);
+      const uint32_t n = links[ino];
+      bool changed = false;
+      if (inode.type() == fs3rpc::INODE_DIR) {
+        if (ino != kRootIno && n == 0) {
+          problems.push_back("directory inode " + std::to_string(ino) + " is unreachable");
+          if (repair) t.DeleteInode(ino);
+          continue;
+        }
+        const uint32_t want = 2 + subdirs[ino];
+        if (inode.nlink() != want) {
+          problems.push_back("directory inode " + std::to_string(ino) + " has link count " +
+                             std::to_string(inode.nlink()) + ", should be " + std::to_string(want));
+          inode.set_nlink(want);
+          changed = true;
+        }
+        if (ino != kRootIno && inode.parent() != dir_parent[ino]) {
+          problems.push_back("directory inode " + std::to_string(ino) +
+                             " records the wrong parent");
+          inode.set_parent(dir_parent[ino]);
+          changed = true;
+        }
+      } else {
+        if (n == 0 && inode.sessions() == 0) {
+          problems.push_back("inode " + std::to_string(ino) + " is orphaned (no entry, not open)");
+          if (repair) {
+            t.DeleteInode(ino);
+            if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(ino, inode.layout());
+          }
+          continue;
+        }
+        if (inode.nlink() != n) {
+          problems.push_back("inode " + std::to_string(ino) + " has link count " +
+                             std::to_string(inode.nlink()) + ", entries say " + std::to_string(n));
+          inode.set_nlink(n);
+          changed = true;
+        }
+      }
+      if (changed && repair) t.PutInode(inode);
     }
-    FF_RETURN_IF_ERROR(t.Commit());
-  }
-  return problems;
+    uint64_t live = 0;
+    for (const auto& [ino, inode] : inodes)
+      live += !t.Deleted(ino);  // as repaired
+    if (kv_->serial()) {        // the optimistic engine keeps no count (it counts keys)
+      FF_ASSIGN_OR_RETURN(auto counted, t.Read<fs3rpc::Counter>("m/inodes"));
+      const uint64_t n = counted ? counted->value() : 0;
+      if (n != inodes.size()) {  // as found, before any repair
+        problems.push_back("the inode count (" + std::to_string(n) + ") is not " +
+                           std::to_string(inodes.size()));
+      }
+      t.SetInodeCount(live);
+    }
+    FF_ASSIGN_OR_RETURN(uint64_t stored_next, t.StoredNextIno());
+    const uint64_t next = std::max<uint64_t>(stored_next, kRootIno + 1);
+    if (next <= max_ino) {
+      problems.push_back("the inode counter (" + std::to_string(next) + ") is not past inode " +
+                         std::to_string(max_ino));
+      if (repair) t.SetStoredNextIno(max_ino + 1);
+    }
+    if (repair && !problems.empty()) FF_RETURN_IF_ERROR(t.Commit());
+    return problems;
+  });
 }
 
 }  // namespace ff::fs3

@@ -5,8 +5,9 @@
 // transaction every operation runs in.
 //
 // Keys: "i/" + ino (big-endian) -> Inode; "d/" + parent + name -> Dentry; "g/" + ino -> a removed
-// file's layout, until its chunks are deleted; "r/" + request id -> what a mutation answered (so
-// a retry is answered, not applied twice); "m/inodes" -> the live inode count.
+// file's layout, until its chunks are deleted; "r/" + request id -> when a mutation was applied
+// (so a retry is answered, not applied twice); "m/next_ino" -> the first inode number no server
+// has reserved; "m/inodes" -> the live inode count (serial engine only).
 #pragma once
 
 #include <time.h>
@@ -17,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/txn_kv.h"
 #include "fs3/meta_store.h"
 
 namespace ff::fs3 {
@@ -68,6 +70,18 @@ inline Status CheckName(const std::string& name) {
   return Status::Ok();
 }
 
+inline const Status& TxnKvStatus(const Status& s) {
+  return s;
+}
+template <typename T>
+Status TxnKvStatus(const Result<T>& r) {
+  return r.status();
+}
+
+// Inode numbers a server reserves at a time (one write of "m/next_ino" per block, not per create:
+// servers on the optimistic engine would otherwise all conflict on it).
+constexpr uint64_t kInoBlock = 1024;
+
 inline bool Dot(const std::string& name) {
   return name == "." || name == "..";
 }
@@ -79,10 +93,21 @@ using fs3rpc::Inode;
 using fs3rpc::InodeType;
 using namespace meta_detail;
 
-// Reads see the operation's own writes; Commit applies them in one synced batch.
+// One operation's view of the namespace: records parsed from the transaction's reads, changes
+// buffered until Commit() hands them to the transaction (which MetaStore::Run commits, and runs
+// again from the start when the optimistic engine reports a conflict).
 class MetaStore::Txn {
  public:
-  Txn(ProtoDb& db, std::atomic<uint64_t>* needed) : db_(db), needed_(needed) {}
+  Txn(const MetaStore& store, KvTxn& kv) : store_(store), kv_(kv) {}
+
+  template <typename T>
+  Result<std::optional<T>> Read(const std::string& key) {
+    FF_ASSIGN_OR_RETURN(std::optional<std::string> bytes, kv_.Get(key));
+    if (!bytes) return std::optional<T>();
+    T value;
+    if (!value.ParseFromString(*bytes)) return DataLoss("record " + key + " is corrupt");
+    return std::optional<T>(std::move(value));
+  }
 
   Result<Inode> GetInode(uint64_t ino) {
     const std::string key = InodeKey(ino);
@@ -90,13 +115,9 @@ class MetaStore::Txn {
       if (!it->second) return Err(StatusCode::kNotFound, "no inode " + std::to_string(ino));
       return *it->second;
     }
-    Inode inode;
-    Status st = db_.Get(key, &inode);
-    if (st.code() == StatusCode::kNotFound) {
-      return Err(StatusCode::kNotFound, "no inode " + std::to_string(ino));
-    }
-    FF_RETURN_IF_ERROR(st);
-    return inode;
+    FF_ASSIGN_OR_RETURN(std::optional<Inode> inode, Read<Inode>(key));
+    if (!inode) return Err(StatusCode::kNotFound, "no inode " + std::to_string(ino));
+    return std::move(*inode);
   }
   Result<Inode> GetDir(uint64_t ino) {
     FF_ASSIGN_OR_RETURN(Inode inode, GetInode(ino));
@@ -111,27 +132,34 @@ class MetaStore::Txn {
   Result<std::optional<Dentry>> GetDentry(uint64_t parent, const std::string& name) {
     const std::string key = DentryKey(parent, name);
     if (auto it = dentries_.find(key); it != dentries_.end()) return it->second;
-    Dentry d;
-    Status st = db_.Get(key, &d);
-    if (st.code() == StatusCode::kNotFound) return std::optional<Dentry>();
-    FF_RETURN_IF_ERROR(st);
-    return std::optional<Dentry>(std::move(d));
+    return Read<Dentry>(key);
   }
   Result<bool> DirEmpty(uint64_t ino) {
     for (const auto& [key, d] : dentries_) {
       if (key.rfind(DirPrefix(ino), 0) == 0 && d) return false;
     }
-    FF_ASSIGN_OR_RETURN(auto rows, db_.ScanKeys(DirPrefix(ino), "", 64));
+    FF_ASSIGN_OR_RETURN(auto rows, kv_.Scan(DirPrefix(ino), "", 64));
     for (const auto& [key, bytes] : rows) {
       auto it = dentries_.find(key);
       if (it == dentries_.end() || it->second) return false;  // not deleted in this operation
     }
     return true;
   }
+  // Committed records under `prefix` after `after` (readdir, fsck, the garbage list).
+  Result<std::vector<std::pair<std::string, std::string>>> Scan(const std::string& prefix,
+                                                                const std::string& after,
+                                                                std::size_t limit) {
+    return kv_.Scan(prefix, after, limit);
+  }
   void PutInode(const Inode& inode) { inodes_[InodeKey(inode.ino())] = inode; }
   void DeleteInode(uint64_t ino) {
     inodes_[InodeKey(ino)] = std::nullopt;
     --inode_delta_;
+  }
+  // Deleted in this transaction.
+  bool Deleted(uint64_t ino) const {
+    auto it = inodes_.find(InodeKey(ino));
+    return it != inodes_.end() && !it->second;
   }
   void CountNewInode() { ++inode_delta_; }
   void SetInodeCount(uint64_t n) { inode_count_ = n; }
@@ -145,72 +173,134 @@ class MetaStore::Txn {
   void AddGarbage(uint64_t ino, const fs3rpc::Layout& layout = {}) {
     garbage_.emplace_back(ino, layout);
   }
+  void RemoveGarbage(uint64_t ino) { kv_.Delete(GarbageKey(ino)); }
+  void DeleteKey(const std::string& key) { kv_.Delete(key); }
   // Durable request ids: a mutating request already applied is answered, not applied again.
   Result<bool> Done(uint64_t request_id) {
     if (request_id == 0) return false;
-    fs3rpc::Counter c;
-    Status st = db_.Get(RequestKey(request_id), &c);
-    if (st.code() == StatusCode::kNotFound) return false;
-    FF_RETURN_IF_ERROR(st);
-    return true;
+    FF_ASSIGN_OR_RETURN(auto c, Read<fs3rpc::Counter>(RequestKey(request_id)));
+    return c.has_value();
   }
   void MarkDone(uint64_t request_id) { done_ = request_id; }
+
+  // A fresh inode number: from this server's block of reserved numbers, or from a new block
+  // reserved in this transaction ("m/next_ino" is the first number nobody reserved), which
+  // becomes this server's once the transaction commits.
   Result<uint64_t> NextIno() {
-    if (!counter_) {
-      fs3rpc::Counter c;
-      Status st = db_.Get("m/next_ino", &c);
-      if (!st.ok() && st.code() != StatusCode::kNotFound) return st;
-      counter_ = std::max<uint64_t>(c.value(), kRootIno + 1);
+    if (auto ino = store_.TakeIno()) return *ino;
+    if (!next_block_) {
+      FF_ASSIGN_OR_RETURN(auto c, Read<fs3rpc::Counter>("m/next_ino"));
+      const uint64_t start = std::max<uint64_t>(c ? c->value() : 0, kRootIno + 1);
+      next_block_ = {start, start + kInoBlock};
     }
-    return (*counter_)++;
+    if (next_block_->first >= next_block_->second) {
+      return Internal("inode block of this transaction used up");
+    }
+    return next_block_->first++;
+  }
+  // fsck: the next number to reserve, read as stored, and set.
+  Result<uint64_t> StoredNextIno() {
+    FF_ASSIGN_OR_RETURN(auto c, Read<fs3rpc::Counter>("m/next_ino"));
+    return c ? c->value() : 0;
+  }
+  void SetStoredNextIno(uint64_t next) {
+    fs3rpc::Counter c;
+    c.set_value(next);
+    kv_.Put("m/next_ino", c.SerializeAsString());
+    reset_pool_ = true;
   }
 
-  // Applies and logs the batch; `durable`: MetaStore::AwaitDurable waits for it.
+  // Hands the changes to the transaction; `durable`: the operation waits for them to be on disk
+  // before it answers (MetaStore::AwaitDurable).
   Status Commit(bool durable = true) {
-    std::vector<std::pair<std::string, const google::protobuf::Message*>> kvs;
     for (const auto& [key, inode] : inodes_)
-      kvs.emplace_back(key, inode ? &*inode : nullptr);
+      Write(key, inode ? &*inode : nullptr);
     for (const auto& [key, d] : dentries_)
-      kvs.emplace_back(key, d ? &*d : nullptr);
-    fs3rpc::Counter next;
-    if (counter_) {
-      next.set_value(*counter_);
-      kvs.emplace_back("m/next_ino", &next);
+      Write(key, d ? &*d : nullptr);
+    if (next_block_) {
+      fs3rpc::Counter next;
+      next.set_value(next_block_->second);
+      Write("m/next_ino", &next);
     }
-    fs3rpc::Counter count;
-    if (inode_delta_ != 0 || inode_count_) {
+    // The live inode count is kept by the serial engine only (one writer: no conflicts on it);
+    // the optimistic engine counts inode keys instead.
+    if (store_.kv_->serial() && (inode_delta_ != 0 || inode_count_)) {
+      fs3rpc::Counter count;
       if (inode_count_) {
         count.set_value(*inode_count_);
       } else {
-        Status st = db_.Get("m/inodes", &count);
-        if (!st.ok() && st.code() != StatusCode::kNotFound) return st;
-        count.set_value(static_cast<uint64_t>(
-            std::max<int64_t>(0, static_cast<int64_t>(count.value()) + inode_delta_)));
+        FF_ASSIGN_OR_RETURN(auto stored, Read<fs3rpc::Counter>("m/inodes"));
+        const int64_t was = stored ? static_cast<int64_t>(stored->value()) : 0;
+        count.set_value(static_cast<uint64_t>(std::max<int64_t>(0, was + inode_delta_)));
       }
-      kvs.emplace_back("m/inodes", &count);
+      Write("m/inodes", &count);
     }
-    fs3rpc::Counter when;
     if (done_ != 0) {
+      fs3rpc::Counter when;
       when.set_value(static_cast<uint64_t>(NowNs() / 1000000000));
-      kvs.emplace_back(RequestKey(done_), &when);
+      Write(RequestKey(done_), &when);
     }
     for (const auto& [ino, layout] : garbage_)
-      kvs.emplace_back(GarbageKey(ino), &layout);
-    FF_ASSIGN_OR_RETURN(uint64_t seq, db_.PutBatchLogged(kvs));
-    if (durable && !kvs.empty()) needed_->store(std::max(needed_->load(), seq));
+      Write(GarbageKey(ino), &layout);
+    durable_ = durable;
     return Status::Ok();
   }
 
+  bool durable() const { return durable_; }
+  // The block of inode numbers this transaction reserved and did not use.
+  std::optional<std::pair<uint64_t, uint64_t>> unused_block() const { return next_block_; }
+  bool reset_pool() const { return reset_pool_; }
+
  private:
-  ProtoDb& db_;
-  std::atomic<uint64_t>* needed_;
+  void Write(const std::string& key, const google::protobuf::Message* value) {
+    if (value) {
+      kv_.Put(key, value->SerializeAsString());
+    } else {
+      kv_.Delete(key);
+    }
+  }
+
+  const MetaStore& store_;
+  KvTxn& kv_;
   std::map<std::string, std::optional<Inode>> inodes_;
   std::map<std::string, std::optional<Dentry>> dentries_;
   std::vector<std::pair<uint64_t, fs3rpc::Layout>> garbage_;
-  std::optional<uint64_t> counter_;
+  std::optional<std::pair<uint64_t, uint64_t>> next_block_;  // [next, end) reserved here
   uint64_t done_ = 0;
   int64_t inode_delta_ = 0;              // inodes made minus inodes deleted
   std::optional<uint64_t> inode_count_;  // set outright (fsck)
+  bool durable_ = true;
+  bool reset_pool_ = false;
 };
+
+template <typename F>
+auto MetaStore::Run(F&& op) const -> decltype(op(std::declval<Txn&>())) {
+  bool durable = false;
+  bool reset_pool = false;
+  uint64_t block_first = 0, block_end = 0;  // inode numbers reserved and left ([first, end))
+  uint64_t token = 0;
+  auto r = kv_->Run(
+      [&](KvTxn& kv) {
+        Txn t(*this, kv);
+        auto out = op(t);
+        durable = t.durable() && kv.has_writes();
+        const auto block = t.unused_block();
+        block_first = block ? block->first : 0;
+        block_end = block ? block->second : 0;
+        reset_pool = t.reset_pool();
+        return out;
+      },
+      &token);
+  if (TxnKvStatus(r).ok()) {
+    if (durable) {
+      uint64_t seen = needed_.load();
+      while (seen < token && !needed_.compare_exchange_weak(seen, token)) {
+      }
+    }
+    if (reset_pool) ResetInoPool();
+    if (block_first < block_end) GiveInoBlock(block_first, block_end);
+  }
+  return r;
+}
 
 }  // namespace ff::fs3

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <set>
 
+#include "common/replicas.h"
 #include "common/rpc_server.h"
 #include "common/rpc_status.h"
 
@@ -59,7 +60,20 @@ Chain FromProto(const fs3rpc::ChainInfo& c) {
 }  // namespace
 
 void MgmtdOptions::Bind(ConfigSection& s) {
-  s.Required("data_dir", data_dir);
+  const bool reading = s.mode() == ConfigSection::Mode::kRead;
+  s.Optional("engine", engine);
+  s.Check(engine == "rocksdb" || engine == "etcd", "engine", "must be \"rocksdb\" or \"etcd\"");
+  s.Optional("data_dir", data_dir);
+  s.Check(engine != "rocksdb" || !data_dir.empty() || !reading, "data_dir",
+          "is required with engine = \"rocksdb\"");
+  s.Optional("etcd_endpoints", etcd_endpoints);
+  s.Check(engine != "etcd" || !etcd_endpoints.empty() || !reading, "etcd_endpoints",
+          "is required with engine = \"etcd\"");
+  s.Optional("etcd_prefix", etcd_prefix);
+  s.Check(!etcd_prefix.empty(), "etcd_prefix", "must not be empty");
+  s.Optional("advertise", advertise);
+  s.Optional("election_ttl_s", election_ttl_s);
+  s.Check(election_ttl_s >= 1 && election_ttl_s <= 60, "election_ttl_s", "must be 1..60");
   s.Optional("lease_ms", lease_ms);
   s.Check(lease_ms >= 100, "lease_ms", "must be at least 100");
   s.Optional("restart_grace_ms", restart_grace_ms);
@@ -70,27 +84,45 @@ void MgmtdOptions::Bind(ConfigSection& s) {
 }
 
 Result<std::unique_ptr<Mgmtd>> Mgmtd::Create(const MgmtdOptions& options, Metrics* metrics) {
+  if (options.engine == "etcd") {
+    std::string list;
+    for (const std::string& e : options.etcd_endpoints)
+      list += (list.empty() ? "" : ",") + e;
+    FF_ASSIGN_OR_RETURN(auto endpoints, etcd::ParseEndpoints(list));
+    FF_ASSIGN_OR_RETURN(auto client, etcd::Client::Make({.endpoints = endpoints}));
+    std::unique_ptr<Mgmtd> m(new Mgmtd(options, std::move(client), metrics));
+    FF_ASSIGN_OR_RETURN(m->db_,
+                        ProtoDb::OpenEtcd(m->etcd_.get(), options.etcd_prefix + "state/",
+                                          [mp = m.get()] { return mp->election_->Fence(); }));
+    spdlog::info("state in etcd under {} ({}); serving once elected", options.etcd_prefix, list);
+    return m;  // loads its state when elected
+  }
   std::error_code ec;
   std::filesystem::create_directories(options.data_dir, ec);
   if (ec) return IoError("cannot create data_dir " + options.data_dir + ": " + ec.message());
-  FF_ASSIGN_OR_RETURN(auto db, ProtoDb::Open(options.data_dir + "/db"));
-  std::unique_ptr<Mgmtd> m(new Mgmtd(options, std::move(db), metrics));
+  std::unique_ptr<Mgmtd> m(new Mgmtd(options, nullptr, metrics));
+  FF_ASSIGN_OR_RETURN(m->db_, ProtoDb::Open(options.data_dir + "/db"));
+  MutexLock lock(&m->mu_);
   FF_RETURN_IF_ERROR(m->Load());
   return m;
 }
 
-Mgmtd::Mgmtd(const MgmtdOptions& options, std::unique_ptr<ProtoDb> db, Metrics* metrics)
-    : options_(options),
-      db_(std::move(db)),
-      metrics_(metrics),
-      started_(std::chrono::steady_clock::now()) {}
+Mgmtd::Mgmtd(const MgmtdOptions& options, std::unique_ptr<etcd::Client> etcd, Metrics* metrics)
+    : options_(options), etcd_(std::move(etcd)), metrics_(metrics) {
+  MutexLock lock(&mu_);
+  started_ = std::chrono::steady_clock::now();
+}
 
 Mgmtd::~Mgmtd() {
   Stop();
 }
 
 Status Mgmtd::Load() {
-  MutexLock lock(&mu_);  // alone here (Create), but the analysis holds every access to account
+  cluster_.Clear();
+  chains_.clear();
+  targets_.clear();
+  reported_.clear();
+  nodes_.clear();
   Status st = db_->Get("cluster", &cluster_);
   if (!st.ok() && st.code() != StatusCode::kNotFound) return st;
   FF_ASSIGN_OR_RETURN(auto chains, db_->Scan<fs3rpc::ChainInfo>("chain/"));
@@ -102,12 +134,62 @@ Status Mgmtd::Load() {
   FF_ASSIGN_OR_RETURN(auto nodes, db_->Scan<fs3rpc::NodeRecord>("node/"));
   for (auto& n : nodes)
     nodes_[n.name()].record = n;
+  started_ = std::chrono::steady_clock::now();
+  loaded_ = true;
   spdlog::info("routing version {}: {} chains, {} targets, {} storage services known",
                cluster_.routing_version(), chains_.size(), targets_.size(), nodes_.size());
   return Status::Ok();
 }
 
-void Mgmtd::Start() {
+Status Mgmtd::Leading() const {
+  if (!election_) {
+    if (etcd_) return Unavailable("fs3-mgmtd is starting");
+    return Status::Ok();
+  }
+  if (election_->IsLeader() && loaded_) return Status::Ok();
+  return NotLeader("fs3-mgmtd", self_, election_->IsLeader() ? "" : election_->Leader());
+}
+
+void Mgmtd::OnLeadership(bool leader) {
+  if (metrics_) {
+    metrics_->Gauge("fs3_mgmtd_leader", "1 while this replica leads (serves), 0 as a follower")
+        .Set(leader ? 1 : 0);
+    if (leader) {
+      metrics_->Counter("fs3_mgmtd_elections_won_total", "Times this replica became leader")
+          .Increment();
+    }
+  }
+  MutexLock lock(&mu_);
+  if (!leader) {
+    loaded_ = false;
+    changed_.notify_all();  // long polls answer: not the leader
+    return;
+  }
+  // Everything from etcd, as this replica's predecessor left it (its writes are all there:
+  // each returned only once a majority had it).
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    Status st = Load();
+    if (st.ok()) return;
+    spdlog::error("fs3-mgmtd elected but cannot load its state: {}", st.message());
+  }
+}
+
+void Mgmtd::Start(const std::string& address) {
+  self_ = options_.advertise.empty() ? address : options_.advertise;
+  if (metrics_) {  // a lone fs3-mgmtd always leads; a replica once elected
+    metrics_->Gauge("fs3_mgmtd_leader", "1 while this replica leads (serves), 0 as a follower")
+        .Set(etcd_ ? 0 : 1);
+    metrics_->Counter("fs3_mgmtd_elections_won_total", "Times this replica became leader");
+  }
+  if (etcd_) {
+    election_ =
+        std::make_unique<LeaderElection>(etcd_.get(),
+                                         ElectionOptions{.key = options_.etcd_prefix + "leader",
+                                                         .value = self_,
+                                                         .ttl_s = options_.election_ttl_s},
+                                         [this](bool leader) { OnLeadership(leader); });
+    election_->Start();
+  }
   loop_ = std::thread([this] {
     UniqueLock lock(&mu_);
     while (!stopping_) {
@@ -127,6 +209,7 @@ void Mgmtd::Stop() {
   }
   changed_.notify_all();
   if (loop_.joinable()) loop_.join();
+  if (election_) election_->Resign();  // a successor is elected at once
 }
 
 LocalState Mgmtd::LocalOf(TargetId id) const {
@@ -144,7 +227,10 @@ LocalState Mgmtd::LocalOf(TargetId id) const {
 
 void Mgmtd::Check() {
   MutexLock lock(&mu_);
-  if (!cluster_.initialized()) return;
+  if (election_ && election_->IsLeader() && !loaded_) {
+    if (Status st = Load(); !st.ok()) spdlog::error("fs3-mgmtd: reloading: {}", st.message());
+  }
+  if (!Leading().ok() || !cluster_.initialized()) return;
   // After a restart, services get a grace period to report before their targets count as down
   // (their clients reconnect with backoff).
   const auto now = std::chrono::steady_clock::now();
@@ -192,6 +278,13 @@ Status Mgmtd::Commit(const std::vector<ChainId>& chains, const std::vector<Targe
   for (TargetId id : targets)
     kvs.emplace_back(TargetKey(id), &targets_.at(id));
   Status st = db_->PutBatch(kvs);
+  if (!st.ok() && etcd_) {
+    // What was just decided is not in etcd (deposed, or etcd unreachable): nothing of it may be
+    // published. Serve again only from what etcd holds (Check reloads while still leader).
+    loaded_ = false;
+    spdlog::error("fs3-mgmtd: cannot persist routing version {}: {}", cluster_.routing_version(),
+                  st.message());
+  }
   changed_.notify_all();
   return st;
 }
@@ -284,6 +377,7 @@ grpc::Status Mgmtd::Heartbeat(grpc::ServerContext*, const fs3rpc::HeartbeatReque
       }
     }
     MutexLock lock(&mu_);
+    FF_RETURN_IF_ERROR(Leading());
     for (const fs3rpc::ReportedTarget& t : req->targets()) {
       auto it = targets_.find(t.id());
       if (it != targets_.end() && it->second.node() != req->node()) {
@@ -328,14 +422,16 @@ grpc::Status Mgmtd::GetRouting(grpc::ServerContext* ctx, const fs3rpc::GetRoutin
                                fs3rpc::RoutingInfo* resp) {
   return ServeRpc("GetRouting", [&]() -> Status {
     UniqueLock lock(&mu_);
+    FF_RETURN_IF_ERROR(Leading());
     if (req->wait_ms() > 0 && req->known_version() == cluster_.routing_version()) {
       const auto wait =
           LongPollWait(ctx, std::chrono::milliseconds(std::min<int64_t>(req->wait_ms(), 30000)));
       changed_.wait_for(lock, wait, [&] {
         mu_.AssertHeld();
-        return stopping_ || ctx->IsCancelled() ||
+        return stopping_ || ctx->IsCancelled() || !loaded_ ||
                cluster_.routing_version() != req->known_version();
       });
+      FF_RETURN_IF_ERROR(Leading());  // deposed while waiting
     }
     Fill(resp);
     return Status::Ok();
@@ -355,6 +451,7 @@ grpc::Status Mgmtd::InitCluster(grpc::ServerContext*, const fs3rpc::InitRequest*
                              std::to_string(kMaxReplication));
     }
     MutexLock lock(&mu_);
+    FF_RETURN_IF_ERROR(Leading());
     if (cluster_.initialized()) {
       return FailedPrecondition("the cluster is already initialised (chunk size " +
                                 std::to_string(cluster_.chunk_size()) + ", replication " +
@@ -413,6 +510,7 @@ grpc::Status Mgmtd::SetTargetOffline(grpc::ServerContext*, const fs3rpc::TargetR
   return ServeRpc("SetTargetOffline", [&]() -> Status {
     {
       MutexLock lock(&mu_);
+      FF_RETURN_IF_ERROR(Leading());
       auto it = targets_.find(req->id());
       if (it == targets_.end()) return NotFound("no target " + std::to_string(req->id()));
       it->second.set_admin_offline(true);
@@ -431,6 +529,7 @@ grpc::Status Mgmtd::AddTarget(grpc::ServerContext*, const fs3rpc::AddTargetReque
   return ServeRpc("AddTarget", [&]() -> Status {
     {
       MutexLock lock(&mu_);
+      FF_RETURN_IF_ERROR(Leading());
       if (!cluster_.initialized()) return FailedPrecondition("initialise the cluster first");
       auto t = targets_.find(req->target());
       if (t == targets_.end()) {

@@ -9,7 +9,7 @@ int main(int argc, char** argv) {
   using ff::fs3::MgmtdOptions;
   ff::ServiceDaemon<MgmtdOptions, Mgmtd> daemon{"fs3-mgmtd", "fs3 cluster manager"};
   daemon.make = [](MgmtdOptions& o, ff::Metrics& m) { return Mgmtd::Create(o, &m); };
-  daemon.start = [](Mgmtd& s, const std::string&) { s.Start(); };
+  daemon.start = [](Mgmtd& s, const std::string& address) { s.Start(address); };
   daemon.stop = [](Mgmtd& s) { s.Stop(); };
   return daemon.Run(argc, argv);
 }

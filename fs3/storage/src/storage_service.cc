@@ -47,7 +47,7 @@ StorageService::StorageService(const StorageOptions& options, Metrics* metrics,
                                std::shared_ptr<ChunkTransport> transport)
     : options_(options),
       metrics_(metrics),
-      mgmtd_(fs3rpc::Mgmtd::NewStub(MakeChannel(options.mgmtd))),
+      mgmtd_(std::make_unique<MgmtdReplicas>(options.mgmtd)),
       transport_(transport ? std::move(transport) : std::make_shared<GrpcTransport>()),
       done_(std::chrono::seconds(options.dedup_retention_s),
             static_cast<std::size_t>(options.dedup_max_entries)) {}
@@ -178,8 +178,9 @@ void StorageService::HeartbeatLoop() {
     CallOptions o;
     o.deadline = std::chrono::milliseconds(std::max<int64_t>(200, lease / 4));
     o.max_attempts = 1;
-    Status st = CallRpc("fs3-mgmtd Heartbeat", o,
-                        [&](grpc::ClientContext* c) { return mgmtd_->Heartbeat(c, req, &resp); });
+    Status st = CallRpc("fs3-mgmtd Heartbeat", o, [&](grpc::ClientContext* c) {
+      return mgmtd_->Attempt([&](fs3rpc::Mgmtd::Stub& s) { return s.Heartbeat(c, req, &resp); });
+    });
     {
       MutexLock lock(&mu_);
       if (st.ok()) {

@@ -206,7 +206,7 @@ class StorageService final : public fs3rpc::Storage::Service {
   Metrics* metrics_;
   std::string address_;
   std::map<uint64_t, std::unique_ptr<ChunkStore>> stores_;
-  std::unique_ptr<fs3rpc::Mgmtd::Stub> mgmtd_;
+  std::unique_ptr<MgmtdReplicas> mgmtd_;       // every fs3-mgmtd replica; calls follow the leader
   std::shared_ptr<ChunkTransport> transport_;  // chunk data to successors
   StorageStubs peers_;                         // control calls to other services
 

@@ -1,9 +1,11 @@
 // hai's job subcommands, one function each: submit, ls, show, stop, suspend, logs.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include "cli.h"
 #include "platform/names.h"
@@ -228,22 +230,36 @@ int Logs(const LogsArgs& a, const Globals& g, Client& client) {
   req.set_id(ParseJobId(a.job));
   req.set_rank(a.rank);
   req.set_follow(a.follow);
-  grpc::ClientContext c;
-  client.hai().Authorize(&c);
-  auto reader = client.hai().stub().ReadLogs(&c, req);
-  hai::LogChunk chunk;
-  while (reader->Read(&chunk)) {
-    std::fwrite(chunk.data().data(), 1, chunk.data().size(), stdout);
-    std::fflush(stdout);
-  }
-  grpc::Status st = reader->Finish();
-  if (!st.ok()) {
+  // The stream may break (hai-server restarting, or another replica taking over as leader):
+  // it resumes where it stopped, on whichever server leads, for up to 30 s without progress.
+  int64_t printed = 0;
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    req.set_offset(printed);
+    grpc::ClientContext c;
+    client.hai().Authorize(&c);
+    hai::LogChunk chunk;
+    grpc::Status st = client.hai().Attempt([&](hai::Hai::Stub& s) {
+      auto reader = s.ReadLogs(&c, req);
+      while (reader->Read(&chunk)) {
+        std::fwrite(chunk.data().data(), 1, chunk.data().size(), stdout);
+        std::fflush(stdout);
+        printed += static_cast<int64_t>(chunk.data().size());
+        give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      }
+      return reader->Finish();
+    });
+    if (st.ok()) return 0;
+    if (st.error_code() == grpc::StatusCode::UNAVAILABLE &&
+        std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      continue;
+    }
     if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
       Die("cannot reach hai-server at " + g.server + " (" + st.error_message() + ")");
     }
     Die(st.error_message());
   }
-  return 0;
 }
 
 }  // namespace

@@ -5,10 +5,9 @@ namespace ff::platform {
 HaiClient::HaiClient(std::string server, std::string token, const ChannelOptions& channel)
     : server_(std::move(server)),
       token_(std::move(token)),
-      stub_(hai::Hai::NewStub(MakeChannel(server_, channel))) {}
+      servers_(std::make_shared<Servers>(server_, channel)) {}
 
-HaiClient::HaiClient(std::string server, std::string token,
-                     const std::shared_ptr<grpc::Channel>& channel)
-    : server_(std::move(server)), token_(std::move(token)), stub_(hai::Hai::NewStub(channel)) {}
+HaiClient::HaiClient(std::string token, std::shared_ptr<Servers> servers)
+    : server_(servers->current()), token_(std::move(token)), servers_(std::move(servers)) {}
 
 }  // namespace ff::platform

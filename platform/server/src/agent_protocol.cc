@@ -60,10 +60,12 @@ grpc::Status HaiServer::Heartbeat(grpc::ServerContext* ctx, const hai::Heartbeat
       ++node.held;
       work_cv_.wait_for(lock, wait, [&] {
         mu_.AssertHeld();
-        return shutting_down_ || node.generation != req->generation() || ctx->IsCancelled();
+        return shutting_down_ || !loaded_ || node.generation != req->generation() ||
+               ctx->IsCancelled();
       });
       --node.held;
       node.last_heartbeat = std::chrono::steady_clock::now();
+      FF_RETURN_IF_ERROR(Leading());  // deposed while waiting: what it would say may be stale
     }
     if (!write_failure_.ok()) return write_failure_;  // work decided but not kept: none
     for (hai::Task& t : TasksFor(req->node()))

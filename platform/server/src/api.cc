@@ -220,7 +220,7 @@ grpc::Status HaiServer::ReadLogs(grpc::ServerContext* ctx, const hai::LogsReques
     std::string token = ReadTokenFile(options_.agent_token_file, false).value_or("");
     auto channel = MakeChannel(agent);
     auto stub = hai::HaiAgent::NewStub(channel);
-    int64_t offset = 0;
+    int64_t offset = std::max<int64_t>(0, req->offset());
     while (!ctx->IsCancelled()) {
       hai::ReadLogRequest r;
       r.set_job_id(req->id());

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "common/replicas.h"
 #include "common/rpc_server.h"
 #include "common/rpc_status.h"
 #include "internal.h"
@@ -19,7 +20,17 @@ namespace ff::platform {
 using server_internal::HostOf;
 
 void HaiOptions::Bind(ConfigSection& s) {
+  s.Optional("engine", engine);
+  s.Check(engine == "rocksdb" || engine == "etcd", "engine", "must be \"rocksdb\" or \"etcd\"");
   s.Required("data_dir", data_dir);
+  s.Optional("etcd_endpoints", etcd_endpoints);
+  s.Check(engine != "etcd" || !etcd_endpoints.empty() || s.mode() != ConfigSection::Mode::kRead,
+          "etcd_endpoints", "is required with engine = \"etcd\"");
+  s.Optional("etcd_prefix", etcd_prefix);
+  s.Check(!etcd_prefix.empty(), "etcd_prefix", "must not be empty");
+  s.Optional("advertise", advertise);
+  s.Optional("election_ttl_s", election_ttl_s);
+  s.Check(election_ttl_s >= 1 && election_ttl_s <= 60, "election_ttl_s", "must be 1..60");
   s.Optional("cluster", cluster);
   s.Required("agent_token_file", agent_token_file);
   s.Optional("checkpoint_root", checkpoint_root);
@@ -54,12 +65,31 @@ Result<std::unique_ptr<HaiServer>> HaiServer::Create(const HaiOptions& options, 
   std::error_code ec;
   std::filesystem::create_directories(options.data_dir, ec);
   if (ec) return IoError("cannot create data_dir " + options.data_dir + ": " + ec.message());
-  FF_ASSIGN_OR_RETURN(auto store, Store::Open(options.data_dir + "/db"));
+  std::unique_ptr<etcd::Client> client;
+  std::unique_ptr<Store> store;
+  if (options.engine == "etcd") {
+    std::string list;
+    for (const std::string& e : options.etcd_endpoints)
+      list += (list.empty() ? "" : ",") + e;
+    FF_ASSIGN_OR_RETURN(auto endpoints, etcd::ParseEndpoints(list));
+    FF_ASSIGN_OR_RETURN(client, etcd::Client::Make({.endpoints = endpoints}));
+  } else {
+    FF_ASSIGN_OR_RETURN(store, Store::Open(options.data_dir + "/db"));
+  }
   std::unique_ptr<HaiServer> server(
       new HaiServer(options, std::move(topology), std::move(store), metrics));
   FF_ASSIGN_OR_RETURN(std::string agent_token,
                       ReadTokenFile(options.agent_token_file, /*create=*/true));
   server->agent_token_hash_ = HashToken(agent_token);
+  if (client) {
+    server->etcd_ = std::move(client);
+    FF_ASSIGN_OR_RETURN(server->store_,
+                        Store::OpenEtcd(server->etcd_.get(), options.etcd_prefix + "state/",
+                                        [s = server.get()] { return s->election_->Fence(); }));
+    spdlog::info("records in etcd under {}; serving once elected", options.etcd_prefix);
+    return server;  // loads the records when elected
+  }
+  MutexLock lock(&server->mu_);
   FF_RETURN_IF_ERROR(server->Load());
   return server;
 }
@@ -92,7 +122,19 @@ HaiServer::~HaiServer() {
 }
 
 Status HaiServer::Load() {
-  MutexLock lock(&mu_);  // alone here (Create), but the analysis holds every access to account
+  jobs_.clear();
+  users_.clear();
+  user_by_token_.clear();
+  next_id_ = 1;
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [name, rt] : nodes_) {  // as at a start: heard from within a timeout, or lost
+    rt.record.set_state(hai::NODE_UNKNOWN);
+    rt.record.set_drained(false);
+    rt.last_heartbeat = now;
+    rt.probation_since.reset();
+    rt.reported_running.clear();
+    ++rt.generation;
+  }
   FF_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
   for (hai::Job& j : jobs) {
     next_id_ = std::max(next_id_, j.id() + 1);
@@ -129,10 +171,59 @@ Status HaiServer::Load() {
   }
   spdlog::info("loaded {} jobs, {} users; {} nodes in {}", jobs_.size(), users_.size(),
                nodes_.size(), options_.cluster);
+  loaded_ = true;
   return Status::Ok();
 }
 
-void HaiServer::Start() {
+Status HaiServer::Leading() const {
+  if (!etcd_) return Status::Ok();
+  if (election_ && election_->IsLeader() && loaded_) return Status::Ok();
+  return NotLeader("hai-server", self_,
+                   election_ && !election_->IsLeader() ? election_->Leader() : "");
+}
+
+void HaiServer::OnLeadership(bool leader) {
+  if (metrics_) {
+    metrics_->Gauge("hai_server_leader", "1 while this replica leads (schedules, serves)")
+        .Set(leader ? 1 : 0);
+    if (leader) {
+      metrics_->Counter("hai_server_elections_won_total", "Times this replica became leader")
+          .Increment();
+    }
+  }
+  {
+    MutexLock lock(&mu_);
+    if (!leader) {
+      loaded_ = false;
+      work_cv_.notify_all();  // held heartbeats answer: not the leader
+      return;
+    }
+    for (int attempt = 0; attempt < 5 && !loaded_; ++attempt) {
+      Status st = Load();
+      if (!st.ok())
+        spdlog::error("hai-server elected but cannot load its records: {}", st.message());
+    }
+    work_cv_.notify_all();
+  }
+  Kick();
+}
+
+void HaiServer::Start(const std::string& address) {
+  self_ = options_.advertise.empty() ? address : options_.advertise;
+  if (metrics_) {  // a lone hai-server always leads; a replica once elected
+    metrics_->Gauge("hai_server_leader", "1 while this replica leads (schedules, serves)")
+        .Set(etcd_ ? 0 : 1);
+    metrics_->Counter("hai_server_elections_won_total", "Times this replica became leader");
+  }
+  if (etcd_) {
+    election_ =
+        std::make_unique<LeaderElection>(etcd_.get(),
+                                         ElectionOptions{.key = options_.etcd_prefix + "leader",
+                                                         .value = self_,
+                                                         .ttl_s = options_.election_ttl_s},
+                                         [this](bool leader) { OnLeadership(leader); });
+    election_->Start();
+  }
   loop_ = std::thread([this] {
     UniqueLock lock(&loop_mu_);
     while (!stopping_) {
@@ -161,6 +252,7 @@ void HaiServer::Stop() {
   }
   loop_cv_.notify_all();
   if (loop_.joinable()) loop_.join();
+  if (election_) election_->Resign();  // a standby takes over at once
   MutexLock lock(&mu_);
   if (!write_failure_.ok() && store_) store_->Abandon();
 }
@@ -169,7 +261,7 @@ void HaiServer::Tick() {
   auto start = std::chrono::steady_clock::now();
   {
     MutexLock lock(&mu_);
-    if (!write_failure_.ok()) return;
+    if (!write_failure_.ok() || !Leading().ok()) return;
     CheckLostNodes();
     if (write_failure_.ok()) ScheduleRound();
     UpdateGauges();
@@ -191,6 +283,7 @@ Result<hai::User> HaiServer::Authenticate(const grpc::ServerContext& context) co
                   "no token: set HAI_TOKEN or token in ~/.hai/config.toml");
   }
   MutexLock lock(&mu_);
+  FF_RETURN_IF_ERROR(Leading());
   auto it = user_by_token_.find(HashToken(token));
   if (it == user_by_token_.end()) return Status(StatusCode::kUnauthenticated, "invalid token");
   return users_.at(it->second);
@@ -201,7 +294,8 @@ Status HaiServer::AuthenticateAgent(const grpc::ServerContext& context) const {
   if (token.empty() || HashToken(token) != agent_token_hash_) {
     return Status(StatusCode::kUnauthenticated, "invalid agent token");
   }
-  return Status::Ok();
+  MutexLock lock(&mu_);
+  return Leading();
 }
 
 Result<hai::Job*> HaiServer::OwnJob(const hai::User& user, int64_t id) {
@@ -221,6 +315,13 @@ Status HaiServer::Save(const hai::Job& job) {
 
 Status HaiServer::MustPersist(Status st, const std::string& what) {
   if (st.ok()) return st;
+  if (etcd_ && !Leading().ok()) {
+    // Deposed: the write was refused by the fence (or etcd is out of reach and the lease will
+    // lapse). What memory holds is no longer the truth: it is reloaded if this replica leads again.
+    loaded_ = false;
+    work_cv_.notify_all();
+    return NotLeader("hai-server", self_, election_ ? election_->Leader() : "");
+  }
   if (write_failure_.ok()) {
     write_failure_ =
         Status(st.code(), "could not write " + what + " to " + options_.data_dir + ": " +

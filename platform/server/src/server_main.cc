@@ -9,7 +9,7 @@ int main(int argc, char** argv) {
   using ff::platform::HaiServer;
   ff::ServiceDaemon<HaiOptions, HaiServer> daemon{"hai-server", "HAI-Platform job server"};
   daemon.make = [](HaiOptions& o, ff::Metrics& m) { return HaiServer::Create(o, &m); };
-  daemon.start = [](HaiServer& s, const std::string&) { s.Start(); };
+  daemon.start = [](HaiServer& s, const std::string& address) { s.Start(address); };
   daemon.stop = [](HaiServer& s) { s.Stop(); };
   daemon.failure = [](const HaiServer& s) { return s.WriteFailure(); };
   return daemon.Run(argc, argv);

@@ -18,6 +18,12 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   return std::unique_ptr<Store>(new Store(std::move(db)));
 }
 
+Result<std::unique_ptr<Store>> Store::OpenEtcd(etcd::Client* client, const std::string& prefix,
+                                               ProtoDb::Fence fence) {
+  FF_ASSIGN_OR_RETURN(auto db, ProtoDb::OpenEtcd(client, prefix, std::move(fence)));
+  return std::unique_ptr<Store>(new Store(std::move(db)));
+}
+
 Status Store::PutJob(const hai::Job& job) {
   return db_->Put(JobKey(job.id()), job);
 }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/etcd.h"
 #include "common/proto_db.h"
 #include "platform/proto/hai.pb.h"
 
@@ -13,6 +14,9 @@ namespace ff::platform {
 class Store {
  public:
   static Result<std::unique_ptr<Store>> Open(const std::string& path);
+  // In etcd under `prefix`, every write conditional on `fence` (the leader's).
+  static Result<std::unique_ptr<Store>> OpenEtcd(etcd::Client* client, const std::string& prefix,
+                                                 ProtoDb::Fence fence);
 
   Status PutJob(const hai::Job& job);
   // Several jobs in one synced write (a scheduling round's changes).

@@ -140,12 +140,16 @@ Result<std::unique_ptr<WebServer>> WebServer::Create(const WebOptions& options, 
   std::string host;
   int port = 0;
   FF_RETURN_IF_ERROR(SplitHostPort(options.listen, &host, &port));
-  FF_RETURN_IF_ERROR(SplitHostPort(options.hai_server, &host, &port));
-  if (!options.fs3_mgmtd.empty())
-    FF_RETURN_IF_ERROR(SplitHostPort(options.fs3_mgmtd, &host, &port));
+  // hai-server and fs3-mgmtd: one address, or every replica's, comma-separated.
+  for (const std::string* list : {&options.hai_server, &options.fs3_mgmtd}) {
+    for (const std::string& address : SplitAddressList(*list))
+      FF_RETURN_IF_ERROR(SplitHostPort(address, &host, &port));
+  }
+  if (SplitAddressList(options.hai_server).empty()) {
+    return InvalidArgument("web.hai_server: no address");
+  }
   std::unique_ptr<WebServer> web(new WebServer(options, metrics));
-  web->hai_channel_ = MakeChannel(options.hai_server, ChannelOptions{});
-  if (!options.fs3_mgmtd.empty()) web->mgmtd_channel_ = MakeChannel(options.fs3_mgmtd, {});
+  web->hai_servers_ = std::make_shared<HaiClient::Servers>(options.hai_server);
   web->http_ = std::make_unique<httplib::Server>();
   web->Routes();
   return web;
@@ -188,7 +192,7 @@ void WebServer::Routes() {
       Secure(res);
       std::string token = CookieToken(req);
       if (token.empty()) return Redirect(res, "/login");
-      HaiClient hai(options_.hai_server, token, hai_channel_);
+      HaiClient hai(token, hai_servers_);
       hai::User user;
       Status st = hai.Call("WhoAmI", CallOptions::Idempotent(), [&](auto* c, auto& stub) {
         return stub.WhoAmI(c, hai::WhoAmIRequest{}, &user);
@@ -224,7 +228,7 @@ void WebServer::Routes() {
     hai::User user;
     Status st = Status(StatusCode::kUnauthenticated, "not a token");
     if (PlausibleToken(token)) {
-      HaiClient hai(options_.hai_server, token, hai_channel_);
+      HaiClient hai(token, hai_servers_);
       st = hai.Call("WhoAmI", CallOptions::Idempotent(), [&](auto* c, auto& stub) {
         return stub.WhoAmI(c, hai::WhoAmIRequest{}, &user);
       });
@@ -326,12 +330,13 @@ void WebServer::Routes() {
         }));
 
   s.Get("/fs3", page("fs3", [this](HaiClient&, const hai::User&, const httplib::Request&) {
-          if (!mgmtd_channel_) {
+          if (options_.fs3_mgmtd.empty()) {
             return Fs3Page(nullptr,
                            "No fs3-mgmtd is set for hai-web (web.fs3_mgmtd in its config).");
           }
-          auto stub = fs3rpc::Mgmtd::NewStub(mgmtd_channel_);
-          Result<fs3rpc::RoutingInfo> routing = fs3::FetchRouting(*stub, fs3::RoutingFetch{});
+          fs3::MgmtdReplicas replicas(options_.fs3_mgmtd);
+          Result<fs3rpc::RoutingInfo> routing =
+              fs3::FetchRouting(replicas, fs3::RoutingFetch{.attempts = 3});
           if (!routing.ok()) {
             return Fs3Page(nullptr, "fs3-mgmtd at " + options_.fs3_mgmtd +
                                         " did not answer: " + routing.status().message());

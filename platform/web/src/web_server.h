@@ -19,6 +19,7 @@
 #include "common/config.h"
 #include "common/result.h"
 #include "monitoring/metrics.h"
+#include "platform/client.h"
 
 namespace httplib {
 class Server;
@@ -32,9 +33,9 @@ namespace ff::platform::web {
 struct WebOptions {
   static constexpr const char* kSection = "web";
   std::string listen = "127.0.0.1:8090";  // HTTP; port 0 picks a free one
-  std::string hai_server;                 // host:port (required)
-  std::string fs3_mgmtd;                  // host:port; empty: the fs3 page says it is not set
-  int64_t log_tail_bytes = 16384;         // how much of rank 0's log a job page shows
+  std::string hai_server;  // host:port, or every replica's, comma-separated (required)
+  std::string fs3_mgmtd;   // host:port (or every replica's); empty: the fs3 page says it is not set
+  int64_t log_tail_bytes = 16384;  // how much of rank 0's log a job page shows
   // Mark the login cookie Secure (the view is served through an HTTPS proxy).
   bool secure_cookie = false;
 
@@ -62,8 +63,7 @@ class WebServer {
 
   WebOptions options_;
   Metrics* metrics_;
-  std::shared_ptr<grpc::Channel> hai_channel_;
-  std::shared_ptr<grpc::Channel> mgmtd_channel_;
+  std::shared_ptr<HaiClient::Servers> hai_servers_;
   std::unique_ptr<httplib::Server> http_;
   std::thread thread_;
   std::string address_;

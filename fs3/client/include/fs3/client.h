@@ -112,7 +112,7 @@ class StorageClient {
   std::vector<std::pair<uint64_t, std::string>> ChainTails();
 
   const ClientOptions options_;
-  std::unique_ptr<fs3rpc::Mgmtd::Stub> mgmtd_;
+  std::unique_ptr<MgmtdReplicas> mgmtd_;
   mutable Mutex mu_;
   fs3rpc::RoutingInfo routing_ FF_GUARDED_BY(mu_);
   std::shared_ptr<ChunkTransport> transport_;  // chunk data

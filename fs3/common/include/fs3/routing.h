@@ -1,6 +1,7 @@
 // Reading fs3-mgmtd's routing table, the one way every fs3 component does it (the storage client,
 // the storage services, the fs3 CLI): one GetRouting call, long-polling for a version newer than
-// the one known, and where each target's storage service answers.
+// the one known, and where each target's storage service answers. fs3-mgmtd is dialled through
+// MgmtdReplicas: one address, or every replica's ("a:7000,b:7000"), following the leader.
 #pragma once
 
 #include <chrono>
@@ -8,10 +9,13 @@
 #include <map>
 #include <string>
 
+#include "common/replicas.h"
 #include "common/result.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
 
 namespace ff::fs3 {
+
+using MgmtdReplicas = Replicas<fs3rpc::Mgmtd>;
 
 struct RoutingFetch {
   // With a known version, fs3-mgmtd answers when a newer one exists or after `wait`.
@@ -21,7 +25,7 @@ struct RoutingFetch {
   int attempts = 1;                          // retried while fs3-mgmtd is unreachable
 };
 
-Result<fs3rpc::RoutingInfo> FetchRouting(fs3rpc::Mgmtd::Stub& mgmtd, const RoutingFetch& fetch);
+Result<fs3rpc::RoutingInfo> FetchRouting(MgmtdReplicas& mgmtd, const RoutingFetch& fetch);
 
 // Each target's service address (target id -> host:port); a target whose service the table does
 // not name maps to "" (a call to it fails and is retried with fresh routing).

@@ -1,5 +1,8 @@
-// fs3's namespace: inodes and directory entries in RocksDB, every operation one atomic, synced
-// batch (operations are serialised by the store, so a batch is a transaction), with POSIX
+// fs3's namespace: inodes and directory entries in a transactional key-value store
+// (common/txn_kv.h), every operation one transaction, in one of two engines: RocksDB (one
+// server; operations serialised, each one atomic batch, group-committed) or etcd (any number of
+// fs3-meta servers over one namespace; optimistic transactions, an operation that conflicts with
+// another runs again), with POSIX
 // semantics: permission checks by uid / gid / supplementary groups / mode bits / sticky bit,
 // nanosecond timestamps updated as POSIX says, link counts, unlink of open files (the inode
 // lives until its last session closes, then goes to the garbage list whose chunks a collector
@@ -9,6 +12,7 @@
 // Errors carry the POSIX errno's code (kNotFound = ENOENT, kAlreadyExists = EEXIST, ...).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -18,6 +22,7 @@
 #include <vector>
 
 #include "common/proto_db.h"
+#include "common/txn_kv.h"
 #include "fs3/permissions.h"
 #include "fs3/proto/meta.pb.h"
 
@@ -42,6 +47,15 @@ class MetaStore {
   // `default_layout` is the root's layout; directories pass theirs to what is created in them.
   static Result<std::unique_ptr<MetaStore>> Open(const std::string& path,
                                                  const fs3rpc::Layout& default_layout);
+  // The namespace under `prefix` in etcd, shared by every server that opens it.
+  static Result<std::unique_ptr<MetaStore>> OpenEtcd(etcd::Client* client,
+                                                     const std::string& prefix,
+                                                     const fs3rpc::Layout& default_layout);
+  // Over a store already made (tests); creates the root when missing.
+  static Result<std::unique_ptr<MetaStore>> OpenKv(std::unique_ptr<TxnKv> kv,
+                                                   const fs3rpc::Layout& default_layout);
+  // "rocksdb" or "etcd".
+  const char* engine() const { return kv_->engine(); }
 
   Result<fs3rpc::Inode> GetAttr(uint64_t ino) const;
   Result<fs3rpc::Inode> Lookup(const Caller& c, uint64_t parent, const std::string& name) const;
@@ -96,11 +110,13 @@ class MetaStore {
   // process); AwaitDurable returns once every change applied so far is on disk, so a server
   // calls it after each operation before it answers (reads too: what they saw must not vanish in
   // a crash). Concurrent operations share one sync instead of holding the lock through one each.
-  Status AwaitDurable() const { return db_->AwaitDurable(needed_); }
-  // Batches logged and log syncs made for them since Open (their ratio: how many operations
-  // share a sync).
-  uint64_t LoggedBatches() const { return db_->LoggedBatches(); }
-  uint64_t LogSyncs() const { return db_->GroupSyncs(); }
+  Status AwaitDurable() const { return kv_->AwaitDurable(needed_); }
+  // Transactions committed and log syncs made for them since Open (their ratio: how many
+  // operations share a sync; no syncs on etcd, where a commit is durable when it returns), and
+  // transactions run again after a conflict (etcd).
+  uint64_t LoggedBatches() const { return kv_->Commits(); }
+  uint64_t LogSyncs() const { return kv_->LogSyncs(); }
+  uint64_t Conflicts() const { return kv_->Conflicts(); }
 
   // Sessions: an open file keeps its inode after unlink until it is closed.
   Status OpenSession(uint64_t ino);
@@ -137,7 +153,15 @@ class MetaStore {
 
  private:
   class Txn;
-  explicit MetaStore(std::unique_ptr<ProtoDb> db) : db_(std::move(db)) {}
+  explicit MetaStore(std::unique_ptr<TxnKv> kv) : kv_(std::move(kv)) {}
+  // Runs `op` (Txn& -> Status or Result<T>) as one transaction (again on a conflict), then
+  // records what the answer must wait for (durability) and the inode numbers it reserved.
+  template <typename F>
+  auto Run(F&& op) const -> decltype(op(std::declval<Txn&>()));
+  // This server's reserved inode numbers: one, if any is left; a block given back.
+  std::optional<uint64_t> TakeIno() const;
+  void GiveInoBlock(uint64_t first, uint64_t end) const;
+  void ResetInoPool() const;
   // One link to `inode` is gone: with none left (and no open session) the inode goes, and a
   // file's data is queued for deletion.
   static void DropLink(Txn& t, fs3rpc::Inode inode, int64_t now);
@@ -147,10 +171,11 @@ class MetaStore {
                                   uint64_t rdev, const std::string& symlink, bool open,
                                   const std::vector<uint32_t>& chain_ids);
 
-  std::unique_ptr<ProtoDb> db_;
-  mutable std::mutex mu_;  // serialises operations: each is one batch
+  std::unique_ptr<TxnKv> kv_;
   // The newest batch that must be on disk before anything is acknowledged or read (group commit).
   mutable std::atomic<uint64_t> needed_{0};
+  mutable std::mutex ino_mu_;
+  mutable uint64_t ino_next_ = 0, ino_end_ = 0;  // [next, end): reserved, not yet used
 };
 
 }  // namespace ff::fs3

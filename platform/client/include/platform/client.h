@@ -1,6 +1,7 @@
-// The client side of hai-server's API, shared by `hai`, hai-agent, hai-health and hai-bench: a
-// channel to the server, and calls that carry the caller's token with common's deadlines and
-// retries (rpc_client.h).
+// The client side of hai-server's API, shared by `hai`, hai-agent, hai-health, hai-web and
+// hai-bench: channels to the server (to each replica, when hai-server runs as leader and standbys
+// on etcd: calls follow the leader, common/replicas.h), and calls that carry the caller's token
+// with common's deadlines and retries (rpc_client.h).
 //
 //   FF_ASSIGN_OR_RETURN(std::string token, ReadTokenFile(path, /*create=*/false));
 //   HaiClient hai(server_address, token);
@@ -14,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/replicas.h"
 #include "common/rpc_client.h"
 #include "platform/proto/hai.grpc.pb.h"
 #include "platform/tokens.h"
@@ -22,11 +24,14 @@ namespace ff::platform {
 
 class HaiClient {
  public:
-  // `server` is hai-server's "host:port"; `token` a user's token or the agents' shared one.
+  using Servers = Replicas<hai::Hai>;
+
+  // `server` is hai-server's "host:port", or every replica's, comma-separated; `token` a user's
+  // token or the agents' shared one.
   HaiClient(std::string server, std::string token, const ChannelOptions& channel = {});
-  // Over a channel the caller shares between clients (one per user, as hai-web has): channels
+  // Over channels the caller shares between clients (one per user, as hai-web has): channels
   // are thread-safe, and one keeps one connection.
-  HaiClient(std::string server, std::string token, const std::shared_ptr<grpc::Channel>& channel);
+  HaiClient(std::string token, std::shared_ptr<Servers> servers);
 
   // One call: `fn(context, stub)` with the token set on each attempt, under `options`. Errors
   // read "hai-server <what>: <server's message>" and keep the server's code.
@@ -34,12 +39,17 @@ class HaiClient {
   Status Call(std::string_view what, const CallOptions& options, Fn&& fn) {
     return CallRpc("hai-server " + std::string(what), options, [&](grpc::ClientContext* c) {
       SetBearerToken(c, token_);
-      return fn(c, *stub_);
+      return servers_->Attempt([&](hai::Hai::Stub& s) { return fn(c, s); });
     });
   }
 
-  // For streaming calls, which CallRpc does not retry: the stub, and the token on a context.
-  hai::Hai::Stub& stub() { return *stub_; }
+  // For streaming calls, which CallRpc does not retry: the stub of the replica in use (a
+  // follower's refusal moves the next call on: see Attempt), and the token on a context.
+  hai::Hai::Stub& stub() { return servers_->stub(); }
+  template <typename Fn>
+  grpc::Status Attempt(Fn&& fn) {
+    return servers_->Attempt(std::forward<Fn>(fn));
+  }
   void Authorize(grpc::ClientContext* context) const { SetBearerToken(context, token_); }
 
   const std::string& server() const { return server_; }
@@ -47,7 +57,7 @@ class HaiClient {
  private:
   std::string server_;
   std::string token_;
-  std::unique_ptr<hai::Hai::Stub> stub_;
+  std::shared_ptr<Servers> servers_;
 };
 
 }  // namespace ff::platform

@@ -5,6 +5,15 @@
 // work: each heartbeat reports the node's processes and gets back the tasks that should run there
 // (anything else the agent kills), so a restarted server or agent converges without replaying
 // messages.
+//
+// Highly available (engine = "etcd"): two or more hai-servers share their records in etcd; one,
+// elected (common/leader_election.h), leads: it runs the scheduling loop and serves; the others
+// answer every call with kUnavailable naming the leader, and clients (HaiClient, agents, hai,
+// hai-health, hai-web) follow it. A new leader loads the records from etcd and gives the agents a
+// heartbeat timeout to find it, so no node is judged lost for the leader change; agents converge
+// on what it says as on a restarted server's, and it says what its predecessor said (the same
+// records), so no rank is started twice. Every write is fenced by the leader key: a deposed leader
+// changes nothing.
 #pragma once
 
 #include <condition_variable>
@@ -15,8 +24,11 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/config.h"
+#include "common/etcd.h"
+#include "common/leader_election.h"
 #include "common/thread_annotations.h"
 #include "monitoring/metrics.h"
 #include "platform/lifecycle.h"
@@ -25,11 +37,17 @@
 
 namespace ff::platform {
 
-class Store;  // the durable records (RocksDB), private to hai-server
+class Store;  // the durable records (RocksDB or etcd), private to hai-server
 
 struct HaiOptions {
   static constexpr const char* kSection = "hai";  // its section in the config file
-  std::string data_dir;                           // RocksDB and the bootstrap admin token
+  // Where the records live: "rocksdb" (in data_dir) or "etcd" (replicas sharing etcd_prefix).
+  std::string engine = "rocksdb";
+  std::string data_dir;  // RocksDB (engine "rocksdb") and the bootstrap admin token
+  std::vector<std::string> etcd_endpoints;
+  std::string etcd_prefix = "/fireflyer/hai/";
+  std::string advertise;       // the address clients dial this replica at ("" = its RPC address)
+  int64_t election_ttl_s = 3;  // a dead leader is replaced within about this
   std::string cluster = "deploy/config/cluster-small.toml";
   std::string agent_token_file;  // shared with the agents; created if missing
   std::string checkpoint_root = "/tmp/hai-checkpoints";  // HAI_CHECKPOINT_DIR = <root>/<user>/<job>
@@ -56,8 +74,9 @@ class HaiServer final : public hai::Hai::Service {
   static Result<std::unique_ptr<HaiServer>> Create(const HaiOptions& options, Metrics* metrics);
   ~HaiServer() override;
 
-  // Starts / stops the scheduling loop.
-  void Start();
+  // Starts / stops the scheduling loop (and, on etcd, the campaign for leadership); `address`
+  // is where this replica serves.
+  void Start(const std::string& address = "");
   void Stop();
   // Not OK once a durable write failed after memory had changed: the server then refuses every
   // call and asks its process to stop (SIGTERM), and the daemon exits 1 with this status, so a
@@ -105,7 +124,10 @@ class HaiServer final : public hai::Hai::Service {
 
   HaiServer(const HaiOptions& options, scheduler::Topology topology, std::unique_ptr<Store> store,
             Metrics* metrics);
-  Status Load() FF_EXCLUDES(mu_);
+  Status Load() FF_REQUIRES(mu_);
+  // OK on the leader (and on a lone RocksDB hai-server); kUnavailable naming the leader elsewhere.
+  Status Leading() const FF_REQUIRES(mu_);
+  void OnLeadership(bool leader) FF_EXCLUDES(mu_);
 
   Result<hai::User> Authenticate(const grpc::ServerContext& context) const;  // a user
   Status AuthenticateAgent(const grpc::ServerContext& context) const;
@@ -143,7 +165,10 @@ class HaiServer final : public hai::Hai::Service {
 
   const HaiOptions options_;
   const scheduler::Topology topology_;
+  std::unique_ptr<etcd::Client> etcd_;  // the etcd engine's client (outlives store_, election_)
   std::unique_ptr<Store> store_;
+  std::unique_ptr<LeaderElection> election_;
+  std::string self_;  // this replica's address
   std::unique_ptr<scheduler::Scheduler> scheduler_;
   std::string agent_token_hash_;
   Metrics* metrics_;
@@ -151,6 +176,7 @@ class HaiServer final : public hai::Hai::Service {
   mutable Mutex mu_;
   CondVar work_cv_;  // with mu_: a node's generation changed, or stopping
   bool shutting_down_ FF_GUARDED_BY(mu_) = false;
+  bool loaded_ FF_GUARDED_BY(mu_) = false;  // the records in memory are this leader's
   Status write_failure_ FF_GUARDED_BY(mu_);
   std::map<int64_t, hai::Job> jobs_ FF_GUARDED_BY(mu_);
   std::map<std::string, hai::User> users_ FF_GUARDED_BY(mu_);            // by name

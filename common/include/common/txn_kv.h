@@ -1,0 +1,135 @@
+// A small transactional key-value interface (fs3-meta's namespace runs over it, as 3FS's meta
+// servers run over FoundationDB), with two engines:
+//
+//   Serial (OpenSerial, over a ProtoDb, in practice RocksDB): one transaction at a time in this
+//   process; Begin() waits for the previous one to end. No conflicts, group commit (Commit logs
+//   the batch, AwaitDurable syncs it after the caller let go). One server: today's speed.
+//
+//   Optimistic (OpenEtcd): any number of transactions at once, in any number of processes. Reads
+//   see one snapshot (the etcd revision of the transaction's first read) plus the transaction's
+//   own writes; Commit is one etcd transaction that applies the writes only if no key the
+//   transaction read has changed since (compared by mod revision; a key read as absent must still
+//   be absent) and no key was added to or changed in a range it scanned. Otherwise Commit fails
+//   with kAborted and the caller runs the operation again from the start (RunTxn does). A commit
+//   whose outcome is unknown (etcd did not answer in time) also fails with kAborted: running the
+//   operation again is safe, because the comparisons refuse whichever of the two comes second.
+//   Scans see additions and changes, not removals, as conflicts: a removal only makes a range
+//   emptier.
+//
+// Thread-safe: each transaction is used by one thread at a time.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/proto_db.h"
+#include "common/result.h"
+
+namespace ff {
+namespace etcd {
+class Client;
+}  // namespace etcd
+
+class KvTxn {
+ public:
+  virtual ~KvTxn() = default;
+  // A key's value as this transaction sees it (its own writes included); nullopt when absent.
+  Result<std::optional<std::string>> Get(const std::string& key);
+  // Up to `limit` keys starting with `prefix` and sorting after `after` ("": from the first), in
+  // key order, as this transaction sees them (its own writes included).
+  Result<std::vector<std::pair<std::string, std::string>>> Scan(const std::string& prefix,
+                                                                const std::string& after,
+                                                                std::size_t limit);
+  void Put(const std::string& key, std::string value) { writes_[key] = std::move(value); }
+  void Delete(const std::string& key) { writes_[key] = std::nullopt; }
+  bool has_writes() const { return !writes_.empty(); }
+  // Applies the writes at once, or fails (kAborted: conflict, run again). Returns a token for
+  // TxnKv::AwaitDurable. A transaction without writes commits nothing and cannot conflict.
+  virtual Result<uint64_t> Commit() = 0;
+
+ protected:
+  // The committed state the transaction reads from (its snapshot), recorded for conflicts.
+  virtual Result<std::optional<std::string>> ReadCommitted(const std::string& key) = 0;
+  virtual Result<std::vector<std::pair<std::string, std::string>>> ScanCommitted(
+      const std::string& prefix, const std::string& after, std::size_t limit) = 0;
+  std::map<std::string, std::optional<std::string>> writes_;
+};
+
+class TxnKv {
+  static const Status& StatusOf(const Status& s) { return s; }
+  template <typename T>
+  static Status StatusOf(const Result<T>& r) {
+    return r.status();
+  }
+
+ public:
+  // The serial engine over `db` (which it owns).
+  static std::unique_ptr<TxnKv> OpenSerial(std::unique_ptr<ProtoDb> db);
+  // The optimistic engine: keys under `prefix` in etcd. `client` outlives the store.
+  static Result<std::unique_ptr<TxnKv>> OpenEtcd(etcd::Client* client, std::string prefix);
+  virtual ~TxnKv() = default;
+
+  virtual const char* engine() const = 0;
+  // Transactions run one at a time (the serial engine): nothing ever conflicts.
+  virtual bool serial() const = 0;
+
+  virtual std::unique_ptr<KvTxn> Begin() = 0;
+  // How many keys start with `prefix` (committed state; the serial engine reads them all).
+  virtual Result<uint64_t> CountKeys(const std::string& prefix) = 0;
+  // Returns once what the transaction that gave `token` committed is durable (see above).
+  virtual Status AwaitDurable(uint64_t token) = 0;
+
+  // Transactions committed with writes, and those that conflicted and ran again (metrics).
+  uint64_t Commits() const { return commits_; }
+  uint64_t Conflicts() const { return conflicts_; }
+  // Commits that shared one log sync (serial engine; 0 elsewhere).
+  virtual uint64_t LogSyncs() const { return 0; }
+
+  // Runs `op` (KvTxn& -> Status or Result<T>) in a transaction and commits it, again from the
+  // start on a conflict (up to `max_attempts`); `op` returning an error ends it without
+  // committing (kAborted: run again). The token of the commit goes to `*token` when given.
+  template <typename F>
+  auto Run(F&& op, uint64_t* token = nullptr, int max_attempts = 64)
+      -> decltype(op(std::declval<KvTxn&>())) {
+    Status last;
+    for (int attempt = 0; attempt < max_attempts; ++attempt) {
+      std::unique_ptr<KvTxn> txn = Begin();
+      auto r = op(*txn);
+      if (!StatusOf(r).ok()) {
+        // A read at a revision compacted away: run again from a new one.
+        if (StatusOf(r).code() != StatusCode::kAborted) return r;
+        ++conflicts_;
+        last = StatusOf(r);
+        BackOff(attempt);
+        continue;
+      }
+      Result<uint64_t> committed = txn->Commit();
+      if (committed.ok()) {
+        if (txn->has_writes()) ++commits_;
+        if (token) *token = *committed;
+        return r;
+      }
+      if (committed.status().code() != StatusCode::kAborted) return committed.status();
+      ++conflicts_;
+      last = committed.status();
+      BackOff(attempt);
+    }
+    return Status(StatusCode::kAborted, "gave up after " + std::to_string(max_attempts) +
+                                            " conflicting attempts: " + last.message());
+  }
+
+ protected:
+  // After a conflict: a random pause growing with the attempts (up to 50 ms), so that operations
+  // that keep colliding (one hot directory) spread out instead of retrying in step.
+  static void BackOff(int attempt);
+  std::atomic<uint64_t> commits_{0}, conflicts_{0};
+};
+
+}  // namespace ff

@@ -1,0 +1,191 @@
+#include "common/leader_election.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace ff {
+
+LeaderElection::LeaderElection(etcd::Client* client, ElectionOptions options, Callback on_change)
+    : client_(client), options_(std::move(options)), on_change_(std::move(on_change)) {}
+
+LeaderElection::~LeaderElection() {
+  Resign();
+}
+
+void LeaderElection::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void LeaderElection::Resign() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool LeaderElection::Stopping() {
+  MutexLock lock(&mu_);
+  return stop_;
+}
+
+bool LeaderElection::IsLeader() const {
+  MutexLock lock(&mu_);
+  return leader_ && Clock::now() + options_.margin < valid_until_;
+}
+
+std::string LeaderElection::Leader() const {
+  MutexLock lock(&mu_);
+  return leader_value_;
+}
+
+etcdserverpb::Compare LeaderElection::Fence() const {
+  MutexLock lock(&mu_);
+  // A replica that never led fences with revision -1, which no key has.
+  return etcd::CompareCreate(options_.key, etcdserverpb::Compare::EQUAL,
+                             leader_ ? fence_revision_ : -1);
+}
+
+void LeaderElection::SetLeader(bool leader, Clock::time_point valid_until, int64_t fence_revision) {
+  MutexLock lock(&mu_);
+  leader_ = leader;
+  valid_until_ = valid_until;
+  if (leader) {
+    fence_revision_ = fence_revision;
+    leader_value_ = options_.value;
+  } else if (leader_value_ == options_.value) {
+    leader_value_.clear();
+  }
+}
+
+void LeaderElection::Run() {
+  const auto ttl = std::chrono::seconds(options_.ttl_s);
+  while (!Stopping()) {
+    auto sent = Clock::now();
+    Result<int64_t> granted = client_->GrantLease(options_.ttl_s);
+    if (!granted.ok()) {
+      spdlog::warn("election {}: no lease: {}", options_.key, granted.status().ToString());
+      UniqueLock lock(&mu_);
+      cv_.wait_for(lock, options_.poll, [&] {
+        mu_.AssertHeld();
+        return stop_;
+      });
+      continue;
+    }
+    const int64_t lease = *granted;
+    auto valid_until = sent + ttl;
+    {
+      MutexLock lock(&mu_);
+      lease_ = lease;
+    }
+    bool lease_alive = true;
+    while (lease_alive && !Stopping()) {
+      // Take the key if nobody holds it; otherwise read who does.
+      etcdserverpb::TxnRequest txn;
+      *txn.add_compare() = etcd::CompareCreate(options_.key, etcdserverpb::Compare::EQUAL, 0);
+      etcd::AddPut(&txn, options_.key, options_.value, lease);
+      etcd::AddGet(&txn, options_.key, /*on_success=*/false);
+      Result<etcdserverpb::TxnResponse> r = client_->Txn(txn);
+      int64_t fence = 0;
+      int64_t seen_revision = 0;
+      if (r.ok() && r->succeeded()) {
+        fence = r->header().revision();
+      } else {
+        // Lost the race, or the outcome is unknown: the key says who holds it (maybe us).
+        Result<std::optional<etcd::Kv>> held = client_->Get(options_.key, 0, &seen_revision);
+        if (held.ok() && *held && (*held)->lease == lease) {
+          fence = (*held)->create_revision;
+        } else if (held.ok()) {
+          MutexLock lock(&mu_);
+          leader_value_ = *held ? (*held)->value : "";
+        } else {
+          spdlog::warn("election {}: {}", options_.key, held.status().ToString());
+        }
+      }
+      if (fence > 0) {
+        Lead(lease, valid_until);
+        lease_alive = false;  // a leadership ends with its lease revoked or expired
+        break;
+      }
+      // A follower: keep the lease fresh (to lead at once when the key frees) and wait for the
+      // key to change, or for the poll interval.
+      sent = Clock::now();
+      Result<int64_t> kept = client_->KeepAlive(lease);
+      if (kept.ok()) {
+        valid_until = sent + std::chrono::seconds(*kept);
+      } else if (kept.status().code() == StatusCode::kNotFound) {
+        lease_alive = false;
+        break;
+      }
+      if (seen_revision > 0) {
+        (void)client_->WaitForChanges(options_.key, "", seen_revision + 1, options_.poll);
+      } else {
+        UniqueLock lock(&mu_);
+        cv_.wait_for(lock, options_.poll, [&] {
+          mu_.AssertHeld();
+          return stop_;
+        });
+      }
+    }
+    if (lease_alive) (void)client_->RevokeLease(lease);  // stopping as a follower
+  }
+}
+
+void LeaderElection::Lead(int64_t lease, Clock::time_point valid_until) {
+  // The fence is the key's create revision, which the txn that made it wrote: read it back.
+  int64_t fence = 0;
+  {
+    Result<std::optional<etcd::Kv>> held = client_->Get(options_.key);
+    if (held.ok() && *held && (*held)->lease == lease) fence = (*held)->create_revision;
+  }
+  if (fence == 0) {
+    (void)client_->RevokeLease(lease);
+    return;
+  }
+  SetLeader(true, valid_until, fence);
+  ++terms_;
+  spdlog::info("election {}: {} is leader (fence revision {})", options_.key, options_.value,
+               fence);
+  if (on_change_) on_change_(true);
+
+  const auto renew_every = std::chrono::milliseconds(options_.ttl_s * 1000 / 3);
+  std::string why = "resigned";
+  for (;;) {
+    {
+      UniqueLock lock(&mu_);
+      if (cv_.wait_for(lock, renew_every, [&] {
+            mu_.AssertHeld();
+            return stop_;
+          })) {
+        break;
+      }
+    }
+    const auto sent = Clock::now();
+    Result<int64_t> kept = client_->KeepAlive(lease);
+    if (kept.ok()) {
+      valid_until = sent + std::chrono::seconds(*kept);
+      MutexLock lock(&mu_);
+      valid_until_ = valid_until;
+    } else if (kept.status().code() == StatusCode::kNotFound) {
+      why = "its lease expired";
+      break;
+    } else if (Clock::now() + options_.margin >= valid_until) {
+      why = "it could not renew its lease in time (" + kept.status().ToString() + ")";
+      break;
+    }
+    // Somebody may have deleted the key (an operator, a revoke): then another can be elected.
+    Result<std::optional<etcd::Kv>> held = client_->Get(options_.key);
+    if (held.ok() && (!*held || (*held)->create_revision != fence)) {
+      why = "its key was deleted";
+      break;
+    }
+  }
+  SetLeader(false, Clock::time_point(), 0);
+  spdlog::warn("election {}: {} is no longer leader: {}", options_.key, options_.value, why);
+  if (on_change_) on_change_(false);
+  (void)client_->RevokeLease(lease);
+}
+
+}  // namespace ff
