@@ -322,7 +322,7 @@ Result<std::vector<etcdserverpb::Event>> Client::WaitForChanges(const std::strin
     }
   }
   ctx.TryCancel();
-  grpc::Status s = stream->Finish();
+  (void)stream->Finish();
   if (!compacted.ok()) return compacted;
   if (!events.empty()) return events;
   // Nothing came: the deadline passed (the normal case) or the member is unreachable, which a

@@ -71,6 +71,10 @@ TEST_P(TxnKvTest, ReadsSeeTheTransactionsOwnWrites) {
     EXPECT_FALSE(got);
     FF_ASSIGN_OR_RETURN(got, t.Get("d/c"));
     EXPECT_EQ(got, "three");
+    // Several at once: the transaction's own writes and committed values alike.
+    FF_ASSIGN_OR_RETURN(auto many, t.GetMany({"e/x", "d/a", "d/c", "d/none", "d/b"}));
+    EXPECT_EQ(many, (std::vector<std::optional<std::string>>{"x", std::nullopt, "three",
+                                                             std::nullopt, "2"}));
     return t.Scan("d/", "", 10);
   });
   ASSERT_TRUE(r.ok()) << r.status();

@@ -42,6 +42,8 @@ class KvTxn {
   virtual ~KvTxn() = default;
   // A key's value as this transaction sees it (its own writes included); nullopt when absent.
   Result<std::optional<std::string>> Get(const std::string& key);
+  // Several keys at once (one round trip on etcd); each nullopt when absent.
+  Result<std::vector<std::optional<std::string>>> GetMany(const std::vector<std::string>& keys);
   // Up to `limit` keys starting with `prefix` and sorting after `after` ("": from the first), in
   // key order, as this transaction sees them (its own writes included).
   Result<std::vector<std::pair<std::string, std::string>>> Scan(const std::string& prefix,
@@ -57,6 +59,9 @@ class KvTxn {
  protected:
   // The committed state the transaction reads from (its snapshot), recorded for conflicts.
   virtual Result<std::optional<std::string>> ReadCommitted(const std::string& key) = 0;
+  // The committed values of `keys` (the default: one by one).
+  virtual Result<std::vector<std::optional<std::string>>> ReadCommittedMany(
+      const std::vector<std::string>& keys);
   virtual Result<std::vector<std::pair<std::string, std::string>>> ScanCommitted(
       const std::string& prefix, const std::string& after, std::size_t limit) = 0;
   std::map<std::string, std::optional<std::string>> writes_;

@@ -350,18 +350,21 @@ grpc::Status MetaService::Readdir(grpc::ServerContext*, const fs3rpc::ReaddirReq
       FF_ASSIGN_OR_RETURN(fs3rpc::Inode dir, store_->GetAttr(r->ino()));
       plus = Permitted(caller, dir, 1);  // what a lookup of each entry would ask
     }
-    for (const DirEntry& e : entries) {
+    std::vector<std::optional<fs3rpc::Inode>> inodes;
+    if (plus) {  // every entry's attributes in one transaction (one round trip on etcd)
+      std::vector<uint64_t> inos;
+      inos.reserve(entries.size());
+      for (const DirEntry& e : entries)
+        inos.push_back(e.ino);
+      FF_ASSIGN_OR_RETURN(inodes, store_->GetAttrs(inos));
+    }
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const DirEntry& e = entries[i];
       auto* d = out->add_entries();
       d->set_name(e.name);
       d->set_ino(e.ino);
       d->set_type(e.type);
-      if (!plus) continue;
-      auto inode = store_->GetAttr(e.ino);
-      if (inode.ok()) {
-        *d->mutable_inode() = std::move(*inode);
-      } else if (inode.status().code() != StatusCode::kNotFound) {  // gone since: no attributes
-        return inode.status();
-      }
+      if (plus && inodes[i]) *d->mutable_inode() = std::move(*inodes[i]);  // gone since: none
     }
     return Status::Ok();
   });

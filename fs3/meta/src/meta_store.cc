@@ -70,6 +70,11 @@ Result<Inode> MetaStore::GetAttr(uint64_t ino) const {
   return Run([&](Txn& t) -> Result<Inode> { return t.GetInode(ino); });
 }
 
+Result<std::vector<std::optional<Inode>>> MetaStore::GetAttrs(
+    const std::vector<uint64_t>& inos) const {
+  return Run([&](Txn& t) { return t.GetInodes(inos); });
+}
+
 Result<Inode> MetaStore::Lookup(const Caller& c, uint64_t parent, const std::string& name) const {
   return Run([&](Txn& t) -> Result<Inode> {
     FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));

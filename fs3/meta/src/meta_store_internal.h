@@ -119,6 +119,26 @@ class MetaStore::Txn {
     if (!inode) return Err(StatusCode::kNotFound, "no inode " + std::to_string(ino));
     return std::move(*inode);
   }
+  // Several inodes read at once (one round trip on etcd); nullopt for a missing one.
+  Result<std::vector<std::optional<Inode>>> GetInodes(const std::vector<uint64_t>& inos) {
+    std::vector<std::string> keys;
+    keys.reserve(inos.size());
+    for (uint64_t ino : inos)
+      keys.push_back(InodeKey(ino));
+    FF_ASSIGN_OR_RETURN(auto values, kv_.GetMany(keys));
+    std::vector<std::optional<Inode>> out(inos.size());
+    for (std::size_t i = 0; i < inos.size(); ++i) {
+      if (auto it = inodes_.find(keys[i]); it != inodes_.end()) {
+        out[i] = it->second;
+      } else if (values[i]) {
+        Inode inode;
+        if (!inode.ParseFromString(*values[i]))
+          return DataLoss("record " + keys[i] + " is corrupt");
+        out[i] = std::move(inode);
+      }
+    }
+    return out;
+  }
   Result<Inode> GetDir(uint64_t ino) {
     FF_ASSIGN_OR_RETURN(Inode inode, GetInode(ino));
     if (inode.type() != fs3rpc::INODE_DIR) {

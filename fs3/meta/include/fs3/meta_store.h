@@ -58,6 +58,9 @@ class MetaStore {
   const char* engine() const { return kv_->engine(); }
 
   Result<fs3rpc::Inode> GetAttr(uint64_t ino) const;
+  // Several inodes in one transaction (readdir's attributes); nullopt for one that is gone.
+  Result<std::vector<std::optional<fs3rpc::Inode>>> GetAttrs(
+      const std::vector<uint64_t>& inos) const;
   Result<fs3rpc::Inode> Lookup(const Caller& c, uint64_t parent, const std::string& name) const;
 
   Result<fs3rpc::Inode> Mkdir(const Caller& c, uint64_t parent, const std::string& name,
