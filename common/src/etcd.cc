@@ -125,6 +125,14 @@ Result<std::unique_ptr<Client>> Client::Make(const Options& options) {
   return c;
 }
 
+Result<std::unique_ptr<Client>> Client::Connect(const std::vector<std::string>& endpoints) {
+  std::string list;
+  for (const std::string& e : endpoints)
+    list += (list.empty() ? "" : ",") + e;
+  FF_ASSIGN_OR_RETURN(auto parsed, ParseEndpoints(list));
+  return Make(Options{.endpoints = parsed});
+}
+
 Status Client::Call(const char* what, bool write, const Attempt& attempt) {
   const auto deadline = Clock::now() + options_.call_timeout;
   std::size_t first;

@@ -69,6 +69,8 @@ class Client {
  public:
   // Makes the channels; connects on the first call (a member down now is not an error).
   static Result<std::unique_ptr<Client>> Make(const Options& options);
+  // A daemon's client from its config's `etcd_endpoints` (each checked as ParseEndpoints does).
+  static Result<std::unique_ptr<Client>> Connect(const std::vector<std::string>& endpoints);
 
   const Options& options() const { return options_; }
 

@@ -1,6 +1,7 @@
 #include "fs3/meta_client.h"
 
 #include "common/net.h"
+#include "common/replicas.h"
 #include "common/rpc_status.h"
 
 namespace ff::fs3 {
@@ -11,27 +12,14 @@ constexpr auto kAskAgainAfter = std::chrono::seconds(10);
 }  // namespace
 
 MetaClient::MetaClient(MetaClientOptions options) : options_(std::move(options)) {
-  std::size_t start = 0;
-  while (start <= options_.address.size()) {
-    std::size_t comma = options_.address.find(',', start);
-    if (comma == std::string::npos) comma = options_.address.size();
-    std::string address = options_.address.substr(start, comma - start);
-    address.erase(0, address.find_first_not_of(" \t"));
-    address.erase(address.find_last_not_of(" \t") + 1);
-    if (!address.empty()) {
-      auto server = std::make_unique<Server>();
-      server->address = address;
-      server->stub = fs3rpc::Meta::NewStub(MakeChannel(address));
-      int port = 0;
-      if (!SplitHostPort(address, &server->host, &port).ok()) server->host.clear();
-      servers_.push_back(std::move(server));
-    }
-    start = comma + 1;
-  }
-  if (servers_.empty()) {  // calls fail with gRPC's own error for a bad target
+  std::vector<std::string> addresses = SplitAddressList(options_.address);
+  if (addresses.empty()) addresses.push_back(options_.address);  // calls fail with gRPC's error
+  for (const std::string& address : addresses) {
     auto server = std::make_unique<Server>();
-    server->address = options_.address;
-    server->stub = fs3rpc::Meta::NewStub(MakeChannel(options_.address));
+    server->address = address;
+    server->stub = fs3rpc::Meta::NewStub(MakeChannel(address));
+    int port = 0;
+    if (!SplitHostPort(address, &server->host, &port).ok()) server->host.clear();
     servers_.push_back(std::move(server));
   }
 }

@@ -1,5 +1,6 @@
 #include "meta_service.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -60,13 +61,10 @@ Result<std::unique_ptr<MetaService>> MetaService::Create(const MetaOptions& opti
   layout.set_chunk_size(options.chunk_size);
   layout.set_stripe(options.stripe);
   if (options.engine == "etcd") {
-    std::string list;
-    for (const std::string& e : options.etcd_endpoints)
-      list += (list.empty() ? "" : ",") + e;
-    FF_ASSIGN_OR_RETURN(auto endpoints, etcd::ParseEndpoints(list));
-    FF_ASSIGN_OR_RETURN(auto client, etcd::Client::Make({.endpoints = endpoints}));
+    FF_ASSIGN_OR_RETURN(auto client, etcd::Client::Connect(options.etcd_endpoints));
     FF_ASSIGN_OR_RETURN(auto store, MetaStore::OpenEtcd(client.get(), options.etcd_prefix, layout));
-    spdlog::info("namespace in etcd under {} ({})", options.etcd_prefix, list);
+    spdlog::info("namespace in etcd under {} ({})", options.etcd_prefix,
+                 fmt::join(options.etcd_endpoints, ","));
     return std::unique_ptr<MetaService>(
         new MetaService(options, std::move(client), std::move(store), metrics));
   }

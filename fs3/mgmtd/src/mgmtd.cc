@@ -1,5 +1,6 @@
 #include "mgmtd.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -85,16 +86,13 @@ void MgmtdOptions::Bind(ConfigSection& s) {
 
 Result<std::unique_ptr<Mgmtd>> Mgmtd::Create(const MgmtdOptions& options, Metrics* metrics) {
   if (options.engine == "etcd") {
-    std::string list;
-    for (const std::string& e : options.etcd_endpoints)
-      list += (list.empty() ? "" : ",") + e;
-    FF_ASSIGN_OR_RETURN(auto endpoints, etcd::ParseEndpoints(list));
-    FF_ASSIGN_OR_RETURN(auto client, etcd::Client::Make({.endpoints = endpoints}));
+    FF_ASSIGN_OR_RETURN(auto client, etcd::Client::Connect(options.etcd_endpoints));
     std::unique_ptr<Mgmtd> m(new Mgmtd(options, std::move(client), metrics));
     FF_ASSIGN_OR_RETURN(m->db_,
                         ProtoDb::OpenEtcd(m->etcd_.get(), options.etcd_prefix + "state/",
                                           [mp = m.get()] { return mp->election_->Fence(); }));
-    spdlog::info("state in etcd under {} ({}); serving once elected", options.etcd_prefix, list);
+    spdlog::info("state in etcd under {} ({}); serving once elected", options.etcd_prefix,
+                 fmt::join(options.etcd_endpoints, ","));
     return m;  // loads its state when elected
   }
   std::error_code ec;

@@ -68,11 +68,7 @@ Result<std::unique_ptr<HaiServer>> HaiServer::Create(const HaiOptions& options, 
   std::unique_ptr<etcd::Client> client;
   std::unique_ptr<Store> store;
   if (options.engine == "etcd") {
-    std::string list;
-    for (const std::string& e : options.etcd_endpoints)
-      list += (list.empty() ? "" : ",") + e;
-    FF_ASSIGN_OR_RETURN(auto endpoints, etcd::ParseEndpoints(list));
-    FF_ASSIGN_OR_RETURN(client, etcd::Client::Make({.endpoints = endpoints}));
+    FF_ASSIGN_OR_RETURN(client, etcd::Client::Connect(options.etcd_endpoints));
   } else {
     FF_ASSIGN_OR_RETURN(store, Store::Open(options.data_dir + "/db"));
   }
