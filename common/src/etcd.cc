@@ -362,32 +362,36 @@ std::vector<MemberStatus> Client::Members() {
   return out;
 }
 
-etcdserverpb::Compare CompareMod(const std::string& key, etcdserverpb::Compare::CompareResult r,
-                                 int64_t mod_revision) {
+namespace {
+
+etcdserverpb::Compare MakeCompare(const std::string& key, etcdserverpb::Compare::CompareTarget t,
+                                  etcdserverpb::Compare::CompareResult r) {
   etcdserverpb::Compare c;
   c.set_key(key);
-  c.set_target(etcdserverpb::Compare::MOD);
+  c.set_target(t);
   c.set_result(r);
+  return c;
+}
+
+}  // namespace
+
+etcdserverpb::Compare CompareMod(const std::string& key, etcdserverpb::Compare::CompareResult r,
+                                 int64_t mod_revision) {
+  etcdserverpb::Compare c = MakeCompare(key, etcdserverpb::Compare::MOD, r);
   c.set_mod_revision(mod_revision);
   return c;
 }
 
 etcdserverpb::Compare CompareCreate(const std::string& key, etcdserverpb::Compare::CompareResult r,
                                     int64_t create_revision) {
-  etcdserverpb::Compare c;
-  c.set_key(key);
-  c.set_target(etcdserverpb::Compare::CREATE);
-  c.set_result(r);
+  etcdserverpb::Compare c = MakeCompare(key, etcdserverpb::Compare::CREATE, r);
   c.set_create_revision(create_revision);
   return c;
 }
 
 etcdserverpb::Compare CompareVersion(const std::string& key, etcdserverpb::Compare::CompareResult r,
                                      int64_t version) {
-  etcdserverpb::Compare c;
-  c.set_key(key);
-  c.set_target(etcdserverpb::Compare::VERSION);
-  c.set_result(r);
+  etcdserverpb::Compare c = MakeCompare(key, etcdserverpb::Compare::VERSION, r);
   c.set_version(version);
   return c;
 }

@@ -48,6 +48,12 @@ class LeaderElection {
   using Callback = std::function<void(bool leader)>;
 
   LeaderElection(etcd::Client* client, ElectionOptions options, Callback on_change = nullptr);
+  // A replicated daemon's election (fs3-mgmtd, hai-server): the key `<prefix>leader`, this
+  // replica's address as its value; started.
+  static std::unique_ptr<LeaderElection> StartReplica(etcd::Client* client,
+                                                      const std::string& prefix,
+                                                      const std::string& self, int64_t ttl_s,
+                                                      Callback on_change);
   ~LeaderElection();  // Resign()s
 
   // Campaigns on a thread of its own until Resign().

@@ -212,13 +212,9 @@ void HaiServer::Start(const std::string& address) {
     metrics_->Counter("hai_server_elections_won_total", "Times this replica became leader");
   }
   if (etcd_) {
-    election_ =
-        std::make_unique<LeaderElection>(etcd_.get(),
-                                         ElectionOptions{.key = options_.etcd_prefix + "leader",
-                                                         .value = self_,
-                                                         .ttl_s = options_.election_ttl_s},
-                                         [this](bool leader) { OnLeadership(leader); });
-    election_->Start();
+    election_ = LeaderElection::StartReplica(etcd_.get(), options_.etcd_prefix, self_,
+                                             options_.election_ttl_s,
+                                             [this](bool leader) { OnLeadership(leader); });
   }
   loop_ = std::thread([this] {
     UniqueLock lock(&loop_mu_);
