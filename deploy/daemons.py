@@ -393,12 +393,19 @@ def etcd_members(directory, count, host="127.0.0.1", names=None, binary=None):
     binary = binary or shutil.which("etcd") or "/usr/bin/etcd"
     members = names or [(f"etcd{i + 1}", host, []) for i in range(count)]
 
+    # Free ports, every socket held until all are chosen (one released at once may be handed
+    # out again: two members on one port).
+    held = []
+
     def free_port(h):
-        with socket.socket() as s:
-            s.bind((h, 0))
-            return s.getsockname()[1]
+        s = socket.socket()
+        s.bind((h, 0))
+        held.append(s)
+        return s.getsockname()[1]
 
     ports = [(2379, 2380) if names else (free_port(h), free_port(h)) for _, h, _ in members]
+    for s in held:
+        s.close()
     initial = ",".join(f"{n}=http://{h}:{peer}" for (n, h, _), (_, peer) in zip(members, ports))
     out = []
     for (name, h, prefix), (client, peer) in zip(members, ports):

@@ -242,8 +242,14 @@ Result<int64_t> Client::Delete(const std::string& key, const std::string& range_
 }
 
 Result<etcdserverpb::TxnResponse> Client::Txn(const etcdserverpb::TxnRequest& request) {
+  // A transaction of reads alone is retried on another member like any read.
+  auto reads_only = [](const auto& ops) {
+    return std::all_of(ops.begin(), ops.end(),
+                       [](const etcdserverpb::RequestOp& op) { return op.has_request_range(); });
+  };
+  const bool write = !reads_only(request.success()) || !reads_only(request.failure());
   etcdserverpb::TxnResponse resp;
-  FF_RETURN_IF_ERROR(Call("txn", true, [&](Member& m, grpc::ClientContext* ctx) {
+  FF_RETURN_IF_ERROR(Call("txn", write, [&](Member& m, grpc::ClientContext* ctx) {
     resp.Clear();
     return m.kv->Txn(ctx, request, &resp);
   }));

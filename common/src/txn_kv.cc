@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <mutex>
 #include <random>
 #include <thread>
 
 #include "common/etcd.h"
+#include "common/thread_annotations.h"
 
 namespace ff {
 
@@ -19,7 +21,10 @@ void TxnKv::BackOff(int attempt) {
 
 Result<std::optional<std::string>> KvTxn::Get(const std::string& key) {
   if (auto it = writes_.find(key); it != writes_.end()) return it->second;
-  return ReadCommitted(key);
+  if (auto it = read_.find(key); it != read_.end()) return it->second;
+  FF_ASSIGN_OR_RETURN(auto value, ReadCommitted(key));
+  read_.emplace(key, value);
+  return value;
 }
 
 Result<std::vector<std::optional<std::string>>> KvTxn::ReadCommittedMany(
@@ -37,19 +42,22 @@ Result<std::vector<std::optional<std::string>>> KvTxn::GetMany(
     const std::vector<std::string>& keys) {
   std::vector<std::optional<std::string>> out(keys.size());
   std::vector<std::string> unread;
-  std::vector<std::size_t> where;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (auto it = writes_.find(keys[i]); it != writes_.end()) {
       out[i] = it->second;
-    } else {
+    } else if (auto seen = read_.find(keys[i]); seen != read_.end()) {
+      out[i] = seen->second;
+    } else if (std::find(unread.begin(), unread.end(), keys[i]) == unread.end()) {
       unread.push_back(keys[i]);
-      where.push_back(i);
     }
   }
   if (unread.empty()) return out;
   FF_ASSIGN_OR_RETURN(auto read, ReadCommittedMany(unread));
   for (std::size_t j = 0; j < read.size(); ++j)
-    out[where[j]] = std::move(read[j]);
+    read_.emplace(unread[j], std::move(read[j]));
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (writes_.count(keys[i]) == 0) out[i] = read_.at(keys[i]);
+  }
   return out;
 }
 
@@ -128,7 +136,7 @@ class SerialTxnKv : public TxnKv {
   explicit SerialTxnKv(std::unique_ptr<ProtoDb> db) : db_(std::move(db)) {}
   const char* engine() const override { return db_->engine(); }
   bool serial() const override { return true; }
-  std::unique_ptr<KvTxn> Begin() override { return std::make_unique<SerialTxn>(*db_, mu_); }
+  std::unique_ptr<KvTxn> Begin(bool) override { return std::make_unique<SerialTxn>(*db_, mu_); }
   Status AwaitDurable(uint64_t token) override { return db_->AwaitDurable(token); }
   Result<uint64_t> CountKeys(const std::string& prefix) override {
     uint64_t n = 0;
@@ -149,28 +157,112 @@ class SerialTxnKv : public TxnKv {
 
 // ---- The optimistic engine (etcd) -----------------------------------------------------------
 
-class EtcdTxn : public KvTxn {
+// Commits on their way to etcd, grouped (see the header): one etcd transaction carries the
+// comparisons and writes of several commits whose keys do not meet.
+class GroupCommitter {
  public:
-  EtcdTxn(etcd::Client& client, const std::string& prefix) : client_(client), prefix_(prefix) {}
-
-  Result<uint64_t> Commit() override {
-    if (writes_.empty()) return uint64_t{0};
+  struct Commit {
     etcdserverpb::TxnRequest txn;
-    for (const auto& [key, mod] : reads_) {
-      *txn.add_compare() = etcd::CompareMod(prefix_ + key, etcdserverpb::Compare::EQUAL, mod);
-    }
-    for (const auto& [from, to] : ranges_) {
-      auto c = etcd::CompareMod(from, etcdserverpb::Compare::LESS, revision_ + 1);
-      c.set_range_end(to);
-      *txn.add_compare() = std::move(c);
-    }
-    for (const auto& [key, value] : writes_) {
-      if (value) {
-        etcd::AddPut(&txn, prefix_ + key, *value);
+    std::vector<std::string> reads, writes;                   // keys (with the prefix)
+    std::vector<std::pair<std::string, std::string>> ranges;  // [from, to) scanned
+    Result<uint64_t> result = uint64_t{0};
+    bool done = false;  // guarded by the committer's mu_
+  };
+
+  explicit GroupCommitter(etcd::Client& client) : client_(client) {}
+  uint64_t grouped() const { return grouped_; }
+
+  // Commits `c` (alone or with others); kAborted when a comparison failed or the outcome is
+  // unknown.
+  Result<uint64_t> Run(Commit& c) FF_EXCLUDES(mu_) {
+    UniqueLock lock(&mu_);
+    queue_.push_back(&c);
+    while (!c.done) {
+      if (in_flight_ < kMaxInFlight && !queue_.empty()) {
+        std::vector<Commit*> group = TakeGroup();
+        ++in_flight_;
+        lock.unlock();
+        Send(group);  // each commit's result, read by its owner once done
+        lock.lock();
+        --in_flight_;
+        for (Commit* g : group)
+          g->done = true;
+        cv_.notify_all();
       } else {
-        etcd::AddDelete(&txn, prefix_ + key);
+        cv_.wait(lock, [&] {
+          mu_.AssertHeld();
+          return c.done || (in_flight_ < kMaxInFlight && !queue_.empty());
+        });
       }
     }
+    return c.result;
+  }
+
+ private:
+  // Calls on their way at once (more would leave fewer commits to group).
+  static constexpr int kMaxInFlight = 1;
+  static constexpr int kMaxOps = 900;  // comparisons or writes in one group (--max-txn-ops 1024)
+
+  static bool Meets(const Commit& a, const Commit& b) {
+    auto touches = [](const Commit& c, const std::string& key) {
+      if (std::find(c.reads.begin(), c.reads.end(), key) != c.reads.end()) return true;
+      if (std::find(c.writes.begin(), c.writes.end(), key) != c.writes.end()) return true;
+      return std::any_of(c.ranges.begin(), c.ranges.end(),
+                         [&](const auto& r) { return key >= r.first && key < r.second; });
+    };
+    for (const std::string& key : a.writes) {
+      if (touches(b, key)) return true;
+    }
+    for (const std::string& key : b.writes) {
+      if (touches(a, key)) return true;
+    }
+    return false;
+  }
+
+  // The oldest commit and those after it that meet none already taken.
+  std::vector<Commit*> TakeGroup() FF_REQUIRES(mu_) {
+    std::vector<Commit*> group;
+    int compares = 0, ops = 0;
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      Commit* c = *it;
+      const bool fits =
+          group.empty() ||
+          (compares + c->txn.compare_size() <= kMaxOps && ops + c->txn.success_size() <= kMaxOps &&
+           std::none_of(group.begin(), group.end(), [&](Commit* g) { return Meets(*g, *c); }));
+      if (!fits) {
+        ++it;
+        continue;
+      }
+      compares += c->txn.compare_size();
+      ops += c->txn.success_size();
+      group.push_back(c);
+      it = queue_.erase(it);
+    }
+    return group;
+  }
+
+  void Send(const std::vector<Commit*>& group) {
+    if (group.size() == 1) {
+      group[0]->result = Once(group[0]->txn, nullptr);
+      return;
+    }
+    etcdserverpb::TxnRequest merged;
+    for (const Commit* c : group) {
+      for (const auto& cmp : c->txn.compare())
+        *merged.add_compare() = cmp;
+      for (const auto& op : c->txn.success())
+        *merged.add_success() = op;
+    }
+    grouped_ += group.size();
+    bool conflict = false;
+    Result<uint64_t> r = Once(merged, &conflict);
+    // A comparison of one of them failed: each is tried alone for its own answer.
+    for (Commit* c : group)
+      c->result = conflict ? Once(c->txn, nullptr) : r;
+  }
+
+  // One etcd transaction; `*conflict` set when its comparisons failed.
+  Result<uint64_t> Once(const etcdserverpb::TxnRequest& txn, bool* conflict) {
     Result<etcdserverpb::TxnResponse> r = client_.Txn(txn);
     if (!r.ok()) {
       if (r.status().code() == StatusCode::kUnavailable ||
@@ -181,18 +273,57 @@ class EtcdTxn : public KvTxn {
       return r.status();
     }
     if (!r->succeeded()) {
+      if (conflict) *conflict = true;
       return Status(StatusCode::kAborted,
                     "a key this transaction read changed before it committed");
     }
     return static_cast<uint64_t>(r->header().revision());
   }
 
+  etcd::Client& client_;
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<Commit*> queue_ FF_GUARDED_BY(mu_);
+  int in_flight_ FF_GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> grouped_{0};
+};
+
+class EtcdTxn : public KvTxn {
+ public:
+  EtcdTxn(etcd::Client& client, GroupCommitter& committer, const std::string& prefix,
+          bool for_update)
+      : client_(client), committer_(committer), prefix_(prefix), for_update_(for_update) {}
+
+  Result<uint64_t> Commit() override {
+    if (writes_.empty()) return uint64_t{0};
+    GroupCommitter::Commit c;
+    for (const auto& [key, mod] : reads_) {
+      *c.txn.add_compare() = etcd::CompareMod(prefix_ + key, etcdserverpb::Compare::EQUAL, mod);
+      c.reads.push_back(prefix_ + key);
+    }
+    for (const auto& [from, to] : ranges_) {
+      auto cmp = etcd::CompareMod(from, etcdserverpb::Compare::LESS, revision_ + 1);
+      cmp.set_range_end(to);
+      *c.txn.add_compare() = std::move(cmp);
+      c.ranges.emplace_back(from, to);
+    }
+    for (const auto& [key, value] : writes_) {
+      if (value) {
+        etcd::AddPut(&c.txn, prefix_ + key, *value);
+      } else {
+        etcd::AddDelete(&c.txn, prefix_ + key);
+      }
+      c.writes.push_back(prefix_ + key);
+    }
+    return committer_.Run(c);
+  }
+
  protected:
   Result<std::optional<std::string>> ReadCommitted(const std::string& key) override {
     // The first read is linearizable and fixes the snapshot; the others read that revision from
     // the same member's copy (serializable: no round trip to the Raft leader).
-    Result<etcd::RangeResult> r =
-        client_.Range(prefix_ + key, "", 1, revision_, false, /*serializable=*/revision_ != 0);
+    Result<etcd::RangeResult> r = client_.Range(prefix_ + key, "", 1, revision_, false,
+                                                /*serializable=*/revision_ != 0 || for_update_);
     FF_RETURN_IF_ERROR(Compacted(r));
     if (revision_ == 0) revision_ = r->revision;
     if (r->kvs.empty()) {
@@ -203,27 +334,23 @@ class EtcdTxn : public KvTxn {
     return std::optional<std::string>(std::move(r->kvs[0].value));
   }
 
-  // One read-only etcd transaction of serializable ranges at the snapshot's revision (after the
-  // first read fixed it): one round trip for any number of keys.
+  // One read-only etcd transaction for any number of keys: the transaction's first read is
+  // linearizable (etcd answers a read-only transaction with any non-serializable range only after
+  // it caught up with the Raft leader) and fixes the snapshot at its revision; later ones are
+  // serializable ranges at that revision from the member's own copy.
   Result<std::vector<std::optional<std::string>>> ReadCommittedMany(
       const std::vector<std::string>& keys) override {
     std::vector<std::optional<std::string>> out;
     out.reserve(keys.size());
-    std::size_t next = 0;
-    if (revision_ == 0 && !keys.empty()) {  // the first read fixes the snapshot
-      FF_ASSIGN_OR_RETURN(auto first, ReadCommitted(keys[0]));
-      out.push_back(std::move(first));
-      next = 1;
-    }
     constexpr std::size_t kBatch = 512;  // within etcd's --max-txn-ops
-    while (next < keys.size()) {
+    for (std::size_t next = 0; next < keys.size();) {
       const std::size_t n = std::min(kBatch, keys.size() - next);
       etcdserverpb::TxnRequest txn;
       for (std::size_t i = next; i < next + n; ++i) {
         auto* range = txn.add_success()->mutable_request_range();
         range->set_key(prefix_ + keys[i]);
         range->set_revision(revision_);
-        range->set_serializable(true);
+        range->set_serializable(revision_ != 0 || for_update_);
       }
       Result<etcdserverpb::TxnResponse> r = client_.Txn(txn);
       FF_RETURN_IF_ERROR(Compacted(r));
@@ -231,6 +358,7 @@ class EtcdTxn : public KvTxn {
         return Internal("etcd answered " + std::to_string(r->responses_size()) + " reads of " +
                         std::to_string(n));
       }
+      if (revision_ == 0) revision_ = r->header().revision();
       for (std::size_t i = 0; i < n; ++i) {
         const auto& range = r->responses(static_cast<int>(i)).response_range();
         if (range.kvs_size() == 0) {
@@ -255,8 +383,8 @@ class EtcdTxn : public KvTxn {
     const std::string first = from;
     for (;;) {
       const int64_t page = static_cast<int64_t>(std::min<std::size_t>(limit - out.size(), 1000));
-      Result<etcd::RangeResult> r =
-          client_.Range(from, end, page, revision_, false, /*serializable=*/revision_ != 0);
+      Result<etcd::RangeResult> r = client_.Range(from, end, page, revision_, false,
+                                                  /*serializable=*/revision_ != 0 || for_update_);
       FF_RETURN_IF_ERROR(Compacted(r));
       if (revision_ == 0) revision_ = r->revision;
       for (etcd::Kv& kv : r->kvs)
@@ -285,7 +413,9 @@ class EtcdTxn : public KvTxn {
   }
 
   etcd::Client& client_;
+  GroupCommitter& committer_;
   const std::string& prefix_;
+  const bool for_update_;                 // every read from the member's copy (see the header)
   int64_t revision_ = 0;                  // the snapshot every read is at (that of the first)
   std::map<std::string, int64_t> reads_;  // key -> mod revision seen (0: absent)
   std::vector<std::pair<std::string, std::string>> ranges_;  // [from, to) scanned (with prefix)
@@ -294,11 +424,14 @@ class EtcdTxn : public KvTxn {
 class EtcdTxnKv : public TxnKv {
  public:
   EtcdTxnKv(etcd::Client* client, std::string prefix)
-      : client_(client), prefix_(std::move(prefix)) {}
+      : client_(client), committer_(*client), prefix_(std::move(prefix)) {}
   const char* engine() const override { return "etcd"; }
   bool serial() const override { return false; }
-  std::unique_ptr<KvTxn> Begin() override { return std::make_unique<EtcdTxn>(*client_, prefix_); }
+  std::unique_ptr<KvTxn> Begin(bool for_update) override {
+    return std::make_unique<EtcdTxn>(*client_, committer_, prefix_, for_update);
+  }
   Status AwaitDurable(uint64_t) override { return Status::Ok(); }  // on a majority's disks
+  uint64_t GroupedCommits() const override { return committer_.grouped(); }
   Result<uint64_t> CountKeys(const std::string& prefix) override {
     FF_ASSIGN_OR_RETURN(etcd::RangeResult r,
                         client_->Range(prefix_ + prefix, etcd::PrefixEnd(prefix_ + prefix), 0, 0,
@@ -308,6 +441,7 @@ class EtcdTxnKv : public TxnKv {
 
  private:
   etcd::Client* const client_;
+  GroupCommitter committer_;
   const std::string prefix_;
 };
 

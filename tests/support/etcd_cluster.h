@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <memory>
@@ -29,8 +30,8 @@ class EtcdCluster {
     for (int i = 0; i < members; ++i) {
       Member m;
       m.name = "etcd" + std::to_string(i);
-      m.client_port = *FindFreePort();
-      m.peer_port = *FindFreePort();
+      m.client_port = DistinctFreePort();
+      m.peer_port = DistinctFreePort();
       members_.push_back(std::move(m));
     }
   }
@@ -86,6 +87,17 @@ class EtcdCluster {
   }
 
  private:
+  // A free port none of the members has (a port just found free may be found again).
+  int DistinctFreePort() {
+    for (;;) {
+      const int port = *FindFreePort();
+      if (std::find(taken_.begin(), taken_.end(), port) == taken_.end()) {
+        taken_.push_back(port);
+        return port;
+      }
+    }
+  }
+  std::vector<int> taken_;
   // Debian's etcd-server, found on PATH (as the deploy scripts find it).
   static std::string EtcdBinary() {
     const char* path = std::getenv("PATH");

@@ -10,11 +10,20 @@
 //   own writes; Commit is one etcd transaction that applies the writes only if no key the
 //   transaction read has changed since (compared by mod revision; a key read as absent must still
 //   be absent) and no key was added to or changed in a range it scanned. Otherwise Commit fails
-//   with kAborted and the caller runs the operation again from the start (RunTxn does). A commit
+//   with kAborted and the caller runs the operation again from the start (Run does). A commit
 //   whose outcome is unknown (etcd did not answer in time) also fails with kAborted: running the
 //   operation again is safe, because the comparisons refuse whichever of the two comes second.
 //   Scans see additions and changes, not removals, as conflicts: a removal only makes a range
-//   emptier.
+//   emptier. Commits that arrive while another is on its way to etcd go together as one etcd
+//   transaction when no key one writes is read or written by another (group commit: etcd's cost
+//   is mostly per request); when such a group's comparisons fail, each commit is tried alone.
+//
+//   Reads. A transaction begun for reading (Run) reads the newest state: its first read asks the
+//   Raft leader (linearizable), the others read that revision from the member's own copy. One begun
+//   for an update (RunUpdate) reads every key from the member's copy without asking the leader (a
+//   round trip less), possibly a moment behind: that is sound because Commit compares every read
+//   with the newest state, and an update that ends without committing a change (an error, or
+//   nothing to do) is run again reading the newest state, so that no answer rests on a stale read.
 //
 // Thread-safe: each transaction is used by one thread at a time.
 #pragma once
@@ -42,7 +51,9 @@ class KvTxn {
   virtual ~KvTxn() = default;
   // A key's value as this transaction sees it (its own writes included); nullopt when absent.
   Result<std::optional<std::string>> Get(const std::string& key);
-  // Several keys at once (one round trip on etcd); each nullopt when absent.
+  // Several keys at once (one round trip on etcd, the transaction's first read included); each
+  // nullopt when absent. A key read once is not read again: later Gets of it cost nothing, so an
+  // operation can fetch every key it knows it will need in one GetMany first.
   Result<std::vector<std::optional<std::string>>> GetMany(const std::vector<std::string>& keys);
   // Up to `limit` keys starting with `prefix` and sorting after `after` ("": from the first), in
   // key order, as this transaction sees them (its own writes included).
@@ -65,6 +76,10 @@ class KvTxn {
   virtual Result<std::vector<std::pair<std::string, std::string>>> ScanCommitted(
       const std::string& prefix, const std::string& after, std::size_t limit) = 0;
   std::map<std::string, std::optional<std::string>> writes_;
+
+ private:
+  // Committed values read so far (the snapshot's), so that each key is read once.
+  std::map<std::string, std::optional<std::string>> read_;
 };
 
 class TxnKv {
@@ -85,7 +100,8 @@ class TxnKv {
   // Transactions run one at a time (the serial engine): nothing ever conflicts.
   virtual bool serial() const = 0;
 
-  virtual std::unique_ptr<KvTxn> Begin() = 0;
+  // `for_update`: see "Reads" above (the serial engine has one way of reading).
+  virtual std::unique_ptr<KvTxn> Begin(bool for_update = false) = 0;
   // How many keys start with `prefix` (committed state; the serial engine reads them all).
   virtual Result<uint64_t> CountKeys(const std::string& prefix) = 0;
   // Returns once what the transaction that gave `token` committed is durable (see above).
@@ -96,6 +112,8 @@ class TxnKv {
   uint64_t Conflicts() const { return conflicts_; }
   // Commits that shared one log sync (serial engine; 0 elsewhere).
   virtual uint64_t LogSyncs() const { return 0; }
+  // Commits that went to etcd in one request with others (etcd engine; 0 elsewhere).
+  virtual uint64_t GroupedCommits() const { return 0; }
 
   // Runs `op` (KvTxn& -> Status or Result<T>) in a transaction and commits it, again from the
   // start on a conflict (up to `max_attempts`); `op` returning an error ends it without
@@ -103,16 +121,38 @@ class TxnKv {
   template <typename F>
   auto Run(F&& op, uint64_t* token = nullptr, int max_attempts = 64)
       -> decltype(op(std::declval<KvTxn&>())) {
+    return RunAs(/*for_update=*/false, op, token, max_attempts);
+  }
+  // The same for an operation that means to change something (see "Reads" above).
+  template <typename F>
+  auto RunUpdate(F&& op, uint64_t* token = nullptr, int max_attempts = 64)
+      -> decltype(op(std::declval<KvTxn&>())) {
+    return RunAs(/*for_update=*/true, op, token, max_attempts);
+  }
+
+ protected:
+  template <typename F>
+  auto RunAs(bool for_update, F&& op, uint64_t* token, int max_attempts)
+      -> decltype(op(std::declval<KvTxn&>())) {
     Status last;
+    bool stale_ok = for_update && !serial();
     for (int attempt = 0; attempt < max_attempts; ++attempt) {
-      std::unique_ptr<KvTxn> txn = Begin();
+      std::unique_ptr<KvTxn> txn = Begin(stale_ok);
       auto r = op(*txn);
       if (!StatusOf(r).ok()) {
         // A read at a revision compacted away: run again from a new one.
-        if (StatusOf(r).code() != StatusCode::kAborted) return r;
+        if (StatusOf(r).code() != StatusCode::kAborted) {
+          if (!stale_ok) return r;
+          stale_ok = false;  // the answer rests on reads that may be behind: read the newest
+          continue;
+        }
         ++conflicts_;
         last = StatusOf(r);
         BackOff(attempt);
+        continue;
+      }
+      if (stale_ok && !txn->has_writes()) {  // nothing to commit, so nothing checked the reads
+        stale_ok = false;
         continue;
       }
       Result<uint64_t> committed = txn->Commit();
@@ -130,7 +170,6 @@ class TxnKv {
                                             " conflicting attempts: " + last.message());
   }
 
- protected:
   // After a conflict: a random pause growing with the attempts (up to 50 ms), so that operations
   // that keep colliding (one hot directory) spread out instead of retrying in step.
   static void BackOff(int attempt);

@@ -180,6 +180,9 @@ MetaService::MetaService(const MetaOptions& options, std::unique_ptr<etcd::Clien
   if (!metrics_) return;
   conflicts_ = &metrics_->Counter("fs3_meta_txn_conflicts_total",
                                   "Operations run again after a conflict (etcd engine)");
+  grouped_ = &metrics_->Counter(
+      "fs3_meta_txn_grouped_total",
+      "Operations whose commit went to etcd in one request with others (etcd engine)");
   logged_batches_ = &metrics_->Counter("fs3_meta_logged_batches_total",
                                        "Metadata changes written to the log (one per operation)");
   log_syncs_ =
@@ -198,6 +201,7 @@ void MetaService::ReportLog() {
   advance(reported_batches_, store_->LoggedBatches(), *logged_batches_);
   advance(reported_syncs_, store_->LogSyncs(), *log_syncs_);
   advance(reported_conflicts_, store_->Conflicts(), *conflicts_);
+  advance(reported_grouped_, store_->GroupedCommits(), *grouped_);
 }
 
 grpc::Status MetaService::Serve(const char* op, const std::function<Status()>& body) {
@@ -442,8 +446,7 @@ grpc::Status MetaService::Endpoints(grpc::ServerContext*, const fs3rpc::Empty*,
 grpc::Status MetaService::Open(grpc::ServerContext*, const fs3rpc::InoRequest* r,
                                fs3rpc::Inode* out) {
   return Serve("open", [&]() -> Status {
-    FF_RETURN_IF_ERROR(store_->OpenSession(r->ino()));
-    FF_ASSIGN_OR_RETURN(*out, store_->GetAttr(r->ino()));
+    FF_ASSIGN_OR_RETURN(*out, store_->OpenSession(r->ino()));
     return Status::Ok();
   });
 }

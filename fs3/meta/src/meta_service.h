@@ -118,6 +118,8 @@ class MetaService final : public fs3rpc::Meta::Service {
   prometheus::Counter* log_syncs_ = nullptr;
   prometheus::Counter* conflicts_ = nullptr;
   std::atomic<uint64_t> reported_conflicts_{0};
+  prometheus::Counter* grouped_ = nullptr;
+  std::atomic<uint64_t> reported_grouped_{0};
   std::atomic<uint64_t> reported_batches_{0};
   std::atomic<uint64_t> reported_syncs_{0};
   std::mutex storage_mu_;

@@ -77,6 +77,7 @@ Result<std::vector<std::optional<Inode>>> MetaStore::GetAttrs(
 
 Result<Inode> MetaStore::Lookup(const Caller& c, uint64_t parent, const std::string& name) const {
   return Run([&](Txn& t) -> Result<Inode> {
+    if (!Dot(name)) FF_RETURN_IF_ERROR(t.PrefetchEntry(0, parent, name));
     FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
     if (!Permitted(c, dir, 1)) return PermissionDenied("no search permission on the directory");
     if (name == ".") return dir;
@@ -88,17 +89,18 @@ Result<Inode> MetaStore::Lookup(const Caller& c, uint64_t parent, const std::str
   });
 }
 
-Status MetaStore::OpenSession(uint64_t ino) {
-  return Run([&](Txn& t) -> Status {
+Result<Inode> MetaStore::OpenSession(uint64_t ino) {
+  return Update([&](Txn& t) -> Result<Inode> {
     FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
     inode.set_sessions(inode.sessions() + 1);
     t.PutInode(inode);
-    return t.Commit();
+    FF_RETURN_IF_ERROR(t.Commit());
+    return inode;
   });
 }
 
 Status MetaStore::CloseSession(uint64_t ino, std::optional<uint64_t> size) {
-  return Run([&](Txn& t) -> Status {
+  return Update([&](Txn& t) -> Status {
     FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
     if (inode.sessions() == 0)
       return FailedPrecondition("inode " + std::to_string(ino) + " is not open");
@@ -120,7 +122,7 @@ Status MetaStore::CloseSession(uint64_t ino, std::optional<uint64_t> size) {
 }
 
 Result<Inode> MetaStore::SettleLength(uint64_t ino, uint64_t length, bool written) {
-  return Run([&](Txn& t) -> Result<Inode> {
+  return Update([&](Txn& t) -> Result<Inode> {
     FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
     if (inode.type() != fs3rpc::INODE_FILE) return inode;
     if (length > inode.size() || written) {
@@ -165,7 +167,7 @@ Result<std::size_t> MetaStore::PruneRequests(uint64_t max_age_s) {
   // In pages, so that one transaction stays within the engine's limits.
   for (;;) {
     using Page = std::pair<std::size_t, std::string>;  // pruned, the next page's cursor
-    FF_ASSIGN_OR_RETURN(Page page, Run([&](Txn& t) -> Result<Page> {
+    FF_ASSIGN_OR_RETURN(Page page, Update([&](Txn& t) -> Result<Page> {
                           FF_ASSIGN_OR_RETURN(auto rows, t.Scan("r/", after, 512));
                           std::size_t old = 0;
                           for (const auto& [key, bytes] : rows) {
@@ -193,7 +195,7 @@ Result<fs3rpc::Layout> MetaStore::GarbageLayout(uint64_t ino) const {
 }
 
 Status MetaStore::Forget(uint64_t ino) {
-  return Run([&](Txn& t) -> Status {
+  return Update([&](Txn& t) -> Status {
     t.RemoveGarbage(ino);
     return t.Commit();
   });

@@ -9,7 +9,7 @@
 namespace ff::fs3 {
 
 Result<Inode> MetaStore::SetStripe(const Caller& c, uint64_t ino, uint32_t stripe) {
-  return Run([&](Txn& t) -> Result<Inode> {
+  return Update([&](Txn& t) -> Result<Inode> {
     FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(ino));
     if (!c.root() && c.uid != dir.uid()) {
       return Err(StatusCode::kNotPermitted, "only the owner may change a directory's layout");
@@ -24,7 +24,7 @@ Result<Inode> MetaStore::SetStripe(const Caller& c, uint64_t ino, uint32_t strip
 }
 
 Result<Inode> MetaStore::SetAttributes(const Caller& c, uint64_t ino, const SetAttr& a) {
-  return Run([&](Txn& t) -> Result<Inode> {
+  return Update([&](Txn& t) -> Result<Inode> {
     FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
     const bool owner = c.root() || c.uid == inode.uid();
     auto in_group = [&](uint32_t gid) {
@@ -130,7 +130,7 @@ Status MetaStore::SetXattr(const Caller& c, uint64_t ino, const std::string& nam
   if (value.size() > kMaxXattrValueBytes) {
     return Err(StatusCode::kOutOfRange, "attribute values are at most 64 KiB");
   }
-  return Run([&](Txn& t) -> Status {
+  return Update([&](Txn& t) -> Status {
     FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
     FF_RETURN_IF_ERROR(XattrAccess(c, inode, name, /*write=*/true));
     const bool exists = inode.xattrs().count(name) > 0;
@@ -168,7 +168,7 @@ Result<std::vector<std::string>> MetaStore::ListXattrs(const Caller& c, uint64_t
 }
 
 Status MetaStore::RemoveXattr(const Caller& c, uint64_t ino, const std::string& name) {
-  return Run([&](Txn& t) -> Status {
+  return Update([&](Txn& t) -> Status {
     FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
     FF_RETURN_IF_ERROR(XattrAccess(c, inode, name, /*write=*/true));
     if (inode.mutable_xattrs()->erase(name) == 0)

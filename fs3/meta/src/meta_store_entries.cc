@@ -21,7 +21,8 @@ Result<Inode> MetaStore::MakeEntry(const Caller& c, uint64_t parent, const std::
                                    InodeType type, uint32_t mode, uint64_t request_id,
                                    uint64_t rdev, const std::string& symlink, bool open,
                                    const std::vector<uint32_t>& chain_ids) {
-  return Run([&](Txn& t) -> Result<Inode> {
+  return Update([&](Txn& t) -> Result<Inode> {
+    FF_RETURN_IF_ERROR(t.PrefetchEntry(0, parent, name));
     FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
     if (Dot(name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
     FF_RETURN_IF_ERROR(CheckName(name));
@@ -118,7 +119,9 @@ Result<std::string> MetaStore::Readlink(uint64_t ino) const {
 
 Result<Inode> MetaStore::Link(const Caller& c, uint64_t ino, uint64_t parent,
                               const std::string& name, uint64_t request_id) {
-  return Run([&](Txn& t) -> Result<Inode> {
+  return Update([&](Txn& t) -> Result<Inode> {
+    FF_RETURN_IF_ERROR(t.PrefetchEntry(request_id, parent, name));
+    FF_RETURN_IF_ERROR(t.Prefetch({InodeKey(ino)}));
     FF_ASSIGN_OR_RETURN(bool done, t.Done(request_id));
     if (done) return t.GetInode(ino);
     FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
@@ -166,7 +169,8 @@ void MetaStore::DropLink(Txn& t, Inode inode, int64_t now) {
 
 Status MetaStore::Unlink(const Caller& c, uint64_t parent, const std::string& name,
                          uint64_t request_id) {
-  return Run([&](Txn& t) -> Status {
+  return Update([&](Txn& t) -> Status {
+    FF_RETURN_IF_ERROR(t.PrefetchEntry(request_id, parent, name));
     FF_ASSIGN_OR_RETURN(bool done, t.Done(request_id));
     if (done) return Status::Ok();
     FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
@@ -195,7 +199,8 @@ Status MetaStore::Unlink(const Caller& c, uint64_t parent, const std::string& na
 
 Status MetaStore::Rmdir(const Caller& c, uint64_t parent, const std::string& name,
                         uint64_t request_id) {
-  return Run([&](Txn& t) -> Status {
+  return Update([&](Txn& t) -> Status {
+    FF_RETURN_IF_ERROR(t.PrefetchEntry(request_id, parent, name));
     FF_ASSIGN_OR_RETURN(bool done, t.Done(request_id));
     if (done) return Status::Ok();
     FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
@@ -235,7 +240,9 @@ Status MetaStore::Rename(const Caller& c, uint64_t src_parent, const std::string
   if (Dot(src_name) || Dot(dst_name)) return Err(StatusCode::kBusy, "cannot rename '.' or '..'");
   FF_RETURN_IF_ERROR(CheckName(src_name));
   FF_RETURN_IF_ERROR(CheckName(dst_name));
-  return Run([&](Txn& t) -> Status {
+  return Update([&](Txn& t) -> Status {
+    FF_RETURN_IF_ERROR(t.PrefetchEntry(request_id, src_parent, src_name));
+    FF_RETURN_IF_ERROR(t.Prefetch({InodeKey(dst_parent), DentryKey(dst_parent, dst_name)}));
     FF_ASSIGN_OR_RETURN(bool done, t.Done(request_id));
     if (done) return Status::Ok();
     FF_ASSIGN_OR_RETURN(Inode sdir, t.GetDir(src_parent));

@@ -109,6 +109,16 @@ class MetaStore::Txn {
     return std::optional<T>(std::move(value));
   }
 
+  // Reads `keys` at once (one round trip on etcd), so that the operation's later reads of them
+  // cost nothing: an operation first fetches every key it knows it will read.
+  Status Prefetch(const std::vector<std::string>& keys) { return kv_.GetMany(keys).status(); }
+  // The request id's key (when there is one), the directory and the entry `name` in it.
+  Status PrefetchEntry(uint64_t request_id, uint64_t parent, const std::string& name) {
+    std::vector<std::string> keys{InodeKey(parent), DentryKey(parent, name)};
+    if (request_id != 0) keys.push_back(RequestKey(request_id));
+    return Prefetch(keys);
+  }
+
   Result<Inode> GetInode(uint64_t ino) {
     const std::string key = InodeKey(ino);
     if (auto it = inodes_.find(key); it != inodes_.end()) {
@@ -294,23 +304,22 @@ class MetaStore::Txn {
 };
 
 template <typename F>
-auto MetaStore::Run(F&& op) const -> decltype(op(std::declval<Txn&>())) {
+auto MetaStore::RunAs(bool update, F&& op) const -> decltype(op(std::declval<Txn&>())) {
   bool durable = false;
   bool reset_pool = false;
   uint64_t block_first = 0, block_end = 0;  // inode numbers reserved and left ([first, end))
   uint64_t token = 0;
-  auto r = kv_->Run(
-      [&](KvTxn& kv) {
-        Txn t(*this, kv);
-        auto out = op(t);
-        durable = t.durable() && kv.has_writes();
-        const auto block = t.unused_block();
-        block_first = block ? block->first : 0;
-        block_end = block ? block->second : 0;
-        reset_pool = t.reset_pool();
-        return out;
-      },
-      &token);
+  auto body = [&](KvTxn& kv) {
+    Txn t(*this, kv);
+    auto out = op(t);
+    durable = t.durable() && kv.has_writes();
+    const auto block = t.unused_block();
+    block_first = block ? block->first : 0;
+    block_end = block ? block->second : 0;
+    reset_pool = t.reset_pool();
+    return out;
+  };
+  auto r = update ? kv_->RunUpdate(body, &token) : kv_->Run(body, &token);
   if (TxnKvStatus(r).ok()) {
     if (durable) {
       uint64_t seen = needed_.load();

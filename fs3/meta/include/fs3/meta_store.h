@@ -120,9 +120,11 @@ class MetaStore {
   uint64_t LoggedBatches() const { return kv_->Commits(); }
   uint64_t LogSyncs() const { return kv_->LogSyncs(); }
   uint64_t Conflicts() const { return kv_->Conflicts(); }
+  // Operations whose commit shared one etcd request with others (group commit).
+  uint64_t GroupedCommits() const { return kv_->GroupedCommits(); }
 
-  // Sessions: an open file keeps its inode after unlink until it is closed.
-  Status OpenSession(uint64_t ino);
+  // Sessions: an open file keeps its inode after unlink until it is closed. Returns the inode.
+  Result<fs3rpc::Inode> OpenSession(uint64_t ino);
   // Closes a session; `size` (if set) is a length the file has at least (what the closing
   // client wrote up to): the recorded length grows to it. A close that only ends a session (the
   // length as it was, the file still linked) does not wait for the disk: lost in a crash of the
@@ -160,7 +162,16 @@ class MetaStore {
   // Runs `op` (Txn& -> Status or Result<T>) as one transaction (again on a conflict), then
   // records what the answer must wait for (durability) and the inode numbers it reserved.
   template <typename F>
-  auto Run(F&& op) const -> decltype(op(std::declval<Txn&>()));
+  auto Run(F&& op) const -> decltype(op(std::declval<Txn&>())) {
+    return RunAs(/*update=*/false, op);
+  }
+  // The same for an operation that changes the namespace (reads served as TxnKv::RunUpdate's).
+  template <typename F>
+  auto Update(F&& op) -> decltype(op(std::declval<Txn&>())) {
+    return RunAs(/*update=*/true, op);
+  }
+  template <typename F>
+  auto RunAs(bool update, F&& op) const -> decltype(op(std::declval<Txn&>()));
   // This server's reserved inode numbers: one, if any is left; a block given back.
   std::optional<uint64_t> TakeIno() const;
   void GiveInoBlock(uint64_t first, uint64_t end) const;
