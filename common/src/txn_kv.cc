@@ -256,9 +256,11 @@ class GroupCommitter {
     grouped_ += group.size();
     bool conflict = false;
     Result<uint64_t> r = Once(merged, &conflict);
-    // A comparison of one of them failed: each is tried alone for its own answer.
+    // A comparison of one of them failed, or etcd refused one (a lease gone): each is tried
+    // alone for its own answer. An unknown outcome (kAborted) is every one's.
+    const bool alone = conflict || (!r.ok() && r.status().code() != StatusCode::kAborted);
     for (Commit* c : group)
-      c->result = conflict ? Once(c->txn, nullptr) : r;
+      c->result = alone ? Once(c->txn, nullptr) : r;
   }
 
   // One etcd transaction; `*conflict` set when its comparisons failed.
@@ -269,6 +271,9 @@ class GroupCommitter {
           r.status().code() == StatusCode::kDeadlineExceeded) {
         // Maybe applied, maybe not: running the operation again is safe (see the header).
         return Status(StatusCode::kAborted, r.status().message());
+      }
+      if (r.status().code() == StatusCode::kNotFound) {  // a put's lease is gone
+        return FailedPrecondition(r.status().message());
       }
       return r.status();
     }
@@ -309,7 +314,8 @@ class EtcdTxn : public KvTxn {
     }
     for (const auto& [key, value] : writes_) {
       if (value) {
-        etcd::AddPut(&c.txn, prefix_ + key, *value);
+        auto lease = leases_.find(key);
+        etcd::AddPut(&c.txn, prefix_ + key, *value, lease == leases_.end() ? 0 : lease->second);
       } else {
         etcd::AddDelete(&c.txn, prefix_ + key);
       }

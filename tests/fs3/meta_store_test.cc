@@ -193,6 +193,51 @@ TEST_P(MetaStoreTest, UnlinkWhileOpenKeepsTheInodeUntilClose) {
   EXPECT_EQ(Code(store_->Rmdir(root_, kRootIno, "g2")), StatusCode::kNotADirectory);
 }
 
+// Sessions of clients under a lease: a file unlinked while two clients hold it open lives until
+// both are gone: one closes, the other dies (stops renewing) and the sweep (on etcd, etcd's own
+// lease expiry) ends its session, and only then does the file go to the garbage list. A client
+// that kept renewing keeps its session past the lease's time; a client whose lease expired is
+// told so and registers again; fsck stays clean throughout.
+TEST_P(MetaStoreTest, AClientsSessionsEndWithItsLease) {
+  store_->set_client_lease_s(2);
+  const SessionId alive{101, 1}, dying{202, 1};
+  ASSERT_TRUE(store_->KeepClient(alive.client, /*first=*/true).ok());
+  ASSERT_TRUE(store_->KeepClient(dying.client, /*first=*/true).ok());
+  auto f = store_->Create(root_, kRootIno, "f", 0644, 0, fs3rpc::INODE_FILE, 0, /*open=*/true, {},
+                          alive);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_TRUE(store_->OpenSession(f->ino(), dying).ok());
+  auto g = store_->Create(root_, kRootIno, "g", 0644, 0, fs3rpc::INODE_FILE, 0, /*open=*/true, {},
+                          SessionId{alive.client, 2});
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE(store_->Unlink(root_, kRootIno, "f").ok());
+  ASSERT_TRUE(store_->Unlink(root_, kRootIno, "g").ok());
+  ASSERT_TRUE(store_->CloseSession(f->ino(), std::nullopt, alive).ok());
+  EXPECT_EQ(store_->GetAttr(f->ino())->nlink(), 0u) << "the dying client still holds it";
+  EXPECT_TRUE(store_->Garbage()->empty());
+  EXPECT_TRUE(store_->Fsck(false)->empty());
+  // Past the lease: the live client renewed, the dying one did not.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until) {
+    ASSERT_TRUE(store_->KeepClient(alive.client, /*first=*/false).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  auto ended = store_->EndExpiredSessions();
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(Code(store_->GetAttr(f->ino())), StatusCode::kNotFound);
+  EXPECT_THAT(*store_->Garbage(), ElementsAre(f->ino()));
+  EXPECT_EQ(store_->GetAttr(g->ino())->nlink(), 0u) << "the live client's session ended";
+  EXPECT_EQ(Code(store_->KeepClient(dying.client, /*first=*/false)), StatusCode::kNotFound)
+      << (etcd() ? "its lease expired" : "it was taken for dead");
+  EXPECT_TRUE(store_->Fsck(false)->empty());
+  // The live client closes: its file goes at once.
+  ASSERT_TRUE(store_->CloseSession(g->ino(), 0, SessionId{alive.client, 2}).ok());
+  EXPECT_EQ(Code(store_->GetAttr(g->ino())), StatusCode::kNotFound);
+  EXPECT_EQ(store_->Garbage()->size(), 2u);
+  // A closing client whose session is already gone gets no error.
+  EXPECT_TRUE(store_->CloseSession(f->ino(), std::nullopt, dying).ok());
+}
+
 TEST_P(MetaStoreTest, RmdirOnlyEmptyDirectories) {
   auto d = store_->Mkdir(root_, kRootIno, "d", 0755);
   ASSERT_TRUE(store_->Create(root_, d->ino(), "f", 0644).ok());

@@ -60,8 +60,20 @@ class KvTxn {
   Result<std::vector<std::pair<std::string, std::string>>> Scan(const std::string& prefix,
                                                                 const std::string& after,
                                                                 std::size_t limit);
-  void Put(const std::string& key, std::string value) { writes_[key] = std::move(value); }
-  void Delete(const std::string& key) { writes_[key] = std::nullopt; }
+  void Put(const std::string& key, std::string value) {
+    writes_[key] = std::move(value);
+    leases_.erase(key);
+  }
+  // A key that lives as long as an etcd lease (`lease`: its id): etcd deletes it when the lease
+  // expires. The serial engine has no leases: there it is a plain Put.
+  void PutLeased(const std::string& key, std::string value, int64_t lease) {
+    writes_[key] = std::move(value);
+    leases_[key] = lease;
+  }
+  void Delete(const std::string& key) {
+    writes_[key] = std::nullopt;
+    leases_.erase(key);
+  }
   bool has_writes() const { return !writes_.empty(); }
   // Applies the writes at once, or fails (kAborted: conflict, run again). Returns a token for
   // TxnKv::AwaitDurable. A transaction without writes commits nothing and cannot conflict.
@@ -76,6 +88,7 @@ class KvTxn {
   virtual Result<std::vector<std::pair<std::string, std::string>>> ScanCommitted(
       const std::string& prefix, const std::string& after, std::size_t limit) = 0;
   std::map<std::string, std::optional<std::string>> writes_;
+  std::map<std::string, int64_t> leases_;  // keys written with PutLeased
 
  private:
   // Committed values read so far (the snapshot's), so that each key is read once.

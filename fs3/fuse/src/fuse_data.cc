@@ -104,23 +104,39 @@ Status FuseFs::Sync(OpenFile& f, std::unique_lock<std::mutex>& lock) {
   return Status::Ok();
 }
 
+Status FuseFs::CloseSession(uint64_t ino, uint64_t session, std::optional<uint64_t> size,
+                            bool wrote) {
+  fs3rpc::CloseRequest r;
+  r.set_ino(ino);
+  if (size) r.set_size(*size);
+  r.set_wrote(wrote);
+  const OpenedSession s = lease_->Closing(session);
+  r.set_client(s.client);
+  r.set_handle(s.handle);
+  fs3rpc::Empty out;
+  return meta_->Close(r, &out);
+}
+
 void FuseFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fs3rpc::InoRequest r;
   *r.mutable_cred() = Cred(req);
   r.set_ino(ino);
+  const OpenedSession session = lease_->Open(ino);
+  r.set_client(session.client);
+  r.set_handle(session.handle);
   fs3rpc::Inode inode;
   Status st = meta_->Open(r, &inode);
-  if (!st.ok()) return ReplyErr(req, st);
+  if (!st.ok()) {
+    lease_->Closing(session.handle);
+    return ReplyErr(req, st);
+  }
   const int acc = fi->flags & O_ACCMODE;
   const uint32_t mask = (acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6);
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Caller caller{ctx->uid, ctx->gid, {}};
   if (ctx->uid != 0) caller.groups = GroupsOf(req, ctx->pid);
   if (!Permitted(caller, inode, mask)) {
-    fs3rpc::CloseRequest c;
-    c.set_ino(ino);
-    fs3rpc::Empty e;
-    (void)meta_->Close(c, &e);
+    (void)CloseSession(ino, session.handle, std::nullopt, false);
     fuse_reply_err(req, EACCES);
     return;
   }
@@ -128,10 +144,11 @@ void FuseFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   // another mount wrote and closed is read afresh (only attributes: no page locks involved, so
   // this is safe inside the open).
   if (session_ != nullptr) fuse_lowlevel_notify_inval_inode(session_, ino, -1, 0);
-  auto* h = new Handle{Acquire(inode), false, acc != O_RDONLY};
+  auto* h = new Handle{Acquire(inode), false, acc != O_RDONLY, session.handle};
   fi->fh = reinterpret_cast<uint64_t>(h);
   fi->keep_cache = 0;                         // and the pages
-  if (fuse_reply_open(req, fi) == -ENOENT) {  // the caller was interrupted
+  if (fuse_reply_open(req, fi) == -ENOENT) {  // the caller was interrupted: no release comes
+    (void)CloseSession(ino, h->session, std::nullopt, false);
     ReleaseFile(h->file);
     delete h;
   }
@@ -147,11 +164,18 @@ void FuseFs::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t 
   r.set_type(fs3rpc::INODE_FILE);
   r.set_open(true);
   r.set_request_id(NextRequest());
+  const OpenedSession session = lease_->Open(0);
+  r.set_client(session.client);
+  r.set_handle(session.handle);
   fs3rpc::Inode inode;
   Status st = meta_->Make(r, &inode);
-  if (!st.ok()) return ReplyErr(req, st);
+  if (!st.ok()) {
+    lease_->Closing(session.handle);
+    return ReplyErr(req, st);
+  }
+  lease_->Bind(session.handle, inode.ino());
   NoteDirs(inode.dirs());
-  auto* h = new Handle{Acquire(inode), false, (fi->flags & O_ACCMODE) != O_RDONLY};
+  auto* h = new Handle{Acquire(inode), false, (fi->flags & O_ACCMODE) != O_RDONLY, session.handle};
   fi->fh = reinterpret_cast<uint64_t>(h);
   fuse_entry_param e{};
   e.ino = inode.ino();
@@ -159,7 +183,8 @@ void FuseFs::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t 
   e.attr = ToStat(inode);
   e.attr_timeout = options_.attr_timeout_s;
   e.entry_timeout = options_.entry_timeout_s;
-  if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+  if (fuse_reply_create(req, &e, fi) == -ENOENT) {  // no release comes
+    (void)CloseSession(inode.ino(), h->session, std::nullopt, false);
     ReleaseFile(h->file);
     delete h;
   }
@@ -299,16 +324,16 @@ void FuseFs::Release(fuse_req_t req, fuse_file_info* fi) {
   OpenFile& f = *h->file;
   std::unique_lock lock(f.mu);
   Status st = FlushData(f, lock);
-  fs3rpc::CloseRequest r;
-  r.set_ino(f.ino);
+  std::optional<uint64_t> size;
+  bool wrote = false;
   if (h->wrote) {
-    r.set_size(f.size);
-    r.set_wrote(f.dirty);
+    size = f.size;
+    wrote = f.dirty;
     f.dirty = false;
   }
+  const uint64_t ino = f.ino;
   lock.unlock();
-  fs3rpc::Empty out;
-  Status closed = meta_->Close(r, &out);
+  Status closed = CloseSession(ino, h->session, size, wrote);
   ReleaseFile(h->file);
   delete h;
   if (st.ok()) st = closed;

@@ -60,6 +60,7 @@ FuseFs::FuseFs(const FuseOptions& options, std::unique_ptr<StorageClient> storag
       storage_(std::move(storage)),
       metrics_(metrics),
       meta_(std::make_unique<MetaClient>(MetaClientOptionsFor(options))),
+      lease_(std::make_unique<SessionLease>(meta_.get())),
       next_request_(std::random_device{}() * uint64_t{0x100000000} + 1) {
   if (!metrics_) return;
   for (const char* op :

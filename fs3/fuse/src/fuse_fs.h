@@ -46,6 +46,7 @@
 #include "fs3/meta_client.h"
 #include "fs3/permissions.h"
 #include "fs3/proto/meta.grpc.pb.h"
+#include "fs3/session_lease.h"
 #include "monitoring/metrics.h"
 
 namespace ff::fs3 {
@@ -146,6 +147,9 @@ class FuseFs {
   std::unique_ptr<StorageClient> storage_;
   Metrics* metrics_;
   std::unique_ptr<MetaClient> meta_;
+  std::unique_ptr<SessionLease> lease_;  // open files' sessions (after meta_: stops first)
+  // Ends a session at fs3-meta (`size`: the length the file has at least, when it was written).
+  Status CloseSession(uint64_t ino, uint64_t session, std::optional<uint64_t> size, bool wrote);
   std::atomic<uint64_t> next_request_;
   std::atomic<uint64_t> cache_used_{0};  // bytes of small files' blocks kept
   std::mutex files_mu_;

@@ -108,6 +108,7 @@ struct FuseFs::Handle {
   std::shared_ptr<OpenFile> file;
   bool wrote = false;
   bool writable = false;  // opened for writing: ftruncate through it needs no further permission
+  uint64_t session = 0;   // this mount's number for the session at fs3-meta (SessionLease)
 };
 
 struct FuseFs::DirHandle {

@@ -45,6 +45,9 @@ void MetaOptions::Bind(ConfigSection& s) {
   s.Check(stripe >= 1, "stripe", "must be at least 1");
   s.Optional("mgmtd", mgmtd);
   s.Optional("gc_interval_ms", gc_interval_ms);
+  s.Optional("client_lease_s", client_lease_s);
+  s.Check(client_lease_s >= 2 && client_lease_s <= 3600, "client_lease_s",
+          "must be 2 to 3600 seconds");
   s.Check(gc_interval_ms >= 10, "gc_interval_ms", "must be at least 10");
   s.Optional("frames_listen", frames_listen);
   if (s.mode() == ConfigSection::Mode::kRead && !frames_listen.empty() && frames_listen != "off") {
@@ -63,12 +66,14 @@ Result<std::unique_ptr<MetaService>> MetaService::Create(const MetaOptions& opti
   if (options.engine == "etcd") {
     FF_ASSIGN_OR_RETURN(auto client, etcd::Client::Connect(options.etcd_endpoints));
     FF_ASSIGN_OR_RETURN(auto store, MetaStore::OpenEtcd(client.get(), options.etcd_prefix, layout));
+    store->set_client_lease_s(options.client_lease_s);
     spdlog::info("namespace in etcd under {} ({})", options.etcd_prefix,
                  fmt::join(options.etcd_endpoints, ","));
     return std::unique_ptr<MetaService>(
         new MetaService(options, std::move(client), std::move(store), metrics));
   }
   FF_ASSIGN_OR_RETURN(auto store, MetaStore::Open(options.data_dir + "/meta", layout));
+  store->set_client_lease_s(options.client_lease_s);
   return std::unique_ptr<MetaService>(new MetaService(options, nullptr, std::move(store), metrics));
 }
 
@@ -157,6 +162,8 @@ bool MetaService::CollectsGarbage() const {
 Result<std::size_t> MetaService::CollectGarbage() {
   if (!CollectsGarbage()) return std::size_t{0};
   FF_RETURN_IF_ERROR(store_->PruneRequests(kRequestMemorySeconds).status());
+  FF_ASSIGN_OR_RETURN(std::size_t ended, store_->EndExpiredSessions());
+  if (ended > 0) spdlog::info("ended {} sessions or files of clients whose lease expired", ended);
   FF_ASSIGN_OR_RETURN(auto garbage, store_->Garbage());
   if (garbage.empty() || options_.mgmtd.empty()) return std::size_t{0};
   FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
@@ -275,7 +282,7 @@ grpc::Status MetaService::Make(grpc::ServerContext*, const fs3rpc::MakeRequest* 
         }
         FF_ASSIGN_OR_RETURN(
             *out, store_->Create(c, r->parent(), r->name(), r->mode(), r->request_id(), r->type(),
-                                 r->rdev(), r->open(), chains));
+                                 r->rdev(), r->open(), chains, {r->client(), r->handle()}));
         AddDirs(out->mutable_dirs(), {r->parent()});
         return Status::Ok();
       }
@@ -446,7 +453,7 @@ grpc::Status MetaService::Endpoints(grpc::ServerContext*, const fs3rpc::Empty*,
 grpc::Status MetaService::Open(grpc::ServerContext*, const fs3rpc::InoRequest* r,
                                fs3rpc::Inode* out) {
   return Serve("open", [&]() -> Status {
-    FF_ASSIGN_OR_RETURN(*out, store_->OpenSession(r->ino()));
+    FF_ASSIGN_OR_RETURN(*out, store_->OpenSession(r->ino(), {r->client(), r->handle()}));
     return Status::Ok();
   });
 }
@@ -457,7 +464,16 @@ grpc::Status MetaService::Close(grpc::ServerContext*, const fs3rpc::CloseRequest
     std::optional<uint64_t> size;
     if (r->has_size()) size = r->size();
     if (r->wrote()) FF_RETURN_IF_ERROR(Settle(r->ino(), r->size()).status());
-    return store_->CloseSession(r->ino(), size);
+    return store_->CloseSession(r->ino(), size, {r->client(), r->handle()});
+  });
+}
+
+grpc::Status MetaService::KeepClient(grpc::ServerContext*, const fs3rpc::ClientRequest* r,
+                                     fs3rpc::ClientReply* out) {
+  return Serve("keepclient", [&]() -> Status {
+    FF_ASSIGN_OR_RETURN(uint32_t lease_s, store_->KeepClient(r->client(), r->first()));
+    out->set_lease_s(lease_s);
+    return Status::Ok();
   });
 }
 

@@ -40,6 +40,9 @@ struct MetaOptions {
   // cuts chunks on truncate, reports space in statfs and deletes removed files' chunks.
   std::string mgmtd;
   uint32_t gc_interval_ms = 1000;  // how often the garbage collector looks for removed files
+  // How long a client's lease on its open files' sessions lasts without renewal (it renews every
+  // third of that): a client silent that long is taken for dead and its sessions end.
+  uint32_t client_lease_s = 30;
   // The frame transport (common/frame_rpc.h) clients use for metadata calls: "" listens on the
   // gRPC address's host, any free port (clients learn it with Endpoints); "host:port"; or "off"
   // (clients then use gRPC).
@@ -75,6 +78,8 @@ class MetaService final : public fs3rpc::Meta::Service {
                            fs3rpc::Empty*) override;
   grpc::Status Open(grpc::ServerContext*, const fs3rpc::InoRequest*, fs3rpc::Inode*) override;
   grpc::Status Close(grpc::ServerContext*, const fs3rpc::CloseRequest*, fs3rpc::Empty*) override;
+  grpc::Status KeepClient(grpc::ServerContext*, const fs3rpc::ClientRequest*,
+                          fs3rpc::ClientReply*) override;
   grpc::Status Sync(grpc::ServerContext*, const fs3rpc::CloseRequest*, fs3rpc::Inode*) override;
   grpc::Status Statfs(grpc::ServerContext*, const fs3rpc::Empty*, fs3rpc::StatfsReply*) override;
   grpc::Status SetLayout(grpc::ServerContext*, const fs3rpc::SetLayoutRequest*,

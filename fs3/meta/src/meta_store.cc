@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "common/etcd.h"
 #include "meta_store_internal.h"
 
 namespace ff::fs3 {
@@ -17,12 +18,16 @@ Result<std::unique_ptr<MetaStore>> MetaStore::OpenEtcd(etcd::Client* client,
                                                        const std::string& prefix,
                                                        const fs3rpc::Layout& default_layout) {
   FF_ASSIGN_OR_RETURN(auto kv, TxnKv::OpenEtcd(client, prefix));
-  return OpenKv(std::move(kv), default_layout);
+  return OpenKv(std::move(kv), default_layout, client);
 }
 
 Result<std::unique_ptr<MetaStore>> MetaStore::OpenKv(std::unique_ptr<TxnKv> kv,
-                                                     const fs3rpc::Layout& default_layout) {
-  std::unique_ptr<MetaStore> m(new MetaStore(std::move(kv)));
+                                                     const fs3rpc::Layout& default_layout,
+                                                     etcd::Client* etcd) {
+  if (!kv->serial() && etcd == nullptr) {
+    return InvalidArgument("the etcd engine's store needs the etcd client (clients' leases)");
+  }
+  std::unique_ptr<MetaStore> m(new MetaStore(std::move(kv), etcd));
   // The root, made once (by whichever server gets there first).
   FF_RETURN_IF_ERROR(m->Run([&](Txn& t) -> Status {
     auto root = t.GetInode(kRootIno);
@@ -89,36 +94,187 @@ Result<Inode> MetaStore::Lookup(const Caller& c, uint64_t parent, const std::str
   });
 }
 
-Result<Inode> MetaStore::OpenSession(uint64_t ino) {
+Result<Inode> MetaStore::OpenSession(uint64_t ino, SessionId session) {
   return Update([&](Txn& t) -> Result<Inode> {
+    if (session.client == 0) {
+      FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
+      inode.set_sessions(inode.sessions() + 1);
+      t.PutInode(inode);
+      FF_RETURN_IF_ERROR(t.Commit());
+      return inode;
+    }
+    FF_RETURN_IF_ERROR(t.Prefetch({InodeKey(ino), ClientKey(session.client)}));
     FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
-    inode.set_sessions(inode.sessions() + 1);
-    t.PutInode(inode);
-    FF_RETURN_IF_ERROR(t.Commit());
+    int64_t lease = 0;
+    if (!kv_->serial()) {
+      FF_ASSIGN_OR_RETURN(lease, t.ClientLease(session.client));
+    }
+    t.PutSession(ino, session, lease);
+    FF_RETURN_IF_ERROR(t.Commit(/*durable=*/false));
     return inode;
   });
 }
 
-Status MetaStore::CloseSession(uint64_t ino, std::optional<uint64_t> size) {
+Status MetaStore::CloseSession(uint64_t ino, std::optional<uint64_t> size, SessionId session) {
   return Update([&](Txn& t) -> Status {
-    FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
-    if (inode.sessions() == 0)
-      return FailedPrecondition("inode " + std::to_string(ino) + " is not open");
-    inode.set_sessions(inode.sessions() - 1);
-    const bool grows = size && *size > inode.size();
+    std::vector<std::string> keys{OrphanKey(ino)};
+    if (session.client == 0 || size) keys.push_back(InodeKey(ino));
+    FF_RETURN_IF_ERROR(t.Prefetch(keys));
+    std::optional<Inode> inode;
+    if (session.client == 0) {
+      FF_ASSIGN_OR_RETURN(inode, t.GetInode(ino));
+      if (inode->sessions() == 0)
+        return FailedPrecondition("inode " + std::to_string(ino) + " is not open");
+      inode->set_sessions(inode->sessions() - 1);
+    } else {
+      t.DeleteSession(ino, session);
+      if (size) {
+        auto found = t.GetInode(ino);
+        if (!found.ok() && found.status().code() != StatusCode::kNotFound) return found.status();
+        if (found.ok()) inode = std::move(*found);
+      }
+    }
+    const bool grows = inode && size && *size > inode->size();
     if (grows) {
-      inode.set_size(*size);
-      inode.set_mtime_ns(NowNs());
-      inode.set_ctime_ns(inode.mtime_ns());
+      inode->set_size(*size);
+      inode->set_mtime_ns(NowNs());
+      inode->set_ctime_ns(inode->mtime_ns());
     }
-    if (inode.sessions() == 0 && inode.nlink() == 0) {
-      t.DeleteInode(ino);  // unlinked while open: its data goes now
-      if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(ino, inode.layout());
-      return t.Commit();
+    FF_ASSIGN_OR_RETURN(bool orphaned, t.Orphaned(ino));
+    // Unlinked while open: its data goes with the last session (an anonymous session's inode
+    // may predate the orphan marks).
+    if (orphaned || (session.client == 0 && inode->nlink() == 0)) {
+      if (!inode) {
+        FF_ASSIGN_OR_RETURN(inode, t.GetInode(ino));
+      }
+      FF_ASSIGN_OR_RETURN(bool open, t.IsOpen(*inode));
+      if (!open && inode->nlink() == 0) {
+        t.DeleteInode(ino);
+        t.UnmarkOrphan(ino);
+        if (inode->type() == fs3rpc::INODE_FILE) t.AddGarbage(ino, inode->layout());
+        return t.Commit();
+      }
     }
-    t.PutInode(inode);
+    if (inode) t.PutInode(*inode);
     return t.Commit(/*durable=*/grows);
   });
+}
+
+Result<uint32_t> MetaStore::KeepClient(uint64_t client, bool first) {
+  if (client == 0) return InvalidArgument("a client's number is not 0");
+  const auto now = std::chrono::steady_clock::now();
+  const Status expired(StatusCode::kNotFound, "client " + std::to_string(client) +
+                                                  "'s lease expired: its sessions have ended");
+  if (kv_->serial()) {
+    // (A client unknown here renewing is one this server forgot by restarting: welcome back.)
+    std::lock_guard lock(clients_mu_);
+    auto [it, fresh] = client_deadlines_.try_emplace(client);
+    if (!fresh && !first && it->second < now) {
+      client_deadlines_.erase(it);
+      return expired;
+    }
+    it->second = now + std::chrono::seconds(client_lease_s_);
+    return client_lease_s_;
+  }
+  int64_t lease = 0;
+  {
+    std::lock_guard lock(clients_mu_);
+    if (auto it = client_leases_.find(client); it != client_leases_.end()) lease = it->second;
+  }
+  if (lease == 0) {  // registered through another server, maybe
+    FF_ASSIGN_OR_RETURN(auto recorded,
+                        Run([&](Txn& t) { return t.Read<fs3rpc::Counter>(ClientKey(client)); }));
+    if (recorded) lease = static_cast<int64_t>(recorded->value());
+  }
+  if (lease != 0) {
+    Result<int64_t> kept = etcd_->KeepAlive(lease);
+    if (kept.ok()) {
+      std::lock_guard lock(clients_mu_);
+      client_leases_[client] = lease;
+      return client_lease_s_;
+    }
+    if (kept.status().code() != StatusCode::kNotFound) return kept.status();
+    std::lock_guard lock(clients_mu_);
+    client_leases_.erase(client);
+    lease = 0;
+  }
+  if (!first) return expired;
+  FF_ASSIGN_OR_RETURN(lease, etcd_->GrantLease(client_lease_s_));
+  fs3rpc::Counter record;
+  record.set_value(static_cast<uint64_t>(lease));
+  FF_RETURN_IF_ERROR(Update([&](Txn& t) -> Status {
+    t.PutLeasedKey(ClientKey(client), record.SerializeAsString(), lease);
+    return t.Commit(/*durable=*/false);
+  }));
+  std::lock_guard lock(clients_mu_);
+  client_leases_[client] = lease;
+  return client_lease_s_;
+}
+
+Result<std::size_t> MetaStore::EndExpiredSessions() {
+  std::size_t ended = 0;
+  const auto now = std::chrono::steady_clock::now();
+  if (kv_->serial()) {
+    // The sessions of clients not heard from within their lease; a client this server has not
+    // heard from since it started gets one lease's time from now.
+    std::string after;
+    for (;;) {
+      FF_ASSIGN_OR_RETURN(auto rows, Run([&](Txn& t) { return t.Scan("s/", after, 512); }));
+      std::vector<std::string> gone;
+      {
+        std::lock_guard lock(clients_mu_);
+        for (const auto& [key, value] : rows) {
+          const uint64_t client = ReadBE8(key, 10);
+          if (client == 0) continue;
+          auto [it, fresh] =
+              client_deadlines_.try_emplace(client, now + std::chrono::seconds(client_lease_s_));
+          if (!fresh && it->second < now) gone.push_back(key);
+        }
+      }
+      if (!gone.empty()) {
+        FF_RETURN_IF_ERROR(Update([&](Txn& t) -> Status {
+          for (const std::string& key : gone)
+            t.DeleteKey(key);
+          return t.Commit(/*durable=*/false);
+        }));
+        ended += gone.size();
+      }
+      if (rows.size() < 512) break;
+      after = rows.back().first;
+    }
+  }
+  // Files unlinked while open whose sessions have all ended.
+  FF_ASSIGN_OR_RETURN(auto orphans, Run([&](Txn& t) { return t.Scan("o/", "", 1000); }));
+  for (const auto& [key, value] : orphans) {
+    const uint64_t ino = ReadBE8(key, 2);
+    FF_ASSIGN_OR_RETURN(bool reclaimed, Update([&](Txn& t) -> Result<bool> {
+                          FF_ASSIGN_OR_RETURN(bool still, t.Orphaned(ino));
+                          if (!still) return false;
+                          auto inode = t.GetInode(ino);
+                          if (!inode.ok() && inode.status().code() != StatusCode::kNotFound) {
+                            return inode.status();
+                          }
+                          bool open = false;
+                          if (inode.ok()) {
+                            FF_ASSIGN_OR_RETURN(open, t.IsOpen(*inode));
+                          }
+                          if (inode.ok() && (open || inode->nlink() > 0)) {
+                            if (inode->nlink() == 0) return false;  // still open
+                            t.UnmarkOrphan(ino);                    // linked again (fsck)
+                          } else {
+                            t.UnmarkOrphan(ino);
+                            if (inode.ok()) {
+                              t.DeleteInode(ino);
+                              if (inode->type() == fs3rpc::INODE_FILE)
+                                t.AddGarbage(ino, inode->layout());
+                            }
+                          }
+                          FF_RETURN_IF_ERROR(t.Commit());
+                          return inode.ok() && inode->nlink() == 0;
+                        }));
+    ended += reclaimed;
+  }
+  return ended;
 }
 
 Result<Inode> MetaStore::SettleLength(uint64_t ino, uint64_t length, bool written) {

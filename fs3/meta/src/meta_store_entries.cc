@@ -20,9 +20,10 @@ bool StickyDenies(const Caller& c, const Inode& dir, const Inode& victim) {
 Result<Inode> MetaStore::MakeEntry(const Caller& c, uint64_t parent, const std::string& name,
                                    InodeType type, uint32_t mode, uint64_t request_id,
                                    uint64_t rdev, const std::string& symlink, bool open,
-                                   const std::vector<uint32_t>& chain_ids) {
+                                   const std::vector<uint32_t>& chain_ids, SessionId session) {
   return Update([&](Txn& t) -> Result<Inode> {
     FF_RETURN_IF_ERROR(t.PrefetchEntry(0, parent, name));
+    if (open && session.client != 0) FF_RETURN_IF_ERROR(t.Prefetch({ClientKey(session.client)}));
     FF_ASSIGN_OR_RETURN(Inode dir, t.GetDir(parent));
     if (Dot(name)) return Err(StatusCode::kAlreadyExists, "'" + name + "' exists");
     FF_RETURN_IF_ERROR(CheckName(name));
@@ -56,7 +57,14 @@ Result<Inode> MetaStore::MakeEntry(const Caller& c, uint64_t parent, const std::
     inode.set_ctime_ns(now);
     inode.set_rdev(rdev);
     inode.set_create_request(request_id);
-    inode.set_sessions(open ? 1 : 0);
+    inode.set_sessions(open && session.client == 0 ? 1 : 0);
+    if (open && session.client != 0) {
+      int64_t lease = 0;
+      if (!kv_->serial()) {
+        FF_ASSIGN_OR_RETURN(lease, t.ClientLease(session.client));
+      }
+      t.PutSession(ino, session, lease);
+    }
     if (type == fs3rpc::INODE_SYMLINK) {
       inode.set_symlink(symlink);
       inode.set_size(symlink.size());
@@ -89,24 +97,26 @@ Result<Inode> MetaStore::MakeEntry(const Caller& c, uint64_t parent, const std::
 
 Result<Inode> MetaStore::Create(const Caller& c, uint64_t parent, const std::string& name,
                                 uint32_t mode, uint64_t request_id, InodeType type, uint64_t rdev,
-                                bool open, const std::vector<uint32_t>& chain_ids) {
+                                bool open, const std::vector<uint32_t>& chain_ids,
+                                SessionId session) {
   if (type == fs3rpc::INODE_DIR || type == fs3rpc::INODE_SYMLINK) {
     return InvalidArgument("use mkdir or symlink for that type");
   }
   if (open && type != fs3rpc::INODE_FILE) return InvalidArgument("only files are opened");
-  return MakeEntry(c, parent, name, type, mode, request_id, rdev, "", open, chain_ids);
+  return MakeEntry(c, parent, name, type, mode, request_id, rdev, "", open, chain_ids, session);
 }
 
 Result<Inode> MetaStore::Mkdir(const Caller& c, uint64_t parent, const std::string& name,
                                uint32_t mode, uint64_t request_id) {
-  return MakeEntry(c, parent, name, fs3rpc::INODE_DIR, mode, request_id, 0, "", false, {});
+  return MakeEntry(c, parent, name, fs3rpc::INODE_DIR, mode, request_id, 0, "", false, {}, {});
 }
 
 Result<Inode> MetaStore::Symlink(const Caller& c, uint64_t parent, const std::string& name,
                                  const std::string& target, uint64_t request_id) {
   if (target.empty()) return Err(StatusCode::kNotFound, "empty symlink target");
   if (target.size() > 4096) return Err(StatusCode::kNameTooLong, "symlink target over 4096 bytes");
-  return MakeEntry(c, parent, name, fs3rpc::INODE_SYMLINK, 0777, request_id, 0, target, false, {});
+  return MakeEntry(c, parent, name, fs3rpc::INODE_SYMLINK, 0777, request_id, 0, target, false, {},
+                   {});
 }
 
 Result<std::string> MetaStore::Readlink(uint64_t ino) const {
@@ -152,19 +162,26 @@ Result<Inode> MetaStore::Link(const Caller& c, uint64_t ino, uint64_t parent,
   });
 }
 
-void MetaStore::DropLink(Txn& t, Inode inode, int64_t now) {
+Status MetaStore::DropLink(Txn& t, Inode inode, int64_t now) {
   if (inode.type() == fs3rpc::INODE_DIR) {
     t.DeleteInode(inode.ino());
-    return;
+    return Status::Ok();
   }
   inode.set_nlink(inode.nlink() - 1);
   inode.set_ctime_ns(now);
-  if (inode.nlink() > 0 || inode.sessions() > 0) {
-    t.PutInode(inode);  // still linked, or open: it lives on
-    return;
+  if (inode.nlink() > 0) {
+    t.PutInode(inode);  // still linked: it lives on
+    return Status::Ok();
+  }
+  FF_ASSIGN_OR_RETURN(bool open, t.IsOpen(inode));
+  if (open) {  // it lives until its last session ends (a close, or its client's lease)
+    t.PutInode(inode);
+    t.MarkOrphan(inode.ino());
+    return Status::Ok();
   }
   t.DeleteInode(inode.ino());
   if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(inode.ino(), inode.layout());
+  return Status::Ok();
 }
 
 Status MetaStore::Unlink(const Caller& c, uint64_t parent, const std::string& name,
@@ -188,7 +205,7 @@ Status MetaStore::Unlink(const Caller& c, uint64_t parent, const std::string& na
     }
     const int64_t now = NowNs();
     t.DeleteDentry(parent, name);
-    DropLink(t, inode, now);
+    FF_RETURN_IF_ERROR(DropLink(t, inode, now));
     dir.set_mtime_ns(now);
     dir.set_ctime_ns(now);
     t.PutInode(dir);
@@ -322,7 +339,7 @@ Status MetaStore::Rename(const Caller& c, uint64_t src_parent, const std::string
         } else if (dst.type() == fs3rpc::INODE_DIR) {
           return Err(StatusCode::kIsADirectory, "'" + dst_name + "' is a directory");
         }
-        DropLink(t, dst, now);
+        FF_RETURN_IF_ERROR(DropLink(t, dst, now));
         t.DeleteDentry(src_parent, src_name);
         t.PutDentry(dst_parent, dst_name, *sd);
         reparent(src, sdir, *dparent);

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <set>
 
 #include "meta_store_internal.h"
 
@@ -25,7 +26,8 @@ Result<std::vector<std::string>> MetaStore::CheckData(const std::map<uint64_t, u
         if (repair) t.AddGarbage(ino);
         continue;
       }
-      if (inode->type() == fs3rpc::INODE_FILE && inode->sessions() == 0 && length > inode->size()) {
+      FF_ASSIGN_OR_RETURN(bool open, t.IsOpen(*inode));
+      if (inode->type() == fs3rpc::INODE_FILE && !open && length > inode->size()) {
         problems.push_back("inode " + std::to_string(ino) + " holds " + std::to_string(length) +
                            " bytes of data but records a length of " +
                            std::to_string(inode->size()));
@@ -84,6 +86,23 @@ Result<std::vector<std::string>> MetaStore::Fsck(bool repair) {
         dir_parent[d.ino()] = parent;
       }
     }
+    // Sessions (keys of clients' sessions) and the marks of files unlinked while open.
+    std::set<uint64_t> open_inos;
+    FF_ASSIGN_OR_RETURN(auto session_rows, t.Scan("s/", "", SIZE_MAX));
+    for (const auto& [key, bytes] : session_rows) {
+      const uint64_t ino = ReadBE8(key, 2);
+      if (inodes.count(ino) == 0) {
+        problems.push_back("a session of client " + std::to_string(ReadBE8(key, 10)) +
+                           " holds missing inode " + std::to_string(ino));
+        if (repair) t.DeleteKey(key);
+        continue;
+      }
+      open_inos.insert(ino);
+    }
+    std::set<uint64_t> marked;
+    FF_ASSIGN_OR_RETURN(auto orphan_rows, t.Scan("o/", "", SIZE_MAX));
+    for (const auto& [key, bytes] : orphan_rows)
+      marked.insert(ReadBE8(key, 2));
     uint64_t max_ino = kRootIno;
     for (auto& [ino, inode] : inodes) {
       max_ino = std::max(max_ino, ino);
@@ -109,7 +128,14 @@ Result<std::vector<std::string>> MetaStore::Fsck(bool repair) {
           changed = true;
         }
       } else {
-        if (n == 0 && inode.sessions() == 0) {
+        const bool open = inode.sessions() > 0 || open_inos.count(ino) > 0;
+        if (n == 0 && open && marked.count(ino) == 0) {
+          problems.push_back("inode " + std::to_string(ino) +
+                             " is unlinked and open but not marked to go at its last close");
+          if (repair) t.MarkOrphan(ino);
+        }
+        if (n == 0 && !open && marked.count(ino) > 0) continue;  // the sweep's to reclaim
+        if (n == 0 && !open) {
           problems.push_back("inode " + std::to_string(ino) + " is orphaned (no entry, not open)");
           if (repair) {
             t.DeleteInode(ino);
@@ -125,6 +151,14 @@ Result<std::vector<std::string>> MetaStore::Fsck(bool repair) {
         }
       }
       if (changed && repair) t.PutInode(inode);
+    }
+    for (uint64_t ino : marked) {
+      auto it = inodes.find(ino);
+      if (it == inodes.end() || links[ino] > 0) {
+        problems.push_back("inode " + std::to_string(ino) + " is marked unlinked but " +
+                           (it == inodes.end() ? "is gone" : "has entries"));
+        if (repair) t.UnmarkOrphan(ino);
+      }
     }
     uint64_t live = 0;
     for (const auto& [ino, inode] : inodes)

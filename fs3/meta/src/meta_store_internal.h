@@ -7,7 +7,10 @@
 // Keys: "i/" + ino (big-endian) -> Inode; "d/" + parent + name -> Dentry; "g/" + ino -> a removed
 // file's layout, until its chunks are deleted; "r/" + request id -> when a mutation was applied
 // (so a retry is answered, not applied twice); "m/next_ino" -> the first inode number no server
-// has reserved; "m/inodes" -> the live inode count (serial engine only).
+// has reserved; "m/inodes" -> the live inode count (serial engine only); "s/" + ino + client +
+// handle -> an open file's session of a client (on etcd under the client's lease); "o/" + ino ->
+// an inode unlinked while open, whose data goes when its last session ends; "c/" + client -> the
+// client's etcd lease (etcd engine).
 #pragma once
 
 #include <time.h>
@@ -45,6 +48,26 @@ inline std::string GarbageKey(uint64_t ino) {
 
 inline std::string RequestKey(uint64_t id) {
   return "r/" + BE8(id);
+}
+inline std::string SessionPrefix(uint64_t ino) {
+  return "s/" + BE8(ino);
+}
+inline std::string SessionKey(uint64_t ino, const SessionId& s) {
+  return SessionPrefix(ino) + BE8(s.client) + BE8(s.handle);
+}
+inline std::string OrphanKey(uint64_t ino) {
+  return "o/" + BE8(ino);
+}
+inline std::string ClientKey(uint64_t client) {
+  return "c/" + BE8(client);
+}
+// The number in 8 big-endian bytes of `key` from `at` (0 when the key is too short).
+inline uint64_t ReadBE8(const std::string& key, std::size_t at) {
+  if (key.size() < at + 8) return 0;
+  uint64_t v = 0;
+  for (std::size_t i = at; i < at + 8; ++i)
+    v = (v << 8) | static_cast<unsigned char>(key[i]);
+  return v;
 }
 
 inline int64_t NowNs() {
@@ -149,6 +172,33 @@ class MetaStore::Txn {
     }
     return out;
   }
+  // Open: an anonymous session counted in the inode, or a client's session key.
+  Result<bool> IsOpen(const Inode& inode) {
+    if (inode.sessions() > 0) return true;
+    FF_ASSIGN_OR_RETURN(auto rows, kv_.Scan(SessionPrefix(inode.ino()), "", 1));
+    return !rows.empty();
+  }
+  // A client's session (`lease`: the client's etcd lease, 0 on the serial engine).
+  void PutSession(uint64_t ino, const SessionId& s, int64_t lease) {
+    kv_.PutLeased(SessionKey(ino, s), "", lease);
+  }
+  void DeleteSession(uint64_t ino, const SessionId& s) { kv_.Delete(SessionKey(ino, s)); }
+  Result<bool> Orphaned(uint64_t ino) {
+    FF_ASSIGN_OR_RETURN(auto v, kv_.Get(OrphanKey(ino)));
+    return v.has_value();
+  }
+  void MarkOrphan(uint64_t ino) { kv_.Put(OrphanKey(ino), ""); }
+  void UnmarkOrphan(uint64_t ino) { kv_.Delete(OrphanKey(ino)); }
+  // The etcd lease a client's sessions live under (recorded by MetaStore::KeepClient).
+  Result<int64_t> ClientLease(uint64_t client) {
+    FF_ASSIGN_OR_RETURN(auto c, Read<fs3rpc::Counter>(ClientKey(client)));
+    if (!c) {
+      return FailedPrecondition("client " + std::to_string(client) +
+                                " holds no lease (its lease expired, or it never registered)");
+    }
+    return static_cast<int64_t>(c->value());
+  }
+
   Result<Inode> GetDir(uint64_t ino) {
     FF_ASSIGN_OR_RETURN(Inode inode, GetInode(ino));
     if (inode.type() != fs3rpc::INODE_DIR) {
@@ -205,6 +255,9 @@ class MetaStore::Txn {
   }
   void RemoveGarbage(uint64_t ino) { kv_.Delete(GarbageKey(ino)); }
   void DeleteKey(const std::string& key) { kv_.Delete(key); }
+  void PutLeasedKey(const std::string& key, std::string value, int64_t lease) {
+    kv_.PutLeased(key, std::move(value), lease);
+  }
   // Durable request ids: a mutating request already applied is answered, not applied again.
   Result<bool> Done(uint64_t request_id) {
     if (request_id == 0) return false;

@@ -23,4 +23,5 @@
   X(16, Close, CloseRequest, Empty)           \
   X(17, Sync, CloseRequest, Inode)            \
   X(18, Statfs, Empty, StatfsReply)           \
-  X(19, SetLayout, SetLayoutRequest, Inode)
+  X(19, SetLayout, SetLayoutRequest, Inode)   \
+  X(20, KeepClient, ClientRequest, ClientReply)

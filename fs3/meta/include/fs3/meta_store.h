@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -41,6 +42,14 @@ struct SetAttr {
 
 constexpr std::size_t kMaxXattrValueBytes = 64 * 1024;
 
+// An open file's session: its owner, a client that holds a lease (MetaStore::KeepClient), and the
+// client's number for it. Client 0: an anonymous session, counted in the inode, that only its
+// close ends.
+struct SessionId {
+  uint64_t client = 0;
+  uint64_t handle = 0;
+};
+
 class MetaStore {
  public:
   // Opens (creating, with a root directory owned by root, mode 0755) the namespace at `path`.
@@ -52,8 +61,10 @@ class MetaStore {
                                                      const std::string& prefix,
                                                      const fs3rpc::Layout& default_layout);
   // Over a store already made (tests); creates the root when missing.
+  // (`etcd`: the etcd engine's client, for clients' leases.)
   static Result<std::unique_ptr<MetaStore>> OpenKv(std::unique_ptr<TxnKv> kv,
-                                                   const fs3rpc::Layout& default_layout);
+                                                   const fs3rpc::Layout& default_layout,
+                                                   etcd::Client* etcd = nullptr);
   // "rocksdb" or "etcd".
   const char* engine() const { return kv_->engine(); }
 
@@ -73,7 +84,8 @@ class MetaStore {
   Result<fs3rpc::Inode> Create(const Caller& c, uint64_t parent, const std::string& name,
                                uint32_t mode, uint64_t request_id = 0,
                                fs3rpc::InodeType type = fs3rpc::INODE_FILE, uint64_t rdev = 0,
-                               bool open = false, const std::vector<uint32_t>& chain_ids = {});
+                               bool open = false, const std::vector<uint32_t>& chain_ids = {},
+                               SessionId session = {});
   // A directory's stripe (chains per file) for what is created in it from now on (the owner or
   // root); subdirectories made later inherit it.
   Result<fs3rpc::Inode> SetStripe(const Caller& c, uint64_t ino, uint32_t stripe);
@@ -123,14 +135,28 @@ class MetaStore {
   // Operations whose commit shared one etcd request with others (group commit).
   uint64_t GroupedCommits() const { return kv_->GroupedCommits(); }
 
-  // Sessions: an open file keeps its inode after unlink until it is closed. Returns the inode.
-  Result<fs3rpc::Inode> OpenSession(uint64_t ino);
+  // Sessions: an open file keeps its inode after unlink until its last session ends (closed, or
+  // its client's lease expired). Returns the inode.
+  Result<fs3rpc::Inode> OpenSession(uint64_t ino, SessionId session = {});
   // Closes a session; `size` (if set) is a length the file has at least (what the closing
   // client wrote up to): the recorded length grows to it. A close that only ends a session (the
   // length as it was, the file still linked) does not wait for the disk: lost in a crash of the
-  // machine, it leaves the session count too high, as a client that dies with the file open
-  // does; that keeps an unlinked file's data, never loses any.
-  Status CloseSession(uint64_t ino, std::optional<uint64_t> size);
+  // machine, the session stays until its client's lease ends it (an anonymous one stays, which
+  // keeps an unlinked file's data, never loses any). A client's session already gone (its lease
+  // expired) closes without error.
+  Status CloseSession(uint64_t ino, std::optional<uint64_t> size, SessionId session = {});
+
+  // Clients' leases: a client registers (`first`) and then renews within the lease's time, or
+  // its sessions end. Returns the lease's length in seconds. kNotFound when the client's lease
+  // had expired (its sessions ended; it registers again as a new client).
+  Result<uint32_t> KeepClient(uint64_t client, bool first);
+  // How long a client's lease lasts (default 30 s).
+  void set_client_lease_s(uint32_t s) { client_lease_s_ = s; }
+  // The sweep (the garbage collector runs it): ends the sessions of clients whose lease ran out
+  // (the serial engine; etcd ends them itself), and sends an unlinked file whose sessions all
+  // ended to the garbage list. Returns how many sessions and files it ended.
+  Result<std::size_t> EndExpiredSessions();
+
   // A file's length as its data says (close, fsync): grows the recorded length to `length`;
   // `written` (data was written) moves mtime and ctime.
   Result<fs3rpc::Inode> SettleLength(uint64_t ino, uint64_t length, bool written = false);
@@ -158,7 +184,8 @@ class MetaStore {
 
  private:
   class Txn;
-  explicit MetaStore(std::unique_ptr<TxnKv> kv) : kv_(std::move(kv)) {}
+  explicit MetaStore(std::unique_ptr<TxnKv> kv, etcd::Client* etcd = nullptr)
+      : kv_(std::move(kv)), etcd_(etcd) {}
   // Runs `op` (Txn& -> Status or Result<T>) as one transaction (again on a conflict), then
   // records what the answer must wait for (durability) and the inode numbers it reserved.
   template <typename F>
@@ -178,14 +205,21 @@ class MetaStore {
   void ResetInoPool() const;
   // One link to `inode` is gone: with none left (and no open session) the inode goes, and a
   // file's data is queued for deletion.
-  static void DropLink(Txn& t, fs3rpc::Inode inode, int64_t now);
+  static Status DropLink(Txn& t, fs3rpc::Inode inode, int64_t now);
   // A new entry `name` in directory `parent` with a fresh inode (mkdir, create, mknod, symlink).
   Result<fs3rpc::Inode> MakeEntry(const Caller& c, uint64_t parent, const std::string& name,
                                   fs3rpc::InodeType type, uint32_t mode, uint64_t request_id,
                                   uint64_t rdev, const std::string& symlink, bool open,
-                                  const std::vector<uint32_t>& chain_ids);
+                                  const std::vector<uint32_t>& chain_ids, SessionId session);
 
   std::unique_ptr<TxnKv> kv_;
+  etcd::Client* const etcd_;  // the etcd engine's client (leases), else null
+  uint32_t client_lease_s_ = 30;
+  // Clients' leases: on etcd, each one's lease id (a cache of "c/" keys); on the serial engine,
+  // when each expires (kept here only: after a restart, every client has one lease's time).
+  mutable std::mutex clients_mu_;
+  std::map<uint64_t, int64_t> client_leases_;
+  std::map<uint64_t, std::chrono::steady_clock::time_point> client_deadlines_;
   // The newest batch that must be on disk before anything is acknowledged or read (group commit).
   mutable std::atomic<uint64_t> needed_{0};
   mutable std::mutex ino_mu_;

@@ -1,0 +1,66 @@
+// A client's lease on its open files' sessions at fs3-meta (MetaStore::KeepClient). It registers
+// under a random number at start and renews every third of the lease from a thread of its own. A
+// client cut off from fs3-meta for longer than the lease is taken for dead there and its sessions
+// end (an unlinked file it held open goes); when it hears that, it registers again under a new
+// number and opens its sessions again (those of files still there).
+//
+//   SessionLease lease(meta);
+//   SessionId s = lease.Open(ino);      // into the Open / Make(open) request's client and handle
+//   ... lease.Closing(s.handle) ...      // the session to name in the Close request
+//
+// A fs3-meta too old to know leases (or none reachable in time at the first open): sessions are
+// anonymous (client 0), as before leases. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <thread>
+
+#include "common/thread_annotations.h"
+#include "fs3/meta_client.h"
+
+namespace ff::fs3 {
+
+struct OpenedSession {
+  uint64_t client = 0;  // 0: anonymous (counted in the inode; no lease ends it)
+  uint64_t handle = 0;
+};
+
+class SessionLease {
+ public:
+  explicit SessionLease(MetaClient* meta);
+  ~SessionLease();
+  SessionLease(const SessionLease&) = delete;
+  SessionLease& operator=(const SessionLease&) = delete;
+
+  // A new session on `ino` (waits up to a few seconds for the first registration); `ino` 0: a
+  // file about to be created (Bind names it once made).
+  OpenedSession Open(uint64_t ino) FF_EXCLUDES(mu_);
+  void Bind(uint64_t handle, uint64_t ino) FF_EXCLUDES(mu_);
+  // The session `handle` as it stands now (registering again moves it to the new number), for
+  // the Close request; forgotten here.
+  OpenedSession Closing(uint64_t handle) FF_EXCLUDES(mu_);
+  // This client's number now (0 until registered, or with an old fs3-meta).
+  uint64_t client() FF_EXCLUDES(mu_);
+
+ private:
+  void Loop() FF_EXCLUDES(mu_);
+  // Opens again, under the new number, the sessions the expired lease held.
+  void Reopen(uint64_t client) FF_EXCLUDES(mu_);
+
+  MetaClient* const meta_;
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ FF_GUARDED_BY(mu_) = false;
+  bool settled_ FF_GUARDED_BY(mu_) = false;  // registered, or given up (anonymous sessions)
+  uint64_t client_ FF_GUARDED_BY(mu_) = 0;
+  uint64_t next_handle_ FF_GUARDED_BY(mu_) = 0;
+  struct Held {
+    uint64_t ino, client;
+  };
+  std::map<uint64_t, Held> open_ FF_GUARDED_BY(mu_);  // by handle
+  std::thread thread_;
+};
+
+}  // namespace ff::fs3

@@ -1,0 +1,147 @@
+#include "fs3/session_lease.h"
+
+#include <spdlog/spdlog.h>
+
+#include <random>
+#include <vector>
+
+namespace ff::fs3 {
+
+namespace {
+
+uint64_t NewClientNumber() {
+  std::random_device rd;
+  uint64_t n = 0;
+  while (n == 0)
+    n = (uint64_t{rd()} << 32) | rd();
+  return n;
+}
+
+}  // namespace
+
+SessionLease::SessionLease(MetaClient* meta) : meta_(meta) {
+  {
+    MutexLock lock(&mu_);
+    client_ = NewClientNumber();
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+SessionLease::~SessionLease() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+uint64_t SessionLease::client() {
+  MutexLock lock(&mu_);
+  return settled_ ? client_ : 0;
+}
+
+OpenedSession SessionLease::Open(uint64_t ino) {
+  UniqueLock lock(&mu_);
+  cv_.wait_for(lock, std::chrono::seconds(5), [&] {
+    mu_.AssertHeld();
+    return settled_ || stopping_;
+  });
+  const uint64_t client = settled_ ? client_ : 0;
+  const uint64_t handle = ++next_handle_;
+  open_[handle] = Held{ino, client};
+  return {client, handle};
+}
+
+void SessionLease::Bind(uint64_t handle, uint64_t ino) {
+  MutexLock lock(&mu_);
+  if (auto it = open_.find(handle); it != open_.end()) it->second.ino = ino;
+}
+
+OpenedSession SessionLease::Closing(uint64_t handle) {
+  MutexLock lock(&mu_);
+  auto it = open_.find(handle);
+  if (it == open_.end()) return {client_, handle};  // gone: closing names no session
+  OpenedSession s{it->second.client, handle};
+  open_.erase(it);
+  return s;
+}
+
+void SessionLease::Reopen(uint64_t client) {
+  std::vector<std::pair<uint64_t, uint64_t>> held;  // handle, ino
+  {
+    MutexLock lock(&mu_);
+    for (auto& [handle, h] : open_) {
+      if (h.client != 0 && h.ino != 0) held.emplace_back(handle, h.ino);
+    }
+  }
+  std::size_t reopened = 0;
+  for (const auto& [handle, ino] : held) {
+    fs3rpc::InoRequest r;
+    r.set_ino(ino);
+    r.set_client(client);
+    r.set_handle(handle);
+    fs3rpc::Inode out;
+    if (meta_->Open(r, &out).ok()) ++reopened;
+    MutexLock lock(&mu_);
+    if (auto it = open_.find(handle); it != open_.end()) it->second.client = client;
+  }
+  if (!held.empty()) {
+    spdlog::warn("fs3: this client's lease had expired; {} of {} open files' sessions opened again",
+                 reopened, held.size());
+  }
+}
+
+void SessionLease::Loop() {
+  bool first = true;
+  bool reopen = false;
+  for (;;) {
+    fs3rpc::ClientRequest r;
+    {
+      MutexLock lock(&mu_);
+      if (stopping_) return;
+      r.set_client(client_);
+    }
+    r.set_first(first);
+    fs3rpc::ClientReply reply;
+    Status st = meta_->KeepClient(r, &reply);
+    std::chrono::milliseconds pause(1000);
+    if (st.ok()) {
+      first = false;
+      if (reopen) {
+        Reopen(r.client());
+        reopen = false;
+      }
+      {
+        MutexLock lock(&mu_);
+        settled_ = true;
+      }
+      cv_.notify_all();
+      pause = std::chrono::milliseconds(std::max<uint32_t>(reply.lease_s(), 1) * 1000 / 3);
+    } else if (st.code() == StatusCode::kNotFound) {  // our lease expired: a new number
+      MutexLock lock(&mu_);
+      client_ = NewClientNumber();
+      first = true;
+      reopen = true;
+      continue;
+    } else if (st.code() == StatusCode::kUnimplemented) {  // an fs3-meta without leases
+      {
+        MutexLock lock(&mu_);
+        settled_ = true;
+        client_ = 0;
+      }
+      cv_.notify_all();
+      return;
+    } else if (!first) {
+      spdlog::warn("fs3: renewing this client's lease: {}", st.message());
+    }
+    UniqueLock lock(&mu_);
+    cv_.wait_for(lock, pause, [&] {
+      mu_.AssertHeld();
+      return stopping_;
+    });
+    if (stopping_) return;
+  }
+}
+
+}  // namespace ff::fs3
