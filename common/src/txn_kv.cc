@@ -27,6 +27,15 @@ Result<std::optional<std::string>> KvTxn::Get(const std::string& key) {
   return value;
 }
 
+Result<bool> KvTxn::AssumeAbsent(const std::string& key) {
+  if (attempt_ == 0 && !writes_.count(key) && !read_.count(key) && AssumeAbsentUnread(key)) {
+    read_.emplace(key, std::nullopt);
+    return true;
+  }
+  FF_ASSIGN_OR_RETURN(auto value, Get(key));
+  return !value.has_value();
+}
+
 Result<std::vector<std::optional<std::string>>> KvTxn::ReadCommittedMany(
     const std::vector<std::string>& keys) {
   std::vector<std::optional<std::string>> out;
@@ -325,6 +334,11 @@ class EtcdTxn : public KvTxn {
   }
 
  protected:
+  bool AssumeAbsentUnread(const std::string& key) override {
+    reads_.emplace(key, 0);  // Commit compares: still absent (mod revision 0)
+    return true;
+  }
+
   Result<std::optional<std::string>> ReadCommitted(const std::string& key) override {
     // The first read is linearizable and fixes the snapshot; the others read that revision from
     // the same member's copy (serializable: no round trip to the Raft leader).

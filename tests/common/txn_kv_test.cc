@@ -185,6 +185,37 @@ TEST_P(TxnKvTest, AnUpdateThatCommitsNothingIsAnsweredFromTheNewestState) {
   EXPECT_EQ(runs, GetParam() == "etcd" ? 2 : 1);
 }
 
+// A key assumed absent unread (etcd's first attempt): a wrong assumption conflicts at commit and
+// the operation runs again reading the key; a right one costs no read.
+TEST_P(TxnKvTest, AnAssumedAbsenceIsCheckedAtCommit) {
+  ASSERT_TRUE(Set("mark", "x").ok());
+  auto run = [&](int* runs) {
+    return kv_->RunUpdate([&](KvTxn& t) -> Result<bool> {
+      ++*runs;
+      FF_ASSIGN_OR_RETURN(bool absent, t.AssumeAbsent("mark"));
+      t.Put("seen", absent ? "absent" : "present");
+      return absent;
+    });
+  };
+  int runs = 0;
+  auto absent = run(&runs);
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  EXPECT_FALSE(*absent);
+  EXPECT_EQ(Value("seen"), "present");
+  EXPECT_EQ(runs, GetParam() == "etcd" ? 2 : 1) << "a wrong assumption runs again";
+  ASSERT_TRUE(kv_->Run([&](KvTxn& t) {
+                   t.Delete("mark");
+                   return Status::Ok();
+                 })
+                  .ok());
+  runs = 0;
+  absent = run(&runs);
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  EXPECT_TRUE(*absent);
+  EXPECT_EQ(Value("seen"), "absent");
+  EXPECT_EQ(runs, 1);
+}
+
 // The optimistic engine's conflicts, one by one: a changed key, a key that appeared, a key added to
 // a scanned range; and what does not conflict (reads only, disjoint keys).
 TEST(EtcdTxnKv, CommitsFailWhenWhatTheyReadChanged) {

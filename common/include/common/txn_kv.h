@@ -60,6 +60,10 @@ class KvTxn {
   Result<std::vector<std::pair<std::string, std::string>>> Scan(const std::string& prefix,
                                                                 const std::string& after,
                                                                 std::size_t limit);
+  // Whether `key` is absent, where absence is likely: the optimistic engine's first attempt
+  // assumes it without reading (no round trip) and Commit checks it like a read (wrong: the
+  // transaction conflicts and runs again, then reading it); the serial engine reads it.
+  Result<bool> AssumeAbsent(const std::string& key);
   void Put(const std::string& key, std::string value) {
     writes_[key] = std::move(value);
     leases_.erase(key);
@@ -78,8 +82,16 @@ class KvTxn {
   // Applies the writes at once, or fails (kAborted: conflict, run again). Returns a token for
   // TxnKv::AwaitDurable. A transaction without writes commits nothing and cannot conflict.
   virtual Result<uint64_t> Commit() = 0;
+  // Which run of its operation this transaction is (0: the first; TxnKv::Run sets it).
+  void set_attempt(int attempt) { attempt_ = attempt; }
 
  protected:
+  // Records `key` as absent in the snapshot, unread (AssumeAbsent); false where this engine
+  // cannot check that at commit.
+  virtual bool AssumeAbsentUnread(const std::string& key) {
+    (void)key;
+    return false;
+  }
   // The committed state the transaction reads from (its snapshot), recorded for conflicts.
   virtual Result<std::optional<std::string>> ReadCommitted(const std::string& key) = 0;
   // The committed values of `keys` (the default: one by one).
@@ -89,6 +101,7 @@ class KvTxn {
       const std::string& prefix, const std::string& after, std::size_t limit) = 0;
   std::map<std::string, std::optional<std::string>> writes_;
   std::map<std::string, int64_t> leases_;  // keys written with PutLeased
+  int attempt_ = 0;
 
  private:
   // Committed values read so far (the snapshot's), so that each key is read once.
@@ -151,6 +164,7 @@ class TxnKv {
     bool stale_ok = for_update && !serial();
     for (int attempt = 0; attempt < max_attempts; ++attempt) {
       std::unique_ptr<KvTxn> txn = Begin(stale_ok);
+      txn->set_attempt(attempt);
       auto r = op(*txn);
       if (!StatusOf(r).ok()) {
         // A read at a revision compacted away: run again from a new one.

@@ -15,6 +15,7 @@ namespace ff::fs3 {
 namespace {
 
 constexpr uint64_t kRequestMemorySeconds = 3600;  // how long applied request ids are kept
+constexpr std::chrono::seconds kPruneEvery(60);   // how often old ones are looked for
 
 Chains ChainsOf(const fs3rpc::Layout& layout) {
   return {layout.chains().data(), static_cast<std::size_t>(layout.chains_size())};
@@ -161,9 +162,18 @@ bool MetaService::CollectsGarbage() const {
 
 Result<std::size_t> MetaService::CollectGarbage() {
   if (!CollectsGarbage()) return std::size_t{0};
-  FF_RETURN_IF_ERROR(store_->PruneRequests(kRequestMemorySeconds).status());
-  FF_ASSIGN_OR_RETURN(std::size_t ended, store_->EndExpiredSessions());
-  if (ended > 0) spdlog::info("ended {} sessions or files of clients whose lease expired", ended);
+  // The request ids and the sessions are each a scan of all their keys: now and then, not each
+  // round (request ids are kept an hour; a lease lasts client_lease_s).
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= next_prune_) {
+    FF_RETURN_IF_ERROR(store_->PruneRequests(kRequestMemorySeconds).status());
+    next_prune_ = now + kPruneEvery;
+  }
+  if (now >= next_sweep_) {
+    FF_ASSIGN_OR_RETURN(std::size_t ended, store_->EndExpiredSessions());
+    if (ended > 0) spdlog::info("ended {} sessions or files of clients whose lease expired", ended);
+    next_sweep_ = now + std::chrono::milliseconds(options_.client_lease_s * 1000 / 4);
+  }
   FF_ASSIGN_OR_RETURN(auto garbage, store_->Garbage());
   if (garbage.empty() || options_.mgmtd.empty()) return std::size_t{0};
   FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
@@ -260,17 +270,18 @@ grpc::Status MetaService::Make(grpc::ServerContext*, const fs3rpc::MakeRequest* 
                                fs3rpc::Inode* out) {
   return Serve("make", [&]() -> Status {
     const Caller c = CallerOf(r->cred());
+    MetaStore::Dirs changed;
     switch (r->type()) {
       case fs3rpc::INODE_DIR: {
-        FF_ASSIGN_OR_RETURN(*out,
-                            store_->Mkdir(c, r->parent(), r->name(), r->mode(), r->request_id()));
-        AddDirs(out->mutable_dirs(), {r->parent()});
+        FF_ASSIGN_OR_RETURN(
+            *out, store_->Mkdir(c, r->parent(), r->name(), r->mode(), r->request_id(), &changed));
+        AddDirs(out->mutable_dirs(), changed, {r->parent()});
         return Status::Ok();
       }
       case fs3rpc::INODE_SYMLINK: {
-        FF_ASSIGN_OR_RETURN(
-            *out, store_->Symlink(c, r->parent(), r->name(), r->symlink_target(), r->request_id()));
-        AddDirs(out->mutable_dirs(), {r->parent()});
+        FF_ASSIGN_OR_RETURN(*out, store_->Symlink(c, r->parent(), r->name(), r->symlink_target(),
+                                                  r->request_id(), &changed));
+        AddDirs(out->mutable_dirs(), changed, {r->parent()});
         return Status::Ok();
       }
       default: {
@@ -280,10 +291,10 @@ grpc::Status MetaService::Make(grpc::ServerContext*, const fs3rpc::MakeRequest* 
           FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
           chains = storage->ChainIds();
         }
-        FF_ASSIGN_OR_RETURN(
-            *out, store_->Create(c, r->parent(), r->name(), r->mode(), r->request_id(), r->type(),
-                                 r->rdev(), r->open(), chains, {r->client(), r->handle()}));
-        AddDirs(out->mutable_dirs(), {r->parent()});
+        FF_ASSIGN_OR_RETURN(*out, store_->Create(c, r->parent(), r->name(), r->mode(),
+                                                 r->request_id(), r->type(), r->rdev(), r->open(),
+                                                 chains, {r->client(), r->handle()}, &changed));
+        AddDirs(out->mutable_dirs(), changed, {r->parent()});
         return Status::Ok();
       }
     }
@@ -293,9 +304,10 @@ grpc::Status MetaService::Make(grpc::ServerContext*, const fs3rpc::MakeRequest* 
 grpc::Status MetaService::Link(grpc::ServerContext*, const fs3rpc::LinkRequest* r,
                                fs3rpc::Inode* out) {
   return Serve("link", [&] {
-    FF_ASSIGN_OR_RETURN(
-        *out, store_->Link(CallerOf(r->cred()), r->ino(), r->parent(), r->name(), r->request_id()));
-    AddDirs(out->mutable_dirs(), {r->parent()});
+    MetaStore::Dirs changed;
+    FF_ASSIGN_OR_RETURN(*out, store_->Link(CallerOf(r->cred()), r->ino(), r->parent(), r->name(),
+                                           r->request_id(), &changed));
+    AddDirs(out->mutable_dirs(), changed, {r->parent()});
     return Status::Ok();
   });
 }
@@ -311,9 +323,10 @@ grpc::Status MetaService::Readlink(grpc::ServerContext*, const fs3rpc::InoReques
 grpc::Status MetaService::Unlink(grpc::ServerContext*, const fs3rpc::NameRequest* r,
                                  fs3rpc::DirsReply* out) {
   return Serve("unlink", [&] {
+    MetaStore::Dirs changed;
     FF_RETURN_IF_ERROR(
-        store_->Unlink(CallerOf(r->cred()), r->parent(), r->name(), r->request_id()));
-    AddDirs(out->mutable_dirs(), {r->parent()});
+        store_->Unlink(CallerOf(r->cred()), r->parent(), r->name(), r->request_id(), &changed));
+    AddDirs(out->mutable_dirs(), changed, {r->parent()});
     return Status::Ok();
   });
 }
@@ -321,8 +334,10 @@ grpc::Status MetaService::Unlink(grpc::ServerContext*, const fs3rpc::NameRequest
 grpc::Status MetaService::Rmdir(grpc::ServerContext*, const fs3rpc::NameRequest* r,
                                 fs3rpc::DirsReply* out) {
   return Serve("rmdir", [&] {
-    FF_RETURN_IF_ERROR(store_->Rmdir(CallerOf(r->cred()), r->parent(), r->name(), r->request_id()));
-    AddDirs(out->mutable_dirs(), {r->parent()});
+    MetaStore::Dirs changed;
+    FF_RETURN_IF_ERROR(
+        store_->Rmdir(CallerOf(r->cred()), r->parent(), r->name(), r->request_id(), &changed));
+    AddDirs(out->mutable_dirs(), changed, {r->parent()});
     return Status::Ok();
   });
 }
@@ -330,19 +345,27 @@ grpc::Status MetaService::Rmdir(grpc::ServerContext*, const fs3rpc::NameRequest*
 grpc::Status MetaService::Rename(grpc::ServerContext*, const fs3rpc::RenameRequest* r,
                                  fs3rpc::DirsReply* out) {
   return Serve("rename", [&] {
+    MetaStore::Dirs changed;
     FF_RETURN_IF_ERROR(store_->Rename(CallerOf(r->cred()), r->src_parent(), r->src_name(),
-                                      r->dst_parent(), r->dst_name(), r->flags(), r->request_id()));
-    AddDirs(out->mutable_dirs(), {r->src_parent(), r->dst_parent()});
+                                      r->dst_parent(), r->dst_name(), r->flags(), r->request_id(),
+                                      &changed));
+    AddDirs(out->mutable_dirs(), changed, {r->src_parent(), r->dst_parent()});
     return Status::Ok();
   });
 }
 
 void MetaService::AddDirs(google::protobuf::RepeatedPtrField<fs3rpc::Inode>* dirs,
-                          std::initializer_list<uint64_t> inos) {
+                          const MetaStore::Dirs& changed, std::initializer_list<uint64_t> inos) {
   std::vector<uint64_t> done;
   for (uint64_t ino : inos) {
     if (std::find(done.begin(), done.end(), ino) != done.end()) continue;
     done.push_back(ino);
+    auto written = std::find_if(changed.begin(), changed.end(),
+                                [&](const fs3rpc::Inode& d) { return d.ino() == ino; });
+    if (written != changed.end()) {  // as the operation left it: no read
+      *dirs->Add() = *written;
+      continue;
+    }
     auto dir = store_->GetAttr(ino);
     if (dir.ok()) *dirs->Add() = std::move(*dir);
   }

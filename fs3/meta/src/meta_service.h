@@ -105,10 +105,11 @@ class MetaService final : public fs3rpc::Meta::Service {
   Result<fs3rpc::Inode> Settle(uint64_t ino, uint64_t at_least);
   grpc::Status Serve(const char* op, const std::function<Status()>& body);
   void ReportLog();  // the group commit's counters
-  // Appends the attributes of directories `inos` (after a change in them) to `dirs`; one that
-  // cannot be read is left out (the client then asks).
+  // Appends the attributes of directories `inos` (after a change in them) to `dirs`: as the
+  // change left them when it wrote them (`changed`), else read; one that cannot be read is left
+  // out (the client then asks).
   void AddDirs(google::protobuf::RepeatedPtrField<fs3rpc::Inode>* dirs,
-               std::initializer_list<uint64_t> inos);
+               const MetaStore::Dirs& changed, std::initializer_list<uint64_t> inos);
 
   // Whether this server runs the garbage collector now (always on RocksDB; the elected one on
   // etcd).
@@ -132,6 +133,8 @@ class MetaService final : public fs3rpc::Meta::Service {
   std::mutex gc_mu_;
   std::condition_variable gc_cv_;
   bool stopping_ = false;
+  // When the collector (its thread alone) next prunes request ids and sweeps sessions.
+  std::chrono::steady_clock::time_point next_prune_{}, next_sweep_{};
   std::thread gc_;
   std::unique_ptr<FrameServer> frames_;
 };

@@ -117,9 +117,10 @@ Result<Inode> MetaStore::OpenSession(uint64_t ino, SessionId session) {
 
 Status MetaStore::CloseSession(uint64_t ino, std::optional<uint64_t> size, SessionId session) {
   return Update([&](Txn& t) -> Status {
-    std::vector<std::string> keys{OrphanKey(ino)};
-    if (session.client == 0 || size) keys.push_back(InodeKey(ino));
-    FF_RETURN_IF_ERROR(t.Prefetch(keys));
+    // A client's close that only ends its session reads nothing on etcd: the file is assumed
+    // not unlinked (checked at commit), and the commit deletes the session's key.
+    const bool bare = session.client != 0 && !size;
+    if (!bare) FF_RETURN_IF_ERROR(t.Prefetch({OrphanKey(ino), InodeKey(ino)}));
     std::optional<Inode> inode;
     if (session.client == 0) {
       FF_ASSIGN_OR_RETURN(inode, t.GetInode(ino));
@@ -140,7 +141,7 @@ Status MetaStore::CloseSession(uint64_t ino, std::optional<uint64_t> size, Sessi
       inode->set_mtime_ns(NowNs());
       inode->set_ctime_ns(inode->mtime_ns());
     }
-    FF_ASSIGN_OR_RETURN(bool orphaned, t.Orphaned(ino));
+    FF_ASSIGN_OR_RETURN(bool orphaned, t.Orphaned(ino, /*likely_not=*/bare));
     // Unlinked while open: its data goes with the last session (an anonymous session's inode
     // may predate the orphan marks).
     if (orphaned || (session.client == 0 && inode->nlink() == 0)) {

@@ -135,9 +135,12 @@ class MetaStore::Txn {
   // Reads `keys` at once (one round trip on etcd), so that the operation's later reads of them
   // cost nothing: an operation first fetches every key it knows it will read.
   Status Prefetch(const std::vector<std::string>& keys) { return kv_.GetMany(keys).status(); }
-  // The request id's key (when there is one), the directory and the entry `name` in it.
-  Status PrefetchEntry(uint64_t request_id, uint64_t parent, const std::string& name) {
-    std::vector<std::string> keys{InodeKey(parent), DentryKey(parent, name)};
+  // The request id's key (when there is one), the directory and the entry `name` in it, and
+  // `keys`.
+  Status PrefetchEntry(uint64_t request_id, uint64_t parent, const std::string& name,
+                       std::vector<std::string> keys = {}) {
+    keys.push_back(InodeKey(parent));
+    keys.push_back(DentryKey(parent, name));
     if (request_id != 0) keys.push_back(RequestKey(request_id));
     return Prefetch(keys);
   }
@@ -183,7 +186,13 @@ class MetaStore::Txn {
     kv_.PutLeased(SessionKey(ino, s), "", lease);
   }
   void DeleteSession(uint64_t ino, const SessionId& s) { kv_.Delete(SessionKey(ino, s)); }
-  Result<bool> Orphaned(uint64_t ino) {
+  // Marked as unlinked while open. `likely_not`: assumed not, unread, at first
+  // (KvTxn::AssumeAbsent).
+  Result<bool> Orphaned(uint64_t ino, bool likely_not = false) {
+    if (likely_not) {
+      FF_ASSIGN_OR_RETURN(bool absent, kv_.AssumeAbsent(OrphanKey(ino)));
+      return !absent;
+    }
     FF_ASSIGN_OR_RETURN(auto v, kv_.Get(OrphanKey(ino)));
     return v.has_value();
   }
@@ -330,6 +339,14 @@ class MetaStore::Txn {
   }
 
   bool durable() const { return durable_; }
+  // The directories this transaction writes, as it writes them.
+  std::vector<Inode> WrittenDirs() const {
+    std::vector<Inode> out;
+    for (const auto& [key, inode] : inodes_) {
+      if (inode && inode->type() == fs3rpc::INODE_DIR) out.push_back(*inode);
+    }
+    return out;
+  }
   // The block of inode numbers this transaction reserved and did not use.
   std::optional<std::pair<uint64_t, uint64_t>> unused_block() const { return next_block_; }
   bool reset_pool() const { return reset_pool_; }
@@ -357,7 +374,7 @@ class MetaStore::Txn {
 };
 
 template <typename F>
-auto MetaStore::RunAs(bool update, F&& op) const -> decltype(op(std::declval<Txn&>())) {
+auto MetaStore::RunAs(bool update, F&& op, Dirs* dirs) const -> decltype(op(std::declval<Txn&>())) {
   bool durable = false;
   bool reset_pool = false;
   uint64_t block_first = 0, block_end = 0;  // inode numbers reserved and left ([first, end))
@@ -370,6 +387,7 @@ auto MetaStore::RunAs(bool update, F&& op) const -> decltype(op(std::declval<Txn
     block_first = block ? block->first : 0;
     block_end = block ? block->second : 0;
     reset_pool = t.reset_pool();
+    if (dirs) *dirs = t.WrittenDirs();
     return out;
   };
   auto r = update ? kv_->RunUpdate(body, &token) : kv_->Run(body, &token);

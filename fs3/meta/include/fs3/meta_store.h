@@ -52,6 +52,7 @@ struct SessionId {
 
 class MetaStore {
  public:
+  using Dirs = std::vector<fs3rpc::Inode>;
   // Opens (creating, with a root directory owned by root, mode 0755) the namespace at `path`.
   // `default_layout` is the root's layout; directories pass theirs to what is created in them.
   static Result<std::unique_ptr<MetaStore>> Open(const std::string& path,
@@ -74,8 +75,10 @@ class MetaStore {
       const std::vector<uint64_t>& inos) const;
   Result<fs3rpc::Inode> Lookup(const Caller& c, uint64_t parent, const std::string& name) const;
 
+  // Operations on entries give, in `dirs` (when not null), the directories they changed as they
+  // left them (none for a retried request answered from its record).
   Result<fs3rpc::Inode> Mkdir(const Caller& c, uint64_t parent, const std::string& name,
-                              uint32_t mode, uint64_t request_id = 0);
+                              uint32_t mode, uint64_t request_id = 0, Dirs* dirs = nullptr);
   // A regular file (or, with `type`, a FIFO / socket / device node with `rdev`). With
   // `request_id` != 0, a retry of the same request returns the inode it created. With `open`,
   // the file is created with a session open (create + open in one step). A file's layout is its
@@ -85,22 +88,26 @@ class MetaStore {
                                uint32_t mode, uint64_t request_id = 0,
                                fs3rpc::InodeType type = fs3rpc::INODE_FILE, uint64_t rdev = 0,
                                bool open = false, const std::vector<uint32_t>& chain_ids = {},
-                               SessionId session = {});
+                               SessionId session = {}, Dirs* dirs = nullptr);
   // A directory's stripe (chains per file) for what is created in it from now on (the owner or
   // root); subdirectories made later inherit it.
   Result<fs3rpc::Inode> SetStripe(const Caller& c, uint64_t ino, uint32_t stripe);
   Result<fs3rpc::Inode> Symlink(const Caller& c, uint64_t parent, const std::string& name,
-                                const std::string& target, uint64_t request_id = 0);
+                                const std::string& target, uint64_t request_id = 0,
+                                Dirs* dirs = nullptr);
   Result<std::string> Readlink(uint64_t ino) const;
   // Mutations with a `request_id` (!= 0) are applied once: the id is recorded in the same batch,
   // and a retry (even after a restart) gets success without applying it again.
   Result<fs3rpc::Inode> Link(const Caller& c, uint64_t ino, uint64_t parent,
-                             const std::string& name, uint64_t request_id = 0);
-  Status Unlink(const Caller& c, uint64_t parent, const std::string& name, uint64_t request_id = 0);
-  Status Rmdir(const Caller& c, uint64_t parent, const std::string& name, uint64_t request_id = 0);
+                             const std::string& name, uint64_t request_id = 0,
+                             Dirs* dirs = nullptr);
+  Status Unlink(const Caller& c, uint64_t parent, const std::string& name, uint64_t request_id = 0,
+                Dirs* dirs = nullptr);
+  Status Rmdir(const Caller& c, uint64_t parent, const std::string& name, uint64_t request_id = 0,
+               Dirs* dirs = nullptr);
   Status Rename(const Caller& c, uint64_t src_parent, const std::string& src_name,
                 uint64_t dst_parent, const std::string& dst_name, uint32_t flags = 0,
-                uint64_t request_id = 0);
+                uint64_t request_id = 0, Dirs* dirs = nullptr);
   // Forgets request ids recorded more than `max_age_s` seconds ago; returns how many.
   Result<std::size_t> PruneRequests(uint64_t max_age_s);
 
@@ -193,12 +200,13 @@ class MetaStore {
     return RunAs(/*update=*/false, op);
   }
   // The same for an operation that changes the namespace (reads served as TxnKv::RunUpdate's).
+  // (`dirs`: the directories the committed transaction wrote, as it wrote them.)
   template <typename F>
-  auto Update(F&& op) -> decltype(op(std::declval<Txn&>())) {
-    return RunAs(/*update=*/true, op);
+  auto Update(F&& op, Dirs* dirs = nullptr) -> decltype(op(std::declval<Txn&>())) {
+    return RunAs(/*update=*/true, op, dirs);
   }
   template <typename F>
-  auto RunAs(bool update, F&& op) const -> decltype(op(std::declval<Txn&>()));
+  auto RunAs(bool update, F&& op, Dirs* dirs = nullptr) const -> decltype(op(std::declval<Txn&>()));
   // This server's reserved inode numbers: one, if any is left; a block given back.
   std::optional<uint64_t> TakeIno() const;
   void GiveInoBlock(uint64_t first, uint64_t end) const;
@@ -210,7 +218,8 @@ class MetaStore {
   Result<fs3rpc::Inode> MakeEntry(const Caller& c, uint64_t parent, const std::string& name,
                                   fs3rpc::InodeType type, uint32_t mode, uint64_t request_id,
                                   uint64_t rdev, const std::string& symlink, bool open,
-                                  const std::vector<uint32_t>& chain_ids, SessionId session);
+                                  const std::vector<uint32_t>& chain_ids, SessionId session,
+                                  Dirs* dirs);
 
   std::unique_ptr<TxnKv> kv_;
   etcd::Client* const etcd_;  // the etcd engine's client (leases), else null
