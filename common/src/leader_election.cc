@@ -155,6 +155,17 @@ void LeaderElection::Lead(int64_t lease, Clock::time_point valid_until) {
     (void)client_->RevokeLease(lease);
     return;
   }
+  // The lease may have little time left (a follower's renewals fail while etcd elects a new Raft
+  // leader): renewed before leading, so that a leadership starts with a full lease.
+  const auto renewed = Clock::now();
+  Result<int64_t> renewal = client_->KeepAlive(lease);
+  if (!renewal.ok()) {
+    spdlog::warn("election {}: won, but could not renew the lease: {}", options_.key,
+                 renewal.status().ToString());
+    (void)client_->RevokeLease(lease);
+    return;
+  }
+  valid_until = renewed + std::chrono::seconds(*renewal);
   SetLeader(true, valid_until, fence);
   ++terms_;
   spdlog::info("election {}: {} is leader (fence revision {})", options_.key, options_.value,

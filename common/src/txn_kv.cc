@@ -36,6 +36,15 @@ Result<bool> KvTxn::AssumeAbsent(const std::string& key) {
   return !value.has_value();
 }
 
+Result<bool> KvTxn::AssumeNoneUnder(const std::string& prefix) {
+  const bool own_writes = std::any_of(writes_.begin(), writes_.end(), [&](const auto& w) {
+    return w.first.compare(0, prefix.size(), prefix) == 0;
+  });
+  if (attempt_ == 0 && !own_writes && AssumeNoneUnderUnread(prefix)) return true;
+  FF_ASSIGN_OR_RETURN(auto rows, Scan(prefix, "", 1));
+  return rows.empty();
+}
+
 Result<std::vector<std::optional<std::string>>> KvTxn::ReadCommittedMany(
     const std::vector<std::string>& keys) {
   std::vector<std::optional<std::string>> out;
@@ -315,6 +324,12 @@ class EtcdTxn : public KvTxn {
       *c.txn.add_compare() = etcd::CompareMod(prefix_ + key, etcdserverpb::Compare::EQUAL, mod);
       c.reads.push_back(prefix_ + key);
     }
+    for (const std::string& from : empty_) {
+      auto cmp = etcd::CompareVersion(from, etcdserverpb::Compare::EQUAL, 0);
+      cmp.set_range_end(etcd::PrefixEnd(from));
+      *c.txn.add_compare() = std::move(cmp);
+      c.ranges.emplace_back(from, etcd::PrefixEnd(from));
+    }
     for (const auto& [from, to] : ranges_) {
       auto cmp = etcd::CompareMod(from, etcdserverpb::Compare::LESS, revision_ + 1);
       cmp.set_range_end(to);
@@ -336,6 +351,10 @@ class EtcdTxn : public KvTxn {
  protected:
   bool AssumeAbsentUnread(const std::string& key) override {
     reads_.emplace(key, 0);  // Commit compares: still absent (mod revision 0)
+    return true;
+  }
+  bool AssumeNoneUnderUnread(const std::string& prefix) override {
+    empty_.push_back(prefix_ + prefix);  // Commit compares: every key's version 0 (none)
     return true;
   }
 
@@ -439,6 +458,7 @@ class EtcdTxn : public KvTxn {
   int64_t revision_ = 0;                  // the snapshot every read is at (that of the first)
   std::map<std::string, int64_t> reads_;  // key -> mod revision seen (0: absent)
   std::vector<std::pair<std::string, std::string>> ranges_;  // [from, to) scanned (with prefix)
+  std::vector<std::string> empty_;  // prefixes (with ours) assumed to have no key, unread
 };
 
 class EtcdTxnKv : public TxnKv {

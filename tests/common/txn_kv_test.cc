@@ -216,6 +216,31 @@ TEST_P(TxnKvTest, AnAssumedAbsenceIsCheckedAtCommit) {
   EXPECT_EQ(runs, 1);
 }
 
+// The same for a range assumed to hold no key: one key in it makes the commit conflict, and the
+// operation runs again scanning it.
+TEST_P(TxnKvTest, AnAssumedEmptyRangeIsCheckedAtCommit) {
+  ASSERT_TRUE(Set("sess/7/a", "").ok());
+  auto run = [&](const std::string& prefix, int* runs) {
+    return kv_->RunUpdate([&](KvTxn& t) -> Result<bool> {
+      ++*runs;
+      FF_ASSIGN_OR_RETURN(bool none, t.AssumeNoneUnder(prefix));
+      t.Put("seen/" + prefix, none ? "none" : "some");
+      return none;
+    });
+  };
+  int runs = 0;
+  auto none = run("sess/7/", &runs);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(*none);
+  EXPECT_EQ(runs, GetParam() == "etcd" ? 2 : 1);
+  runs = 0;
+  none = run("sess/8/", &runs);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(*none);
+  EXPECT_EQ(runs, 1) << "an empty range assumed empty commits at once";
+  EXPECT_EQ(Value("seen/sess/8/"), "none");
+}
+
 // The optimistic engine's conflicts, one by one: a changed key, a key that appeared, a key added to
 // a scanned range; and what does not conflict (reads only, disjoint keys).
 TEST(EtcdTxnKv, CommitsFailWhenWhatTheyReadChanged) {

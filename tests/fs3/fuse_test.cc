@@ -101,6 +101,7 @@ class Cluster : public test::Fs3Cluster {
   static test::Fs3ClusterOptions Options() {
     test::Fs3ClusterOptions o;
     o.chunk_size = kChunk;
+    o.meta_keys = "gc_interval_ms = 200\nclient_lease_s = 3\n";  // a dead mount's lease: 3 s
     return o;
   }
 };
@@ -338,6 +339,80 @@ TEST_F(FuseTest, UnlinkedWhileOpenStaysReadableThenItsChunksGo) {
   EXPECT_EQ(*(*storage)->StoredLength(ino), data.size());  // still there while open
   ASSERT_EQ(close(fd), 0);
   // The garbage collector deletes the chunks once the last session closed.
+  EXPECT_TRUE(WaitUntil([&] { return *(*storage)->StoredLength(ino) == 0; }, 20s));
+}
+
+// A mount that dies (kill -9) holding a file open: its session ends with its lease, and the file,
+// unlinked meanwhile through another mount, goes then. While the mount lives it renews its lease,
+// and the file stays past the lease's time.
+TEST_F(FuseTest, AMountThatDiesLosesItsOpenFilesByLease) {
+  const std::string data = RandomBytes(kChunk + 5, 4);
+  ASSERT_TRUE(WriteAll(P("held"), data));
+  struct stat st {};
+  ASSERT_EQ(stat(P("held").c_str(), &st), 0);
+  const uint64_t ino = st.st_ino;
+  const std::string other = cluster_->Mount("mnt-dying");
+  const std::string held =
+      other + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/held";
+  int fd = open(held.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  ASSERT_EQ(unlink(P("held").c_str()), 0);
+  ClientOptions o;
+  o.mgmtd = cluster_->mgmtd_address_;
+  auto storage = StorageClient::Create(o);
+  ASSERT_TRUE(storage.ok());
+  std::this_thread::sleep_for(5s);  // past the lease: the live mount renews it
+  EXPECT_EQ(*(*storage)->StoredLength(ino), data.size()) << "an open file's data went";
+  std::string buf(data.size(), '\0');
+  ASSERT_EQ(pread(fd, buf.data(), buf.size(), 0), static_cast<ssize_t>(data.size()));
+  EXPECT_EQ(buf, data);
+  cluster_->Kill("fuse-mnt-dying");
+  EXPECT_TRUE(WaitUntil([&] { return *(*storage)->StoredLength(ino) == 0; }, 30s))
+      << "the dead mount's session did not end with its lease";
+  close(fd);  // on the dead mount: whatever it says
+  EXPECT_TRUE(cluster_->Fsck().empty());
+}
+
+// A mount frozen (SIGSTOP) longer than its lease is taken for dead; thawed, it hears its lease
+// expired, registers again and opens its files' sessions again: a file it held open is still
+// read through the old descriptor and its session is back (an unlink elsewhere keeps the data
+// until that descriptor closes); new files open and write as before.
+TEST_F(FuseTest, AMountCutOffLongerThanItsLeaseRegistersAgain) {
+  const std::string other = cluster_->Mount("mnt-frozen");
+  const std::string dir =
+      other + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  const std::string data = RandomBytes(kChunk / 2, 5);
+  ASSERT_TRUE(WriteAll(dir + "/kept", data));
+  int fd = open((dir + "/kept").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  cluster_->proc("fuse-mnt-frozen").Signal(SIGSTOP);
+  std::this_thread::sleep_for(6s);  // twice the lease
+  cluster_->proc("fuse-mnt-frozen").Signal(SIGCONT);
+  // New opens work (a session refused for the expired lease registers the mount again).
+  const std::string fresh = RandomBytes(1000, 6);
+  ASSERT_TRUE(WriteAll(dir + "/after", fresh));
+  EXPECT_EQ(ReadAll(dir + "/after"), fresh);
+  // The file held open through the freeze got its session back: unlinked elsewhere, it keeps
+  // its data while the descriptor is open.
+  struct stat st {};
+  ASSERT_EQ(fstat(fd, &st), 0);
+  const uint64_t ino = st.st_ino;
+  ClientOptions o;
+  o.mgmtd = cluster_->mgmtd_address_;
+  auto storage = StorageClient::Create(o);
+  ASSERT_TRUE(storage.ok());
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return cluster_->Fsck().empty();  // the session reopened (no orphan, nothing dangling)
+      },
+      10s));
+  ASSERT_EQ(unlink(P("kept").c_str()), 0);
+  std::this_thread::sleep_for(2s);
+  EXPECT_EQ(*(*storage)->StoredLength(ino), data.size()) << "a reopened session's file went";
+  std::string buf(data.size(), '\0');
+  ASSERT_EQ(pread(fd, buf.data(), buf.size(), 0), static_cast<ssize_t>(data.size()));
+  EXPECT_EQ(buf, data);
+  ASSERT_EQ(close(fd), 0);
   EXPECT_TRUE(WaitUntil([&] { return *(*storage)->StoredLength(ino) == 0; }, 20s));
 }
 

@@ -73,6 +73,20 @@ class MetaStoreTest : public ::testing::TestWithParam<std::string> {
     std::unique_ptr<rocksdb::DB> db(raw);
     ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key, bytes).ok());
   }
+  // Many records at once, the same way.
+  void RawPutMany(const std::vector<std::pair<std::string, std::string>>& rows) {
+    store_.reset();
+    if (etcd()) {
+      for (const auto& [key, bytes] : rows)
+        ASSERT_TRUE(client_->Put(prefix_ + key, bytes).ok());
+      return;
+    }
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir_.File("meta"), &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    for (const auto& [key, bytes] : rows)
+      ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key, bytes).ok());
+  }
   // Overwrites the record whose key ends with `suffix` by bytes that do not parse.
   void CorruptRecordEndingWith(const std::string& suffix) {
     store_.reset();
@@ -562,6 +576,33 @@ TEST_P(MetaStoreTest, FsckFindsAndRepairsInconsistencies) {
   EXPECT_GT(next->ino(), 900000u);
   // Live inodes: root, d, f, s, new (the orphan went to the garbage list).
   EXPECT_EQ(*store_->InodeCount(), 5u);
+}
+
+// A repair of more problems than one etcd transaction holds (--max-txn-ops) is applied in passes:
+// 700 dangling entries, all reported and all removed by one fsck --repair.
+TEST_P(MetaStoreTest, ARepairLargerThanOneTransactionIsAppliedInPasses) {
+  constexpr int kGhosts = 700;
+  std::string dir_prefix = "d/";
+  for (int i = 7; i >= 0; --i)
+    dir_prefix += static_cast<char>((kRootIno >> (8 * i)) & 0xff);
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (int i = 0; i < kGhosts; ++i) {
+    fs3rpc::Dentry ghost;
+    ghost.set_ino(5000000 + i);
+    rows.emplace_back(dir_prefix + "ghost" + std::to_string(i), ghost.SerializeAsString());
+  }
+  RawPutMany(rows);
+  Reopen();
+  auto found = store_->Fsck(false);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->size(), static_cast<std::size_t>(kGhosts));
+  auto repaired = store_->Fsck(true);
+  ASSERT_TRUE(repaired.ok()) << repaired.status();
+  EXPECT_EQ(repaired->size(), static_cast<std::size_t>(kGhosts));
+  auto after = store_->Fsck(false);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(after->empty()) << after->size() << " problems left, first: " << after->front();
+  EXPECT_TRUE(Names(kRootIno).empty());
 }
 
 TEST_P(MetaStoreTest, LayoutsPickStripeChainsAndAreInherited) {

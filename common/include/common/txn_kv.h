@@ -64,6 +64,8 @@ class KvTxn {
   // assumes it without reading (no round trip) and Commit checks it like a read (wrong: the
   // transaction conflicts and runs again, then reading it); the serial engine reads it.
   Result<bool> AssumeAbsent(const std::string& key);
+  // The same for "no key starts with `prefix`".
+  Result<bool> AssumeNoneUnder(const std::string& prefix);
   void Put(const std::string& key, std::string value) {
     writes_[key] = std::move(value);
     leases_.erase(key);
@@ -90,6 +92,10 @@ class KvTxn {
   // cannot check that at commit.
   virtual bool AssumeAbsentUnread(const std::string& key) {
     (void)key;
+    return false;
+  }
+  virtual bool AssumeNoneUnderUnread(const std::string& prefix) {
+    (void)prefix;
     return false;
   }
   // The committed state the transaction reads from (its snapshot), recorded for conflicts.

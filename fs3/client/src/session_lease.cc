@@ -53,6 +53,17 @@ OpenedSession SessionLease::Open(uint64_t ino) {
   return {client, handle};
 }
 
+void SessionLease::Refresh() {
+  UniqueLock lock(&mu_);
+  const uint64_t start = rounds_;
+  refresh_ = true;
+  cv_.notify_all();
+  cv_.wait_for(lock, std::chrono::seconds(5), [&] {
+    mu_.AssertHeld();
+    return stopping_ || (!refresh_ && rounds_ > start);
+  });
+}
+
 void SessionLease::Bind(uint64_t handle, uint64_t ino) {
   MutexLock lock(&mu_);
   if (auto it = open_.find(handle); it != open_.end()) it->second.ino = ino;
@@ -101,6 +112,7 @@ void SessionLease::Loop() {
       MutexLock lock(&mu_);
       if (stopping_) return;
       r.set_client(client_);
+      refresh_ = false;  // this round answers it
     }
     r.set_first(first);
     fs3rpc::ClientReply reply;
@@ -116,11 +128,11 @@ void SessionLease::Loop() {
         MutexLock lock(&mu_);
         settled_ = true;
       }
-      cv_.notify_all();
       pause = std::chrono::milliseconds(std::max<uint32_t>(reply.lease_s(), 1) * 1000 / 3);
     } else if (st.code() == StatusCode::kNotFound) {  // our lease expired: a new number
       MutexLock lock(&mu_);
       client_ = NewClientNumber();
+      settled_ = false;  // opens wait for the registration (and the sessions reopened)
       first = true;
       reopen = true;
       continue;
@@ -129,6 +141,7 @@ void SessionLease::Loop() {
         MutexLock lock(&mu_);
         settled_ = true;
         client_ = 0;
+        ++rounds_;
       }
       cv_.notify_all();
       return;
@@ -136,9 +149,11 @@ void SessionLease::Loop() {
       spdlog::warn("fs3: renewing this client's lease: {}", st.message());
     }
     UniqueLock lock(&mu_);
+    ++rounds_;
+    cv_.notify_all();
     cv_.wait_for(lock, pause, [&] {
       mu_.AssertHeld();
-      return stopping_;
+      return stopping_ || refresh_;
     });
     if (stopping_) return;
   }

@@ -121,11 +121,20 @@ void FuseFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fs3rpc::InoRequest r;
   *r.mutable_cred() = Cred(req);
   r.set_ino(ino);
-  const OpenedSession session = lease_->Open(ino);
+  OpenedSession session = lease_->Open(ino);
   r.set_client(session.client);
   r.set_handle(session.handle);
   fs3rpc::Inode inode;
   Status st = meta_->Open(r, &inode);
+  if (st.code() == StatusCode::kFailedPrecondition && session.client != 0) {
+    // This mount's lease expired (cut off from fs3-meta longer than it): register again.
+    lease_->Closing(session.handle);
+    lease_->Refresh();
+    session = lease_->Open(ino);
+    r.set_client(session.client);
+    r.set_handle(session.handle);
+    st = meta_->Open(r, &inode);
+  }
   if (!st.ok()) {
     lease_->Closing(session.handle);
     return ReplyErr(req, st);
@@ -164,11 +173,19 @@ void FuseFs::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t 
   r.set_type(fs3rpc::INODE_FILE);
   r.set_open(true);
   r.set_request_id(NextRequest());
-  const OpenedSession session = lease_->Open(0);
+  OpenedSession session = lease_->Open(0);
   r.set_client(session.client);
   r.set_handle(session.handle);
   fs3rpc::Inode inode;
   Status st = meta_->Make(r, &inode);
+  if (st.code() == StatusCode::kFailedPrecondition && session.client != 0) {
+    lease_->Closing(session.handle);  // as in Open: this mount's lease expired
+    lease_->Refresh();
+    session = lease_->Open(0);
+    r.set_client(session.client);
+    r.set_handle(session.handle);
+    st = meta_->Make(r, &inode);
+  }
   if (!st.ok()) {
     lease_->Closing(session.handle);
     return ReplyErr(req, st);

@@ -197,9 +197,8 @@ MetaService::MetaService(const MetaOptions& options, std::unique_ptr<etcd::Clien
   if (!metrics_) return;
   conflicts_ = &metrics_->Counter("fs3_meta_txn_conflicts_total",
                                   "Operations run again after a conflict (etcd engine)");
-  grouped_ = &metrics_->Counter(
-      "fs3_meta_txn_grouped_total",
-      "Operations whose commit went to etcd in one request with others (etcd engine)");
+  grouped_ = &metrics_->Counter("fs3_meta_txn_grouped_total",
+                                "Operations whose commit shared one etcd request with others");
   logged_batches_ = &metrics_->Counter("fs3_meta_logged_batches_total",
                                        "Metadata changes written to the log (one per operation)");
   log_syncs_ =

@@ -167,14 +167,29 @@ Result<uint32_t> MetaStore::KeepClient(uint64_t client, bool first) {
   const Status expired(StatusCode::kNotFound, "client " + std::to_string(client) +
                                                   "'s lease expired: its sessions have ended");
   if (kv_->serial()) {
-    // (A client unknown here renewing is one this server forgot by restarting: welcome back.)
-    std::lock_guard lock(clients_mu_);
-    auto [it, fresh] = client_deadlines_.try_emplace(client);
-    if (!fresh && !first && it->second < now) {
-      client_deadlines_.erase(it);
-      return expired;
+    // A client's record ("c/") says it registered; its deadline is kept here. A client this
+    // server does not know (it restarted since) whose record is there: welcome back.
+    {
+      std::lock_guard lock(clients_mu_);
+      auto it = client_deadlines_.find(client);
+      if (it != client_deadlines_.end()) {
+        if (!first && it->second < now) return expired;  // the sweep ends its sessions
+        it->second = now + std::chrono::seconds(client_lease_s_);
+        return client_lease_s_;
+      }
     }
-    it->second = now + std::chrono::seconds(client_lease_s_);
+    if (first) {
+      FF_RETURN_IF_ERROR(Update([&](Txn& t) -> Status {
+        t.PutLeasedKey(ClientKey(client), "", 0);
+        return t.Commit();
+      }));
+    } else {
+      FF_ASSIGN_OR_RETURN(auto recorded,
+                          Run([&](Txn& t) { return t.Read<fs3rpc::Counter>(ClientKey(client)); }));
+      if (!recorded) return expired;
+    }
+    std::lock_guard lock(clients_mu_);
+    client_deadlines_[client] = now + std::chrono::seconds(client_lease_s_);
     return client_lease_s_;
   }
   int64_t lease = 0;
@@ -216,8 +231,9 @@ Result<std::size_t> MetaStore::EndExpiredSessions() {
   std::size_t ended = 0;
   const auto now = std::chrono::steady_clock::now();
   if (kv_->serial()) {
-    // The sessions of clients not heard from within their lease; a client this server has not
-    // heard from since it started gets one lease's time from now.
+    // The sessions and records of clients not heard from within their lease; a client this
+    // server has not heard from since it started gets one lease's time from now.
+    std::vector<uint64_t> expired;
     std::string after;
     for (;;) {
       FF_ASSIGN_OR_RETURN(auto rows, Run([&](Txn& t) { return t.Scan("s/", after, 512); }));
@@ -242,6 +258,25 @@ Result<std::size_t> MetaStore::EndExpiredSessions() {
       }
       if (rows.size() < 512) break;
       after = rows.back().first;
+    }
+    {
+      std::lock_guard lock(clients_mu_);
+      for (auto it = client_deadlines_.begin(); it != client_deadlines_.end();) {
+        if (it->second < now) {
+          expired.push_back(it->first);
+          it = client_deadlines_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    // Their records go too (a later renewal is told its lease expired).
+    for (std::size_t i = 0; i < expired.size(); i += 256) {
+      FF_RETURN_IF_ERROR(Update([&](Txn& t) -> Status {
+        for (std::size_t j = i; j < std::min(expired.size(), i + 256); ++j)
+          t.DeleteKey(ClientKey(expired[j]));
+        return t.Commit(/*durable=*/false);
+      }));
     }
   }
   // Files unlinked while open whose sessions have all ended.

@@ -181,7 +181,8 @@ Status MetaStore::DropLink(Txn& t, Inode inode, int64_t now) {
     t.PutInode(inode);  // still linked: it lives on
     return Status::Ok();
   }
-  FF_ASSIGN_OR_RETURN(bool open, t.IsOpen(inode));
+  // (A file removed is seldom open: assumed not, checked at commit.)
+  FF_ASSIGN_OR_RETURN(bool open, t.IsOpen(inode, /*likely_not=*/true));
   if (open) {  // it lives until its last session ends (a close, or its client's lease)
     t.PutInode(inode);
     t.MarkOrphan(inode.ino());

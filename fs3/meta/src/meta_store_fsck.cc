@@ -43,7 +43,31 @@ Result<std::vector<std::string>> MetaStore::CheckData(const std::map<uint64_t, u
 }
 
 Result<std::vector<std::string>> MetaStore::Fsck(bool repair) {
+  bool deferred = false;
+  FF_ASSIGN_OR_RETURN(auto problems, FsckPass(repair, &deferred));
+  // Repairs that did not fit in one transaction: further passes apply the rest.
+  for (int pass = 1; deferred; ++pass) {
+    if (pass >= 100000) return Internal("fsck: repairs still left after 100000 passes");
+    FF_RETURN_IF_ERROR(FsckPass(true, &deferred).status());
+  }
+  return problems;
+}
+
+Result<std::vector<std::string>> MetaStore::FsckPass(bool repair, bool* deferred) {
   return Run([&](Txn& t) -> Result<std::vector<std::string>> {
+    // One etcd transaction holds at most --max-txn-ops keys: at most kRepairsPerPass repairs go
+    // in one (each writes at most three keys); the rest wait for the next pass.
+    std::size_t budget = kv_->serial() ? SIZE_MAX : kRepairsPerPass;
+    *deferred = false;
+    auto fix = [&] {
+      if (!repair) return false;
+      if (budget == 0) {
+        *deferred = true;
+        return false;
+      }
+      --budget;
+      return true;
+    };
     std::vector<std::string> problems;
     std::map<uint64_t, Inode> inodes;
     FF_ASSIGN_OR_RETURN(auto inode_rows, t.Scan("i/", "", SIZE_MAX));
@@ -70,12 +94,12 @@ Result<std::vector<std::string>> MetaStore::Fsck(bool repair) {
       if (it == inodes.end()) {
         problems.push_back(name_of(parent, name) + " points at missing inode " +
                            std::to_string(d.ino()));
-        if (repair) t.DeleteDentry(parent, name);
+        if (fix()) t.DeleteDentry(parent, name);
         continue;
       }
       if (d.type() != it->second.type()) {
         problems.push_back(name_of(parent, name) + " has the wrong type");
-        if (repair) {
+        if (fix()) {
           d.set_type(it->second.type());
           t.PutDentry(parent, name, d);
         }
@@ -94,7 +118,7 @@ Result<std::vector<std::string>> MetaStore::Fsck(bool repair) {
       if (inodes.count(ino) == 0) {
         problems.push_back("a session of client " + std::to_string(ReadBE8(key, 10)) +
                            " holds missing inode " + std::to_string(ino));
-        if (repair) t.DeleteKey(key);
+        if (fix()) t.DeleteKey(key);
         continue;
       }
       open_inos.insert(ino);
@@ -111,7 +135,7 @@ Result<std::vector<std::string>> MetaStore::Fsck(bool repair) {
       if (inode.type() == fs3rpc::INODE_DIR) {
         if (ino != kRootIno && n == 0) {
           problems.push_back("directory inode " + std::to_string(ino) + " is unreachable");
-          if (repair) t.DeleteInode(ino);
+          if (fix()) t.DeleteInode(ino);
           continue;
         }
         const uint32_t want = 2 + subdirs[ino];
@@ -132,12 +156,12 @@ Result<std::vector<std::string>> MetaStore::Fsck(bool repair) {
         if (n == 0 && open && marked.count(ino) == 0) {
           problems.push_back("inode " + std::to_string(ino) +
                              " is unlinked and open but not marked to go at its last close");
-          if (repair) t.MarkOrphan(ino);
+          if (fix()) t.MarkOrphan(ino);
         }
         if (n == 0 && !open && marked.count(ino) > 0) continue;  // the sweep's to reclaim
         if (n == 0 && !open) {
           problems.push_back("inode " + std::to_string(ino) + " is orphaned (no entry, not open)");
-          if (repair) {
+          if (fix()) {
             t.DeleteInode(ino);
             if (inode.type() == fs3rpc::INODE_FILE) t.AddGarbage(ino, inode.layout());
           }
@@ -150,14 +174,14 @@ Result<std::vector<std::string>> MetaStore::Fsck(bool repair) {
           changed = true;
         }
       }
-      if (changed && repair) t.PutInode(inode);
+      if (changed && fix()) t.PutInode(inode);
     }
     for (uint64_t ino : marked) {
       auto it = inodes.find(ino);
       if (it == inodes.end() || links[ino] > 0) {
         problems.push_back("inode " + std::to_string(ino) + " is marked unlinked but " +
                            (it == inodes.end() ? "is gone" : "has entries"));
-        if (repair) t.UnmarkOrphan(ino);
+        if (fix()) t.UnmarkOrphan(ino);
       }
     }
     uint64_t live = 0;
@@ -177,7 +201,7 @@ Result<std::vector<std::string>> MetaStore::Fsck(bool repair) {
     if (next <= max_ino) {
       problems.push_back("the inode counter (" + std::to_string(next) + ") is not past inode " +
                          std::to_string(max_ino));
-      if (repair) t.SetStoredNextIno(max_ino + 1);
+      if (fix()) t.SetStoredNextIno(max_ino + 1);
     }
     if (repair && !problems.empty()) FF_RETURN_IF_ERROR(t.Commit());
     return problems;

@@ -175,9 +175,14 @@ class MetaStore::Txn {
     }
     return out;
   }
-  // Open: an anonymous session counted in the inode, or a client's session key.
-  Result<bool> IsOpen(const Inode& inode) {
+  // Open: an anonymous session counted in the inode, or a client's session key. `likely_not`:
+  // assumed not, unread, at first (KvTxn::AssumeNoneUnder).
+  Result<bool> IsOpen(const Inode& inode, bool likely_not = false) {
     if (inode.sessions() > 0) return true;
+    if (likely_not) {
+      FF_ASSIGN_OR_RETURN(bool none, kv_.AssumeNoneUnder(SessionPrefix(inode.ino())));
+      return !none;
+    }
     FF_ASSIGN_OR_RETURN(auto rows, kv_.Scan(SessionPrefix(inode.ino()), "", 1));
     return !rows.empty();
   }

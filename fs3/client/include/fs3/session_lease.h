@@ -43,6 +43,9 @@ class SessionLease {
   OpenedSession Closing(uint64_t handle) FF_EXCLUDES(mu_);
   // This client's number now (0 until registered, or with an old fs3-meta).
   uint64_t client() FF_EXCLUDES(mu_);
+  // fs3-meta refused a session for this client's lease (it expired): renews now, registering
+  // again under a new number when it is gone; returns when that is done (a few seconds at most).
+  void Refresh() FF_EXCLUDES(mu_);
 
  private:
   void Loop() FF_EXCLUDES(mu_);
@@ -56,6 +59,8 @@ class SessionLease {
   bool settled_ FF_GUARDED_BY(mu_) = false;  // registered, or given up (anonymous sessions)
   uint64_t client_ FF_GUARDED_BY(mu_) = 0;
   uint64_t next_handle_ FF_GUARDED_BY(mu_) = 0;
+  bool refresh_ FF_GUARDED_BY(mu_) = false;  // a renewal asked for now
+  uint64_t rounds_ FF_GUARDED_BY(mu_) = 0;   // renewals done
   struct Held {
     uint64_t ino, client;
   };

@@ -180,7 +180,9 @@ class MetaStore {
   // counter agree; returns one line per problem found. With `repair`, fixes what it finds
   // (dangling entries removed, link counts and entry types corrected, unreachable or orphaned
   // inodes queued for deletion) in one batch.
+  // (On etcd a repair of many problems is applied in passes, kRepairsPerPass problems each.)
   Result<std::vector<std::string>> Fsck(bool repair);
+  static constexpr std::size_t kRepairsPerPass = 300;
 
   // fsck against storage: `stored` maps each inode with chunks to the length they imply. Chunks
   // of no file (and not awaiting deletion) are reported, and with `repair` queued for deletion;
@@ -214,6 +216,8 @@ class MetaStore {
   // One link to `inode` is gone: with none left (and no open session) the inode goes, and a
   // file's data is queued for deletion.
   static Status DropLink(Txn& t, fs3rpc::Inode inode, int64_t now);
+  // One pass of Fsck: `*deferred` set when repairs were left for another pass.
+  Result<std::vector<std::string>> FsckPass(bool repair, bool* deferred);
   // A new entry `name` in directory `parent` with a fresh inode (mkdir, create, mknod, symlink).
   Result<fs3rpc::Inode> MakeEntry(const Caller& c, uint64_t parent, const std::string& name,
                                   fs3rpc::InodeType type, uint32_t mode, uint64_t request_id,
