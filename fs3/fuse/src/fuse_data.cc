@@ -117,28 +117,32 @@ Status FuseFs::CloseSession(uint64_t ino, uint64_t session, std::optional<uint64
   return meta_->Close(r, &out);
 }
 
+template <typename Req>
+Status FuseFs::WithSession(uint64_t ino, Req* r, OpenedSession* session,
+                           const std::function<Status()>& call) {
+  for (int attempt = 0;; ++attempt) {
+    *session = lease_->Open(ino);
+    r->set_client(session->client);
+    r->set_handle(session->handle);
+    Status st = call();
+    if (st.ok()) return st;
+    lease_->Closing(session->handle);
+    // This mount's lease expired (cut off from fs3-meta longer than it): register again, once.
+    if (st.code() != StatusCode::kFailedPrecondition || session->client == 0 || attempt > 0) {
+      return st;
+    }
+    lease_->Refresh();
+  }
+}
+
 void FuseFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fs3rpc::InoRequest r;
   *r.mutable_cred() = Cred(req);
   r.set_ino(ino);
-  OpenedSession session = lease_->Open(ino);
-  r.set_client(session.client);
-  r.set_handle(session.handle);
   fs3rpc::Inode inode;
-  Status st = meta_->Open(r, &inode);
-  if (st.code() == StatusCode::kFailedPrecondition && session.client != 0) {
-    // This mount's lease expired (cut off from fs3-meta longer than it): register again.
-    lease_->Closing(session.handle);
-    lease_->Refresh();
-    session = lease_->Open(ino);
-    r.set_client(session.client);
-    r.set_handle(session.handle);
-    st = meta_->Open(r, &inode);
-  }
-  if (!st.ok()) {
-    lease_->Closing(session.handle);
-    return ReplyErr(req, st);
-  }
+  OpenedSession session;
+  Status st = WithSession(ino, &r, &session, [&] { return meta_->Open(r, &inode); });
+  if (!st.ok()) return ReplyErr(req, st);
   const int acc = fi->flags & O_ACCMODE;
   const uint32_t mask = (acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6);
   const fuse_ctx* ctx = fuse_req_ctx(req);
@@ -173,23 +177,10 @@ void FuseFs::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t 
   r.set_type(fs3rpc::INODE_FILE);
   r.set_open(true);
   r.set_request_id(NextRequest());
-  OpenedSession session = lease_->Open(0);
-  r.set_client(session.client);
-  r.set_handle(session.handle);
   fs3rpc::Inode inode;
-  Status st = meta_->Make(r, &inode);
-  if (st.code() == StatusCode::kFailedPrecondition && session.client != 0) {
-    lease_->Closing(session.handle);  // as in Open: this mount's lease expired
-    lease_->Refresh();
-    session = lease_->Open(0);
-    r.set_client(session.client);
-    r.set_handle(session.handle);
-    st = meta_->Make(r, &inode);
-  }
-  if (!st.ok()) {
-    lease_->Closing(session.handle);
-    return ReplyErr(req, st);
-  }
+  OpenedSession session;
+  Status st = WithSession(0, &r, &session, [&] { return meta_->Make(r, &inode); });
+  if (!st.ok()) return ReplyErr(req, st);
   lease_->Bind(session.handle, inode.ino());
   NoteDirs(inode.dirs());
   auto* h = new Handle{Acquire(inode), false, (fi->flags & O_ACCMODE) != O_RDONLY, session.handle};
