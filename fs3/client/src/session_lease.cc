@@ -36,11 +36,6 @@ SessionLease::~SessionLease() {
   thread_.join();
 }
 
-uint64_t SessionLease::client() {
-  MutexLock lock(&mu_);
-  return settled_ ? client_ : 0;
-}
-
 OpenedSession SessionLease::Open(uint64_t ino) {
   UniqueLock lock(&mu_);
   cv_.wait_for(lock, std::chrono::seconds(5), [&] {

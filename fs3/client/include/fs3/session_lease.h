@@ -41,8 +41,6 @@ class SessionLease {
   // The session `handle` as it stands now (registering again moves it to the new number), for
   // the Close request; forgotten here.
   OpenedSession Closing(uint64_t handle) FF_EXCLUDES(mu_);
-  // This client's number now (0 until registered, or with an old fs3-meta).
-  uint64_t client() FF_EXCLUDES(mu_);
   // fs3-meta refused a session for this client's lease (it expired): renews now, registering
   // again under a new number when it is gone; returns when that is done (a few seconds at most).
   void Refresh() FF_EXCLUDES(mu_);
