@@ -413,6 +413,12 @@ HFReduceBackend::HFReduceBackend(const c10::intrusive_ptr<c10d::Store>& store,
   completer_ = std::make_unique<Completer>();
 }
 
+HFReduceBackend::HFReduceBackend(std::unique_ptr<hf::Communicator> comm, BackendOptions options)
+    : Backend(comm->rank(), comm->world_size()), options_(std::move(options)) {
+  comm_ = std::move(comm);
+  completer_ = std::make_unique<Completer>();
+}
+
 HFReduceBackend::~HFReduceBackend() {
   shutdown();
 }
@@ -430,7 +436,38 @@ void HFReduceBackend::shutdown() {
 }
 
 void HFReduceBackend::abort() {
+  {
+    std::lock_guard lock(mu_);
+    if (comm_) comm_->Abort("abort() called on the process group");
+  }
   shutdown();
+}
+
+c10::intrusive_ptr<c10d::Backend> HFReduceBackend::shrink(
+    const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+    const c10::intrusive_ptr<Options>& opts_override) {
+  std::vector<int> excluded;
+  for (int64_t r : ranks_to_exclude) {
+    TORCH_CHECK(r >= 0 && r < getSize(), "hfreduce: shrink: rank ", r, " is outside 0..",
+                getSize() - 1);
+    excluded.push_back(static_cast<int>(r));
+  }
+  BackendOptions options = options_;
+  if (opts_override && opts_override->timeout.count() > 0) options.timeout = opts_override->timeout;
+  Result<std::unique_ptr<hf::Communicator>> shrunk =
+      [&]() -> Result<std::unique_ptr<hf::Communicator>> {
+    std::lock_guard lock(mu_);
+    if (!comm_) return FailedPrecondition("the process group was shut down");
+    if (shrink_flags & 1) comm_->Abort("the process group is being shrunk (SHRINK_ABORT)");
+    return comm_->Shrink(excluded);
+  }();
+  TORCH_CHECK(shrunk.ok(), "hfreduce: shrinking the process group",
+              options_.group_name.empty() ? "" : " '" + options_.group_name + "'",
+              " failed: ", shrunk.status().message());
+  options.rank = (*shrunk)->rank();
+  options.size = (*shrunk)->world_size();
+  options.local_rank = -1;
+  return c10::make_intrusive<HFReduceBackend>(std::move(*shrunk), std::move(options));
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> HFReduceBackend::getBackendOptions() {

@@ -27,6 +27,12 @@
 // Failures (a dead rank, mismatched calls, the timeout) complete the Work with an error: wait()
 // raises RuntimeError naming the cause, and the backend is then broken. shutdown()/abort() and
 // the destructor stop every thread the backend started.
+//
+// Membership changes (torch's own fault-tolerance API): abort() fails every pending operation at
+// once, on this rank and, through HFReduce, on the others (ProcessGroup.abort(), and what
+// SHRINK_ABORT does); shrink() (torch.distributed.shrink_group) makes the backend of the surviving
+// ranks without restarting them. A larger group (ranks started later joining) is a new backend
+// created by every member on a store they share (haiscale.new_process_group).
 #pragma once
 
 #include <chrono>
@@ -67,6 +73,8 @@ class HFReduceBackend final : public c10d::Backend {
  public:
   // Rendezvouses with the group's other ranks through `store`; throws c10::Error on failure.
   HFReduceBackend(const c10::intrusive_ptr<c10d::Store>& store, BackendOptions options);
+  // Over a communicator already made (a shrunk one); options.rank and size are its own.
+  HFReduceBackend(std::unique_ptr<hfreduce::Communicator> comm, BackendOptions options);
   ~HFReduceBackend() override;
 
   const std::string getBackendName() const override { return "hfreduce"; }
@@ -121,7 +129,14 @@ class HFReduceBackend final : public c10d::Backend {
 
   // Stop every thread and release the shared memory; later calls raise.
   void shutdown() override;
+  // Fails every pending operation at once (here and on the group's other ranks), then shuts down.
   void abort() override;
+  bool supportsShrinking() const override { return true; }
+  // The backend of this group's ranks less `ranks_to_exclude` (group ranks), renumbered in order;
+  // every survivor calls it. shrink_flags & 1 (SHRINK_ABORT): abort this backend first.
+  c10::intrusive_ptr<c10d::Backend> shrink(
+      const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+      const c10::intrusive_ptr<Options>& opts_override) override;
   // Sequence numbers (TORCH_DISTRIBUTED_DEBUG=DETAIL, object collectives on subgroups): the
   // collectives issued so far, the same on every rank of the group since each issues them in the
   // same order; point-to-point operations, between two ranks only, are not counted. Every group

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "common/traffic.h"
 #include "engine/device_copy.h"
@@ -180,14 +181,19 @@ class CommunicatorImpl final : public Communicator {
   std::shared_ptr<Work> SendAsync(const void* buf, std::size_t count, DataType type, int peer,
                                   uint32_t tag) override {
     if (Status st = CheckPeer(peer, count, buf); !st.ok()) return Failed(st);
+    if (Status st = segment_->AbortStatus(); !st.ok()) return Failed(st);
     return p2p_->Send(buf, count, type, peer, tag);
   }
 
   std::shared_ptr<Work> RecvAsync(void* buf, std::size_t count, DataType type, int peer,
                                   uint32_t tag) override {
     if (Status st = CheckPeer(peer, count, buf); !st.ok()) return Failed(st);
+    if (Status st = segment_->AbortStatus(); !st.ok()) return Failed(st);
     return p2p_->Recv(buf, count, type, peer, tag);
   }
+
+  void Abort(const std::string& reason) override;
+  Result<std::unique_ptr<Communicator>> Shrink(const std::vector<int>& excluded) override;
 
   std::shared_ptr<Work> BarrierAsync() override {
     OpDesc desc;
@@ -198,6 +204,12 @@ class CommunicatorImpl final : public Communicator {
   Status Init(const CommunicatorOptions& options);
 
  private:
+  // Joins the communicator of `options` (rank, world size, geometry) under `base_prefix` of
+  // `store`: the part of Init after the store is settled, shared with Shrink.
+  Status Join(const CommunicatorOptions& options, std::shared_ptr<Store> store,
+              std::shared_ptr<Store> failure_store, std::shared_ptr<StoreServer> server,
+              const std::string& base_prefix);
+
   std::shared_ptr<Work> Failed(Status status) {
     auto work = std::make_shared<WorkImpl>();
     work->Complete(std::move(status));
@@ -224,10 +236,14 @@ class CommunicatorImpl final : public Communicator {
   std::vector<int> local_ranks_;  // global ranks of this node, by local rank
   Metrics* metrics_ = nullptr;
   std::map<std::string, CollectiveMetrics> collective_metrics_;
-  std::unique_ptr<StoreServer> store_server_;
+  CommunicatorOptions options_;                // what it was made with (for Shrink)
+  std::shared_ptr<Store> store_;               // the rendezvous store
+  std::string prefix_;                         // this communicator's keys in it
+  std::shared_ptr<StoreServer> store_server_;  // rank 0's, shared with communicators shrunk from it
   // Where a node publishes the cause of its failure, and where the others look it up (with a
   // short timeout of its own: a store whose host died must not hold up the failure).
   std::shared_ptr<Store> failure_store_;
+  std::atomic<bool> aborted_{false};  // Abort() was called
   std::unique_ptr<NodeSegment> segment_;
   std::unique_ptr<NodeEngine> engine_;
   std::unique_ptr<RankWorker> worker_;
@@ -305,25 +321,90 @@ std::shared_ptr<Work> CommunicatorImpl::Submit(const OpDesc& desc, const void* s
 
 Status CommunicatorImpl::Init(const CommunicatorOptions& options) {
   FF_RETURN_IF_ERROR(Validate(options));
+  std::shared_ptr<Store> shared = options.store;
+  std::shared_ptr<Store> failure_store = options.store;
+  std::shared_ptr<StoreServer> server;
+  if (!shared) {
+    if (options.rank == 0 && options.rank0_hosts_store) {
+      FF_ASSIGN_OR_RETURN(server, StoreServer::Start(options.store_address));
+    }
+    shared = std::make_shared<StoreClient>(options.store_address, options.timeout);
+    failure_store = std::make_shared<StoreClient>(options.store_address, kFailureLookup);
+  }
+  return Join(options, std::move(shared), std::move(failure_store), std::move(server),
+              options.store_prefix);
+}
+
+Status CommunicatorImpl::Join(const CommunicatorOptions& options, std::shared_ptr<Store> store,
+                              std::shared_ptr<Store> failure_store,
+                              std::shared_ptr<StoreServer> server, const std::string& base_prefix) {
+  options_ = options;
   rank_ = options.rank;
   world_size_ = options.world_size;
   metrics_ = options.metrics;
-  std::shared_ptr<Store> shared = options.store;
-  failure_store_ = options.store;
-  if (!shared) {
-    if (rank_ == 0 && options.rank0_hosts_store) {
-      FF_ASSIGN_OR_RETURN(store_server_, StoreServer::Start(options.store_address));
-    }
-    shared = std::make_shared<StoreClient>(options.store_address, options.timeout);
-    failure_store_ = std::make_shared<StoreClient>(options.store_address, kFailureLookup);
-  }
-  Store& store = *shared;
+  store_ = std::move(store);
+  failure_store_ = std::move(failure_store);
+  store_server_ = std::move(server);
   // Communicators that reuse one store and prefix (one job after another) are told apart by a
   // generation: the join counter divided by the world size.
-  FF_ASSIGN_OR_RETURN(int64_t joined, store.Add(options.store_prefix + "/joined", 1));
-  std::string prefix =
-      options.store_prefix + "/" + std::to_string((joined - 1) / options.world_size);
-  return Rendezvous(options, store, prefix);
+  FF_ASSIGN_OR_RETURN(int64_t joined, store_->Add(base_prefix + "/joined", 1));
+  prefix_ = base_prefix + "/" + std::to_string((joined - 1) / options.world_size);
+  return Rendezvous(options, *store_, prefix_);
+}
+
+void CommunicatorImpl::Abort(const std::string& reason) {
+  if (aborted_.exchange(true)) return;
+  Status cause(StatusCode::kAborted,
+               "hfreduce: aborted on rank " + std::to_string(rank_) + ": " + reason);
+  // This node's operations fail now (the leader's engine then cuts its connections); the
+  // neighbouring nodes, seeing them cut, look up the cause published here. Publishing may wait
+  // on the store (a dead store host: up to its timeout), so it runs on a thread of its own that
+  // holds what it uses and is not waited for.
+  std::thread([store = failure_store_, key = prefix_ + "/failure",
+               value = std::string(StatusCodeName(cause.code())) + "\n" + cause.message()] {
+    (void)store->Set(key, value);
+  }).detach();
+  segment_->Abort(cause);
+  p2p_->Abort(segment_->AbortStatus());
+}
+
+Result<std::unique_ptr<Communicator>> CommunicatorImpl::Shrink(const std::vector<int>& excluded) {
+  std::vector<bool> out(static_cast<std::size_t>(world_size_), false);
+  for (int r : excluded) {
+    if (r < 0 || r >= world_size_) {
+      return InvalidArgument("hfreduce: shrink: rank " + std::to_string(r) + " is outside 0.." +
+                             std::to_string(world_size_ - 1));
+    }
+    if (out[r]) return InvalidArgument("hfreduce: shrink: rank " + std::to_string(r) + " twice");
+    out[r] = true;
+  }
+  if (excluded.empty()) return InvalidArgument("hfreduce: shrink: no rank to exclude");
+  if (out[rank_]) {
+    return InvalidArgument("hfreduce: shrink: rank " + std::to_string(rank_) +
+                           " is excluded; only the surviving ranks call Shrink");
+  }
+  if (!options_.store && options_.rank0_hosts_store && out[0]) {
+    return FailedPrecondition(
+        "hfreduce: shrink: rank 0 serves the rendezvous store and is excluded; to shrink without "
+        "it, rendezvous through a store that outlives every rank (hfreduce-store, or the "
+        "platform's)");
+  }
+  std::vector<int> sorted = excluded;
+  std::sort(sorted.begin(), sorted.end());
+  std::string tag;
+  for (int r : sorted)
+    tag += (tag.empty() ? "" : ".") + std::to_string(r);
+  CommunicatorOptions o = options_;
+  o.world_size = world_size_ - static_cast<int>(excluded.size());
+  o.rank = static_cast<int>(std::count(out.begin(), out.begin() + rank_, false));
+  o.local_rank = -1;
+  auto comm = std::make_unique<CommunicatorImpl>();
+  FF_RETURN_IF_ERROR(
+      comm->Join(o, store_, failure_store_, store_server_, prefix_ + "/shrink-" + tag)
+          .WithContext("hfreduce: shrink of rank " + std::to_string(rank_) + " of " +
+                       std::to_string(world_size_) + " to rank " + std::to_string(o.rank) + " of " +
+                       std::to_string(o.world_size)));
+  return std::unique_ptr<Communicator>(std::move(comm));
 }
 
 Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, Store& store,

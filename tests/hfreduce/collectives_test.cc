@@ -167,5 +167,58 @@ TEST(HfreduceFailureTest, KilledRankMakesTheOthersFailWithinTheTimeout) {
   }
 }
 
+TEST(HfreduceMembershipTest, AbortFailsEveryPendingCollectiveAtOnceOnEveryNode) {
+  // 2 nodes x 2 ranks; rank 3 hangs, rank 0 aborts after 0.3 s. The timeout is 60 s: the others
+  // must fail within a few seconds, naming the abort's reason, the other node included.
+  auto start = std::chrono::steady_clock::now();
+  auto results = Launch(2, 2, "abort", {{"HFREDUCE_TIMEOUT_MS", "60000"}}, 50s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].stderr_text;
+    EXPECT_THAT(results[r].stderr_text, HasSubstr("rank 3 was declared lost")) << "rank " << r;
+  }
+  for (std::size_t r = 0; r + 1 < results.size(); ++r) {
+    double seconds = 99;
+    auto at = results[r].stderr_text.find("error after ");
+    if (at != std::string::npos) seconds = std::stod(results[r].stderr_text.substr(at + 12));
+    EXPECT_LT(seconds, 3.0) << "rank " << r << ":\n" << results[r].stderr_text;
+  }
+}
+
+TEST(HfreduceMembershipTest, SurvivorsShrinkThenGrowWithANewlyStartedRank) {
+  // 2 nodes x 2 ranks; rank 1 dies; ranks 0, 2, 3 shrink to 3 ranks and reduce; a new process
+  // started as rank 1 joins them in a 4-rank communicator and gets rank 0's state.
+  const std::string port = std::to_string(FindFreePort().value_or(29500));
+  auto env_of = [&](int rank) {
+    test::Subprocess::Options options;
+    options.env["RANK"] = std::to_string(rank);
+    options.env["WORLD_SIZE"] = "4";
+    options.env["MASTER_ADDR"] = "127.0.0.1";
+    options.env["MASTER_PORT"] = port;
+    options.env["HFREDUCE_NODE_ID"] = "node" + std::to_string(rank / 2);
+    options.env["HFREDUCE_TIMEOUT_MS"] = "60000";
+    return options;
+  };
+  std::vector<test::Subprocess> ranks;
+  for (int r = 0; r < 4; ++r) {
+    auto proc = test::Subprocess::Start({FF_HFREDUCE_RANK_PATH, "shrink-grow"}, env_of(r));
+    ASSERT_TRUE(proc.ok()) << proc.status();
+    ranks.push_back(std::move(*proc));
+  }
+  auto died = ranks[1].Wait(60s);
+  ASSERT_EQ(died.value_or(-1), 42) << ranks[1].Stderr();
+  auto joiner = test::Subprocess::Start({FF_HFREDUCE_RANK_PATH, "join"}, env_of(1));
+  ASSERT_TRUE(joiner.ok()) << joiner.status();
+  for (int r : {0, 2, 3}) {
+    EXPECT_EQ(ranks[r].Wait(90s).value_or(-1), 0) << "rank " << r << ":\n" << ranks[r].Stderr();
+  }
+  EXPECT_EQ(joiner->Wait(30s).value_or(-1), 0) << "joiner:\n" << joiner->Stderr();
+}
+
+TEST(HfreduceMembershipTest, ShrinkRefusesABadSetWithAClearError) {
+  auto results = Launch(1, 2, "shrink-bad", {{"HFREDUCE_TIMEOUT_MS", "20000"}});
+  ExpectAllPassed(results);
+}
+
 }  // namespace
 }  // namespace ff

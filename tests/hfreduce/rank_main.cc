@@ -4,6 +4,8 @@
 // Exit 0: every check passed. Exit 1: a check failed (details on stderr). Exit 2: setup failed.
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -418,6 +420,151 @@ int ScenarioKill(Communicator& comm) {
   return 0;
 }
 
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The last rank stops taking part (hangs); rank 0 aborts the communicator from another thread, as
+// a training loop's watchdog does when the platform says a member is gone. Every rank's pending
+// collective must fail at once with that cause, on both nodes, well before the timeout.
+int ScenarioAbort(Communicator& comm) {
+  std::vector<float> buf(1 << 18, 1.0f);
+  Status st =
+      comm.Allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+  CHECK_OR_FAIL(st.ok(), "first allreduce: %s", st.ToString().c_str());
+  const auto start = std::chrono::steady_clock::now();
+  if (comm.rank() == comm.world_size() - 1) {
+    // Hung: never issues the collective; its node breaks under it all the same.
+    while (comm.health().ok() && SecondsSince(start) < 30)
+      usleep(10000);
+    std::fprintf(stderr, "rank %d: broken after %.1f s: %s\n", comm.rank(), SecondsSince(start),
+                 comm.health().ToString().c_str());
+    return comm.health().ok() ? 1 : failures;
+  }
+  auto work =
+      comm.AllreduceAsync(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+  std::thread watchdog;
+  if (comm.rank() == 0) {
+    watchdog = std::thread([&] {
+      usleep(300000);
+      comm.Abort("rank 3 was declared lost");
+    });
+  }
+  st = work->Wait();
+  const double seconds = SecondsSince(start);
+  if (watchdog.joinable()) watchdog.join();
+  CHECK_OR_FAIL(!st.ok(), "the collective succeeded without the last rank");
+  std::fprintf(stderr, "rank %d: error after %.1f s: %s\n", comm.rank(), seconds,
+               st.ToString().c_str());
+  // Later calls fail at once with the same cause, point-to-point included.
+  Status again =
+      comm.Send(buf.data(), 1, DataType::kFloat32, (comm.rank() + 1) % comm.world_size());
+  CHECK_OR_FAIL(!again.ok() && again.message() == comm.health().message(),
+                "a send after the abort: %s", again.ToString().c_str());
+  // Rank 0 serves the store where the cause is published: it lives on, as a survivor would.
+  if (comm.rank() == 0) sleep(3);
+  return failures;
+}
+
+// Rank 1 dies; the survivors see it, shrink to three ranks (nodes of one and two ranks) and
+// reduce correctly; then the survivors and a newly started process (the test starts it as rank 1
+// with the "join" scenario) make a four-rank communicator again, and the newcomer receives rank
+// 0's state by broadcast. Returns the exit code.
+int CheckGrown(Communicator& comm);
+
+int ScenarioShrinkGrow(Communicator& comm, const CommunicatorOptions& options) {
+  std::vector<float> buf(1 << 18, 1.0f);
+  Status st =
+      comm.Allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+  CHECK_OR_FAIL(st.ok(), "first allreduce: %s", st.ToString().c_str());
+  if (comm.rank() == 1) _exit(42);
+  std::fill(buf.begin(), buf.end(), 1.0f);
+  st = comm.Allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+  CHECK_OR_FAIL(!st.ok(), "an allreduce without rank 1 succeeded");
+  auto shrunk = comm.Shrink({1});
+  if (!shrunk.ok()) {
+    std::fprintf(stderr, "rank %d: shrink: %s\n", comm.rank(), shrunk.status().ToString().c_str());
+    return 1;
+  }
+  Communicator& small = **shrunk;
+  const int want_rank = comm.rank() == 0 ? 0 : comm.rank() - 1;
+  CHECK_OR_FAIL(small.rank() == want_rank && small.world_size() == 3 && small.num_nodes() == 2,
+                "shrunk: rank %d of %d on %d nodes", small.rank(), small.world_size(),
+                small.num_nodes());
+  CHECK_OR_FAIL(small.local_size() == (comm.rank() == 0 ? 1 : 2), "shrunk: local size %d",
+                small.local_size());
+  for (int i = 0; i < 3; ++i) {  // each survivor adds its old rank + 1: 1 + 3 + 4
+    std::fill(buf.begin(), buf.end(), static_cast<float>(comm.rank() + 1));
+    st = small.Allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+    CHECK_OR_FAIL(st.ok() && buf.front() == 8 && buf.back() == 8, "shrunk allreduce: %s, %g",
+                  st.ToString().c_str(), buf.back());
+  }
+  // Grow: the new communicator has its own prefix; rank 0's store server lives on in `small`.
+  CommunicatorOptions grown = options;
+  grown.store_prefix = "grown";
+  grown.rank0_hosts_store = false;
+  auto big = Communicator::Create(grown);
+  if (!big.ok()) {
+    std::fprintf(stderr, "rank %d: grow: %s\n", comm.rank(), big.status().ToString().c_str());
+    return 1;
+  }
+  int code = CheckGrown(**big);
+  return code != 0 ? code : failures;
+}
+
+// Bad shrinks are refused with a clear error and leave the communicator working.
+int ScenarioShrinkBad(Communicator& comm) {
+  struct Case {
+    std::vector<int> excluded;
+    StatusCode code;
+    const char* says;
+  };
+  const int other = 1 - comm.rank();
+  std::vector<Case> cases = {
+      {{}, StatusCode::kInvalidArgument, "no rank to exclude"},
+      {{5}, StatusCode::kInvalidArgument, "outside 0..1"},
+      {{other, other}, StatusCode::kInvalidArgument, "twice"},
+      {{comm.rank()}, StatusCode::kInvalidArgument, "only the surviving ranks"},
+  };
+  if (comm.rank() == 1) {
+    cases.push_back({{0}, StatusCode::kFailedPrecondition, "rank 0 serves the rendezvous store"});
+  }
+  for (const Case& c : cases) {
+    auto r = comm.Shrink(c.excluded);
+    CHECK_OR_FAIL(!r.ok() && r.status().code() == c.code &&
+                      r.status().message().find(c.says) != std::string::npos,
+                  "shrink of %zu ranks: %s", c.excluded.size(),
+                  r.ok() ? "succeeded" : r.status().ToString().c_str());
+  }
+  std::vector<float> buf(1000, 1.0f);
+  Status st =
+      comm.Allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+  CHECK_OR_FAIL(st.ok() && buf[999] == 2, "allreduce after refused shrinks: %s",
+                st.ToString().c_str());
+  return failures;
+}
+
+int CheckGrown(Communicator& comm) {
+  CHECK_OR_FAIL(comm.world_size() == 4 && comm.num_nodes() == 2 && comm.local_size() == 2,
+                "grown: %d ranks on %d nodes", comm.world_size(), comm.num_nodes());
+  std::vector<float> buf(1 << 18, static_cast<float>(comm.rank() + 1));
+  Status st =
+      comm.Allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+  CHECK_OR_FAIL(st.ok() && buf.front() == 10 && buf.back() == 10, "grown allreduce: %s, %g",
+                st.ToString().c_str(), buf.back());
+  std::vector<double> state(4096);
+  for (std::size_t i = 0; i < state.size(); ++i)
+    state[i] = comm.rank() == 0 ? InputValue(DataType::kFloat64, 7, 0, i) : -1;
+  st = comm.Broadcast(state.data(), state.size(), DataType::kFloat64, 0);
+  bool same = st.ok();
+  for (std::size_t i = 0; i < state.size() && same; ++i)
+    same = state[i] == InputValue(DataType::kFloat64, 7, 0, i);
+  CHECK_OR_FAIL(same, "rank 0's state did not arrive whole: %s", st.ToString().c_str());
+  st = comm.Barrier();
+  CHECK_OR_FAIL(st.ok(), "grown barrier: %s", st.ToString().c_str());
+  return failures;
+}
+
 }  // namespace
 }  // namespace ff::hfreduce
 
@@ -438,6 +585,16 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "metrics: %s\n", st.ToString().c_str());
       return 2;
     }
+  }
+  if (scenario == "join") {  // a newly started rank joining the survivors of "shrink-grow"
+    options->store_prefix = "grown";
+    options->rank0_hosts_store = false;
+    auto comm = Communicator::Create(*options);
+    if (!comm.ok()) {
+      std::fprintf(stderr, "rank %d: join: %s\n", g_rank, comm.status().ToString().c_str());
+      return 2;
+    }
+    return CheckGrown(**comm);
   }
   auto comm = Communicator::Create(*options);
   if (!comm.ok()) {
@@ -487,6 +644,12 @@ int main(int argc, char** argv) {
     return ScenarioMismatch(**comm);
   } else if (scenario == "kill") {
     return ScenarioKill(**comm);
+  } else if (scenario == "abort") {
+    return ScenarioAbort(**comm);
+  } else if (scenario == "shrink-bad") {
+    if (int code = ScenarioShrinkBad(**comm); code != 0) return code;
+  } else if (scenario == "shrink-grow") {
+    return ScenarioShrinkGrow(**comm, *options);
   } else {
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
     return 2;

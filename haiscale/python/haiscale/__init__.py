@@ -12,8 +12,8 @@ Node grouping (which ranks share a node's shared memory and CPU reduction) comes
 ``HFREDUCE_NODE_ID`` when set, else torchrun's ``GROUP_RANK``, else the host name.
 """
 
-from haiscale._backend import backend_info, register
+from haiscale._backend import backend_info, new_process_group, register
 
-__all__ = ["backend_info", "register"]
+__all__ = ["backend_info", "new_process_group", "register"]
 
 register()

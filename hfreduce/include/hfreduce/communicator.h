@@ -11,6 +11,13 @@
 // collective fail on every rank within `timeout`, after which the communicator is broken (every
 // later call fails with the same status) and can only be destroyed.
 //
+// Membership changes without restarting processes (fault-tolerant training): Abort() fails every
+// pending operation at once, here and on the other ranks, when the application or its platform
+// knows a member is gone; Shrink() makes a new communicator of the surviving ranks; a larger one
+// (newly started ranks joining) is made by every member calling Create() with the new world size
+// and a store prefix they agree on. Each new communicator rebuilds the node groups (shared
+// memory) and the double binary tree for its membership.
+//
 // Thread safety: calls on one Communicator must come from one thread at a time (like a CUDA
 // stream, operations run in the order issued). Work handles may be waited on from any thread.
 #pragma once
@@ -20,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "hfreduce/store.h"
@@ -164,6 +172,21 @@ class Communicator {
   // on the stream, and the copy back is queued on it, so work queued on the stream after the
   // collective completes sees the result. Without CUDA, or for host buffers, it has no effect.
   virtual void SetCudaStream(void* stream) = 0;
+
+  // Fails every pending and later operation at once with kAborted naming `reason`, and breaks the
+  // communicator on the other ranks too: their pending collectives fail at once with this cause
+  // rather than at the timeout (the node's connections are cut; the cause is published in the
+  // rendezvous store). Never blocks; may be called from any thread (a watchdog, a signal of the
+  // platform) while another thread waits on a Work. Later calls have no effect.
+  virtual void Abort(const std::string& reason) = 0;
+
+  // A new communicator of this one's ranks less `excluded` (ranks of this communicator; dead or
+  // leaving), rendezvoused through the same store: ranks keep their order and are numbered
+  // 0..n-1, nodes and trees are rebuilt. Every surviving rank calls it with the same set; the
+  // excluded ones must not. Works on a broken (aborted, failed) communicator, which is left as it
+  // is (destroy it after). When rank 0 serves the store (no external store), rank 0 must survive
+  // and its server moves to the new communicator. kInvalidArgument for a bad set.
+  virtual Result<std::unique_ptr<Communicator>> Shrink(const std::vector<int>& excluded) = 0;
 
   // OK while healthy; the failure that broke the communicator otherwise.
   virtual Status health() const = 0;

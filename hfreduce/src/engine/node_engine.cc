@@ -11,6 +11,8 @@ namespace ff::hfreduce {
 namespace {
 
 constexpr auto kForever = std::chrono::hours(24 * 365);
+// A neighbour's edge not seen gone (Monitor).
+constexpr std::size_t kNotSeen = SIZE_MAX;
 
 // Page-aligned, pre-faulted memory (huge pages where allowed), allocated once per engine.
 struct Buffer {
@@ -65,23 +67,26 @@ NodeEngine::NodeEngine(NodeSegment& segment, Waiter waiter, NodeEngineConfig con
     tree_[t] = DoubleBinaryTreePosition(t, config_.node_index, config_.num_nodes);
   }
   threads_.emplace_back([this] { ReducerLoop(); });
-  threads_.emplace_back([this] { Monitor(); });
-  if (config_.num_nodes == 1) return;
-  // Rings first, then threads: every ring exists before any thread can touch it.
+  // Rings and the list of edges first, then threads: every ring exists before any thread can
+  // touch it, and the monitor reads the edges.
   int network = 0;
-  for (int t = 0; t < 2; ++t) {
+  for (int t = 0; t < 2 && config_.num_nodes > 1; ++t) {
     if (!IsRoot(t)) {
       up_[t] = std::make_unique<EdgeRing>(slots_, config_.chunk_bytes);
       from_parent_[t] = std::make_unique<EdgeRing>(slots_, config_.chunk_bytes);
+      edges_.emplace_back(config_.parent[t].get(), network);
       network += 2;
     }
     for (int i = 0; i < Children(t); ++i) {
       from_child_[t][i] = std::make_unique<EdgeRing>(slots_, config_.chunk_bytes);
       to_child_[t][i] = std::make_unique<EdgeRing>(slots_, config_.chunk_bytes);
+      edges_.emplace_back(config_.children[t][i].get(), network);
       network += 2;
     }
   }
   progress_.assign(static_cast<std::size_t>(network), 0);
+  threads_.emplace_back([this] { Monitor(); });
+  if (config_.num_nodes == 1) return;
   int id = 0;
   for (int t = 0; t < 2; ++t) {
     if (!IsRoot(t)) {
@@ -661,11 +666,60 @@ void NodeEngine::DownSender(int id, int t, int i) {
 }
 
 void NodeEngine::Monitor() {
-  // Sleeps until the node aborts (or the engine stops); then cuts every connection so that the
-  // neighbouring nodes fail at once rather than at their timeout.
-  (void)waiter_.Until([&] { return stop_.load() || seg_.aborted(); }, Clock::now() + kForever,
-                      [] { return std::string("abort"); }, /*check_peers=*/false);
+  // Sleeps until the node aborts (or the engine stops), looking every 100 ms for a neighbour
+  // gone while no network thread of ours reads from it (they all wait on a local rank, say); then
+  // cuts every connection so that the neighbouring nodes fail at once rather than at their
+  // timeout.
+  constexpr auto kEvery = std::chrono::milliseconds(100);
+  Doorbell& bell = seg_.header().doorbell;
+  std::vector<std::size_t> seen(edges_.size(), kNotSeen);
+  auto next_check = Clock::now() + kEvery;
+  while (!stop_ && !seg_.aborted()) {
+    uint32_t rung = bell.Value();
+    if (stop_ || seg_.aborted()) break;
+    if (!edges_.empty() && Clock::now() >= next_check) {
+      if (Status st = CheckNeighbours(&seen); !st.ok()) {
+        Fail(st);
+        return;
+      }
+      next_check = Clock::now() + kEvery;
+    }
+    bell.Wait(rung, kEvery);
+  }
   if (!stop_) Fail(seg_.AbortStatus());
+}
+
+Status NodeEngine::CheckNeighbours(std::vector<std::size_t>* seen) {
+  for (std::size_t e = 0; e < edges_.size(); ++e) {
+    auto [conn, id] = edges_[e];
+    const bool gone = conn->PeerGone();
+    std::size_t progress = 0;
+    bool behind = false;
+    {
+      MutexLock lock(&plans_mu_);
+      for (int k : {id, id + 1}) {
+        progress += progress_[static_cast<std::size_t>(k)];
+        behind = behind || progress_[static_cast<std::size_t>(k)] != plans_accepted_;
+      }
+      // An operation some local rank started that the reducer has not accepted yet (it waits for
+      // the node's other ranks) is in flight too.
+      for (int lr = 0; lr < seg_.local_size(); ++lr) {
+        behind = behind ||
+                 seg_.header().ranks[lr].desc_seq.load(std::memory_order_acquire) > plans_accepted_;
+      }
+    }
+    // A peer that finished its part of the last operation and left is no failure (nothing more
+    // is owed on the edge); one seen gone twice, 100 ms apart, with the edge's threads stuck, is.
+    if (!gone || !behind) {
+      (*seen)[e] = kNotSeen;
+    } else if ((*seen)[e] != progress) {
+      (*seen)[e] = progress;
+    } else {
+      return Status(StatusCode::kAborted,
+                    "hfreduce: " + conn->peer() + " closed its connection during a collective");
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace ff::hfreduce

@@ -83,6 +83,10 @@ class NodeEngine {
   void ChildReceiver(int id, int t, int i);
   void DownSender(int id, int t, int i);
   void Monitor();
+  // While operations are in flight: a neighbour that closed its connection (it aborted, or its
+  // leader died) and whose edge's threads have not moved on since the previous look. `seen`
+  // holds, per edge, the progress at its first sighting.
+  Status CheckNeighbours(std::vector<std::size_t>* seen);
 
   // Network threads walk the operations in the order the reducer accepted them. Returns false
   // when stopping.
@@ -125,6 +129,9 @@ class NodeEngine {
   // Per network thread: plans it has finished.
   std::vector<std::size_t> progress_ FF_GUARDED_BY(plans_mu_);
   static constexpr std::size_t kPlanRing = 4096;
+
+  // Each tree connection with the id of the first of its two network threads (ids id, id + 1).
+  std::vector<std::pair<Connection*, int>> edges_;
 
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;

@@ -110,6 +110,24 @@ class PeerToPeer::Channel {
     return work;
   }
 
+  // Fails the queued operations with `status` and cuts the connection: the operation a loop
+  // thread holds fails as the connection goes, with the same status.
+  void Abort(const Status& status) {
+    std::deque<Op> failed;
+    {
+      std::lock_guard lock(mu_);
+      broken_ = status;
+      if (conn_) conn_->Shutdown();
+      failed.swap(sends_);
+      for (Op& op : recvs_)
+        failed.push_back(std::move(op));
+      recvs_.clear();
+    }
+    cv_.notify_all();
+    for (Op& op : failed)
+      op.work->Complete(status);
+  }
+
   // The acceptor hands over the connection a lower rank opened to us.
   void Adopt(std::unique_ptr<Connection> conn) {
     {
@@ -155,6 +173,7 @@ class PeerToPeer::Channel {
         }
         lock.lock();
         connecting_ = false;
+        if (!broken_.ok()) return broken_;  // aborted while connecting: the connection is dropped
         if (!st.ok()) {
           broken_ = st.WithContext("hfreduce: connect to rank " + std::to_string(peer_));
           cv_.notify_all();
@@ -184,7 +203,7 @@ class PeerToPeer::Channel {
         sends_.pop_front();
       }
       Status st = DoSend(op);
-      if (!st.ok()) Break(st);
+      if (!st.ok()) st = Break(st);
       op.work->Complete(st);
     }
   }
@@ -204,7 +223,7 @@ class PeerToPeer::Channel {
       }
       Status st = ReceiveOne(deadline);
       if (!st.ok()) {
-        Break(st);
+        st = Break(st);
         std::deque<Op> failed;
         {
           std::lock_guard lock(mu_);
@@ -216,10 +235,13 @@ class PeerToPeer::Channel {
     }
   }
 
-  void Break(const Status& st) {
+  // Marks the channel broken by `st` unless something (an abort) broke it first; returns what
+  // broke it.
+  Status Break(const Status& st) {
     std::lock_guard lock(mu_);
     if (broken_.ok()) broken_ = st;
     if (conn_) conn_->Shutdown();
+    return broken_;
   }
 
   Status ReceiveOne(Clock::time_point deadline) {
@@ -289,6 +311,7 @@ class PeerToPeer::Channel {
         st = conn->Recv(target->buf, bytes);
       }
     }
+    if (!st.ok()) st = Break(st);
     target->work->Complete(st);
     return st;
   }
@@ -358,6 +381,12 @@ PeerToPeer::~PeerToPeer() {
   state_->acceptor.join();
   std::lock_guard lock(state_->mu);
   state_->channels.clear();
+}
+
+void PeerToPeer::Abort(const Status& status) {
+  std::lock_guard lock(state_->mu);
+  for (auto& [peer, channel] : state_->channels)
+    channel->Abort(status);
 }
 
 PeerToPeer::Channel& PeerToPeer::ChannelTo(int peer) {

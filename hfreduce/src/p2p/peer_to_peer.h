@@ -28,6 +28,9 @@ class PeerToPeer {
   std::shared_ptr<Work> Send(const void* buf, std::size_t count, DataType type, int peer,
                              uint32_t tag);
   std::shared_ptr<Work> Recv(void* buf, std::size_t count, DataType type, int peer, uint32_t tag);
+  // Fails every pending operation with `status` and cuts every connection; later operations fail
+  // with it too. Never blocks on a peer.
+  void Abort(const Status& status);
 
  private:
   class Channel;

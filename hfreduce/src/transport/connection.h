@@ -29,6 +29,10 @@ class Connection {
     Status st = WaitReadable(deadline);
     return st.ok() ? Recv(data, n) : st;
   }
+  // True when the peer has ended the stream and nothing it sent is left to receive: a check that
+  // neither blocks nor consumes, for a watcher while no thread reads (the transport cannot tell:
+  // false).
+  virtual bool PeerGone() { return false; }
   // Makes blocked and future Send/Recv fail; the peer sees the stream end. Idempotent.
   virtual void Shutdown() = 0;
   // Names the peer in messages ("node 3 (10.0.0.7:4000)"); the transport's address by default.

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -95,6 +96,13 @@ class TcpConnection final : public Connection {
       if (rc < 0 && errno != EINTR) return Lost(errno);
       if (shut_.load()) return Lost(0);
     }
+  }
+
+  bool PeerGone() override {
+    pollfd p{fd_, POLLRDHUP, 0};
+    if (poll(&p, 1, 0) <= 0 || (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) return false;
+    int pending = 0;
+    return ioctl(fd_, FIONREAD, &pending) == 0 && pending == 0;
   }
 
   void Shutdown() override {
