@@ -398,7 +398,13 @@ HFReduceBackend::HFReduceBackend(const c10::intrusive_ptr<c10d::Store>& store,
   o.rank = options_.rank;
   o.world_size = options_.size;
   o.local_rank = options_.local_rank;
-  o.store = std::make_shared<TorchStore>(store);
+  if (options_.store_address.empty()) {
+    o.store = std::make_shared<TorchStore>(store);
+  } else {
+    o.store_address = options_.store_address;
+    o.rank0_hosts_store = false;
+    o.store_prefix = options_.store_prefix;
+  }
   o.node_id = options_.node_id;
   o.listen_host = options_.listen_host;
   o.transport = options_.transport;

@@ -65,6 +65,10 @@ struct BackendOptions {
   // Pipeline geometry (0: HFReduce's defaults).
   std::size_t chunk_bytes = 0;
   int pipeline_depth = 0;
+  // Rendezvous through an hfreduce store (hfreduce-store, or hai-server's) at this address under
+  // this prefix instead of the c10d store (which may then be null).
+  std::string store_address;
+  std::string store_prefix;
 };
 
 class Completer;

@@ -2,6 +2,7 @@
 // torch.distributed as the "hfreduce" backend's creator.
 #include <torch/python.h>
 
+#include "hfreduce/store.h"
 #include "hfreduce_backend.h"
 
 namespace py = pybind11;
@@ -29,6 +30,59 @@ c10::intrusive_ptr<c10d::Backend> CreateBackend(const c10::intrusive_ptr<c10d::S
   return c10::make_intrusive<ff::haiscale::HFReduceBackend>(store, std::move(o));
 }
 
+c10::intrusive_ptr<c10d::Backend> CreateBackendAt(const std::string& address,
+                                                  const std::string& prefix, int rank, int size,
+                                                  int64_t timeout_ms, const std::string& group_name,
+                                                  const std::string& node_id,
+                                                  const std::string& listen_host,
+                                                  const std::string& transport) {
+  ff::haiscale::BackendOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  o.group_name = group_name;
+  o.node_id = node_id;
+  o.listen_host = listen_host;
+  o.transport = transport;
+  o.store_address = address;
+  o.store_prefix = prefix;
+  return c10::make_intrusive<ff::haiscale::HFReduceBackend>(c10::intrusive_ptr<c10d::Store>(),
+                                                            std::move(o));
+}
+
+py::dict JoinQuorum(const std::string& address, const std::string& job,
+                    const std::string& replica_id, int64_t step, int min_replicas, int replicas,
+                    bool reform, int64_t join_timeout_ms, int64_t timeout_ms) {
+  ff::hfreduce::QuorumRequest r;
+  r.job = job;
+  r.replica_id = replica_id;
+  r.step = step;
+  r.min_replicas = min_replicas;
+  r.replicas = replicas;
+  r.reform = reform;
+  r.join_timeout = std::chrono::milliseconds(join_timeout_ms);
+  ff::Result<ff::hfreduce::Quorum> q = [&] {
+    py::gil_scoped_release release;
+    ff::hfreduce::StoreClient client(address, std::chrono::milliseconds(timeout_ms));
+    return client.JoinQuorum(r, std::chrono::milliseconds(timeout_ms));
+  }();
+  if (!q.ok()) throw std::runtime_error(q.status().ToString());
+  py::list members;
+  for (const auto& m : q->members) {
+    members.append(py::make_tuple(m.replica_id, m.step));
+  }
+  py::dict d;
+  d["id"] = q->id;
+  d["members"] = members;
+  d["replica_rank"] = q->replica_rank;
+  d["replica_world"] = q->replica_world();
+  d["max_step"] = q->max_step;
+  d["recover_from"] = q->recover_from;
+  d["healing"] = q->healing();
+  d["store_prefix"] = q->store_prefix;
+  return d;
+}
+
 ff::haiscale::HFReduceBackend& AsHFReduce(const c10::intrusive_ptr<c10d::Backend>& backend) {
   auto* b = dynamic_cast<ff::haiscale::HFReduceBackend*>(backend.get());
   TORCH_CHECK(b != nullptr, "not an hfreduce backend: ", backend->getBackendName());
@@ -45,6 +99,17 @@ PYBIND11_MODULE(_C, m) {
         py::arg("listen_host"), py::arg("transport"), py::arg("chunk_bytes"),
         py::arg("pipeline_depth"), py::call_guard<py::gil_scoped_release>(),
         "Rendezvous through `store` and return the group's hfreduce c10d backend.");
+  m.def("create_backend_at", &CreateBackendAt, py::arg("address"), py::arg("prefix"),
+        py::arg("rank"), py::arg("size"), py::arg("timeout_ms"), py::arg("group_name"),
+        py::arg("node_id"), py::arg("listen_host"), py::arg("transport"),
+        py::call_guard<py::gil_scoped_release>(),
+        "Rendezvous through the hfreduce store at `address` under `prefix` and return the "
+        "group's hfreduce c10d backend.");
+  m.def("join_quorum", &JoinQuorum, py::arg("address"), py::arg("job"), py::arg("replica_id"),
+        py::arg("step"), py::arg("min_replicas"), py::arg("replicas"), py::arg("reform"),
+        py::arg("join_timeout_ms"), py::arg("timeout_ms"),
+        "Join the job's next replica quorum at the hfreduce store `address` (hfreduce/quorum.h); "
+        "raises RuntimeError when none is decided within timeout_ms.");
   m.def(
       "num_nodes",
       [](const c10::intrusive_ptr<c10d::Backend>& b) { return AsHFReduce(b).num_nodes(); },

@@ -73,32 +73,40 @@ def _create(dist_options, backend_options):
     )
 
 
-def new_process_group(store, rank, world_size, timeout=None, group_name=""):
+def new_process_group(store, rank, world_size, timeout=None, group_name="", prefix="hfreduce"):
     """A process group over hfreduce of `world_size` ranks that meet through `store`, outside torch's
     default group: what a job whose membership changes makes each time it does (the survivors and
     newly started ranks alike, without restarting anyone), as torchft re-forms its groups.
 
-    `store`: any c10d Store the members share and that outlives each of them (a TCPStore served
-    apart from the ranks, or HAI-Platform's); give each membership its own prefix
-    (``dist.PrefixStore(f"quorum{n}", store)``). Collectives: ``dist.all_reduce(t, group=pg)``, or
-    the group's own methods where torch needs a registered group to map ranks
+    `store`: a store the members share and that outlives each of them: a c10d Store (a TCPStore
+    served apart from the ranks; give each membership its own ``dist.PrefixStore``), or the
+    "host:port" of an hfreduce store (hfreduce-store, or hai-server's: what haiscale.ft uses),
+    with `prefix` naming the membership. Collectives: ``dist.all_reduce(t, group=pg)``, or the
+    group's own methods where torch needs a registered group to map ranks
     (``pg.broadcast(t, root).wait()``). ``pg.abort()`` fails what is pending at once, on every
     member; ``pg.shutdown()`` releases it.
     """
     timeout_ms = int((timeout.total_seconds() if timeout is not None else 30 * 60) * 1000)
-    backend = _C.create_backend(
-        store,
-        rank,
-        world_size,
-        timeout_ms,
-        group_name,
-        node_id(),
-        -1,
-        os.environ.get("HFREDUCE_LISTEN_HOST", "127.0.0.1"),
-        os.environ.get("HFREDUCE_TRANSPORT", "auto"),
-        _env_int("HFREDUCE_CHUNK_BYTES", 0),
-        _env_int("HFREDUCE_PIPELINE_DEPTH", 0),
-    )
+    listen_host = os.environ.get("HFREDUCE_LISTEN_HOST", "127.0.0.1")
+    transport = os.environ.get("HFREDUCE_TRANSPORT", "auto")
+    if isinstance(store, str):
+        backend = _C.create_backend_at(store, prefix, rank, world_size, timeout_ms, group_name,
+                                       node_id(), listen_host, transport)
+        store = dist.HashStore()  # the ProcessGroup wants one; the backend uses the address
+    else:
+        backend = _C.create_backend(
+            store,
+            rank,
+            world_size,
+            timeout_ms,
+            group_name,
+            node_id(),
+            -1,
+            listen_host,
+            transport,
+            _env_int("HFREDUCE_CHUNK_BYTES", 0),
+            _env_int("HFREDUCE_PIPELINE_DEPTH", 0),
+        )
     pg = dist.ProcessGroup(store, rank, world_size)
     backend_type = dist.ProcessGroup.BackendType.CUSTOM
     for device in ("cpu", "cuda"):

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "hfreduce/quorum.h"
 
 namespace ff::hfreduce {
 
@@ -33,7 +34,8 @@ class Store {
 
 class StoreServer {
  public:
-  // Serves on `listen` ("host:port"; port 0 picks one).
+  // Serves on `listen` ("host:port"; port 0 picks one): the store, and the replica quorums of
+  // fault-tolerant jobs (quorum.h).
   static Result<std::unique_ptr<StoreServer>> Start(const std::string& listen);
   ~StoreServer();
   const std::string& address() const;
@@ -56,6 +58,8 @@ class StoreClient final : public Store {
                                        std::chrono::milliseconds timeout) override;
   using Store::Get;
   Result<int64_t> Add(const std::string& key, int64_t delta) override;
+  // Asks the server for the job's next replica quorum (quorum.h); waits up to `timeout`.
+  Result<Quorum> JoinQuorum(const QuorumRequest& request, std::chrono::milliseconds timeout);
 
  private:
   struct Impl;

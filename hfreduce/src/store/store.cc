@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <random>
 
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
@@ -18,6 +19,8 @@ constexpr int64_t kMaxWaitMs = 3600 * 1000;
 
 class StoreService final : public proto::Store::Service {
  public:
+  StoreService() : quorum_(std::to_string(std::random_device{}())) {}
+
   grpc::Status Set(grpc::ServerContext*, const proto::SetRequest* request,
                    proto::SetReply*) override {
     return ServeRpc("Store.Set", [&]() -> Status {
@@ -85,6 +88,37 @@ class StoreService final : public proto::Store::Service {
     });
   }
 
+  grpc::Status Quorum(grpc::ServerContext*, const proto::QuorumRequest* request,
+                      proto::QuorumReply* reply) override {
+    return ServeRpc("Store.Quorum", [&]() -> Status {
+      if (request->timeout_ms() < 0 || request->timeout_ms() > kMaxWaitMs) {
+        return InvalidArgument("quorum: timeout_ms must be in 0..3600000");
+      }
+      QuorumRequest q;
+      q.job = request->job();
+      q.replica_id = request->replica_id();
+      q.step = request->step();
+      q.min_replicas = request->min_replicas();
+      q.replicas = request->replicas();
+      q.reform = request->reform();
+      q.join_timeout = std::chrono::milliseconds(request->join_timeout_ms());
+      FF_ASSIGN_OR_RETURN(hfreduce::Quorum decided,
+                          quorum_.Join(q, std::chrono::steady_clock::now() +
+                                              std::chrono::milliseconds(request->timeout_ms())));
+      reply->set_id(decided.id);
+      for (const QuorumMember& m : decided.members) {
+        auto* member = reply->add_members();
+        member->set_replica_id(m.replica_id);
+        member->set_step(m.step);
+      }
+      reply->set_replica_rank(decided.replica_rank);
+      reply->set_max_step(decided.max_step);
+      reply->set_recover_from(decided.recover_from);
+      reply->set_store_prefix(decided.store_prefix);
+      return Status::Ok();
+    });
+  }
+
  private:
   static Status CheckKey(const std::string& key) {
     if (key.empty() || key.size() > kMaxKey) {
@@ -96,6 +130,7 @@ class StoreService final : public proto::Store::Service {
   std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::string> data_;
+  ReplicaQuorum quorum_;
 };
 
 }  // namespace
@@ -187,6 +222,37 @@ Result<int64_t> StoreClient::Add(const std::string& key, int64_t delta) {
         return impl_->stub->Add(c, request, &reply);
       }));
   return reply.value();
+}
+
+Result<Quorum> StoreClient::JoinQuorum(const QuorumRequest& request,
+                                       std::chrono::milliseconds timeout) {
+  proto::QuorumRequest r;
+  r.set_job(request.job);
+  r.set_replica_id(request.replica_id);
+  r.set_step(request.step);
+  r.set_min_replicas(request.min_replicas);
+  r.set_replicas(request.replicas);
+  r.set_reform(request.reform);
+  r.set_join_timeout_ms(request.join_timeout.count());
+  r.set_timeout_ms(timeout.count());
+  proto::QuorumReply reply;
+  // Not idempotent (it joins a round): tried once once the server is reachable.
+  CallOptions options = impl_->Options(timeout);
+  options.idempotent = false;
+  FF_RETURN_IF_ERROR(
+      CallRpc("hfreduce store " + impl_->address + " Quorum", options, [&](grpc::ClientContext* c) {
+        c->set_wait_for_ready(true);
+        return impl_->stub->Quorum(c, r, &reply);
+      }));
+  Quorum q;
+  q.id = reply.id();
+  for (const auto& m : reply.members())
+    q.members.push_back({m.replica_id(), m.step()});
+  q.replica_rank = reply.replica_rank();
+  q.max_step = reply.max_step();
+  q.recover_from = reply.recover_from();
+  q.store_prefix = reply.store_prefix();
+  return q;
 }
 
 }  // namespace ff::hfreduce

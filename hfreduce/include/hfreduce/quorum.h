@@ -1,0 +1,103 @@
+// Per-step quorum of a fault-tolerant job's replica groups (after torchft's lighthouse).
+//
+// A job is R replica groups that train the same model on different data and average their
+// gradients every step. Before each step every group asks for the quorum: which groups take part
+// in this step. The answer comes when every group of the previous quorum has asked again (the
+// common case: nobody lost, a per-step barrier), when all `replicas` groups have asked, or, once
+// `min_replicas` have, when `join_timeout` has passed since the first of them asked (a group that
+// died or hangs is left out). A group that asks later (restarted, replaced, or back from a hang)
+// joins the next quorum. Each decided quorum with a different membership, or one that a member
+// asks to re-form (its collectives failed), gets a new id; its members re-form their
+// communicator under the store prefix it names, and any member whose step is behind the others'
+// takes the state of one that is not (the quorum says which).
+//
+// ReplicaQuorum is the decision, thread-safe, one call per group and step; StoreServer serves it
+// (the Quorum RPC) beside the rendezvous store, in hfreduce-store and in hai-server, and
+// StoreClient::Quorum asks it.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace ff::hfreduce {
+
+struct QuorumRequest {
+  std::string job;         // the job's name or id: quorums of different jobs are independent
+  std::string replica_id;  // the group's name, unique in the job ("0", "1", ...)
+  int64_t step = 0;        // optimizer steps the group has committed
+  int min_replicas = 1;    // below this many groups no quorum is decided (the caller times out)
+  int replicas = 1;        // groups the job expects: with all of them present, decided at once
+  bool reform = false;     // the group's communicator broke: the next quorum gets a new id
+  std::chrono::milliseconds join_timeout{std::chrono::seconds(5)};
+};
+
+struct QuorumMember {
+  std::string replica_id;
+  int64_t step = 0;
+};
+
+struct Quorum {
+  int64_t id = 0;                     // changes whenever the members must re-form
+  std::vector<QuorumMember> members;  // sorted by replica_id: a member's index is its rank
+  int replica_rank = 0;               // the asker's index in members
+  int64_t max_step = 0;               // the most steps any member has committed
+  int recover_from = 0;               // the lowest rank with max_step: the source of state
+  std::string store_prefix;           // where this quorum's members rendezvous (unique per id)
+
+  int replica_world() const { return static_cast<int>(members.size()); }
+  // Whether some member is behind (it takes recover_from's state before the step).
+  bool healing() const;
+};
+
+class ReplicaQuorum {
+ public:
+  // `epoch` goes into every store prefix, so that quorums decided by a restarted server never
+  // reuse a prefix of an earlier one.
+  explicit ReplicaQuorum(std::string epoch);
+  ~ReplicaQuorum();
+
+  // Joins the job's next quorum and blocks until it is decided (see above). kDeadlineExceeded
+  // when it is not by `deadline` (fewer than min_replicas groups); kInvalidArgument for a bad
+  // request.
+  Result<Quorum> Join(const QuorumRequest& request, std::chrono::steady_clock::time_point deadline);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Round {
+    std::map<std::string, int64_t> joined;  // replica_id -> step
+    Clock::time_point first;
+    bool reform = false;
+    int min_replicas = 1, replicas = 1;
+    std::chrono::milliseconds join_timeout{0};
+  };
+  struct Decision {
+    int64_t id = 0;
+    std::vector<QuorumMember> members;
+  };
+  struct Job {
+    uint64_t round = 0;  // rounds decided
+    Round current;
+    std::set<std::string> previous;  // members of the last quorum
+    int64_t quorum_id = 0;
+    // The last rounds' decisions by round number (a waiter woken late still finds its own).
+    std::map<uint64_t, Decision> decided;
+  };
+  // Decides the job's current round when its rule says so; true when it did.
+  bool MaybeDecide(Job& job, Clock::time_point now);
+
+  const std::string epoch_;
+  std::mutex mu_;
+  std::condition_variable decided_;
+  std::map<std::string, Job> jobs_;
+};
+
+}  // namespace ff::hfreduce

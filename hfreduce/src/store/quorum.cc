@@ -1,0 +1,111 @@
+#include "hfreduce/quorum.h"
+
+#include <algorithm>
+
+namespace ff::hfreduce {
+namespace {
+
+constexpr std::size_t kRoundsKept = 64;
+
+}  // namespace
+
+bool Quorum::healing() const {
+  return std::any_of(members.begin(), members.end(),
+                     [&](const QuorumMember& m) { return m.step < max_step; });
+}
+
+ReplicaQuorum::ReplicaQuorum(std::string epoch) : epoch_(std::move(epoch)) {}
+ReplicaQuorum::~ReplicaQuorum() = default;
+
+bool ReplicaQuorum::MaybeDecide(Job& job, Clock::time_point now) {
+  Round& r = job.current;
+  const int n = static_cast<int>(r.joined.size());
+  if (n == 0 || n < r.min_replicas) return false;
+  bool all_previous = !job.previous.empty();
+  for (const std::string& id : job.previous)
+    all_previous = all_previous && r.joined.contains(id);
+  const bool everyone = n >= r.replicas;
+  const bool waited = now >= r.first + r.join_timeout;
+  if (!all_previous && !everyone && !waited) return false;
+
+  std::set<std::string> members;
+  Decision decision;
+  for (const auto& [id, step] : r.joined) {  // a map: sorted by replica_id
+    members.insert(id);
+    decision.members.push_back({id, step});
+  }
+  if (members != job.previous || r.reform) ++job.quorum_id;
+  decision.id = job.quorum_id;
+  job.previous = std::move(members);
+  job.decided[job.round] = std::move(decision);
+  while (job.decided.size() > kRoundsKept)
+    job.decided.erase(job.decided.begin());
+  ++job.round;
+  job.current = Round{};
+  return true;
+}
+
+Result<Quorum> ReplicaQuorum::Join(const QuorumRequest& request, Clock::time_point deadline) {
+  if (request.job.empty() || request.replica_id.empty()) {
+    return InvalidArgument("quorum: job and replica_id must be set");
+  }
+  if (request.job.find('/') != std::string::npos ||
+      request.replica_id.find('/') != std::string::npos) {
+    return InvalidArgument("quorum: job and replica_id must not contain '/'");
+  }
+  if (request.min_replicas < 1 || request.replicas < request.min_replicas) {
+    return InvalidArgument("quorum: need 1 <= min_replicas <= replicas, got " +
+                           std::to_string(request.min_replicas) + " and " +
+                           std::to_string(request.replicas));
+  }
+  if (request.step < 0) return InvalidArgument("quorum: step must not be negative");
+  if (request.join_timeout.count() < 0) {
+    return InvalidArgument("quorum: join_timeout must not be negative");
+  }
+  std::unique_lock lock(mu_);
+  Job& job = jobs_[request.job];
+  Round& r = job.current;
+  if (r.joined.empty()) r.first = Clock::now();
+  r.joined[request.replica_id] = request.step;
+  // The latest asker's view of the job (every group runs the same job, so they agree).
+  r.min_replicas = request.min_replicas;
+  r.replicas = request.replicas;
+  r.join_timeout = request.join_timeout;
+  r.reform = r.reform || request.reform;
+  const uint64_t mine = job.round;
+  while (job.round == mine) {
+    const auto now = Clock::now();
+    if (MaybeDecide(job, now)) {
+      decided_.notify_all();
+      break;
+    }
+    if (now >= deadline) {
+      job.current.joined.erase(request.replica_id);  // not a member of a quorum it left
+      return DeadlineExceeded("quorum: " + std::to_string(job.current.joined.size() + 1) +
+                              " of at least " + std::to_string(request.min_replicas) +
+                              " replica groups of job '" + request.job + "' asked in time");
+    }
+    auto wake = deadline;
+    if (!job.current.joined.empty()) wake = std::min(wake, job.current.first + r.join_timeout);
+    decided_.wait_until(lock, std::max(wake, now + std::chrono::milliseconds(1)));
+  }
+  auto decision = job.decided.find(mine);
+  if (decision == job.decided.end()) {
+    return Status(StatusCode::kAborted,
+                  "quorum: the round this group joined was forgotten (it woke too late)");
+  }
+  Quorum q;
+  q.id = decision->second.id;
+  q.members = decision->second.members;
+  for (std::size_t i = 0; i < q.members.size(); ++i) {
+    if (q.members[i].replica_id == request.replica_id) q.replica_rank = static_cast<int>(i);
+    if (q.members[i].step > q.max_step) {
+      q.max_step = q.members[i].step;
+      q.recover_from = static_cast<int>(i);
+    }
+  }
+  q.store_prefix = "ft." + request.job + "." + epoch_ + ".q" + std::to_string(q.id);
+  return q;
+}
+
+}  // namespace ff::hfreduce

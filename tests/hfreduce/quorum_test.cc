@@ -1,0 +1,164 @@
+// The replica quorum of fault-tolerant jobs: the decision rules, and the Quorum RPC of the store
+// server over real gRPC on loopback. Each replica group is a thread here.
+#include "hfreduce/quorum.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "hfreduce/store.h"
+
+namespace ff::hfreduce {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+QuorumRequest Ask(const std::string& replica, int64_t step, int min_replicas = 2,
+                  int replicas = 3) {
+  QuorumRequest r;
+  r.job = "job7";
+  r.replica_id = replica;
+  r.step = step;
+  r.min_replicas = min_replicas;
+  r.replicas = replicas;
+  r.join_timeout = 300ms;
+  return r;
+}
+
+// Every asker joins at once (threads); returns each one's quorum in the order asked.
+std::vector<Result<Quorum>> Round(ReplicaQuorum& quorum, const std::vector<QuorumRequest>& asks,
+                                  std::chrono::milliseconds deadline = 5s) {
+  std::vector<std::future<Result<Quorum>>> futures;
+  for (const QuorumRequest& ask : asks) {
+    futures.push_back(std::async(std::launch::async, [&quorum, ask, deadline] {
+      return quorum.Join(ask, Clock::now() + deadline);
+    }));
+  }
+  std::vector<Result<Quorum>> out;
+  for (auto& f : futures)
+    out.push_back(f.get());
+  return out;
+}
+
+std::vector<std::string> Ids(const Quorum& q) {
+  std::vector<std::string> ids;
+  for (const QuorumMember& m : q.members)
+    ids.push_back(m.replica_id);
+  return ids;
+}
+
+TEST(ReplicaQuorumTest, EveryGroupPresentIsDecidedAtOnceAndKeepsItsId) {
+  ReplicaQuorum quorum("e1");
+  auto start = Clock::now();
+  auto first = Round(quorum, {Ask("b", 0), Ask("a", 0), Ask("c", 0)});
+  EXPECT_LT(Clock::now() - start, 250ms) << "waited for the join timeout with everyone there";
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    ASSERT_TRUE(first[i].ok()) << first[i].status();
+    EXPECT_EQ(Ids(*first[i]), (std::vector<std::string>{"a", "b", "c"}));
+    EXPECT_FALSE(first[i]->healing());
+  }
+  EXPECT_EQ(first[0]->replica_rank, 1);  // "b"
+  EXPECT_EQ(first[1]->replica_rank, 0);  // "a"
+  auto second = Round(quorum, {Ask("a", 1), Ask("b", 1), Ask("c", 1)});
+  ASSERT_TRUE(second[0].ok());
+  EXPECT_EQ(second[0]->id, first[0]->id) << "same members: no need to re-form";
+  EXPECT_EQ(second[0]->store_prefix, first[0]->store_prefix);
+  EXPECT_EQ(second[0]->max_step, 1);
+}
+
+TEST(ReplicaQuorumTest, AMissingGroupIsLeftOutAfterTheJoinTimeoutAndRejoinsBehind) {
+  ReplicaQuorum quorum("e1");
+  auto all = Round(quorum, {Ask("a", 4), Ask("b", 4), Ask("c", 4)});
+  ASSERT_TRUE(all[0].ok());
+  // "c" is gone: the others wait the join timeout (300 ms), then go on without it.
+  auto start = Clock::now();
+  auto two = Round(quorum, {Ask("a", 5), Ask("b", 5)});
+  EXPECT_GE(Clock::now() - start, 290ms);
+  ASSERT_TRUE(two[0].ok()) << two[0].status();
+  EXPECT_EQ(Ids(*two[0]), (std::vector<std::string>{"a", "b"}));
+  EXPECT_NE(two[0]->id, all[0]->id);
+  EXPECT_NE(two[0]->store_prefix, all[0]->store_prefix);
+  // "c" comes back at step 5 while the others are at 6: decided at once (every previous member
+  // is there), it is behind, and rank 0 ("a") has the state.
+  start = Clock::now();
+  auto back = Round(quorum, {Ask("a", 6), Ask("c", 5), Ask("b", 6)});
+  EXPECT_LT(Clock::now() - start, 250ms);
+  for (const auto& q : back) {
+    ASSERT_TRUE(q.ok()) << q.status();
+    EXPECT_EQ(Ids(*q), (std::vector<std::string>{"a", "b", "c"}));
+    EXPECT_TRUE(q->healing());
+    EXPECT_EQ(q->max_step, 6);
+    EXPECT_EQ(q->recover_from, 0);
+    EXPECT_NE(q->id, two[0]->id);
+  }
+  EXPECT_EQ(back[1]->replica_rank, 2);
+}
+
+TEST(ReplicaQuorumTest, AGroupWhoseCollectivesFailedGetsANewQuorumId) {
+  ReplicaQuorum quorum("e1");
+  auto first = Round(quorum, {Ask("a", 0), Ask("b", 0), Ask("c", 0)});
+  QuorumRequest broken = Ask("b", 0);
+  broken.reform = true;
+  auto second = Round(quorum, {Ask("a", 0), broken, Ask("c", 0)});
+  ASSERT_TRUE(first[0].ok() && second[0].ok());
+  EXPECT_NE(second[0]->id, first[0]->id);
+  EXPECT_EQ(Ids(*second[0]), Ids(*first[0]));
+}
+
+TEST(ReplicaQuorumTest, FewerThanMinReplicasTimesOutAndIsNotCountedLater) {
+  ReplicaQuorum quorum("e1");
+  auto alone = Round(quorum, {Ask("a", 0, /*min_replicas=*/2)}, 500ms);
+  ASSERT_FALSE(alone[0].ok());
+  EXPECT_EQ(alone[0].status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(alone[0].status().message(), HasSubstr("1 of at least 2"));
+  // "a" left: "b" and "c" form a quorum without it.
+  auto later = Round(quorum, {Ask("b", 0), Ask("c", 0)});
+  ASSERT_TRUE(later[0].ok()) << later[0].status();
+  EXPECT_EQ(Ids(*later[0]), (std::vector<std::string>{"b", "c"}));
+}
+
+TEST(ReplicaQuorumTest, BadRequestsAreRefused) {
+  ReplicaQuorum quorum("e1");
+  QuorumRequest no_job = Ask("a", 0);
+  no_job.job = "";
+  QuorumRequest slash = Ask("a/b", 0);
+  QuorumRequest min_above = Ask("a", 0, 4, 3);
+  QuorumRequest negative = Ask("a", -1);
+  for (const QuorumRequest& bad : {no_job, slash, min_above, negative}) {
+    auto q = quorum.Join(bad, Clock::now() + 1s);
+    ASSERT_FALSE(q.ok());
+    EXPECT_EQ(q.status().code(), StatusCode::kInvalidArgument) << q.status();
+  }
+}
+
+TEST(ReplicaQuorumTest, ServedByTheStoreServerOverGrpc) {
+  auto server = StoreServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<std::future<Result<Quorum>>> groups;
+  for (const char* id : {"0", "1"}) {
+    groups.push_back(std::async(std::launch::async, [&, id] {
+      StoreClient client((*server)->address(), 5s);
+      return client.JoinQuorum(Ask(id, 3, 2, 2), 5s);
+    }));
+  }
+  for (int i = 0; i < 2; ++i) {
+    auto q = groups[i].get();
+    ASSERT_TRUE(q.ok()) << q.status();
+    EXPECT_EQ(q->replica_rank, i);
+    EXPECT_EQ(q->replica_world(), 2);
+    EXPECT_EQ(q->max_step, 3);
+    EXPECT_THAT(q->store_prefix, HasSubstr("job7"));
+  }
+  StoreClient client((*server)->address(), 5s);
+  QuorumRequest bad = Ask("0", 0, 3, 2);
+  auto refused = client.JoinQuorum(bad, 1s);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status();
+}
+
+}  // namespace
+}  // namespace ff::hfreduce

@@ -1,0 +1,174 @@
+"""Fault-tolerant data parallelism (haiscale.ft) with real processes: replica groups that train
+through a quorum served by hfreduce-store; a group killed -9 and replaced, a group hung by
+SIGSTOP, and fewer groups than min_replicas. Every group must end bit-identical, the survivors
+must go on within seconds, the data stream must be used exactly once, and the loss must follow
+an uninterrupted run's."""
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from launch import HERE
+
+STEPS = 60
+BUILD = os.environ.get("FF_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
+
+
+@pytest.fixture
+def store():
+    with tempfile.TemporaryDirectory() as tmp:
+        address_file = os.path.join(tmp, "address")
+        proc = subprocess.Popen([os.path.join(BUILD, "hfreduce", "hfreduce-store"),
+                                 "--address-file", address_file],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            while not os.path.exists(address_file):
+                assert proc.poll() is None and time.monotonic() < deadline, "no hfreduce-store"
+                time.sleep(0.05)
+            with open(address_file) as f:
+                yield f.read().strip()
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+class Group:
+    """One replica group: a process running ft_worker.train."""
+
+    def __init__(self, store, replica_id, out_dir, steps=STEPS, **kwargs):
+        env = dict(os.environ, HFREDUCE_NODE_ID=f"group{replica_id}", PYTHONUNBUFFERED="1",
+                   OMP_NUM_THREADS="1")
+        args = json.dumps([store, str(replica_id), steps, out_dir])
+        self.kwargs = kwargs
+        if kwargs:
+            args = json.dumps([store, str(replica_id), steps, out_dir, kwargs.get("step_s", 0.05),
+                               kwargs.get("replicas", 3), kwargs.get("min_replicas", 2),
+                               kwargs.get("quorum_timeout", 60.0)])
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "rank_runner.py"),
+                                      "ft_worker:train", args], env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    def wait(self, timeout=180):
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            out, _ = self.proc.communicate()
+            out += "\n[killed at the test's timeout]"
+        return self.proc.returncode, out
+
+
+def wait_for_step(out_dir, replica_id, step, timeout=120):
+    deadline = time.monotonic() + timeout
+    path = os.path.join(out_dir, f"step.{replica_id}")
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                if int(f.read() or 0) >= step:
+                    return time.time()
+        except FileNotFoundError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"group {replica_id} never reached step {step}")
+
+
+def results(out_dir):
+    out = {}
+    for path in glob.glob(os.path.join(out_dir, "result.*.json")):
+        with open(path) as f:
+            r = json.load(f)
+        out[r["replica"]] = r
+    return out
+
+
+def check_stream(result, batch=16):
+    """Each committed step took the next world x batch samples: none dropped, none doubled."""
+    log = result["log"]
+    for a, b in zip(log, log[1:]):
+        if b["step"] == a["step"] + 1:
+            assert b["samples_before"] == a["samples_before"] + a["world"] * batch, (a, b)
+    assert result["samples"] == log[-1]["samples_before"] + log[-1]["world"] * batch
+
+
+def uninterrupted(store):
+    with tempfile.TemporaryDirectory() as out:
+        groups = [Group(store, i, out) for i in range(3)]
+        for g in groups:
+            code, output = g.wait()
+            assert code == 0, output
+        return results(out)
+
+
+def test_a_killed_group_is_replaced_and_every_group_ends_identical(store):
+    baseline = uninterrupted(store)
+    assert len({r["digest"] for r in baseline.values()}) == 1
+    with tempfile.TemporaryDirectory() as out:
+        groups = [Group(store, i, out) for i in range(3)]
+        wait_for_step(out, 1, 15)
+        killed_at = time.time()
+        os.killpg(groups[1].proc.pid, signal.SIGKILL)
+        time.sleep(1.0)
+        replacement = Group(store, 1, out)  # the platform's replacement, in the lost one's place
+        outputs = [groups[0].wait(), groups[2].wait(), replacement.wait()]
+        for code, output in outputs:
+            assert code == 0, output
+        done = results(out)
+    assert set(done) == {"0", "1", "2"}
+    assert len({r["digest"] for r in done.values()}) == 1, "groups differ after the join"
+    assert all(r["step"] == STEPS for r in done.values())
+    assert done["1"]["healed_at"], "the replacement did not take a live group's state"
+    survivor = done["0"]
+    worlds = [e["world"] for e in survivor["log"]]
+    assert 2 in worlds and worlds[-1] == 3, worlds
+    recovered_at = next(e["at"] for e in survivor["log"] if e["at"] > killed_at and e["world"] == 2)
+    rejoined_at = next(e["at"] for e in survivor["log"]
+                       if e["at"] > recovered_at and e["world"] == 3)
+    print(f"ft: recovery {recovered_at - killed_at:.2f}s, rejoin {rejoined_at - killed_at:.2f}s")
+    assert recovered_at - killed_at < 10
+    for r in done.values():
+        check_stream(r)
+    # The loss follows the uninterrupted run's: the mean of the last 10 steps within 25% (the
+    # steps with two groups average fewer samples, and the data order shifts).
+    tail = lambda r: sum(e["loss"] for e in r["log"][-10:]) / 10  # noqa: E731
+    assert tail(survivor) < 1.25 * tail(baseline["0"]) + 0.01, (tail(survivor), tail(baseline["0"]))
+
+
+def test_a_hung_group_is_left_out_then_heals_and_ends_identical(store):
+    with tempfile.TemporaryDirectory() as out:
+        groups = [Group(store, i, out) for i in range(3)]
+        wait_for_step(out, 2, 15)
+        stopped_at = time.time()
+        os.killpg(groups[2].proc.pid, signal.SIGSTOP)
+        time.sleep(8)  # longer than the join timeout and the collective timeout
+        os.killpg(groups[2].proc.pid, signal.SIGCONT)
+        outputs = [g.wait() for g in groups]
+        for code, output in outputs:
+            assert code == 0, output
+        done = results(out)
+    assert len({r["digest"] for r in done.values()}) == 1, "groups differ after the heal"
+    survivor = done["0"]
+    went_on = [e for e in survivor["log"] if stopped_at < e["at"] < stopped_at + 8]
+    assert went_on and all(e["world"] == 2 for e in went_on[1:]), went_on
+    assert went_on[-1]["at"] - stopped_at < 8
+    assert done["2"]["healed_at"], "the hung group did not take the others' state"
+    for r in done.values():
+        check_stream(r)
+
+
+def test_below_min_replicas_no_quorum_forms_and_the_survivor_raises(store):
+    with tempfile.TemporaryDirectory() as out:
+        groups = [Group(store, i, out, step_s=0.05, quorum_timeout=5.0) for i in range(3)]
+        wait_for_step(out, 0, 10)
+        for g in groups[1:]:
+            os.killpg(g.proc.pid, signal.SIGKILL)
+        code, output = groups[0].wait(timeout=120)
+    assert code == 1, output
+    assert "replica groups of job 'ftjob' asked in time" in output, output
