@@ -2,6 +2,10 @@
 // torch.distributed as the "hfreduce" backend's creator.
 #include <torch/python.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "hfreduce/store.h"
 #include "hfreduce_backend.h"
 
@@ -50,9 +54,50 @@ c10::intrusive_ptr<c10d::Backend> CreateBackendAt(const std::string& address,
                                                             std::move(o));
 }
 
+// Tells the quorum service, from a thread of its own (independent of Python's), that this replica
+// group's process is alive, every `interval` until stopped.
+class QuorumHeartbeat {
+ public:
+  QuorumHeartbeat(const std::string& address, std::string job, std::string replica_id,
+                  int64_t interval_ms)
+      : client_(address, std::chrono::milliseconds(interval_ms)),
+        job_(std::move(job)),
+        replica_id_(std::move(replica_id)),
+        interval_(interval_ms) {
+    thread_ = std::thread([this] {
+      std::unique_lock lock(mu_);
+      while (!stop_) {
+        lock.unlock();
+        (void)client_.QuorumHeartbeat(job_, replica_id_, interval_);
+        lock.lock();
+        cv_.wait_for(lock, interval_, [&] { return stop_; });
+      }
+    });
+  }
+  ~QuorumHeartbeat() { Stop(); }
+  void Stop() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  ff::hfreduce::StoreClient client_;
+  const std::string job_, replica_id_;
+  const std::chrono::milliseconds interval_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 py::dict JoinQuorum(const std::string& address, const std::string& job,
                     const std::string& replica_id, int64_t step, int min_replicas, int replicas,
-                    bool reform, int64_t join_timeout_ms, int64_t timeout_ms) {
+                    bool reform, int64_t join_timeout_ms, int64_t timeout_ms,
+                    int64_t heartbeat_timeout_ms) {
   ff::hfreduce::QuorumRequest r;
   r.job = job;
   r.replica_id = replica_id;
@@ -61,6 +106,7 @@ py::dict JoinQuorum(const std::string& address, const std::string& job,
   r.replicas = replicas;
   r.reform = reform;
   r.join_timeout = std::chrono::milliseconds(join_timeout_ms);
+  r.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms);
   ff::Result<ff::hfreduce::Quorum> q = [&] {
     py::gil_scoped_release release;
     ff::hfreduce::StoreClient client(address, std::chrono::milliseconds(timeout_ms));
@@ -107,9 +153,15 @@ PYBIND11_MODULE(_C, m) {
         "group's hfreduce c10d backend.");
   m.def("join_quorum", &JoinQuorum, py::arg("address"), py::arg("job"), py::arg("replica_id"),
         py::arg("step"), py::arg("min_replicas"), py::arg("replicas"), py::arg("reform"),
-        py::arg("join_timeout_ms"), py::arg("timeout_ms"),
+        py::arg("join_timeout_ms"), py::arg("timeout_ms"), py::arg("heartbeat_timeout_ms") = 0,
         "Join the job's next replica quorum at the hfreduce store `address` (hfreduce/quorum.h); "
         "raises RuntimeError when none is decided within timeout_ms.");
+  py::class_<QuorumHeartbeat>(m, "QuorumHeartbeat",
+                              "Heartbeats of a replica group to the quorum service, from a thread "
+                              "of its own, until stop().")
+      .def(py::init<const std::string&, std::string, std::string, int64_t>(), py::arg("address"),
+           py::arg("job"), py::arg("replica_id"), py::arg("interval_ms"))
+      .def("stop", &QuorumHeartbeat::Stop, py::call_guard<py::gil_scoped_release>());
   m.def(
       "num_nodes",
       [](const c10::intrusive_ptr<c10d::Backend>& b) { return AsHFReduce(b).num_nodes(); },

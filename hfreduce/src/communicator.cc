@@ -24,8 +24,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How long a node that saw a connection drop waits for the cause its neighbour published.
-constexpr std::chrono::milliseconds kFailureLookup{2000};
+// How long a node that saw a connection drop waits for the cause its neighbour published (a
+// neighbour that failed publishes before it cuts its connections, so the cause is normally there
+// already; a neighbour killed outright publishes nothing, and this is what its loss costs on top).
+constexpr std::chrono::milliseconds kFailureLookup{500};
 
 Status ParseEnvInt(const char* name, int64_t min, int64_t max, int64_t* out, bool required) {
   const char* v = std::getenv(name);

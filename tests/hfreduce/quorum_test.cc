@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 #include <thread>
 
@@ -96,6 +97,41 @@ TEST(ReplicaQuorumTest, AMissingGroupIsLeftOutAfterTheJoinTimeoutAndRejoinsBehin
     EXPECT_NE(q->id, two[0]->id);
   }
   EXPECT_EQ(back[1]->replica_rank, 2);
+}
+
+TEST(ReplicaQuorumTest, ASilentGroupIsNotWaitedForButAHeartbeatingOneIs) {
+  ReplicaQuorum quorum("e1");
+  auto with = [](QuorumRequest r) {
+    r.join_timeout = 2s;
+    r.heartbeat_timeout = 200ms;
+    return r;
+  };
+  auto all = Round(quorum, {with(Ask("a", 0)), with(Ask("b", 0)), with(Ask("c", 0))});
+  ASSERT_TRUE(all[0].ok()) << all[0].status();
+  // "c" keeps heartbeating but does not ask (a slow step): waited for the join timeout.
+  std::atomic<bool> beating{true};
+  std::thread heart([&] {
+    while (beating) {
+      ASSERT_TRUE(quorum.Heartbeat("job7", "c").ok());
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  auto start = Clock::now();
+  auto slow = Round(quorum, {with(Ask("a", 1)), with(Ask("b", 1))});
+  EXPECT_GE(Clock::now() - start, 1900ms);
+  ASSERT_TRUE(slow[0].ok()) << slow[0].status();
+  EXPECT_EQ(Ids(*slow[0]), (std::vector<std::string>{"a", "b"}));
+  beating = false;
+  heart.join();
+  // "c" comes back, then goes silent (killed): after the heartbeat timeout, not the join timeout.
+  auto back = Round(quorum, {with(Ask("a", 2)), with(Ask("b", 2)), with(Ask("c", 1))});
+  ASSERT_TRUE(back[0].ok()) << back[0].status();
+  start = Clock::now();
+  auto without = Round(quorum, {with(Ask("a", 3)), with(Ask("b", 3))});
+  EXPECT_LT(Clock::now() - start, 1s);
+  ASSERT_TRUE(without[0].ok()) << without[0].status();
+  EXPECT_EQ(Ids(*without[0]), (std::vector<std::string>{"a", "b"}));
+  EXPECT_FALSE(quorum.Heartbeat("", "c").ok());
 }
 
 TEST(ReplicaQuorumTest, AGroupWhoseCollectivesFailedGetsANewQuorumId) {

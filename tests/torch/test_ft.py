@@ -142,8 +142,10 @@ def test_a_killed_group_is_replaced_and_every_group_ends_identical(store):
 
 
 def test_a_hung_group_is_left_out_then_heals_and_ends_identical(store):
+    # Enough steps that the others are still training when the frozen group thaws (a group
+    # still behind when the others have finished has no one left to heal from).
     with tempfile.TemporaryDirectory() as out:
-        groups = [Group(store, i, out) for i in range(3)]
+        groups = [Group(store, i, out, steps=400) for i in range(3)]
         wait_for_step(out, 2, 15)
         stopped_at = time.time()
         os.killpg(groups[2].proc.pid, signal.SIGSTOP)

@@ -46,6 +46,36 @@ SAVER = textwrap.dedent("""
 """)
 
 
+def test_an_async_checkpoint_stalls_for_the_host_copy_only_and_is_exact(tmp_path):
+    """save() returns once the state is copied; the write goes on meanwhile; the checkpoint holds
+    the state as it was at save(), not as training changed it after; a failed write raises."""
+    big = torch.randn(64 << 20 >> 2)  # 64 MiB
+    state = {"step": 3, "model": {"w": big}, "extra": [1, (2.5, "x")]}
+    expected = big.clone()
+    saver = checkpoint.AsyncCheckpointer(str(tmp_path / "ckpt"))
+    start = time.monotonic()
+    saver.save(3, state)
+    returned = time.monotonic() - start
+    written_then = checkpoint.latest_step(str(tmp_path / "ckpt"))
+    big.add_(1.0)  # training goes on and changes the parameters
+    saver.wait()
+    total = time.monotonic() - start
+    assert written_then is None, "save() waited for the write"
+    assert returned < total
+    step, loaded = checkpoint.load(str(tmp_path / "ckpt"))
+    assert step == 3 and saver.last_saved == 3
+    assert torch.equal(loaded["model"]["w"], expected)
+    assert loaded["extra"] == [1, (2.5, "x")]
+    # A write that fails is reported by the next call, and commits nothing.
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    bad = checkpoint.AsyncCheckpointer(str(blocked / "ckpt"))
+    bad.save(1, {"w": torch.ones(3)})
+    with pytest.raises(RuntimeError, match="asynchronous checkpoint failed"):
+        bad.wait()
+    bad.wait()  # reported once
+
+
 def test_a_process_killed_mid_save_leaves_the_previous_checkpoint_as_latest(tmp_path):
     directory = str(tmp_path / "ckpt")
     rng = random.Random(5)

@@ -27,9 +27,11 @@ returns the latest checkpoint:
             job.suspend(step, make_state())           # saves, then exits the process (code 0)
 """
 
+import copy
 import json
 import os
 import shutil
+import threading
 
 import torch
 import torch.distributed as dist
@@ -37,15 +39,18 @@ import torch.distributed as dist
 _LATEST = "latest"
 
 
+_NO_GROUP = object()  # a save by one writer: no collectives
+
+
 def _dist(group):
-    if dist.is_available() and dist.is_initialized():
+    if group is not _NO_GROUP and dist.is_available() and dist.is_initialized():
         return dist.get_rank(group), dist.get_world_size(group)
     return 0, 1
 
 
 def _barrier_all_ok(ok, group, what):
     """Every rank learns whether every rank succeeded (a MIN allreduce); raises if one failed."""
-    if not (dist.is_available() and dist.is_initialized()):
+    if group is _NO_GROUP or not (dist.is_available() and dist.is_initialized()):
         if not ok:
             raise RuntimeError(f"haiscale.checkpoint: {what} failed")
         return
@@ -76,15 +81,20 @@ def _name(step):
     return f"step-{step:08d}"
 
 
-def save(directory, step, state, group=None, sharded=False, keep=2):
+def save(directory, step, state, group=None, sharded=False, keep=2, collective=True):
     """Saves `state` (anything torch.save takes) as the checkpoint of `step`. Full: rank 0
     writes the state it is given (e.g. `fsdp.full_state_dict()`, the same on every rank);
-    sharded: every rank writes its own. Collective when torch.distributed is initialized.
+    sharded: every rank writes its own. Collective when torch.distributed is initialized, unless
+    `collective` is False (one writer of a full state, e.g. one replica group of haiscale.ft).
     Returns the checkpoint's path."""
     if not directory:
         raise ValueError("haiscale.checkpoint: no checkpoint directory given")
     if step < 0:
         raise ValueError(f"haiscale.checkpoint: step must be >= 0, got {step}")
+    if not collective:
+        if sharded:
+            raise ValueError("haiscale.checkpoint: a sharded checkpoint is written by every rank")
+        group = _NO_GROUP
     rank, world = _dist(group)
     final = os.path.join(directory, _name(step))
     tmp = os.path.join(directory, ".tmp-" + _name(step))
@@ -128,6 +138,78 @@ def save(directory, step, state, group=None, sharded=False, keep=2):
             error = e
     _barrier_all_ok(error is None, group, f"committing checkpoint {step} in {directory}: {error}")
     return final
+
+
+def _host_copy(obj):
+    """A snapshot of `obj` that later training cannot change: tensors cloned to host memory,
+    containers rebuilt, anything else deep-copied."""
+    if torch.is_tensor(obj):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        items = [(k, _host_copy(v)) for k, v in obj.items()]
+        try:
+            return type(obj)(items)  # dict, OrderedDict (a state_dict)
+        except TypeError:
+            return dict(items)
+    if isinstance(obj, list):
+        return [_host_copy(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_host_copy(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
+class AsyncCheckpointer:
+    """Checkpoints written while training goes on: ``save()`` copies the state to host memory (the
+    only stall) and a thread of its own writes it with ``save()``'s guarantees (atomic, fsynced,
+    ``latest`` replaced last). One writer of a full state, no collectives: e.g. the first replica
+    group of a haiscale.ft job (any live group holds the whole state)::
+
+        saver = checkpoint.AsyncCheckpointer(ckpt_dir)
+        if ft.quorum["replica_rank"] == 0 and ft.step % 100 == 0:
+            saver.save(ft.step, ft.state_dict())
+        ...
+        saver.close()                                   # waits for the last write
+
+    One write at a time: a ``save()`` while the previous is still being written waits for it. A
+    failed write raises from the next ``save()``, ``wait()`` or ``close()``: never ignored.
+    """
+
+    def __init__(self, directory, keep=2):
+        if not directory:
+            raise ValueError("haiscale.checkpoint: no checkpoint directory given")
+        self.directory = directory
+        self.keep = keep
+        self._thread = None
+        self._error = None
+        self.last_saved = None  # the step of the last checkpoint written
+
+    def save(self, step, state):
+        """Snapshots `state` and starts writing it as the checkpoint of `step`; returns once the
+        snapshot is taken. Raises the previous write's error, if it failed."""
+        self.wait()
+        snapshot = _host_copy(state)
+
+        def write():
+            try:
+                save(self.directory, step, snapshot, keep=self.keep, collective=False)
+                self.last_saved = step
+            except BaseException as e:  # noqa: BLE001 -- handed to the training thread
+                self._error = e
+
+        self._thread = threading.Thread(target=write, name=f"checkpoint-{step}", daemon=True)
+        self._thread.start()
+
+    def wait(self):
+        """Waits for the write in progress; raises if it (or an earlier one) failed."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError(f"haiscale.checkpoint: an asynchronous checkpoint failed: {error}") from error
+
+    def close(self):
+        self.wait()
 
 
 def list_checkpoints(directory):

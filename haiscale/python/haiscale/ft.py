@@ -63,14 +63,16 @@ class Manager:
     group: the process group inside the replica group (None: a group of one process, or the
       default group when torch.distributed is initialized).
     batch_size: samples per group and step (for batch_indices()).
-    join_timeout: how long the others wait at a step boundary for a group that has not asked.
+    join_timeout: how long the others wait at a step boundary for a group that has not asked
+      (while it heartbeats: a group whose process is gone or frozen is not waited for after
+      heartbeat_timeout; group rank 0 heartbeats every tenth of it from a thread of its own).
     timeout: how long a collective between groups may take before the group counts as lost.
     state_fn / load_state_fn: extra state to hand a joining group (e.g. an LR scheduler's).
     """
 
     def __init__(self, model, optimizer, *, batch_size=1, replica_id=None, replicas=None,
                  min_replicas=None, store_address=None, job=None, group=None,
-                 join_timeout=5.0, timeout=30.0, quorum_timeout=300.0,
+                 join_timeout=5.0, heartbeat_timeout=1.0, timeout=30.0, quorum_timeout=300.0,
                  state_fn=None, load_state_fn=None):
         self.model = model
         self.optimizer = optimizer
@@ -87,6 +89,7 @@ class Manager:
         self.group_rank = dist.get_rank(group) if group is not None else 0
         self.group_size = dist.get_world_size(group) if group is not None else 1
         self.join_timeout = join_timeout
+        self.heartbeat_timeout = heartbeat_timeout
         self.timeout = timeout
         self.quorum_timeout = quorum_timeout
         self.state_fn = state_fn
@@ -98,6 +101,11 @@ class Manager:
         self._pg = None
         self._pg_quorum = None
         self._reform = False
+        self._heartbeat = None
+        if self.group_rank == 0 and heartbeat_timeout > 0:
+            self._heartbeat = _backend._C.QuorumHeartbeat(
+                self.store_address, self.job, self.replica_id,
+                max(10, int(heartbeat_timeout * 100)))
 
     # ---- per step -------------------------------------------------------------------------
 
@@ -174,6 +182,9 @@ class Manager:
             self.load_state_fn(state["user"])
 
     def shutdown(self):
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None
         self._close_pg(abort=False)
 
     # ---- internals --------------------------------------------------------------------------
@@ -185,7 +196,7 @@ class Manager:
             q = _backend._C.join_quorum(
                 self.store_address, self.job, self.replica_id, self.step, self.min_replicas,
                 self.replicas, self._reform, int(self.join_timeout * 1000),
-                int(self.quorum_timeout * 1000))
+                int(self.quorum_timeout * 1000), int(self.heartbeat_timeout * 1000))
         if self.group is not None and self.group_size > 1:
             box = [q]
             dist.broadcast_object_list(box, src=dist.get_global_rank(self.group, 0),

@@ -5,9 +5,10 @@
 // in this step. The answer comes when every group of the previous quorum has asked again (the
 // common case: nobody lost, a per-step barrier), when all `replicas` groups have asked, or, once
 // `min_replicas` have, when `join_timeout` has passed since the first of them asked (a group that
-// died or hangs is left out). A group that asks later (restarted, replaced, or back from a hang)
-// joins the next quorum. Each decided quorum with a different membership, or one that a member
-// asks to re-form (its collectives failed), gets a new id; its members re-form their
+// died or hangs is left out), or when each previous member that has not asked has been silent
+// (no heartbeat) for `heartbeat_timeout`. A group that asks later (restarted, replaced, or back
+// from a hang) joins the next quorum. Each decided quorum with a different membership, or one that
+// a member asks to re-form (its collectives failed), gets a new id; its members re-form their
 // communicator under the store prefix it names, and any member whose step is behind the others'
 // takes the state of one that is not (the quorum says which).
 //
@@ -38,6 +39,10 @@ struct QuorumRequest {
   int replicas = 1;        // groups the job expects: with all of them present, decided at once
   bool reform = false;     // the group's communicator broke: the next quorum gets a new id
   std::chrono::milliseconds join_timeout{std::chrono::seconds(5)};
+  // When positive: a member of the previous quorum neither heard from (Heartbeat, or asking)
+  // for this long is not waited for (a killed or frozen process), so a loss costs this, not the
+  // join timeout.
+  std::chrono::milliseconds heartbeat_timeout{0};
 };
 
 struct QuorumMember {
@@ -69,6 +74,8 @@ class ReplicaQuorum {
   // when it is not by `deadline` (fewer than min_replicas groups); kInvalidArgument for a bad
   // request.
   Result<Quorum> Join(const QuorumRequest& request, std::chrono::steady_clock::time_point deadline);
+  // The group is alive (a thread of its process calls this every fraction of heartbeat_timeout).
+  Status Heartbeat(const std::string& job, const std::string& replica_id);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -78,6 +85,7 @@ class ReplicaQuorum {
     bool reform = false;
     int min_replicas = 1, replicas = 1;
     std::chrono::milliseconds join_timeout{0};
+    std::chrono::milliseconds heartbeat_timeout{0};
   };
   struct Decision {
     int64_t id = 0;
@@ -90,6 +98,7 @@ class ReplicaQuorum {
     int64_t quorum_id = 0;
     // The last rounds' decisions by round number (a waiter woken late still finds its own).
     std::map<uint64_t, Decision> decided;
+    std::map<std::string, Clock::time_point> last_seen;  // by heartbeat or by asking
   };
   // Decides the job's current round when its rule says so; true when it did.
   bool MaybeDecide(Job& job, Clock::time_point now);

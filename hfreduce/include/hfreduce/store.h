@@ -60,6 +60,9 @@ class StoreClient final : public Store {
   Result<int64_t> Add(const std::string& key, int64_t delta) override;
   // Asks the server for the job's next replica quorum (quorum.h); waits up to `timeout`.
   Result<Quorum> JoinQuorum(const QuorumRequest& request, std::chrono::milliseconds timeout);
+  // Tells the server the replica group is alive (one attempt, within `timeout`).
+  Status QuorumHeartbeat(const std::string& job, const std::string& replica_id,
+                         std::chrono::milliseconds timeout);
 
  private:
   struct Impl;

@@ -22,8 +22,12 @@ bool ReplicaQuorum::MaybeDecide(Job& job, Clock::time_point now) {
   const int n = static_cast<int>(r.joined.size());
   if (n == 0 || n < r.min_replicas) return false;
   bool all_previous = !job.previous.empty();
-  for (const std::string& id : job.previous)
-    all_previous = all_previous && r.joined.contains(id);
+  for (const std::string& id : job.previous) {
+    auto seen = job.last_seen.find(id);
+    const bool silent = r.heartbeat_timeout.count() > 0 &&
+                        (seen == job.last_seen.end() || now - seen->second > r.heartbeat_timeout);
+    all_previous = all_previous && (r.joined.contains(id) || silent);
+  }
   const bool everyone = n >= r.replicas;
   const bool waited = now >= r.first + r.join_timeout;
   if (!all_previous && !everyone && !waited) return false;
@@ -43,6 +47,15 @@ bool ReplicaQuorum::MaybeDecide(Job& job, Clock::time_point now) {
   ++job.round;
   job.current = Round{};
   return true;
+}
+
+Status ReplicaQuorum::Heartbeat(const std::string& job, const std::string& replica_id) {
+  if (job.empty() || replica_id.empty()) {
+    return InvalidArgument("quorum: job and replica_id must be set");
+  }
+  std::lock_guard lock(mu_);
+  jobs_[job].last_seen[replica_id] = Clock::now();
+  return Status::Ok();
 }
 
 Result<Quorum> ReplicaQuorum::Join(const QuorumRequest& request, Clock::time_point deadline) {
@@ -71,7 +84,9 @@ Result<Quorum> ReplicaQuorum::Join(const QuorumRequest& request, Clock::time_poi
   r.min_replicas = request.min_replicas;
   r.replicas = request.replicas;
   r.join_timeout = request.join_timeout;
+  r.heartbeat_timeout = request.heartbeat_timeout;
   r.reform = r.reform || request.reform;
+  job.last_seen[request.replica_id] = Clock::now();
   const uint64_t mine = job.round;
   while (job.round == mine) {
     const auto now = Clock::now();
@@ -87,6 +102,8 @@ Result<Quorum> ReplicaQuorum::Join(const QuorumRequest& request, Clock::time_poi
     }
     auto wake = deadline;
     if (!job.current.joined.empty()) wake = std::min(wake, job.current.first + r.join_timeout);
+    // A silent member is noticed within a tenth of the heartbeat timeout.
+    if (r.heartbeat_timeout.count() > 0) wake = std::min(wake, now + r.heartbeat_timeout / 10);
     decided_.wait_until(lock, std::max(wake, now + std::chrono::milliseconds(1)));
   }
   auto decision = job.decided.find(mine);

@@ -102,6 +102,7 @@ class StoreService final : public proto::Store::Service {
       q.replicas = request->replicas();
       q.reform = request->reform();
       q.join_timeout = std::chrono::milliseconds(request->join_timeout_ms());
+      q.heartbeat_timeout = std::chrono::milliseconds(request->heartbeat_timeout_ms());
       FF_ASSIGN_OR_RETURN(hfreduce::Quorum decided,
                           quorum_.Join(q, std::chrono::steady_clock::now() +
                                               std::chrono::milliseconds(request->timeout_ms())));
@@ -116,6 +117,13 @@ class StoreService final : public proto::Store::Service {
       reply->set_recover_from(decided.recover_from);
       reply->set_store_prefix(decided.store_prefix);
       return Status::Ok();
+    });
+  }
+
+  grpc::Status QuorumHeartbeat(grpc::ServerContext*, const proto::QuorumHeartbeatRequest* request,
+                               proto::QuorumHeartbeatReply*) override {
+    return ServeRpc("Store.QuorumHeartbeat", [&]() -> Status {
+      return quorum_.Heartbeat(request->job(), request->replica_id());
     });
   }
 
@@ -234,6 +242,7 @@ Result<Quorum> StoreClient::JoinQuorum(const QuorumRequest& request,
   r.set_replicas(request.replicas);
   r.set_reform(request.reform);
   r.set_join_timeout_ms(request.join_timeout.count());
+  r.set_heartbeat_timeout_ms(request.heartbeat_timeout.count());
   r.set_timeout_ms(timeout.count());
   proto::QuorumReply reply;
   // Not idempotent (it joins a round): tried once once the server is reachable.
@@ -253,6 +262,19 @@ Result<Quorum> StoreClient::JoinQuorum(const QuorumRequest& request,
   q.recover_from = reply.recover_from();
   q.store_prefix = reply.store_prefix();
   return q;
+}
+
+Status StoreClient::QuorumHeartbeat(const std::string& job, const std::string& replica_id,
+                                    std::chrono::milliseconds timeout) {
+  proto::QuorumHeartbeatRequest r;
+  r.set_job(job);
+  r.set_replica_id(replica_id);
+  proto::QuorumHeartbeatReply reply;
+  CallOptions options = CallOptions::Idempotent(timeout);
+  options.max_attempts = 1;
+  return CallRpc(
+      "hfreduce store " + impl_->address + " QuorumHeartbeat", options,
+      [&](grpc::ClientContext* c) { return impl_->stub->QuorumHeartbeat(c, r, &reply); });
 }
 
 }  // namespace ff::hfreduce
