@@ -39,8 +39,16 @@ def _digest(manager):
     return h.hexdigest()
 
 
-def train(store, replica_id, steps, out_dir, step_s=0.05, replicas=3, min_replicas=2,
-          quorum_timeout=60.0):
+def train(store, replica_id, steps, out_dir, options=None):
+    """options: step_s (sleep per step), replicas, min_replicas, quorum_timeout, pause_heal_s (a
+    group that receives state first writes heal.<id> and sleeps this long: a window for the test
+    to lose another group during the join)."""
+    options = options or {}
+    step_s = options.get("step_s", 0.05)
+    replicas = options.get("replicas", 3)
+    min_replicas = options.get("min_replicas", 2)
+    quorum_timeout = options.get("quorum_timeout", 60.0)
+    pause_heal_s = options.get("pause_heal_s", 0)
     torch.manual_seed(1234)  # the same initial model everywhere (a joiner takes the live state)
     model = torch.nn.Sequential(torch.nn.Linear(DIM, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
@@ -48,6 +56,16 @@ def train(store, replica_id, steps, out_dir, step_s=0.05, replicas=3, min_replic
     ft = haiscale.ft.Manager(model, opt, batch_size=16, replica_id=replica_id, replicas=replicas,
                              min_replicas=min_replicas, store_address=store, job="ftjob",
                              join_timeout=1.0, timeout=5.0, quorum_timeout=quorum_timeout)
+    if pause_heal_s:
+        heal = ft._heal
+
+        def slow_heal(q):
+            if ft.step < q["max_step"]:
+                open(os.path.join(out_dir, f"heal.{replica_id}"), "w").close()
+                time.sleep(pause_heal_s)
+            heal(q)
+
+        ft._heal = slow_heal
     log = []
     marker = os.path.join(out_dir, f"step.{replica_id}")
     while True:
@@ -73,3 +91,51 @@ def train(store, replica_id, steps, out_dir, step_s=0.05, replicas=3, min_replic
     with open(os.path.join(out_dir, f"result.{replica_id}.{os.getpid()}.json"), "w") as f:
         json.dump(result, f)
     return {"step": ft.step, "digest": result["digest"], "healed_at": ft.healed_at}
+
+
+def train_hsdp(store, replica_id, steps, out_dir):
+    """One rank of a replica group of two ranks sharding the model with haiscale.fsdp (HSDP):
+    torch.distributed's default group is the replica group (RANK, WORLD_SIZE, MASTER_* of the
+    group); the groups average the shards' gradients rank by rank."""
+    import torch.distributed as dist
+
+    from haiscale.fsdp import FullyShardedDataParallel
+
+    dist.init_process_group("hfreduce")
+    rank = dist.get_rank()
+    torch.manual_seed(1234)
+    model = FullyShardedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(DIM, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    x, y = _data()
+    ft = haiscale.ft.Manager(model, opt, batch_size=16, replica_id=replica_id, replicas=2,
+                             min_replicas=1, store_address=store, job="hsdp", join_timeout=1.0,
+                             timeout=5.0, quorum_timeout=60.0)
+    marker = os.path.join(out_dir, f"step.{replica_id}")
+    log = []
+    while True:
+        world = ft.start_step()
+        if ft.step >= steps:
+            break
+        index = torch.tensor([i % SAMPLES for i in list(ft.batch_indices())[rank::2]])
+        loss = torch.nn.functional.mse_loss(model(x[index]), y[index])
+        loss.backward()
+        time.sleep(0.05)
+        if ft.sync_gradients():
+            opt.step()
+            log.append({"step": ft.step, "world": world, "at": time.time()})
+            if rank == 0:
+                with open(marker + ".tmp", "w") as f:
+                    f.write(str(ft.step))
+                os.replace(marker + ".tmp", marker)
+        opt.zero_grad()
+    h = hashlib.sha256()
+    for k, v in sorted(model.sharded_state_dict().items()):
+        if torch.is_tensor(v):
+            h.update(v.numpy().tobytes())
+    result = {"replica": replica_id, "rank": rank, "step": ft.step, "digest": h.hexdigest(),
+              "healed_at": ft.healed_at, "log": log}
+    ft.shutdown()
+    with open(os.path.join(out_dir, f"hsdp.{replica_id}.{rank}.{os.getpid()}.json"), "w") as f:
+        json.dump(result, f)
+    return {"step": ft.step}

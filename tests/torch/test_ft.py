@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from launch import HERE
+from launch import HERE, free_port
 
-STEPS = 60
+STEPS = 150  # long enough that the others still train when a replacement arrives
 BUILD = os.environ.get("FF_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
 
 
@@ -46,12 +46,7 @@ class Group:
     def __init__(self, store, replica_id, out_dir, steps=STEPS, **kwargs):
         env = dict(os.environ, HFREDUCE_NODE_ID=f"group{replica_id}", PYTHONUNBUFFERED="1",
                    OMP_NUM_THREADS="1")
-        args = json.dumps([store, str(replica_id), steps, out_dir])
-        self.kwargs = kwargs
-        if kwargs:
-            args = json.dumps([store, str(replica_id), steps, out_dir, kwargs.get("step_s", 0.05),
-                               kwargs.get("replicas", 3), kwargs.get("min_replicas", 2),
-                               kwargs.get("quorum_timeout", 60.0)])
+        args = json.dumps([store, str(replica_id), steps, out_dir, kwargs])
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "rank_runner.py"),
                                       "ft_worker:train", args], env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -163,6 +158,83 @@ def test_a_hung_group_is_left_out_then_heals_and_ends_identical(store):
     assert done["2"]["healed_at"], "the hung group did not take the others' state"
     for r in done.values():
         check_stream(r)
+
+
+def test_a_group_lost_while_another_joins_leaves_the_rest_identical(store):
+    with tempfile.TemporaryDirectory() as out:
+        groups = [Group(store, i, out, steps=150) for i in range(3)]
+        wait_for_step(out, 1, 10)
+        os.killpg(groups[1].proc.pid, signal.SIGKILL)
+        replacement = Group(store, 1, out, steps=150, pause_heal_s=2.0)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(out, "heal.1")):
+            assert time.monotonic() < deadline, "the replacement never began to heal"
+            time.sleep(0.02)
+        os.killpg(groups[2].proc.pid, signal.SIGKILL)  # lost in the middle of the join
+        outputs = [groups[0].wait(), replacement.wait()]
+        for code, output in outputs:
+            assert code == 0, output
+        done = results(out)
+    assert set(done) == {"0", "1"}
+    assert done["0"]["digest"] == done["1"]["digest"], "the join left the groups different"
+    assert done["1"]["healed_at"], "the replacement did not take the live group's state"
+    for r in done.values():
+        check_stream(r)
+
+
+class HsdpGroup:
+    """A replica group of two ranks with haiscale.fsdp inside (its own torch.distributed job)."""
+
+    def __init__(self, store, replica_id, out_dir, steps):
+        port = free_port()
+        self.procs = []
+        for rank in range(2):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port), HFREDUCE_NODE_ID=f"group{replica_id}",
+                       PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+            self.procs.append(subprocess.Popen(
+                [sys.executable, os.path.join(HERE, "rank_runner.py"), "ft_worker:train_hsdp",
+                 json.dumps([store, str(replica_id), steps, out_dir])], env=env,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                start_new_session=True))
+
+    def kill(self):
+        for p in self.procs:
+            os.killpg(p.pid, signal.SIGKILL)
+
+    def wait(self, timeout=180):
+        out = []
+        for p in self.procs:
+            try:
+                text, _ = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                text, _ = p.communicate()
+            out.append((p.returncode, text))
+        return out
+
+
+def test_hsdp_groups_lose_one_and_a_replacement_heals_shard_by_shard(store):
+    with tempfile.TemporaryDirectory() as out:
+        groups = [HsdpGroup(store, i, out, 80) for i in range(2)]
+        wait_for_step(out, 1, 10)
+        groups[1].kill()
+        time.sleep(1.0)
+        replacement = HsdpGroup(store, 1, out, 80)
+        for code, output in groups[0].wait() + replacement.wait():
+            assert code == 0, output
+        done = {}
+        for path in glob.glob(os.path.join(out, "hsdp.*.json")):
+            with open(path) as f:
+                r = json.load(f)
+            done[(r["replica"], r["rank"])] = r
+    assert set(done) == {("0", 0), ("0", 1), ("1", 0), ("1", 1)}
+    for rank in (0, 1):  # each shard equal to its counterpart in the other group
+        assert done[("0", rank)]["digest"] == done[("1", rank)]["digest"], rank
+        assert done[("1", rank)]["healed_at"], "the replacement did not take the live shards"
+    assert done[("0", 0)]["digest"] != done[("0", 1)]["digest"]  # they are different shards
+    worlds = [e["world"] for e in done[("0", 0)]["log"]]
+    assert 1 in worlds and worlds[-1] == 2, worlds
 
 
 def test_below_min_replicas_no_quorum_forms_and_the_survivor_raises(store):

@@ -166,15 +166,21 @@ class Manager:
     # ---- state ------------------------------------------------------------------------------
 
     def state_dict(self):
-        """What a joining group takes (and what a checkpoint should hold)."""
+        """What a joining group takes (and what a checkpoint should hold): this rank's own; with
+        haiscale.fsdp inside the group, its shards (each group rank heals its counterpart)."""
+        model = (self.model.sharded_state_dict() if hasattr(self.model, "sharded_state_dict")
+                 else self.model.state_dict())
         state = {"step": self.step, "samples": self.samples,
-                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+                 "model": model, "optimizer": self.optimizer.state_dict()}
         if self.state_fn is not None:
             state["user"] = self.state_fn()
         return state
 
     def load_state_dict(self, state):
-        self.model.load_state_dict(state["model"])
+        if hasattr(self.model, "load_sharded_state_dict"):
+            self.model.load_sharded_state_dict(state["model"])
+        else:
+            self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = state["step"]
         self.samples = state["samples"]
@@ -223,7 +229,9 @@ class Manager:
         for dtype in sorted({g.dtype for g in grads}, key=str):
             same = [g for g in grads if g.dtype == dtype]
             flat = torch.cat([g.reshape(-1) for g in same])
-            dist.all_reduce(flat, group=self._pg)
+            # The group's own method: the group is not in torch's registry (dist.all_reduce
+            # would turn a failure into a ValueError about that when a default group exists).
+            self._pg.allreduce([flat]).wait()
             flat /= world
             offset = 0
             for g in same:
