@@ -44,6 +44,9 @@ def train(store, replica_id, steps, out_dir, options=None):
     group that receives state first writes heal.<id> and sleeps this long: a window for the test
     to lose another group during the join)."""
     options = options or {}
+    store = store or os.environ["HAI_FT_STORE"]  # on HAI-Platform: hai-server's quorums
+    with open(os.path.join(out_dir, f"pid.{replica_id}"), "w") as f:
+        f.write(str(os.getpid()))
     step_s = options.get("step_s", 0.05)
     replicas = options.get("replicas", 3)
     min_replicas = options.get("min_replicas", 2)

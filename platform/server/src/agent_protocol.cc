@@ -179,6 +179,7 @@ std::vector<hai::Task> HaiServer::TasksFor(const std::string& node) const {
         env["MASTER_ADDR"] = run.master_addr();
         env["MASTER_PORT"] = std::to_string(run.master_port());
         env["CUDA_VISIBLE_DEVICES"] = run.gpus(i);
+        if (!quorum_address_.empty()) env["HAI_FT_STORE"] = quorum_address_;  // haiscale.ft
         tasks.push_back(std::move(t));
       }
     }

@@ -9,6 +9,7 @@
 #include "common/replicas.h"
 #include "common/rpc_server.h"
 #include "common/rpc_status.h"
+#include "hfreduce/store.h"
 #include "internal.h"
 #include "platform/lifecycle.h"
 #include "platform/names.h"
@@ -206,6 +207,18 @@ void HaiServer::OnLeadership(bool leader) {
 
 void HaiServer::Start(const std::string& address) {
   self_ = options_.advertise.empty() ? address : options_.advertise;
+  // Jobs reach it where they reach this replica. Without it fault-tolerant jobs get no
+  // HAI_FT_STORE and say so; every other job is unaffected.
+  const std::string host = HostOf(self_);
+  auto quorum = hfreduce::StoreServer::Start((host.empty() ? "127.0.0.1" : host) + ":0");
+  if (quorum.ok()) {
+    quorum_server_ = std::move(*quorum);
+    MutexLock lock(&mu_);
+    quorum_address_ = quorum_server_->address();
+    spdlog::info("serving replica quorums (HAI_FT_STORE) on {}", quorum_address_);
+  } else {
+    spdlog::error("cannot serve replica quorums: {}", quorum.status().message());
+  }
   if (metrics_) {  // a lone hai-server always leads; a replica once elected
     metrics_->Gauge("hai_server_leader", "1 while this replica leads (schedules, serves)")
         .Set(etcd_ ? 0 : 1);

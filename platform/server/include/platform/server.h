@@ -35,6 +35,10 @@
 #include "platform/proto/hai.grpc.pb.h"
 #include "scheduler/scheduler.h"
 
+namespace ff::hfreduce {
+class StoreServer;
+}  // namespace ff::hfreduce
+
 namespace ff::platform {
 
 class Store;  // the durable records (RocksDB or etcd), private to hai-server
@@ -169,6 +173,10 @@ class HaiServer final : public hai::Hai::Service {
   std::unique_ptr<Store> store_;
   std::unique_ptr<LeaderElection> election_;
   std::string self_;  // this replica's address
+  // The replica quorums of fault-tolerant jobs (haiscale.ft) and their rendezvous store, served
+  // on this replica's host; its address is every task's HAI_FT_STORE.
+  std::unique_ptr<hfreduce::StoreServer> quorum_server_;
+  std::string quorum_address_ FF_GUARDED_BY(mu_);
   std::unique_ptr<scheduler::Scheduler> scheduler_;
   std::string agent_token_hash_;
   Metrics* metrics_;
