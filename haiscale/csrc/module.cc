@@ -13,6 +13,20 @@ namespace py = pybind11;
 
 namespace {
 
+ff::haiscale::BackendOptions Options(int rank, int size, int64_t timeout_ms,
+                                     const std::string& group_name, const std::string& node_id,
+                                     const std::string& listen_host, const std::string& transport) {
+  ff::haiscale::BackendOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  o.group_name = group_name;
+  o.node_id = node_id;
+  o.listen_host = listen_host;
+  o.transport = transport;
+  return o;
+}
+
 c10::intrusive_ptr<c10d::Backend> CreateBackend(const c10::intrusive_ptr<c10d::Store>& store,
                                                 int rank, int size, int64_t timeout_ms,
                                                 const std::string& group_name,
@@ -20,15 +34,9 @@ c10::intrusive_ptr<c10d::Backend> CreateBackend(const c10::intrusive_ptr<c10d::S
                                                 const std::string& listen_host,
                                                 const std::string& transport, int64_t chunk_bytes,
                                                 int pipeline_depth) {
-  ff::haiscale::BackendOptions o;
-  o.rank = rank;
-  o.size = size;
-  o.timeout = std::chrono::milliseconds(timeout_ms);
-  o.group_name = group_name;
-  o.node_id = node_id;
+  ff::haiscale::BackendOptions o =
+      Options(rank, size, timeout_ms, group_name, node_id, listen_host, transport);
   o.local_rank = local_rank;
-  o.listen_host = listen_host;
-  o.transport = transport;
   o.chunk_bytes = static_cast<std::size_t>(chunk_bytes);
   o.pipeline_depth = pipeline_depth;
   return c10::make_intrusive<ff::haiscale::HFReduceBackend>(store, std::move(o));
@@ -40,14 +48,8 @@ c10::intrusive_ptr<c10d::Backend> CreateBackendAt(const std::string& address,
                                                   const std::string& node_id,
                                                   const std::string& listen_host,
                                                   const std::string& transport) {
-  ff::haiscale::BackendOptions o;
-  o.rank = rank;
-  o.size = size;
-  o.timeout = std::chrono::milliseconds(timeout_ms);
-  o.group_name = group_name;
-  o.node_id = node_id;
-  o.listen_host = listen_host;
-  o.transport = transport;
+  ff::haiscale::BackendOptions o =
+      Options(rank, size, timeout_ms, group_name, node_id, listen_host, transport);
   o.store_address = address;
   o.store_prefix = prefix;
   return c10::make_intrusive<ff::haiscale::HFReduceBackend>(c10::intrusive_ptr<c10d::Store>(),
