@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
-#include <random>
 #include <thread>
 
 #include "common/traffic.h"
@@ -461,27 +460,26 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, Store& s
                            " ranks; at most 64 per node");
   }
 
-  // 2. The node's shared memory: created by the leader, opened by the others, then unlinked so
-  // that nothing is left in /dev/shm whatever happens later.
+  // 2. The node's shared memory: anonymous, created by the leader and opened by the others at
+  // the path it publishes (the leader's descriptor in /proc) until they all have it: nothing is
+  // ever left behind in /dev/shm, whenever a process dies.
   const std::string node_key = prefix + "/node/" + std::to_string(node_index_);
   const bool leader = local_rank_ == 0;
   if (leader) {
-    std::random_device rd;
-    std::string name = "/hfreduce-" + std::to_string(getpid()) + "-" + std::to_string(rd()) + "-n" +
-                       std::to_string(node_index_);
-    FF_ASSIGN_OR_RETURN(segment_, NodeSegment::Create(name, local_size_, options.pipeline_depth,
-                                                      options.chunk_bytes));
-    FF_RETURN_IF_ERROR(store.Set(node_key + "/shm", name));
+    FF_ASSIGN_OR_RETURN(segment_,
+                        NodeSegment::Create("hfreduce-n" + std::to_string(node_index_), local_size_,
+                                            options.pipeline_depth, options.chunk_bytes));
+    FF_RETURN_IF_ERROR(store.Set(node_key + "/shm", segment_->path()));
     if (local_size_ > 1) {
       std::vector<std::string> opened;
       for (int lr = 1; lr < local_size_; ++lr) {
         opened.push_back(node_key + "/opened/" + std::to_string(lr));
       }
       Status st = store.Get(opened, left()).status();
-      NodeSegment::Unlink(name);
+      segment_->Unpublish();
       FF_RETURN_IF_ERROR(st);
     } else {
-      NodeSegment::Unlink(name);
+      segment_->Unpublish();
     }
   } else {
     FF_ASSIGN_OR_RETURN(std::string name, store.Get(node_key + "/shm", left()));

@@ -49,7 +49,14 @@ NodeSegment::NodeSegment(void* base, std::size_t size)
     : base_(static_cast<char*>(base)), size_(size), header_(static_cast<NodeHeader*>(base)) {}
 
 NodeSegment::~NodeSegment() {
+  Unpublish();
   munmap(base_, size_);
+}
+
+void NodeSegment::Unpublish() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  path_.clear();
 }
 
 void NodeSegment::Bind() {
@@ -63,31 +70,30 @@ void NodeSegment::Bind() {
   results_ = inputs_ + static_cast<std::size_t>(local_size()) * slots() * slot_bytes();
 }
 
-Result<std::unique_ptr<NodeSegment>> NodeSegment::Create(const std::string& name, int local_size,
+Result<std::unique_ptr<NodeSegment>> NodeSegment::Create(const std::string& label, int local_size,
                                                          int slots, std::size_t slot_bytes) {
   if (local_size < 1 || local_size > kMaxLocalRanks) {
     return InvalidArgument("hfreduce: " + std::to_string(local_size) +
                            " local ranks; at most 64 per node");
   }
   Geometry g = Compute(local_size, slots, slot_bytes);
-  shm_unlink(name.c_str());  // a stale segment from a crashed run
-  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  const std::string& name = label;
+  int fd = memfd_create(label.c_str(), MFD_CLOEXEC);
   if (fd < 0) return Status::FromErrno(errno, "hfreduce: create shared memory " + name);
   if (ftruncate(fd, static_cast<off_t>(g.total)) != 0) {
     int err = errno;
     close(fd);
-    shm_unlink(name.c_str());
-    return Status::FromErrno(err, "hfreduce: size shared memory " + name + " to " +
-                                      std::to_string(g.total) +
-                                      " bytes (is /dev/shm large enough?)");
+    return Status::FromErrno(
+        err, "hfreduce: size shared memory " + name + " to " + std::to_string(g.total) + " bytes");
   }
   Result<void*> p = Map(fd, g.total, name);
-  close(fd);
   if (!p.ok()) {
-    shm_unlink(name.c_str());
+    close(fd);
     return p.status();
   }
   std::unique_ptr<NodeSegment> seg(new NodeSegment(*p, g.total));
+  seg->fd_ = fd;
+  seg->path_ = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd);
   // The mapping is zero-filled: every atomic starts at 0. Fill the geometry, then the magic last.
   NodeHeader& h = seg->header();
   h.version = kVersion;
@@ -102,8 +108,9 @@ Result<std::unique_ptr<NodeSegment>> NodeSegment::Create(const std::string& name
   return seg;
 }
 
-Result<std::unique_ptr<NodeSegment>> NodeSegment::Open(const std::string& name) {
-  int fd = shm_open(name.c_str(), O_RDWR, 0600);
+Result<std::unique_ptr<NodeSegment>> NodeSegment::Open(const std::string& path) {
+  const std::string& name = path;
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno(errno, "hfreduce: open shared memory " + name);
   struct stat st;
   if (fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < sizeof(NodeHeader)) {
@@ -125,10 +132,6 @@ Result<std::unique_ptr<NodeSegment>> NodeSegment::Open(const std::string& name) 
   }
   seg->Bind();
   return seg;
-}
-
-void NodeSegment::Unlink(const std::string& name) {
-  shm_unlink(name.c_str());
 }
 
 void NodeSegment::Abort(const Status& status) {

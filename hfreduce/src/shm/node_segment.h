@@ -62,14 +62,20 @@ struct alignas(64) NodeHeader {
 
 class NodeSegment {
  public:
-  // The leader creates the segment (replacing a stale one of the same name).
-  static Result<std::unique_ptr<NodeSegment>> Create(const std::string& name, int local_size,
+  // The leader creates the segment: anonymous memory (memfd; `label` names it in /proc), never a
+  // file in /dev/shm, so a process killed at any moment leaves nothing behind. The others open
+  // it at path() while the leader keeps it published.
+  static Result<std::unique_ptr<NodeSegment>> Create(const std::string& label, int local_size,
                                                      int slots, std::size_t slot_bytes);
-  // Other local ranks open it; the geometry is read from the header and checked.
-  static Result<std::unique_ptr<NodeSegment>> Open(const std::string& name);
-  // Removes the name (the mapping stays valid for everyone who has it open).
-  static void Unlink(const std::string& name);
+  // Other local ranks open it at the leader's path(); the geometry is read from the header and
+  // checked.
+  static Result<std::unique_ptr<NodeSegment>> Open(const std::string& path);
   ~NodeSegment();
+
+  // Where the other local ranks open it ("/proc/<pid>/fd/<n>"; empty once unpublished).
+  const std::string& path() const { return path_; }
+  // Stops publishing it (once every local rank has it mapped): the mappings stay valid.
+  void Unpublish();
 
   NodeHeader& header() { return *header_; }
   int local_size() const { return static_cast<int>(header_->local_size); }
@@ -101,6 +107,8 @@ class NodeSegment {
   char* base_;
   std::size_t size_;
   NodeHeader* header_;
+  int fd_ = -1;  // the leader's, while published
+  std::string path_;
   std::atomic<uint32_t>* input_filled_ = nullptr;
   std::atomic<uint32_t>* input_free_ = nullptr;
   std::atomic<uint32_t>* result_filled_ = nullptr;
