@@ -216,11 +216,13 @@ class HsdpGroup:
 
 def test_hsdp_groups_lose_one_and_a_replacement_heals_shard_by_shard(store):
     with tempfile.TemporaryDirectory() as out:
-        groups = [HsdpGroup(store, i, out, 80) for i in range(2)]
+        # Enough steps that group 0 still trains when the replacement arrives (with
+        # min_replicas 1, one arriving after the end would train alone from the start).
+        groups = [HsdpGroup(store, i, out, 300) for i in range(2)]
         wait_for_step(out, 1, 10)
         groups[1].kill()
         time.sleep(1.0)
-        replacement = HsdpGroup(store, 1, out, 80)
+        replacement = HsdpGroup(store, 1, out, 300)
         for code, output in groups[0].wait() + replacement.wait():
             assert code == 0, output
         done = {}
@@ -229,8 +231,10 @@ def test_hsdp_groups_lose_one_and_a_replacement_heals_shard_by_shard(store):
                 r = json.load(f)
             done[(r["replica"], r["rank"])] = r
     assert set(done) == {("0", 0), ("0", 1), ("1", 0), ("1", 1)}
+    summary = {k: (r["step"], r["digest"][:8], r["healed_at"], [e["world"] for e in r["log"]])
+               for k, r in done.items()}
     for rank in (0, 1):  # each shard equal to its counterpart in the other group
-        assert done[("0", rank)]["digest"] == done[("1", rank)]["digest"], rank
+        assert done[("0", rank)]["digest"] == done[("1", rank)]["digest"], summary
         assert done[("1", rank)]["healed_at"], "the replacement did not take the live shards"
     assert done[("0", 0)]["digest"] != done[("0", 1)]["digest"]  # they are different shards
     worlds = [e["world"] for e in done[("0", 0)]["log"]]
