@@ -113,8 +113,10 @@ class Manager:
         """Joins this step's quorum, re-forms the groups' process group if it changed, and heals
         any member that is behind. Returns the number of groups taking part."""
         deadline = time.monotonic() + self.quorum_timeout
+        late = 0  # failed attempts that ended past the deadline
+        error = None
         while True:
-            q = self._ask_quorum()
+            q = self._ask_quorum()  # raises when fewer than min_replicas groups ask in time
             self.quorum = q
             ok = True
             try:
@@ -127,13 +129,21 @@ class Manager:
                     self._pg_quorum = q["id"]
                 if q["healing"]:
                     self._heal(q)
-            except RuntimeError:
-                if time.monotonic() > deadline:
-                    raise
+            except RuntimeError as e:
+                error = e
                 ok = False  # a member was lost while re-forming or healing: ask again
             if self._group_agrees(ok):
                 self._reform = False
                 return q["replica_world"]
+            # Past the deadline the quorum is asked once more (so that too few groups is
+            # reported as such); failing again after that gives up.
+            if time.monotonic() > deadline:
+                late += 1
+                if late > 1:
+                    raise RuntimeError(
+                        "haiscale.ft: the replica groups' process group could not be formed "
+                        f"within quorum_timeout ({self.quorum_timeout} s): "
+                        f"{error or 'another rank of this group failed'}") from error
             self._reform = True
             self._close_pg(abort=True)
 
