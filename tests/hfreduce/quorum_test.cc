@@ -26,13 +26,13 @@ QuorumRequest Ask(const std::string& replica, int64_t step, int min_replicas = 2
   r.step = step;
   r.min_replicas = min_replicas;
   r.replicas = replicas;
-  r.join_timeout = 300ms;
+  r.join_timeout = 2s;  // far above how long a decision "at once" may take on a loaded machine
   return r;
 }
 
 // Every asker joins at once (threads); returns each one's quorum in the order asked.
 std::vector<Result<Quorum>> Round(ReplicaQuorum& quorum, const std::vector<QuorumRequest>& asks,
-                                  std::chrono::milliseconds deadline = 5s) {
+                                  std::chrono::milliseconds deadline = 10s) {
   std::vector<std::future<Result<Quorum>>> futures;
   for (const QuorumRequest& ask : asks) {
     futures.push_back(std::async(std::launch::async, [&quorum, ask, deadline] {
@@ -56,7 +56,7 @@ TEST(ReplicaQuorumTest, EveryGroupPresentIsDecidedAtOnceAndKeepsItsId) {
   ReplicaQuorum quorum("e1");
   auto start = Clock::now();
   auto first = Round(quorum, {Ask("b", 0), Ask("a", 0), Ask("c", 0)});
-  EXPECT_LT(Clock::now() - start, 250ms) << "waited for the join timeout with everyone there";
+  EXPECT_LT(Clock::now() - start, 1500ms) << "waited for the join timeout with everyone there";
   for (std::size_t i = 0; i < first.size(); ++i) {
     ASSERT_TRUE(first[i].ok()) << first[i].status();
     EXPECT_EQ(Ids(*first[i]), (std::vector<std::string>{"a", "b", "c"}));
@@ -75,10 +75,10 @@ TEST(ReplicaQuorumTest, AMissingGroupIsLeftOutAfterTheJoinTimeoutAndRejoinsBehin
   ReplicaQuorum quorum("e1");
   auto all = Round(quorum, {Ask("a", 4), Ask("b", 4), Ask("c", 4)});
   ASSERT_TRUE(all[0].ok());
-  // "c" is gone: the others wait the join timeout (300 ms), then go on without it.
+  // "c" is gone: the others wait the join timeout (2 s), then go on without it.
   auto start = Clock::now();
   auto two = Round(quorum, {Ask("a", 5), Ask("b", 5)});
-  EXPECT_GE(Clock::now() - start, 290ms);
+  EXPECT_GE(Clock::now() - start, 1990ms);
   ASSERT_TRUE(two[0].ok()) << two[0].status();
   EXPECT_EQ(Ids(*two[0]), (std::vector<std::string>{"a", "b"}));
   EXPECT_NE(two[0]->id, all[0]->id);
@@ -87,7 +87,7 @@ TEST(ReplicaQuorumTest, AMissingGroupIsLeftOutAfterTheJoinTimeoutAndRejoinsBehin
   // is there), it is behind, and rank 0 ("a") has the state.
   start = Clock::now();
   auto back = Round(quorum, {Ask("a", 6), Ask("c", 5), Ask("b", 6)});
-  EXPECT_LT(Clock::now() - start, 250ms);
+  EXPECT_LT(Clock::now() - start, 1500ms);
   for (const auto& q : back) {
     ASSERT_TRUE(q.ok()) << q.status();
     EXPECT_EQ(Ids(*q), (std::vector<std::string>{"a", "b", "c"}));
@@ -102,7 +102,7 @@ TEST(ReplicaQuorumTest, AMissingGroupIsLeftOutAfterTheJoinTimeoutAndRejoinsBehin
 TEST(ReplicaQuorumTest, ASilentGroupIsNotWaitedForButAHeartbeatingOneIs) {
   ReplicaQuorum quorum("e1");
   auto with = [](QuorumRequest r) {
-    r.join_timeout = 2s;
+    r.join_timeout = 4s;
     r.heartbeat_timeout = 200ms;
     return r;
   };
@@ -118,7 +118,7 @@ TEST(ReplicaQuorumTest, ASilentGroupIsNotWaitedForButAHeartbeatingOneIs) {
   });
   auto start = Clock::now();
   auto slow = Round(quorum, {with(Ask("a", 1)), with(Ask("b", 1))});
-  EXPECT_GE(Clock::now() - start, 1900ms);
+  EXPECT_GE(Clock::now() - start, 3990ms);
   ASSERT_TRUE(slow[0].ok()) << slow[0].status();
   EXPECT_EQ(Ids(*slow[0]), (std::vector<std::string>{"a", "b"}));
   beating = false;
@@ -128,7 +128,7 @@ TEST(ReplicaQuorumTest, ASilentGroupIsNotWaitedForButAHeartbeatingOneIs) {
   ASSERT_TRUE(back[0].ok()) << back[0].status();
   start = Clock::now();
   auto without = Round(quorum, {with(Ask("a", 3)), with(Ask("b", 3))});
-  EXPECT_LT(Clock::now() - start, 1s);
+  EXPECT_LT(Clock::now() - start, 3s);  // the heartbeat timeout (0.2 s), not the join timeout
   ASSERT_TRUE(without[0].ok()) << without[0].status();
   EXPECT_EQ(Ids(*without[0]), (std::vector<std::string>{"a", "b"}));
   EXPECT_FALSE(quorum.Heartbeat("", "c").ok());
