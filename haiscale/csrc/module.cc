@@ -3,6 +3,8 @@
 #include <torch/python.h>
 
 #include <condition_variable>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -111,8 +113,21 @@ py::dict JoinQuorum(const std::string& address, const std::string& job,
   r.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms);
   ff::Result<ff::hfreduce::Quorum> q = [&] {
     py::gil_scoped_release release;
-    ff::hfreduce::StoreClient client(address, std::chrono::milliseconds(timeout_ms));
-    return client.JoinQuorum(r, std::chrono::milliseconds(timeout_ms));
+    // One client per address list, kept: it remembers which of several servers serves (after
+    // a failover the next call goes straight to the new one).
+    static std::mutex mu;
+    static std::map<std::string, std::shared_ptr<ff::hfreduce::StoreClient>> clients;
+    std::shared_ptr<ff::hfreduce::StoreClient> client;
+    {
+      std::lock_guard lock(mu);
+      auto& c = clients[address + "|" + std::to_string(timeout_ms)];
+      if (!c) {
+        c = std::make_shared<ff::hfreduce::StoreClient>(address,
+                                                        std::chrono::milliseconds(timeout_ms));
+      }
+      client = c;
+    }
+    return client->JoinQuorum(r, std::chrono::milliseconds(timeout_ms));
   }();
   if (!q.ok()) throw std::runtime_error(q.status().ToString());
   py::list members;

@@ -9,6 +9,7 @@
 #include <future>
 #include <thread>
 
+#include "common/replicas.h"
 #include "hfreduce/store.h"
 
 namespace ff::hfreduce {
@@ -84,9 +85,14 @@ TEST(ReplicaQuorumTest, AMissingGroupIsLeftOutAfterTheJoinTimeoutAndRejoinsBehin
   EXPECT_NE(two[0]->id, all[0]->id);
   EXPECT_NE(two[0]->store_prefix, all[0]->store_prefix);
   // "c" comes back at step 5 while the others are at 6: decided at once (every previous member
-  // is there), it is behind, and rank 0 ("a") has the state.
+  // is there), it is behind, and rank 0 ("a") has the state. (It asks first: had "a" and "b"
+  // both asked before it, their round would be decided without it.)
+  auto c = std::async(std::launch::async,
+                      [&quorum] { return quorum.Join(Ask("c", 5), Clock::now() + 10s); });
+  std::this_thread::sleep_for(300ms);
   start = Clock::now();
-  auto back = Round(quorum, {Ask("a", 6), Ask("c", 5), Ask("b", 6)});
+  auto ab = Round(quorum, {Ask("a", 6), Ask("b", 6)});
+  std::vector<Result<Quorum>> back = {std::move(ab[0]), c.get(), std::move(ab[1])};
   EXPECT_LT(Clock::now() - start, 1500ms);
   for (const auto& q : back) {
     ASSERT_TRUE(q.ok()) << q.status();
@@ -97,6 +103,19 @@ TEST(ReplicaQuorumTest, AMissingGroupIsLeftOutAfterTheJoinTimeoutAndRejoinsBehin
     EXPECT_NE(q->id, two[0]->id);
   }
   EXPECT_EQ(back[1]->replica_rank, 2);
+  // What people are told (hai show): who formed, left and joined, at which step, from whom.
+  std::vector<std::string> told;
+  for (const QuorumEvent& e : quorum.Events("job7", 0))
+    told.push_back(e.text);
+  EXPECT_EQ(told, (std::vector<std::string>{
+                      "groups a, b, c formed the quorum at step 4",
+                      "group c left the quorum at step 5",
+                      "group c joined the quorum at step 6, taking group a's state",
+                  }));
+  std::vector<QuorumEvent> later = quorum.Events("job7", 2);
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].seq, 3u);
+  EXPECT_TRUE(quorum.Events("another job", 0).empty());
 }
 
 TEST(ReplicaQuorumTest, ASilentGroupIsNotWaitedForButAHeartbeatingOneIs) {
@@ -194,6 +213,57 @@ TEST(ReplicaQuorumTest, ServedByTheStoreServerOverGrpc) {
   auto refused = client.JoinQuorum(bad, 1s);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status();
+}
+
+// hai-server's replicas each run a store server; only the leader's serves. A client given every
+// address follows the one that serves, through a change of leader and the old one's death.
+TEST(ReplicaQuorumTest, AClientOfSeveralServersFollowsTheOneServing) {
+  std::atomic<int> serving{0};
+  auto serve_if = [&serving](int me) {
+    return [&serving, me] {
+      return serving.load() == me ? Status::Ok() : NotLeader("quorums", std::to_string(me), "");
+    };
+  };
+  auto a = StoreServer::Start("127.0.0.1:0", serve_if(0));
+  auto b = StoreServer::Start("127.0.0.1:0", serve_if(1));
+  ASSERT_TRUE(a.ok() && b.ok());
+  StoreClient client((*a)->address() + "," + (*b)->address(), 5s);
+  ASSERT_TRUE(client.Set("k", "on a").ok());
+  serving = 1;
+  ASSERT_TRUE(client.Set("k", "on b").ok());
+  auto q = client.JoinQuorum(Ask("0", 3, 1, 1), 5s);
+  ASSERT_TRUE(q.ok()) << q.status();
+  StoreClient direct_b((*b)->address(), 2s);
+  EXPECT_EQ(direct_b.Get("k", 1s).value_or(""), "on b");
+  StoreClient direct_a((*a)->address(), 2s);
+  auto refused = direct_a.Get("k", 1s);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status();
+  // The serving one dies; the other serves again, in a new epoch: nothing of before is reused.
+  b->reset();
+  serving = 0;
+  (*a)->quorum().NewEpoch("later");
+  auto again = client.JoinQuorum(Ask("0", 4, 1, 1), 5s);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(again->store_prefix, q->store_prefix);
+  EXPECT_THAT(again->store_prefix, HasSubstr(".later."));
+}
+
+TEST(ReplicaQuorumTest, ANewEpochFailsTheWaitersAndForgetsTheMembers) {
+  ReplicaQuorum quorum("e1");
+  ASSERT_TRUE(Round(quorum, {Ask("a", 1), Ask("b", 1)})[0].ok());
+  auto waiting = std::async(std::launch::async,
+                            [&quorum] { return quorum.Join(Ask("a", 2), Clock::now() + 10s); });
+  std::this_thread::sleep_for(200ms);
+  quorum.NewEpoch("e2");
+  auto q = waiting.get();
+  ASSERT_FALSE(q.ok());
+  EXPECT_EQ(q.status().code(), StatusCode::kAborted) << q.status();
+  // "b" is no longer a previous member to wait for: "a" and "c" form at once (all present).
+  auto fresh = Round(quorum, {Ask("a", 2), Ask("c", 2, 2, 2)});
+  ASSERT_TRUE(fresh[0].ok()) << fresh[0].status();
+  EXPECT_EQ(Ids(*fresh[0]), (std::vector<std::string>{"a", "c"}));
+  EXPECT_THAT(fresh[0]->store_prefix, HasSubstr(".e2."));
 }
 
 }  // namespace

@@ -266,5 +266,166 @@ TEST(LifecycleTest, ThePendingHistoryKeepsOneEntryPerShapeAndTheLastTwenty) {
   EXPECT_EQ(job.pending_history(19).time_ms(), 39);
 }
 
+// ---- fault-tolerant jobs: replica groups ------------------------------------------------------
+
+// A running job of `replicas` groups of `nodes` nodes x `procs` ranks on n0, n1, ...
+hai::Job RunningGroups(int replicas = 3, int min_replicas = 2, int nodes = 1, int procs = 2) {
+  hai::Job job = Queued(nodes, procs);
+  job.mutable_spec()->set_replicas(replicas);
+  job.mutable_spec()->set_min_replicas(min_replicas);
+  hai::Run run = On({});
+  for (int g = 0; g < replicas; ++g) {
+    for (int i = 0; i < nodes; ++i) {
+      run.add_nodes("n" + std::to_string(g * nodes + i));
+      run.add_gpus("0");
+    }
+    hai::ReplicaGroup* group = run.add_groups();
+    group->set_replica(g);
+    group->set_first_node(g * nodes);
+    group->set_master_port(29500 + g);
+  }
+  return Must(job, Started{run}).job;
+}
+
+GroupStarted Replacement(int replica, std::vector<std::string> nodes) {
+  GroupStarted e;
+  e.run = 0;
+  e.group.set_replica(replica);
+  e.group.set_master_port(29600);
+  e.nodes = nodes;
+  e.gpus.assign(nodes.size(), "0");
+  return e;
+}
+
+TEST(LifecycleTest, AKilledRankLosesItsReplicaGroupOnlyAndTheOthersGoOn) {
+  hai::Job job = RunningGroups();
+  EXPECT_EQ(WorldSize(job.spec()), 6);
+  EXPECT_EQ(job.runs(0).groups(1).start_ms(), kNow);
+  Transition t = Must(job, RankExited{0, 2, 137});  // replica 1's first rank, on n1
+  EXPECT_EQ(t.job.state(), hai::RUNNING);
+  EXPECT_FALSE(t.run_ended);
+  EXPECT_TRUE(t.round_due);
+  EXPECT_TRUE(t.job.runs(0).end_reason().empty());
+  EXPECT_EQ(t.job.runs(0).groups(1).end_reason(), "rank 2 exited with code 137");
+  EXPECT_EQ(t.job.runs(0).groups(1).end_ms(), 0) << "rank 3 is still to be killed";
+  EXPECT_EQ(LiveGroups(t.job.runs(0)), 2);
+  EXPECT_THAT(t.job.runs(0).events(0).text(), HasSubstr("replica 1 lost: rank 2 exited"));
+  EXPECT_THAT(t.job.runs(0).events(0).text(), HasSubstr("2 of 3 replica groups go on"));
+  EXPECT_THAT(HeldNodes(t.job), ElementsAre("n0", "n1", "n2"));
+  t = Must(t.job, RankExited{0, 3, 143}, kNow + 5);  // killed by the agent
+  EXPECT_EQ(t.job.runs(0).groups(1).end_ms(), kNow + 5);
+  EXPECT_FALSE(t.job.runs(0).groups(1).finished());
+  EXPECT_THAT(HeldNodes(t.job), ElementsAre("n0", "n2")) << "n1 is free for a replacement";
+  EXPECT_EQ(t.job.state(), hai::RUNNING);
+}
+
+TEST(LifecycleTest, AReplacementGroupGetsNewRanksAndTheLostReplicasNumber) {
+  hai::Job job = Must(Must(RunningGroups(), RankExited{0, 2, 137}).job, RankExited{0, 3, 143}).job;
+  Transition t = Must(job, Replacement(1, {"n5"}), kNow + 10);
+  const hai::Run& run = t.job.runs(0);
+  ASSERT_EQ(run.groups_size(), 4);
+  EXPECT_EQ(run.groups(3).replica(), 1);
+  EXPECT_EQ(run.groups(3).incarnation(), 1);
+  EXPECT_EQ(run.groups(3).first_node(), 3);
+  EXPECT_EQ(run.groups(3).start_ms(), kNow + 10);
+  EXPECT_THAT(run.nodes(), ElementsAre("n0", "n1", "n2", "n5"));
+  EXPECT_THAT(t.wake, ElementsAre("n5"));
+  EXPECT_THAT(run.events(run.events_size() - 1).text(),
+              HasSubstr("replica 1 (replacement 1) started on n5 (ranks 6-7)"));
+  EXPECT_THAT(HeldNodes(t.job), ElementsAre("n0", "n2", "n5"));
+  // Its ranks are the run's: they exit like any.
+  t = Must(t.job, RankExited{0, 6, 1});
+  EXPECT_EQ(t.job.runs(0).groups(3).end_reason(), "rank 6 exited with code 1");
+}
+
+TEST(LifecycleTest, ALiveReplicaIsNotReplacedNorAnyOnceTheTrainingFinished) {
+  hai::Job job = RunningGroups();
+  Result<Transition> t = Apply(job, Replacement(0, {"n5"}), kNow);
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("replica 0 is alive"));
+  t = Apply(job, Replacement(3, {"n5"}), kNow);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  t = Apply(job, Replacement(1, {"n5", "n6"}), kNow);  // a group is one node here
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  // Replica 0 finishes (both ranks exit 0); replica 1 is then lost: the training is over.
+  job = Must(Must(job, RankExited{0, 0, 0}).job, RankExited{0, 1, 0}).job;
+  EXPECT_TRUE(job.runs(0).groups(0).finished());
+  job = Must(job, RankExited{0, 2, 137}).job;
+  EXPECT_EQ(job.state(), hai::RUNNING);
+  t = Apply(job, Replacement(1, {"n5"}), kNow);
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("the training is over"));
+  EXPECT_FALSE(Apply(Queued(), Replacement(0, {"n5"}), kNow).ok()) << "not running";
+}
+
+TEST(LifecycleTest, AFaultTolerantJobSucceedsWhenAGroupFinishedDespiteItsLostGroups) {
+  hai::Job job = Must(RunningGroups(), NodeLost{"n1"}).job;  // replica 1 lost with its node
+  EXPECT_EQ(job.state(), hai::RUNNING);
+  EXPECT_EQ(job.runs(0).groups(1).end_reason(), "node n1 lost");
+  EXPECT_GT(job.runs(0).groups(1).end_ms(), 0) << "a lost node's ranks are gone at once";
+  for (int rank : {0, 1, 4})
+    job = Must(job, RankExited{0, rank, 0}).job;
+  Transition t = Must(job, RankExited{0, 5, 0});
+  EXPECT_TRUE(t.run_ended);
+  EXPECT_EQ(t.job.state(), hai::SUCCEEDED);
+  EXPECT_EQ(t.job.runs(0).end(), hai::RUN_EXITED);
+  EXPECT_EQ(t.job.message(), "every rank of a replica group exited with 0");
+}
+
+TEST(LifecycleTest, BelowMinReplicasTheRunEndsAsAGangsWouldAndIsRequeued) {
+  hai::Job job = Must(RunningGroups(3, 2), NodeLost{"n1"}).job;
+  Transition t = Must(job, NodeLost{"n2"});  // 1 of 3 left, min 2
+  EXPECT_EQ(t.job.runs(0).end(), hai::RUN_NODE_LOST);
+  EXPECT_THAT(t.job.runs(0).end_reason(),
+              HasSubstr("1 of 3 replica groups left, below min_replicas 2"));
+  EXPECT_THAT(t.wake, ElementsAre("n0")) << "the last group's ranks are killed";
+  EXPECT_EQ(t.job.state(), hai::RUNNING) << "until n0's ranks are gone";
+  t = Must(Must(t.job, RankExited{0, 0, 143}).job, RankExited{0, 1, 143});
+  EXPECT_TRUE(t.run_ended);
+  EXPECT_EQ(t.job.state(), hai::QUEUED);
+  EXPECT_THAT(t.job.message(), HasSubstr("requeued"));
+}
+
+TEST(LifecycleTest, ARankFailureBelowMinReplicasFollowsTheRestartPolicy) {
+  hai::Job job = RunningGroups(2, 2);
+  Transition t = Must(job, RankExited{0, 0, 1});
+  EXPECT_EQ(t.job.runs(0).end(), hai::RUN_RANK_FAILED);
+  for (int rank : {1, 2, 3})
+    t = Must(t.job, RankExited{0, rank, 143});
+  EXPECT_EQ(t.job.state(), hai::FAILED) << "restart policy on-node-lost";
+}
+
+TEST(LifecycleTest, ADrainedNodesGroupIsReplacedUnlessTooFewWouldBeLeft) {
+  Transition t = Must(RunningGroups(3, 2), NodeDrained{"n1", "health: gpus: Xid 79"});
+  EXPECT_EQ(t.job.runs(0).groups(1).end_reason(), "node n1 drained: health: gpus: Xid 79");
+  EXPECT_THAT(t.wake, ElementsAre("n0", "n1", "n2"));
+  t = Must(t.job, NodeDrained{"n2", "maintenance"});  // would leave 1 of min 2: it stays
+  EXPECT_FALSE(t.changed);
+  EXPECT_TRUE(t.job.runs(0).groups(2).end_reason().empty());
+  // A gang is not touched by a drain.
+  EXPECT_FALSE(Must(Running(), NodeDrained{"n0", "maintenance"}).changed);
+}
+
+TEST(LifecycleTest, StoppingAFaultTolerantJobKillsEveryGroupAndEndsIt) {
+  hai::Job job = Must(RunningGroups(2, 1), StopRequested{"alice"}).job;
+  job = Must(job, RankExited{0, 0, 143}).job;
+  EXPECT_TRUE(job.runs(0).groups(0).end_reason().empty()) << "stopping is not losing a group";
+  for (int rank : {1, 2})
+    job = Must(job, RankExited{0, rank, 143}).job;
+  Transition t = Must(job, RankExited{0, 3, 143});
+  EXPECT_EQ(t.job.state(), hai::STOPPED);
+  // A node lost while it suspends requeues it, as a gang's would.
+  job = Must(Must(RunningGroups(2, 1), SuspendRequested{"alice"}).job, NodeLost{"n0"}).job;
+  EXPECT_EQ(job.runs(0).end(), hai::RUN_NODE_LOST);
+}
+
+TEST(LifecycleTest, AnExitOfARankNoRunHasIsIgnored) {
+  hai::Job job = RunningGroups();
+  Transition t = Must(job, RankExited{0, 6, 1});  // no replacement yet: ranks are 0..5
+  EXPECT_FALSE(t.changed);
+}
+
 }  // namespace
 }  // namespace ff::platform

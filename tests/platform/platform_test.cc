@@ -567,6 +567,12 @@ TEST_F(PlatformTest, BadSubmissionsAreRefusedAndCreateNothing) {
       {{"--workdir", "relative", "--", "true"}, "must be an absolute path"},
       {{"--env", "1X=7", "--", "true"}, "environment variable name '1X' is not valid"},
       {{"--env", "A-B=7", "--", "true"}, "environment variable name 'A-B' is not valid"},
+      {{"--replicas", "-1", "--", "true"}, "replicas must be 0 (one gang) or 1..1024 (got -1)"},
+      {{"--replicas", "2", "--min-replicas", "3", "--", "true"},
+       "min replicas must be 1..replicas, and only with replicas (got 3 of 2)"},
+      {{"--min-replicas", "1", "--", "true"}, "only with replicas (got 1 of 0)"},
+      {{"--replicas", "2", "--nodes", "2", "--", "true"},
+       "asks for 4 nodes (2 replica groups of 2); the cluster has 3"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = c.args;

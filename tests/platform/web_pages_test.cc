@@ -96,6 +96,46 @@ TEST(WebPagesTest, JobPageShowsRunsExitCodesHistoryLogAndLoss) {
   EXPECT_EQ(none.body.find("<svg"), std::string::npos);
 }
 
+TEST(WebPagesTest, AFaultTolerantJobShowsItsGroupsAndWhatHappenedToThem) {
+  hai::Job j = MakeJob(11, hai::RUNNING, "ft");
+  j.mutable_spec()->set_nodes(1);
+  j.mutable_spec()->set_procs_per_node(2);
+  j.mutable_spec()->set_replicas(2);
+  j.mutable_spec()->set_min_replicas(1);
+  auto* r = j.add_runs();
+  r->set_start_ms(1'100'000);
+  for (const char* n : {"n0", "n1", "n2"})
+    r->add_nodes(n);
+  auto* g0 = r->add_groups();
+  g0->set_replica(0);
+  g0->set_master_addr("10.0.0.1");
+  g0->set_master_port(29500);
+  auto* lost = r->add_groups();
+  lost->set_replica(1);
+  lost->set_first_node(1);
+  lost->set_end_ms(1'150'000);
+  lost->set_end_reason("node n1 lost");
+  auto* again = r->add_groups();
+  again->set_replica(1);
+  again->set_incarnation(1);
+  again->set_first_node(2);
+  auto* e = r->add_events();
+  e->set_time_ms(1'160'000);
+  e->set_text("quorum: group 1.1 joined the quorum at step 57, taking group 0's state");
+  Page p = JobPage(j, "", {}, 2'000'000);
+  EXPECT_NE(p.body.find("2 replica groups of that shape, going on while 1 live"),
+            std::string::npos);
+  EXPECT_NE(p.body.find("id=\"groups\""), std::string::npos);
+  EXPECT_NE(p.body.find("lost: node n1 lost"), std::string::npos) << p.body;
+  EXPECT_NE(p.body.find("1 (replacement 1)</td><td>4–5</td><td>n2</td>"), std::string::npos)
+      << p.body;
+  EXPECT_NE(p.body.find("group 1.1 joined the quorum at step 57, taking group 0&#39;s state"),
+            std::string::npos);
+  // The jobs page lists the nodes it holds now, not the lost group's.
+  Page list = JobsPage({j}, false, false, 2'000'000);
+  EXPECT_NE(list.body.find("<td>n0, n2</td>"), std::string::npos) << list.body;
+}
+
 TEST(WebPagesTest, NodesAreDrawnByZoneAndLeafAndOthersJobsAreOnlyCounted) {
   std::vector<hai::Node> nodes;
   auto add = [&](const char* name, const char* zone, const char* leaf, std::vector<int64_t> jobs) {

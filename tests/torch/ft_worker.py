@@ -142,3 +142,83 @@ def train_hsdp(store, replica_id, steps, out_dir):
     with open(os.path.join(out_dir, f"hsdp.{replica_id}.{rank}.{os.getpid()}.json"), "w") as f:
         json.dump(result, f)
     return {"step": ft.step}
+
+
+def train_on_platform(steps, out_dir, step_s=0.05):
+    """One rank of a replica group of a job submitted with `hai submit --replicas R`: everything
+    comes from the platform's environment (the group's RANK, WORLD_SIZE, MASTER_*; HAI_FT_STORE,
+    HAI_REPLICA_GROUP, HAI_REPLICAS, HAI_MIN_REPLICAS); haiscale.fsdp shards the model inside
+    the group. Logs the group's loss each committed step (the mean over its ranks). Trains
+    `steps` steps, or fewer once the test writes a last step to out_dir/stop_at (the groups step
+    together, so a step a few ahead of them is one they all stop at)."""
+    import torch.distributed as dist
+
+    from haiscale.fsdp import FullyShardedDataParallel
+
+    dist.init_process_group("hfreduce")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    name = os.environ["HAI_REPLICA_GROUP"]
+    with open(os.path.join(out_dir, f"pid.{name}.{rank}"), "w") as f:
+        f.write(str(os.getpid()))
+    torch.manual_seed(1234)
+    model = FullyShardedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(DIM, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    x, y = _data()
+    ft = haiscale.ft.Manager(model, opt, batch_size=16, join_timeout=1.0, timeout=5.0,
+                             quorum_timeout=120.0)
+    marker = os.path.join(out_dir, f"step.{name}")
+    stop_at = os.path.join(out_dir, "stop_at")
+    log = []
+    while True:
+        replicas = ft.start_step()
+        if os.path.exists(stop_at):
+            with open(stop_at) as f:
+                steps = min(steps, int(f.read()))
+        if ft.step >= steps:
+            break
+        index = torch.tensor([i % SAMPLES for i in list(ft.batch_indices())[rank::world]])
+        loss = torch.nn.functional.mse_loss(model(x[index]), y[index])
+        loss.backward()
+        group_loss = loss.detach().clone()
+        dist.all_reduce(group_loss)
+        time.sleep(step_s)
+        if ft.sync_gradients():
+            opt.step()
+            log.append({"step": ft.step, "world": replicas, "loss": group_loss.item() / world,
+                        "at": time.time()})
+            if rank == 0:
+                with open(marker + ".tmp", "w") as f:
+                    f.write(str(ft.step))
+                os.replace(marker + ".tmp", marker)
+        opt.zero_grad()
+    h = hashlib.sha256()
+    for k, v in sorted(model.sharded_state_dict().items()):
+        if torch.is_tensor(v):
+            h.update(v.numpy().tobytes())
+    result = {"group": name, "replica": os.environ["HAI_REPLICA_ID"], "rank": rank,
+              "step": ft.step, "digest": h.hexdigest(), "healed_at": ft.healed_at, "log": log}
+    ft.shutdown()
+    with open(os.path.join(out_dir, f"platform.{name}.{rank}.json"), "w") as f:
+        json.dump(result, f)
+    return {"step": ft.step}
+
+
+def baseline_losses(steps, replicas, batch=16):
+    """The loss per step of an uninterrupted run of `replicas` groups, computed in one process:
+    every step averages the gradients of the next replicas x batch samples, which is one step
+    on all of them."""
+    torch.manual_seed(1234)
+    model = torch.nn.Sequential(torch.nn.Linear(DIM, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    x, y = _data()
+    losses = []
+    for step in range(steps):
+        index = torch.tensor([i % SAMPLES for i in range(step * replicas * batch,
+                                                         (step + 1) * replicas * batch)])
+        loss = torch.nn.functional.mse_loss(model(x[index]), y[index])
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses

@@ -15,7 +15,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy"))
-from daemons import hai_agent, hai_server, stop_all  # noqa: E402
+from daemons import etcd_members, hai_agent, hai_server, start_etcd, stop_all  # noqa: E402
 
 
 def quiet_port():
@@ -49,7 +49,9 @@ name = "A"
 
 
 class HaiCluster:
-    def __init__(self, directory, nodes=2):
+    def __init__(self, directory, nodes=2, ha=False):
+        """ha: two hai-servers on etcd (one member), a leader and a standby; `servers` lists
+        them, `address` is both (the CLI and the agents follow the leader)."""
         build = os.environ.get("FF_BUILD_DIR")
         if not build:
             raise RuntimeError("FF_BUILD_DIR (the CMake build directory) is not set")
@@ -57,7 +59,10 @@ class HaiCluster:
         self.dir = directory
         self.nodes = nodes
         self.daemons = []
+        self.agents = []  # agent i runs node A-leaf-n0i
         self.server = None
+        self.ha = ha
+        self.servers = []
         self.address = f"127.0.0.1:{quiet_port()}"
 
     def _file(self, name):
@@ -67,18 +72,41 @@ class HaiCluster:
         with open(self._file("cluster.toml"), "w") as f:
             f.write(CLUSTER.format(nodes=self.nodes))
         try:
+            options = dict(checkpoint_root=self._file("ckpt"), heartbeat_timeout_ms=5000,
+                           heartbeat_interval_ms=200, schedule_interval_ms=200,
+                           suspend_grace_ms=30000)
+            if self.ha:
+                etcd = etcd_members(self.dir, 1)
+                self.daemons.extend(etcd)
+                endpoints = start_etcd(etcd)
+                options.update(engine="etcd", etcd_endpoints=endpoints.split(","),
+                               election_ttl_s=2)
+                second = f"127.0.0.1:{quiet_port()}"
             self.server = hai_server(self.bin, self.dir, self._file("cluster.toml"), self.address,
-                                     checkpoint_root=self._file("ckpt"), heartbeat_timeout_ms=5000,
-                                     heartbeat_interval_ms=200, schedule_interval_ms=200,
-                                     suspend_grace_ms=30000)
+                                     **options)
             self.daemons.append(self.server)
+            self.servers.append(self.server)
             self.server.start()
+            if self.ha:  # the first leads (its admin token is written then); then the standby
+                token = self._file("server/admin.token")
+                deadline = time.monotonic() + 30
+                while not (os.path.exists(token) and os.path.getsize(token) > 0):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the first hai-server never led")
+                    time.sleep(0.1)
+                standby = hai_server(self.bin, self.dir, self._file("cluster.toml"), second,
+                                     name="server2", **options)
+                self.daemons.append(standby)
+                self.servers.append(standby)
+                standby.start()
+                self.address = f"{self.address},{second}"
             self.admin = open(self._file("server/admin.token")).read().strip()
             for i in range(self.nodes):
                 agent = hai_agent(self.bin, self.dir, f"A-leaf-n0{i}", self.address,
                                   f"127.0.0.1:{quiet_port()}", name=f"agent{i}", gpus=2,
                                   kill_grace_ms=1000)
                 self.daemons.append(agent)
+                self.agents.append(agent)
                 agent.start()
             self.token = json.loads(self.hai("admin", "user", "add", "researcher", "--json", token=self.admin))["token"]
             deadline = time.monotonic() + 30

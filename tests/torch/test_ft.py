@@ -7,6 +7,7 @@ an uninterrupted run's."""
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -282,3 +283,171 @@ def test_below_min_replicas_no_quorum_forms_and_the_survivor_raises(store):
         code, output = groups[0].wait(timeout=120)
     assert code == 1, output
     assert "replica groups of job 'ftjob' asked in time" in output, output
+
+
+def _platform_results(out):
+    done = {}
+    for path in glob.glob(os.path.join(out, "platform.*.json")):
+        with open(path) as f:
+            r = json.load(f)
+        done[(r["group"], r["rank"])] = r
+    return done
+
+
+def _wait_dead(pid, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _explain(cluster, job):
+    """What a failed wait prints: hai show, and each rank's log of the current run."""
+    print(cluster.hai("show", str(job)))
+    run = cluster.show(job)["runs"][-1]
+    for rank in range(len(run["nodes"]) * 2):
+        try:
+            print(f"---- rank {rank}:\n{cluster.logs(job, rank)[-2500:]}")
+        except RuntimeError as e:
+            print(f"---- rank {rank}: {e}")
+
+
+def test_on_hai_platform_a_job_of_four_groups_survives_a_killed_group_and_a_lost_node():
+    """`hai submit --replicas 4 --min-replicas 2`: four replica groups of one node x two ranks
+    (haiscale.fsdp inside each). Group 1's ranks are killed -9 mid-step; later the agent of group
+    2's node is killed (the node is lost). Each time the other groups go on at once, hai-server
+    places a replacement group, which joins at a step boundary with the live state; the job
+    succeeds with every group identical, and its loss follows an uninterrupted run's."""
+    from hai_cluster import HaiCluster
+
+    steps = 5000  # at most: the test ends the training once it has seen what it needs
+    with tempfile.TemporaryDirectory() as d, HaiCluster(d, nodes=5) as cluster:
+        out = os.path.join(d, "out")
+        os.makedirs(out)
+        command = (f"{sys.executable} {os.path.join(HERE, 'rank_runner.py')} "
+                   f"ft_worker:train_on_platform '{json.dumps([steps, out])}'")
+        job = cluster.submit("--nodes", "1", "--gpus-per-node", "2", "--procs-per-node", "2",
+                             "--replicas", "4", "--min-replicas", "2", "--env",
+                             "OMP_NUM_THREADS=1", "--name", "ft4", "--", command)
+        wait_for_step(out, "1", 20, timeout=120)
+        killed_at = time.time()
+        for rank in (0, 1):
+            with open(os.path.join(out, f"pid.1.{rank}")) as f:
+                os.kill(int(f.read()), signal.SIGKILL)
+        wait_for_step(out, "1.1", 1, timeout=120)  # the replacement committed a step
+        # The node of replica 2 is lost: its agent dies (its ranks live on, cut off).
+        shown = cluster.show(job)
+        run = shown["runs"][-1]
+        group2 = next(g for g in run["groups"] if g.get("replica", 0) == 2)
+        node = run["nodes"][group2.get("firstNode", group2.get("first_node", 0))]
+        agent = cluster.agents[int(node[-1])]
+        agent.kill()
+        lost_at = time.time()
+        try:
+            wait_for_step(out, "2.1", 1, timeout=120)
+        except AssertionError:
+            _explain(cluster, job)
+            raise
+        # The node comes back: the restarted agent kills what no longer belongs there.
+        agent.start()
+        for rank in (0, 1):
+            with open(os.path.join(out, f"pid.2.{rank}")) as f:
+                assert _wait_dead(int(f.read()), 30), "the cut-off group outlived its node's return"
+        # Twenty steps more with the four groups, then the end: a step the groups all reach.
+        with open(os.path.join(out, "step.0")) as f:
+            steps = int(f.read()) + 40
+        with open(os.path.join(out, "stop_at.tmp"), "w") as f:
+            f.write(str(steps))
+        os.replace(os.path.join(out, "stop_at.tmp"), os.path.join(out, "stop_at"))
+        final = cluster.wait_state(job, "SUCCEEDED", timeout=300)
+        print(cluster.hai("show", str(job)))  # what hai show tells (pytest -s shows it)
+        done = _platform_results(out)
+    run = final["runs"][-1]
+    assert len(final["runs"]) == 1, "the job was requeued"
+    events = "\n".join(e["text"] for e in run["events"])
+    assert "replica 1 lost: rank" in events, events
+    assert f"replica 2 lost: node {node} lost" in events, events
+    assert "replica 1 (replacement 1) started on" in events, events
+    assert "replica 2 (replacement 1) started on" in events, events
+    assert "quorum: group 1 left the quorum at step" in events, events
+    assert "quorum: group 1.1 joined the quorum at step" in events, events
+    assert "quorum: group 2.1 joined the quorum at step" in events, events
+    assert len(run["groups"]) == 6, run["groups"]
+    summary = {k: (r["step"], r["digest"][:8], r["healed_at"]) for k, r in done.items()}
+    assert set(done) == {(g, r) for g in ("0", "1.1", "2.1", "3") for r in (0, 1)}, summary
+    for rank in (0, 1):
+        assert len({done[(g, rank)]["digest"] for g in ("0", "1.1", "2.1", "3")}) == 1, summary
+        assert all(done[(g, rank)]["step"] == steps for g in ("0", "1.1", "2.1", "3")), summary
+    assert done[("1.1", 0)]["healed_at"] and done[("2.1", 0)]["healed_at"], summary
+    survivor = done[("0", 0)]["log"]
+    recovered = next(e["at"] for e in survivor if e["at"] > killed_at and e["world"] == 3)
+    rejoined = done[("1.1", 0)]["log"][0]["at"]
+    replaced = done[("2.1", 0)]["log"][0]["at"]
+    print(f"platform ft: kill -9 of a group: the others went on after {recovered - killed_at:.2f}s,"
+          f" its replacement's first step after {rejoined - killed_at:.2f}s; node lost: its "
+          f"replacement's first step after {replaced - lost_at:.2f}s (heartbeat timeout 5 s)")
+    assert recovered - killed_at < 10
+    # (The cut-off group trained on until its node came back: then 5 groups, for a while.)
+    worlds = [e["world"] for e in survivor]
+    assert worlds[-1] == 4, worlds
+    # The loss follows an uninterrupted run's: the mean of the last 20 steps within 25%.
+    from ft_worker import baseline_losses
+
+    baseline = baseline_losses(steps, 4)
+    tail = sum(e["loss"] for e in survivor[-20:]) / 20
+    base = sum(baseline[-20:]) / 20
+    assert tail < 1.25 * base + 0.01, (tail, base)
+
+
+def test_on_ha_hai_platform_the_groups_follow_the_quorum_service_through_a_failover():
+    """hai-server as a leader and a standby on etcd: HAI_FT_STORE lists both replicas' quorum
+    services, of which the leader's serves. The leader is killed -9 while two replica groups
+    train; the standby takes over, serves the quorums in a new epoch, the groups find it, re-form
+    once and go on: the job succeeds in its first run with both groups identical."""
+    from hai_cluster import HaiCluster
+
+    with tempfile.TemporaryDirectory() as d, HaiCluster(d, nodes=2, ha=True) as cluster:
+        out = os.path.join(d, "out")
+        os.makedirs(out)
+        command = (f"{sys.executable} {os.path.join(HERE, 'rank_runner.py')} "
+                   f"ft_worker:train_on_platform '{json.dumps([5000, out])}'")
+        job = cluster.submit("--nodes", "1", "--gpus-per-node", "2", "--procs-per-node", "1",
+                             "--replicas", "2", "--min-replicas", "2", "--env",
+                             "OMP_NUM_THREADS=1", "--name", "ftha", "--", command)
+        wait_for_step(out, "0", 20, timeout=120)
+        run = cluster.show(job)["runs"][-1]
+        ft_store = run.get("ft_store", run.get("ftStore", ""))
+        assert len(ft_store.split(",")) == 2, (
+            f"the ranks were given {ft_store!r}, not both replicas' quorum services; the "
+            f"servers said:\n{cluster.servers[0].log_tail()}\n{cluster.servers[1].log_tail()}")
+        cluster.servers[0].kill()
+        failed_over_at = time.time()
+        # Training goes on past the failover: 60 more steps than when the leader died.
+        with open(os.path.join(out, "step.0")) as f:
+            target = int(f.read()) + 60
+        try:
+            wait_for_step(out, "0", target, timeout=120)
+        except AssertionError:
+            for rank in (0, 1):
+                print(f"---- rank {rank}:\n{cluster.logs(job, rank)[-3000:]}")
+            raise
+        went_on_at = time.time()
+        with open(os.path.join(out, "stop_at"), "w") as f:
+            f.write(str(target + 20))
+        final = cluster.wait_state(job, "SUCCEEDED", timeout=180)
+        print(cluster.hai("show", str(job)))
+        done = _platform_results(out)
+    assert len(final["runs"]) == 1, "the job was requeued"
+    events = "\n".join(e["text"] for e in final["runs"][-1].get("events", []))
+    # The new leader's quorum service formed the groups' quorum afresh, past the kill.
+    formed = [int(m) for m in re.findall(r"quorum: groups 0, 1 formed the quorum at step (\d+)",
+                                         events)]
+    assert formed and max(formed) >= 20, events
+    assert set(done) == {("0", 0), ("1", 0)}, done.keys()
+    assert done[("0", 0)]["digest"] == done[("1", 0)]["digest"]
+    assert done[("0", 0)]["step"] == target + 20
+    print(f"ha ft: 60 steps more {went_on_at - failed_over_at:.1f}s after the leader's kill")

@@ -32,8 +32,10 @@ Guarantees:
   steps) or the collective ``timeout`` (inside one).
 
 Configuration comes from arguments, else the environment HAI-Platform gives a job's ranks:
-HAI_FT_STORE (the quorum service's address), HAI_JOB_ID, HAI_REPLICA_ID, HAI_REPLICAS,
-HAI_MIN_REPLICAS.
+HAI_FT_STORE (the quorum service's address), HAI_JOB_ID, HAI_REPLICA_GROUP (the group's name in
+the quorum: HAI_REPLICA_ID, with ".n" for its n-th replacement, so that a replacement is never
+taken for a group it replaces that still runs cut off from the platform), HAI_REPLICAS,
+HAI_MIN_REPLICAS; `hai submit --replicas R --min-replicas M` sets them all.
 """
 
 import datetime
@@ -77,7 +79,9 @@ class Manager:
         self.model = model
         self.optimizer = optimizer
         self.batch_size = batch_size
-        self.replica_id = str(replica_id if replica_id is not None else _env("HAI_REPLICA_ID"))
+        if replica_id is None:
+            replica_id = os.environ.get("HAI_REPLICA_GROUP") or _env("HAI_REPLICA_ID")
+        self.replica_id = str(replica_id)
         self.replicas = int(replicas if replicas is not None else _env("HAI_REPLICAS", kind=int))
         self.min_replicas = int(min_replicas if min_replicas is not None
                                 else _env("HAI_MIN_REPLICAS", 1, int))
@@ -120,13 +124,15 @@ class Manager:
             self.quorum = q
             ok = True
             try:
-                if self._pg is None or self._pg_quorum != q["id"]:
+                # (The prefix, not the id: ids restart when the service does, prefixes never
+                # repeat.)
+                if self._pg is None or self._pg_quorum != q["store_prefix"]:
                     self._close_pg(abort=True)
                     self._pg = _backend.new_process_group(
                         self.store_address, q["replica_rank"], q["replica_world"],
                         timeout=datetime.timedelta(seconds=self.timeout),
                         prefix=f"{q['store_prefix']}.g{self.group_rank}")
-                    self._pg_quorum = q["id"]
+                    self._pg_quorum = q["store_prefix"]
                 if q["healing"]:
                     self._heal(q)
             except RuntimeError as e:
@@ -209,10 +215,22 @@ class Manager:
         """Group rank 0 asks the service; the group's other ranks get its answer."""
         q = None
         if self.group_rank == 0:
-            q = _backend._C.join_quorum(
-                self.store_address, self.job, self.replica_id, self.step, self.min_replicas,
-                self.replicas, self._reform, int(self.join_timeout * 1000),
-                int(self.quorum_timeout * 1000), int(self.heartbeat_timeout * 1000))
+            deadline = time.monotonic() + self.quorum_timeout
+            while True:
+                try:
+                    q = _backend._C.join_quorum(
+                        self.store_address, self.job, self.replica_id, self.step,
+                        self.min_replicas, self.replicas, self._reform,
+                        int(self.join_timeout * 1000), int(self.quorum_timeout * 1000),
+                        int(self.heartbeat_timeout * 1000))
+                    break
+                except RuntimeError as e:
+                    # The service went away mid-round (hai-server's leader failing over: the
+                    # next one serves); too few groups in time is final.
+                    if "asked in time" in str(e) or time.monotonic() > deadline:
+                        raise
+                    self._reform = True
+                    time.sleep(0.2)
         if self.group is not None and self.group_size > 1:
             box = [q]
             dist.broadcast_object_list(box, src=dist.get_global_rank(self.group, 0),

@@ -63,6 +63,14 @@ struct Quorum {
   bool healing() const;
 };
 
+// A change of a job's membership, as people read it ("group 1.1 joined at step 57, taking
+// group 0's state"): what hai show lists for a fault-tolerant job.
+struct QuorumEvent {
+  uint64_t seq = 0;     // increasing per job, from 1
+  int64_t time_ms = 0;  // wall clock
+  std::string text;
+};
+
 class ReplicaQuorum {
  public:
   // `epoch` goes into every store prefix, so that quorums decided by a restarted server never
@@ -76,6 +84,12 @@ class ReplicaQuorum {
   Result<Quorum> Join(const QuorumRequest& request, std::chrono::steady_clock::time_point deadline);
   // The group is alive (a thread of its process calls this every fraction of heartbeat_timeout).
   Status Heartbeat(const std::string& job, const std::string& replica_id);
+  // Forgets every job's rounds and members and takes a new epoch (every later store prefix
+  // differs from those before): for a server that serves again after another did meanwhile
+  // (hai-server's leader). Waiters are woken and fail (kAborted); events are kept.
+  void NewEpoch(std::string epoch);
+  // The job's last membership changes (up to 64) with seq > `after`, oldest first.
+  std::vector<QuorumEvent> Events(const std::string& job, uint64_t after);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -99,11 +113,14 @@ class ReplicaQuorum {
     // The last rounds' decisions by round number (a waiter woken late still finds its own).
     std::map<uint64_t, Decision> decided;
     std::map<std::string, Clock::time_point> last_seen;  // by heartbeat or by asking
+    std::vector<QuorumEvent> events;                     // the last membership changes
+    uint64_t event_seq = 0;
   };
+  static void Record(Job& job, std::string text);
   // Decides the job's current round when its rule says so; true when it did.
   bool MaybeDecide(Job& job, Clock::time_point now);
 
-  const std::string epoch_;
+  std::string epoch_;  // guarded by mu_
   std::mutex mu_;
   std::condition_variable decided_;
   std::map<std::string, Job> jobs_;

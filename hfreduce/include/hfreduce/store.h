@@ -9,6 +9,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,10 +36,16 @@ class Store {
 class StoreServer {
  public:
   // Serves on `listen` ("host:port"; port 0 picks one): the store, and the replica quorums of
-  // fault-tolerant jobs (quorum.h).
-  static Result<std::unique_ptr<StoreServer>> Start(const std::string& listen);
+  // fault-tolerant jobs (quorum.h). `serving`, when given, is asked before every call: an error
+  // (common/replicas.h's NotLeader, from a replica that does not lead) refuses the call, and a
+  // StoreClient given every replica's address moves on to the next (hai-server's replicas each
+  // run one; only the leader's serves).
+  static Result<std::unique_ptr<StoreServer>> Start(const std::string& listen,
+                                                    std::function<Status()> serving = nullptr);
   ~StoreServer();
   const std::string& address() const;
+  // The quorums it serves (for what they tell: ReplicaQuorum::Events).
+  ReplicaQuorum& quorum();
 
  private:
   struct Impl;
@@ -49,7 +56,8 @@ class StoreServer {
 class StoreClient final : public Store {
  public:
   // Connects lazily; calls retry while the server is not up yet (ranks may start before rank 0),
-  // up to `connect_timeout` per call.
+  // up to `connect_timeout` per call. `address` may list several servers, comma-separated, of
+  // which one serves at a time (StoreServer's `serving`): calls follow the one that does.
   StoreClient(const std::string& address, std::chrono::milliseconds connect_timeout);
   ~StoreClient() override;
 

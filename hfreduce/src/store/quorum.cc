@@ -6,6 +6,14 @@ namespace ff::hfreduce {
 namespace {
 
 constexpr std::size_t kRoundsKept = 64;
+constexpr std::size_t kEventsKept = 64;
+
+std::string Names(const std::vector<std::string>& ids) {
+  std::string out;
+  for (const std::string& id : ids)
+    out += (out.empty() ? "" : ", ") + id;
+  return out;
+}
 
 }  // namespace
 
@@ -38,6 +46,41 @@ bool ReplicaQuorum::MaybeDecide(Job& job, Clock::time_point now) {
     members.insert(id);
     decision.members.push_back({id, step});
   }
+  if (members != job.previous) {
+    // Who came and who went, for people (hai show): the step the quorum is at, and where a
+    // newcomer behind it takes its state from (recover_from: the first member at max_step).
+    int64_t max_step = 0;
+    std::string source;
+    for (const QuorumMember& m : decision.members) {  // the first at the most steps
+      if (source.empty() || m.step > max_step) {
+        source = m.replica_id;
+        max_step = m.step;
+      }
+    }
+    std::vector<std::string> left;
+    for (const std::string& id : job.previous) {
+      if (!members.contains(id)) left.push_back(id);
+    }
+    if (!left.empty()) {
+      Record(job, "group" + std::string(left.size() > 1 ? "s " : " ") + Names(left) +
+                      " left the quorum at step " + std::to_string(max_step));
+    }
+    std::vector<std::string> first;
+    for (const QuorumMember& m : decision.members) {
+      if (job.previous.contains(m.replica_id)) continue;
+      if (job.previous.empty()) {
+        first.push_back(m.replica_id);
+      } else {
+        Record(job, "group " + m.replica_id + " joined the quorum at step " +
+                        std::to_string(max_step) +
+                        (m.step < max_step ? ", taking group " + source + "'s state" : ""));
+      }
+    }
+    if (!first.empty()) {
+      Record(job, "group" + std::string(first.size() > 1 ? "s " : " ") + Names(first) +
+                      " formed the quorum at step " + std::to_string(max_step));
+    }
+  }
   if (members != job.previous || r.reform) ++job.quorum_id;
   decision.id = job.quorum_id;
   job.previous = std::move(members);
@@ -47,6 +90,41 @@ bool ReplicaQuorum::MaybeDecide(Job& job, Clock::time_point now) {
   ++job.round;
   job.current = Round{};
   return true;
+}
+
+void ReplicaQuorum::Record(Job& job, std::string text) {
+  QuorumEvent e;
+  e.seq = ++job.event_seq;
+  e.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+  e.text = std::move(text);
+  job.events.push_back(std::move(e));
+  if (job.events.size() > kEventsKept) job.events.erase(job.events.begin());
+}
+
+void ReplicaQuorum::NewEpoch(std::string epoch) {
+  std::lock_guard lock(mu_);
+  epoch_ = std::move(epoch);
+  for (auto& [name, job] : jobs_) {
+    ++job.round;  // a waiter's round is over, and undecided: it fails and asks again
+    job.current = Round{};
+    job.previous.clear();
+    job.decided.clear();
+    job.last_seen.clear();
+  }
+  decided_.notify_all();
+}
+
+std::vector<QuorumEvent> ReplicaQuorum::Events(const std::string& job, uint64_t after) {
+  std::lock_guard lock(mu_);
+  std::vector<QuorumEvent> out;
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return out;
+  for (const QuorumEvent& e : it->second.events) {
+    if (e.seq > after) out.push_back(e);
+  }
+  return out;
 }
 
 Status ReplicaQuorum::Heartbeat(const std::string& job, const std::string& replica_id) {

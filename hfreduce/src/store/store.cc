@@ -5,6 +5,7 @@
 #include <mutex>
 #include <random>
 
+#include "common/replicas.h"
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
 #include "common/rpc_status.h"
@@ -19,11 +20,14 @@ constexpr int64_t kMaxWaitMs = 3600 * 1000;
 
 class StoreService final : public proto::Store::Service {
  public:
-  StoreService() : quorum_(std::to_string(std::random_device{}())) {}
+  explicit StoreService(std::function<Status()> serving)
+      : serving_(std::move(serving)), quorum_(std::to_string(std::random_device{}())) {}
+  ReplicaQuorum& quorum() { return quorum_; }
 
   grpc::Status Set(grpc::ServerContext*, const proto::SetRequest* request,
                    proto::SetReply*) override {
     return ServeRpc("Store.Set", [&]() -> Status {
+      FF_RETURN_IF_ERROR(Serving());
       FF_RETURN_IF_ERROR(CheckKey(request->key()));
       if (request->value().size() > kMaxValue) {
         return InvalidArgument("store: value for '" + request->key() + "' exceeds 1 MiB");
@@ -38,6 +42,7 @@ class StoreService final : public proto::Store::Service {
   grpc::Status Get(grpc::ServerContext* context, const proto::GetRequest* request,
                    proto::GetReply* reply) override {
     return ServeRpc("Store.Get", [&]() -> Status {
+      FF_RETURN_IF_ERROR(Serving());
       for (const std::string& key : request->keys())
         FF_RETURN_IF_ERROR(CheckKey(key));
       if (request->timeout_ms() < 0 || request->timeout_ms() > kMaxWaitMs) {
@@ -69,6 +74,7 @@ class StoreService final : public proto::Store::Service {
   grpc::Status Add(grpc::ServerContext*, const proto::AddRequest* request,
                    proto::AddReply* reply) override {
     return ServeRpc("Store.Add", [&]() -> Status {
+      FF_RETURN_IF_ERROR(Serving());
       FF_RETURN_IF_ERROR(CheckKey(request->key()));
       std::lock_guard lock(mu_);
       std::string& slot = data_[request->key()];
@@ -91,6 +97,7 @@ class StoreService final : public proto::Store::Service {
   grpc::Status Quorum(grpc::ServerContext*, const proto::QuorumRequest* request,
                       proto::QuorumReply* reply) override {
     return ServeRpc("Store.Quorum", [&]() -> Status {
+      FF_RETURN_IF_ERROR(Serving());
       if (request->timeout_ms() < 0 || request->timeout_ms() > kMaxWaitMs) {
         return InvalidArgument("quorum: timeout_ms must be in 0..3600000");
       }
@@ -123,11 +130,14 @@ class StoreService final : public proto::Store::Service {
   grpc::Status QuorumHeartbeat(grpc::ServerContext*, const proto::QuorumHeartbeatRequest* request,
                                proto::QuorumHeartbeatReply*) override {
     return ServeRpc("Store.QuorumHeartbeat", [&]() -> Status {
+      FF_RETURN_IF_ERROR(Serving());
       return quorum_.Heartbeat(request->job(), request->replica_id());
     });
   }
 
  private:
+  Status Serving() const { return serving_ ? serving_() : Status::Ok(); }
+
   static Status CheckKey(const std::string& key) {
     if (key.empty() || key.size() > kMaxKey) {
       return InvalidArgument("store: keys must be 1..1024 bytes");
@@ -138,18 +148,21 @@ class StoreService final : public proto::Store::Service {
   std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::string> data_;
+  const std::function<Status()> serving_;
   ReplicaQuorum quorum_;
 };
 
 }  // namespace
 
 struct StoreServer::Impl {
+  explicit Impl(std::function<Status()> serving) : service(std::move(serving)) {}
   StoreService service;
   std::unique_ptr<RpcServer> server;
 };
 
-Result<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& listen) {
-  auto impl = std::make_unique<Impl>();
+Result<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& listen,
+                                                        std::function<Status()> serving) {
+  auto impl = std::make_unique<Impl>(std::move(serving));
   RpcServerOptions options;
   options.listen = listen;
   options.shutdown_grace_ms = 0;
@@ -159,14 +172,24 @@ Result<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& liste
 
 StoreServer::StoreServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 StoreServer::~StoreServer() = default;
+ReplicaQuorum& StoreServer::quorum() {
+  return impl_->service.quorum();
+}
+
 const std::string& StoreServer::address() const {
   return impl_->server->address();
 }
 
 struct StoreClient::Impl {
+  Impl(const std::string& addresses, std::chrono::milliseconds timeout)
+      : address(addresses), connect_timeout(timeout), replicas(addresses) {}
   std::string address;
   std::chrono::milliseconds connect_timeout;
-  std::unique_ptr<proto::Store::Stub> stub;
+  Replicas<proto::Store> replicas;  // one address, or every replica's (one serves at a time)
+
+  // Waiting for a channel to connect only makes sense with one server to wait for; with
+  // several, an unreachable one is skipped (CallRpc retries what was never sent).
+  bool wait_for_ready() const { return replicas.size() == 1; }
 
   CallOptions Options(std::chrono::milliseconds wait = std::chrono::milliseconds(0)) const {
     CallOptions o = CallOptions::Idempotent(std::chrono::milliseconds(2000) + wait);
@@ -179,11 +202,7 @@ struct StoreClient::Impl {
 };
 
 StoreClient::StoreClient(const std::string& address, std::chrono::milliseconds connect_timeout)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->address = address;
-  impl_->connect_timeout = connect_timeout;
-  impl_->stub = proto::Store::NewStub(MakeChannel(address));
-}
+    : impl_(std::make_unique<Impl>(address, connect_timeout)) {}
 
 StoreClient::~StoreClient() = default;
 
@@ -194,7 +213,10 @@ Status StoreClient::Set(const std::string& key, const std::string& value) {
   proto::SetReply reply;
   // Set is idempotent (same key, same value).
   return CallRpc("hfreduce store " + impl_->address + " Set", impl_->Options(),
-                 [&](grpc::ClientContext* c) { return impl_->stub->Set(c, request, &reply); });
+                 [&](grpc::ClientContext* c) {
+                   return impl_->replicas.Attempt(
+                       [&](proto::Store::Stub& s) { return s.Set(c, request, &reply); });
+                 });
 }
 
 Result<std::vector<std::string>> StoreClient::Get(const std::vector<std::string>& keys,
@@ -204,9 +226,12 @@ Result<std::vector<std::string>> StoreClient::Get(const std::vector<std::string>
     request.add_keys(k);
   request.set_timeout_ms(timeout.count());
   proto::GetReply reply;
-  FF_RETURN_IF_ERROR(
-      CallRpc("hfreduce store " + impl_->address + " Get", impl_->Options(timeout),
-              [&](grpc::ClientContext* c) { return impl_->stub->Get(c, request, &reply); }));
+  FF_RETURN_IF_ERROR(CallRpc("hfreduce store " + impl_->address + " Get", impl_->Options(timeout),
+                             [&](grpc::ClientContext* c) {
+                               return impl_->replicas.Attempt([&](proto::Store::Stub& s) {
+                                 return s.Get(c, request, &reply);
+                               });
+                             }));
   return std::vector<std::string>(reply.values().begin(), reply.values().end());
 }
 
@@ -226,8 +251,9 @@ Result<int64_t> StoreClient::Add(const std::string& key, int64_t delta) {
   options.deadline = impl_->connect_timeout;
   FF_RETURN_IF_ERROR(
       CallRpc("hfreduce store " + impl_->address + " Add", options, [&](grpc::ClientContext* c) {
-        c->set_wait_for_ready(true);
-        return impl_->stub->Add(c, request, &reply);
+        c->set_wait_for_ready(impl_->wait_for_ready());
+        return impl_->replicas.Attempt(
+            [&](proto::Store::Stub& s) { return s.Add(c, request, &reply); });
       }));
   return reply.value();
 }
@@ -250,8 +276,9 @@ Result<Quorum> StoreClient::JoinQuorum(const QuorumRequest& request,
   options.idempotent = false;
   FF_RETURN_IF_ERROR(
       CallRpc("hfreduce store " + impl_->address + " Quorum", options, [&](grpc::ClientContext* c) {
-        c->set_wait_for_ready(true);
-        return impl_->stub->Quorum(c, r, &reply);
+        c->set_wait_for_ready(impl_->wait_for_ready());
+        return impl_->replicas.Attempt(
+            [&](proto::Store::Stub& s) { return s.Quorum(c, r, &reply); });
       }));
   Quorum q;
   q.id = reply.id();
@@ -272,9 +299,11 @@ Status StoreClient::QuorumHeartbeat(const std::string& job, const std::string& r
   proto::QuorumHeartbeatReply reply;
   CallOptions options = CallOptions::Idempotent(timeout);
   options.max_attempts = 1;
-  return CallRpc(
-      "hfreduce store " + impl_->address + " QuorumHeartbeat", options,
-      [&](grpc::ClientContext* c) { return impl_->stub->QuorumHeartbeat(c, r, &reply); });
+  return CallRpc("hfreduce store " + impl_->address + " QuorumHeartbeat", options,
+                 [&](grpc::ClientContext* c) {
+                   return impl_->replicas.Attempt(
+                       [&](proto::Store::Stub& s) { return s.QuorumHeartbeat(c, r, &reply); });
+                 });
 }
 
 }  // namespace ff::hfreduce

@@ -13,6 +13,19 @@
 namespace ff::platform::cli {
 namespace {
 
+// The nodes a run still holds: a fault-tolerant run's groups that are not gone.
+std::vector<std::string> HeldNodes(const hai::Job& j) {
+  const hai::Run& r = j.runs(j.runs_size() - 1);
+  if (r.groups().empty()) return {r.nodes().begin(), r.nodes().end()};
+  std::vector<std::string> held;
+  for (const hai::ReplicaGroup& g : r.groups()) {
+    for (int i = g.first_node();
+         g.end_ms() == 0 && i < g.first_node() + j.spec().nodes() && i < r.nodes_size(); ++i)
+      held.push_back(r.nodes(i));
+  }
+  return held;
+}
+
 void PrintJobs(const std::vector<hai::Job>& jobs, bool show_user) {
   std::printf("%-6s %-20s %s%-10s %5s %4s %4s %6s  %s\n", "ID", "NAME",
               show_user ? "USER       " : "", "STATE", "NODES", "GPUS", "PRIO", "AGE",
@@ -20,7 +33,7 @@ void PrintJobs(const std::vector<hai::Job>& jobs, bool show_user) {
   for (const hai::Job& j : jobs) {
     std::string where;
     if ((j.state() == hai::RUNNING || j.state() == hai::SUSPENDING) && !j.runs().empty()) {
-      for (const std::string& n : j.runs(j.runs_size() - 1).nodes())
+      for (const std::string& n : HeldNodes(j))
         where += (where.empty() ? "" : ",") + n;
     } else if (!j.pending_reason().empty()) {
       where = j.pending_reason();
@@ -33,8 +46,8 @@ void PrintJobs(const std::vector<hai::Job>& jobs, bool show_user) {
         show_user
             ? (j.user() + std::string(11 - std::min<std::size_t>(11, j.user().size()), ' ')).c_str()
             : "",
-        StateName(j.state()).c_str(), j.spec().nodes(), j.spec().gpus_per_node(),
-        j.spec().priority(), Ago(j.submit_ms()).c_str(), where.c_str());
+        StateName(j.state()).c_str(), j.spec().nodes() * std::max(1, j.spec().replicas()),
+        j.spec().gpus_per_node(), j.spec().priority(), Ago(j.submit_ms()).c_str(), where.c_str());
   }
 }
 
@@ -54,6 +67,12 @@ void PrintJob(const hai::Job& j) {
   std::printf("  shape:     %d node(s) x %d GPU(s), %d process(es) per node, priority %d, %s\n",
               s.nodes(), s.gpus_per_node(), s.procs_per_node(), s.priority(),
               Lower(hai::CommKind_Name(s.comm())).c_str());
+  if (s.replicas() > 0) {
+    std::printf(
+        "  replicas:  %d group(s) of the shape above, going on while %d live "
+        "(fault tolerance)\n",
+        s.replicas(), std::max(1, s.min_replicas()));
+  }
   if (s.expected_runtime_s() > 0) {
     std::printf("  expected:  runs %llds (--time)\n",
                 static_cast<long long>(s.expected_runtime_s()));
@@ -74,12 +93,33 @@ void PrintJob(const hai::Job& j) {
                 r.end_ms() > 0 ? (", ended " + Clock(r.end_ms())).c_str() : ", running",
                 r.end_reason().empty() ? "" : (" (" + r.end_reason() + ")").c_str());
     if (!codes.empty()) std::printf("         exit codes (rank:code): %s\n", codes.c_str());
+    const int procs = std::max(1, s.procs_per_node());
+    if (!r.ft_store().empty()) std::printf("         quorum service: %s\n", r.ft_store().c_str());
+    for (const hai::ReplicaGroup& g : r.groups()) {
+      std::string where;
+      for (int i = g.first_node(); i < g.first_node() + s.nodes() && i < r.nodes_size(); ++i)
+        where += (where.empty() ? "" : ",") + r.nodes(i);
+      std::printf("         replica %d%s: ranks %d-%d on %s, master %s:%d, %s%s\n", g.replica(),
+                  g.incarnation() > 0
+                      ? (" (replacement " + std::to_string(g.incarnation()) + ")").c_str()
+                      : "",
+                  g.first_node() * procs, (g.first_node() + s.nodes()) * procs - 1, where.c_str(),
+                  g.master_addr().c_str(), g.master_port(),
+                  g.end_reason().empty() ? "running since "
+                                         : (g.finished() ? "finished, started " : "lost, started "),
+                  (Clock(g.start_ms()) +
+                   (g.end_reason().empty() || g.finished() ? "" : " (" + g.end_reason() + ")"))
+                      .c_str());
+    }
+    for (const hai::RunEvent& e : r.events())
+      std::printf("         %s  %s\n", Clock(e.time_ms()).c_str(), e.text().c_str());
   }
 }
 
 struct SubmitArgs {
   std::string name, workdir, comm = "allreduce", restart = "on-node-lost", expected_time;
-  int nodes = 1, gpus = 1, procs = 1, priority = 3, max_restarts = 0;
+  int nodes = 1, gpus = 1, procs = 1, priority = 3, max_restarts = 0, replicas = 0,
+      min_replicas = 0;
   int64_t min_runtime = 0;
   bool span_zones = false;
   std::vector<std::string> env, command;
@@ -132,6 +172,8 @@ hai::JobSpec SpecOf(const SubmitArgs& a) {
   if (policy == policies.end()) Die("--restart is on-node-lost, never or on-failure", 2);
   spec.set_restart_policy(policy->second);
   spec.set_max_restarts(a.max_restarts);
+  spec.set_replicas(a.replicas);
+  spec.set_min_replicas(a.min_replicas);
   return spec;
 }
 
@@ -287,6 +329,12 @@ void AddJobCommands(CLI::App& app, std::vector<Command>& out) {
   submit->add_option("--restart", s->restart, "on-node-lost, never or on-failure")
       ->capture_default_str();
   submit->add_option("--max-restarts", s->max_restarts, "on-failure: how many times (default 3)");
+  submit->add_option("--replicas", s->replicas,
+                     "Fault tolerance (haiscale.ft): run as this many replica groups of --nodes "
+                     "nodes each; a lost group is replaced while the others go on");
+  submit->add_option("--min-replicas", s->min_replicas,
+                     "With --replicas: below this many live groups the job is requeued from its "
+                     "checkpoint (default 1)");
   submit->add_option("command", s->command, "The command (after --)")->required();
   out.push_back({submit, [s](const Globals& g, Client& c) { return Submit(*s, g, c); }});
 

@@ -117,6 +117,7 @@ grpc::Status HaiServer::ReportHealth(grpc::ServerContext* ctx, const hai::Health
       spdlog::info("node {} {} by {}{}", req->node(), record.drained() ? "drained" : "undrained",
                    kHealthDrainer, record.drained() ? ": " + reason : ": every check passes");
       current = record;
+      if (record.drained()) FF_RETURN_IF_ERROR(EvictReplicaGroups(req->node(), reason));
     }
     UpdateGauges();
     resp->set_drained(current.drained());
@@ -137,8 +138,18 @@ std::vector<hai::Task> HaiServer::TasksFor(const std::string& node) const {
     const bool kill = job.stop_requested() || !run.end_reason().empty();
     const hai::JobSpec& spec = job.spec();
     const int procs = ProcsPerNode(spec);
-    for (int i = 0; i < run.nodes_size(); ++i) {
+    for (int i : HeldNodeSlots(job)) {
       if (run.nodes(i) != node) continue;
+      // A fault-tolerant job's ranks are numbered within their replica group, which has its own
+      // master; a gang is one group of every node.
+      const hai::ReplicaGroup* group = nullptr;
+      if (FaultTolerant(spec)) {
+        const int g = GroupOfNode(run, spec, i);
+        if (g < 0) continue;
+        group = &run.groups(g);
+      }
+      const int first_node = group ? group->first_node() : 0;
+      const int group_nodes = group ? spec.nodes() : run.nodes_size();
       for (int local = 0; local < procs; ++local) {
         const int rank = i * procs + local;
         if (run.exit_codes().count(rank) > 0) continue;
@@ -148,9 +159,9 @@ std::vector<hai::Task> HaiServer::TasksFor(const std::string& node) const {
         t.set_rank(rank);
         t.set_command(spec.command());
         t.set_workdir(spec.workdir().empty() ? "/" : spec.workdir());
-        t.set_action(kill                             ? hai::TASK_KILL
-                     : job.state() == hai::SUSPENDING ? hai::TASK_SUSPEND
-                                                      : hai::TASK_RUN);
+        t.set_action(kill || (group && !group->end_reason().empty()) ? hai::TASK_KILL
+                     : job.state() == hai::SUSPENDING                ? hai::TASK_SUSPEND
+                                                                     : hai::TASK_RUN);
         t.set_grace_ms(options_.suspend_grace_ms);
         auto& env = *t.mutable_env();
         for (const auto& [k, v] : spec.env())
@@ -163,23 +174,35 @@ std::vector<hai::Task> HaiServer::TasksFor(const std::string& node) const {
         env["HAI_RESTART_COUNT"] = std::to_string(run.index());
         env["HAI_CHECKPOINT_DIR"] =
             options_.checkpoint_root + "/" + job.user() + "/" + std::to_string(id);
-        env["RANK"] = std::to_string(rank);
-        env["WORLD_SIZE"] = std::to_string(WorldSize(spec));
+        env["RANK"] = std::to_string(rank - first_node * procs);
+        env["WORLD_SIZE"] = std::to_string(group_nodes * procs);
         env["LOCAL_RANK"] = std::to_string(local);
         env["LOCAL_WORLD_SIZE"] = std::to_string(procs);
-        env["NODE_RANK"] = std::to_string(i);
-        env["NNODES"] = std::to_string(spec.nodes());
-        env["HFREDUCE_NODE_ID"] = std::to_string(i);
+        env["NODE_RANK"] = std::to_string(i - first_node);
+        env["NNODES"] = std::to_string(group_nodes);
+        env["HFREDUCE_NODE_ID"] = std::to_string(i - first_node);
         // Other nodes reach this node's ranks at its agent's host (the node's cluster address),
         // which HFReduce's listener binds; a job's own setting wins.
         if (const std::string host = HostOf(nodes_.at(node).record.agent_address());
             !host.empty() && spec.env().count("HFREDUCE_LISTEN_HOST") == 0) {
           env["HFREDUCE_LISTEN_HOST"] = host;
         }
-        env["MASTER_ADDR"] = run.master_addr();
-        env["MASTER_PORT"] = std::to_string(run.master_port());
+        env["MASTER_ADDR"] = group ? group->master_addr() : run.master_addr();
+        env["MASTER_PORT"] = std::to_string(group ? group->master_port() : run.master_port());
         env["CUDA_VISIBLE_DEVICES"] = run.gpus(i);
-        if (!quorum_address_.empty()) env["HAI_FT_STORE"] = quorum_address_;  // haiscale.ft
+        // haiscale.ft: the run's list (a replacement started by a later leader gets the same)
+        const std::string& ft_store = run.ft_store().empty() ? quorum_address_ : run.ft_store();
+        if (!ft_store.empty()) env["HAI_FT_STORE"] = ft_store;
+        if (group) {
+          env["HAI_REPLICA_ID"] = std::to_string(group->replica());
+          // The group's name in the quorum: a replacement's differs from the group it replaces,
+          // which may still run where its node was cut off.
+          env["HAI_REPLICA_GROUP"] =
+              std::to_string(group->replica()) +
+              (group->incarnation() > 0 ? "." + std::to_string(group->incarnation()) : "");
+          env["HAI_REPLICAS"] = std::to_string(spec.replicas());
+          env["HAI_MIN_REPLICAS"] = std::to_string(MinReplicas(spec));
+        }
         tasks.push_back(std::move(t));
       }
     }

@@ -20,6 +20,7 @@ constexpr std::size_t kMaxEnvEntries = 256;
 constexpr std::size_t kMaxEnvValueBytes = 64 * 1024;
 constexpr std::size_t kMaxPathBytes = 4096;
 constexpr int kMaxProcsPerNode = 64;
+constexpr int kMaxReplicas = 1024;  // replica groups of a fault-tolerant job
 
 }  // namespace
 
@@ -66,9 +67,25 @@ Status HaiServer::ValidateSpec(const hai::JobSpec& spec) const {
   if (spec.nodes() < 1) {
     return InvalidArgument("nodes must be at least 1 (got " + std::to_string(spec.nodes()) + ")");
   }
-  if (spec.nodes() > static_cast<int>(topology_.nodes().size())) {
-    return InvalidArgument("asks for " + std::to_string(spec.nodes()) + " nodes; the cluster has " +
-                           std::to_string(topology_.nodes().size()));
+  if (spec.replicas() < 0 || spec.replicas() > kMaxReplicas) {
+    return InvalidArgument("replicas must be 0 (one gang) or 1.." + std::to_string(kMaxReplicas) +
+                           " (got " + std::to_string(spec.replicas()) + ")");
+  }
+  if (spec.min_replicas() < 0 || spec.min_replicas() > std::max(spec.replicas(), 0) ||
+      (spec.min_replicas() > 0 && spec.replicas() == 0)) {
+    return InvalidArgument("min replicas must be 1..replicas, and only with replicas (got " +
+                           std::to_string(spec.min_replicas()) + " of " +
+                           std::to_string(spec.replicas()) + ")");
+  }
+  const int64_t total_nodes =
+      static_cast<int64_t>(spec.nodes()) * (spec.replicas() > 0 ? spec.replicas() : 1);
+  if (total_nodes > static_cast<int64_t>(topology_.nodes().size())) {
+    return InvalidArgument("asks for " + std::to_string(total_nodes) + " nodes" +
+                           (spec.replicas() > 0
+                                ? " (" + std::to_string(spec.replicas()) + " replica groups of " +
+                                      std::to_string(spec.nodes()) + ")"
+                                : std::string()) +
+                           "; the cluster has " + std::to_string(topology_.nodes().size()));
   }
   if (spec.gpus_per_node() < 1 || spec.gpus_per_node() > topology_.max_gpus_per_node()) {
     return InvalidArgument(
@@ -203,15 +220,17 @@ grpc::Status HaiServer::ReadLogs(grpc::ServerContext* ctx, const hai::LogsReques
     {
       MutexLock lock(&mu_);
       FF_ASSIGN_OR_RETURN(hai::Job * job, OwnJob(user, req->id()));
-      if (req->rank() < 0 || req->rank() >= WorldSize(job->spec())) {
-        return InvalidArgument("job " + std::to_string(job->id()) + " has ranks 0.." +
-                               std::to_string(WorldSize(job->spec()) - 1));
-      }
       if (job->runs().empty()) {
         return FailedPrecondition("job " + std::to_string(job->id()) +
                                   " has not started yet: no logs");
       }
       const hai::Run& run = job->runs(job->runs_size() - 1);
+      // (A fault-tolerant run's replacement groups have ranks past WorldSize.)
+      const int ranks = run.nodes_size() * ProcsPerNode(job->spec());
+      if (req->rank() < 0 || req->rank() >= ranks) {
+        return InvalidArgument("job " + std::to_string(job->id()) + " has ranks 0.." +
+                               std::to_string(ranks - 1));
+      }
       run_index = run.index();
       const std::string& node = run.nodes(req->rank() / ProcsPerNode(job->spec()));
       agent = nodes_.at(node).record.agent_address();
@@ -280,7 +299,7 @@ grpc::Status HaiServer::ListNodes(grpc::ServerContext* ctx, const hai::ListNodes
     std::map<std::string, std::vector<int64_t>> jobs_on;
     for (const auto& [id, job] : jobs_) {
       if (!Active(job)) continue;
-      for (const std::string& n : job.runs(job.runs_size() - 1).nodes())
+      for (const std::string& n : HeldNodes(job))
         jobs_on[n].push_back(id);
     }
     for (const scheduler::Node& n : topology_.nodes()) {
@@ -368,6 +387,7 @@ grpc::Status HaiServer::DrainNode(grpc::ServerContext* ctx, const hai::DrainRequ
     *resp = record;
     spdlog::info("node {} {} by {}{}", req->node(), req->drain() ? "drained" : "undrained",
                  caller.name(), req->drain() ? ": " + req->reason() : "");
+    if (req->drain()) return EvictReplicaGroups(req->node(), req->reason());
     return Status::Ok();
   });
 }

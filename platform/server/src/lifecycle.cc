@@ -10,9 +10,7 @@ namespace ff::platform {
 namespace {
 
 std::vector<std::string> NodesOf(const hai::Job& job) {
-  if (job.runs().empty()) return {};
-  const hai::Run& run = job.runs(job.runs_size() - 1);
-  return {run.nodes().begin(), run.nodes().end()};
+  return HeldNodes(job);
 }
 
 std::string JobName(const hai::Job& job) {
@@ -31,9 +29,9 @@ void EndRun(hai::Run& run, hai::RunEnd end, const std::string& reason) {
 void FinishRunIfDone(Transition& t, int64_t now_ms) {
   hai::Job& job = t.job;
   hai::Run& run = *job.mutable_runs(job.runs_size() - 1);
-  if (run.exit_codes_size() < WorldSize(job.spec())) return;
-  run.set_end_ms(now_ms);
   const hai::JobSpec& spec = job.spec();
+  if (run.exit_codes_size() < run.nodes_size() * ProcsPerNode(spec)) return;
+  run.set_end_ms(now_ms);
   auto next = [&](hai::JobState state, const std::string& message) {
     job.set_state(state);
     job.set_message(message);
@@ -45,8 +43,13 @@ void FinishRunIfDone(Transition& t, int64_t now_ms) {
     }
     t.log = JobName(job) + ": " + StateName(state) + " (" + message + ")";
   };
-  const bool all_zero = std::all_of(run.exit_codes().begin(), run.exit_codes().end(),
-                                    [](const auto& rc) { return rc.second == 0; });
+  // A fault-tolerant run's training is done when a group finished; its lost groups' exits are
+  // what losing them cost.
+  const bool all_zero = FaultTolerant(spec)
+                            ? std::any_of(run.groups().begin(), run.groups().end(),
+                                          [](const hai::ReplicaGroup& g) { return g.finished(); })
+                            : std::all_of(run.exit_codes().begin(), run.exit_codes().end(),
+                                          [](const auto& rc) { return rc.second == 0; });
   if (job.stop_requested()) {
     run.set_end(hai::RUN_STOPPED);
     run.set_end_reason("stopped");
@@ -66,7 +69,8 @@ void FinishRunIfDone(Transition& t, int64_t now_ms) {
   } else if (all_zero) {
     run.set_end(hai::RUN_EXITED);
     run.set_end_reason("exited");
-    next(hai::SUCCEEDED, "every rank exited with 0");
+    next(hai::SUCCEEDED, FaultTolerant(spec) ? "every rank of a replica group exited with 0"
+                                             : "every rank exited with 0");
   } else if (spec.restart_policy() == hai::RESTART_ON_FAILURE &&
              job.runs_size() - 1 <
                  (spec.max_restarts() > 0 ? spec.max_restarts() : kDefaultMaxRestarts)) {
@@ -75,6 +79,63 @@ void FinishRunIfDone(Transition& t, int64_t now_ms) {
     next(hai::FAILED, run.end_reason());
   }
   t.run_ended = true;
+}
+
+std::string ReplicaName(const hai::ReplicaGroup& g) {
+  return "replica " + std::to_string(g.replica()) +
+         (g.incarnation() > 0 ? " (replacement " + std::to_string(g.incarnation()) + ")" : "");
+}
+
+// Whether the current run is going on as it should: no end decided, not stopping or suspending.
+bool RunGoesOn(const hai::Job& job) {
+  const hai::Run& run = job.runs(job.runs_size() - 1);
+  return job.state() == hai::RUNNING && !job.stop_requested() && run.end_reason().empty();
+}
+
+// Once every rank of group `g` is accounted for: when it was gone, and whether it finished.
+void SettleGroup(hai::Run& run, const hai::JobSpec& spec, int g, int64_t now_ms) {
+  hai::ReplicaGroup& group = *run.mutable_groups(g);
+  if (group.end_ms() > 0) return;
+  const int procs = ProcsPerNode(spec);
+  bool all_zero = true;
+  for (int r = group.first_node() * procs; r < (group.first_node() + spec.nodes()) * procs; ++r) {
+    auto it = run.exit_codes().find(r);
+    if (it == run.exit_codes().end()) return;
+    all_zero = all_zero && it->second == 0;
+  }
+  group.set_end_ms(now_ms);
+  if (group.end_reason().empty() && all_zero) {
+    group.set_finished(true);
+    group.set_end_reason("exited");
+    AddRunEvent(run, now_ms, ReplicaName(group) + " finished: every rank exited with 0");
+  }
+}
+
+// Group `g` of a run that goes on is lost (`why`): its ranks are killed; the others go on unless
+// fewer than min_replicas are left (and none finished), when the run ends as `end`.
+void LoseGroup(Transition& t, int g, const std::string& why, hai::RunEnd end, int64_t now_ms) {
+  hai::Job& job = t.job;
+  const hai::JobSpec& spec = job.spec();
+  hai::Run& run = *job.mutable_runs(job.runs_size() - 1);
+  hai::ReplicaGroup& group = *run.mutable_groups(g);
+  group.set_end_reason(why);
+  const int live = LiveGroups(run);
+  const bool finished = std::any_of(run.groups().begin(), run.groups().end(),
+                                    [](const hai::ReplicaGroup& x) { return x.finished(); });
+  std::string line = ReplicaName(group) + " lost: " + why;
+  if (live < MinReplicas(spec) && !finished) {
+    line += "; " + std::to_string(live) + " of " + std::to_string(spec.replicas()) +
+            " replica groups left, below min_replicas " + std::to_string(MinReplicas(spec));
+    EndRun(run, end, line);
+  } else if (!finished) {
+    line += "; " + std::to_string(live) + " of " + std::to_string(spec.replicas()) +
+            " replica groups go on";
+  }
+  AddRunEvent(run, now_ms, line);
+  t.log = JobName(job) + " run " + std::to_string(run.index()) + ": " + line;
+  t.wake = NodesOf(job);
+  t.changed = true;
+  t.round_due = true;
 }
 
 struct Visitor {
@@ -95,6 +156,13 @@ struct Visitor {
     run->clear_exit_codes();
     run->set_end(hai::RUN_END_UNSPECIFIED);
     run->clear_end_reason();
+    run->clear_events();
+    for (hai::ReplicaGroup& g : *run->mutable_groups()) {
+      g.set_start_ms(now_ms);
+      g.set_end_ms(0);
+      g.clear_end_reason();
+      g.set_finished(false);
+    }
     job.set_state(hai::RUNNING);
     RecordPending(job, now_ms, "started: run " + std::to_string(run->index()));
     job.set_pending_reason("");
@@ -169,8 +237,10 @@ struct Visitor {
   Status operator()(const RankExited& e) {
     hai::Job& job = t.job;
     if (!Active(job)) return Status::Ok();
+    const hai::JobSpec& spec = job.spec();
     hai::Run& run = *job.mutable_runs(job.runs_size() - 1);
-    if (run.index() != e.run || e.rank < 0 || e.rank >= WorldSize(job.spec()) ||
+    const int procs = ProcsPerNode(spec);
+    if (run.index() != e.run || e.rank < 0 || e.rank >= run.nodes_size() * procs ||
         run.exit_codes().count(e.rank) > 0) {
       return Status::Ok();  // an older run's, or already known
     }
@@ -178,40 +248,142 @@ struct Visitor {
     t.changed = true;
     t.log = JobName(job) + " run " + std::to_string(run.index()) + ": rank " +
             std::to_string(e.rank) + " exited with " + std::to_string(e.code);
-    if (e.code != 0 && run.end() == hai::RUN_END_UNSPECIFIED && job.state() == hai::RUNNING &&
-        !job.stop_requested()) {
+    std::string exit_line = t.log;
+    const std::string why =
+        "rank " + std::to_string(e.rank) + " exited with code " + std::to_string(e.code);
+    if (FaultTolerant(spec)) {
+      const int g = GroupOfNode(run, spec, e.rank / procs);
+      if (g >= 0) {
+        if (e.code != 0 && run.groups(g).end_reason().empty() && RunGoesOn(job)) {
+          LoseGroup(t, g, why, hai::RUN_RANK_FAILED, now_ms);
+          exit_line = t.log;
+        }
+        SettleGroup(*job.mutable_runs(job.runs_size() - 1), spec, g, now_ms);
+        t.round_due |= job.runs(job.runs_size() - 1).groups(g).end_ms() > 0;
+      }
+    } else if (e.code != 0 && run.end() == hai::RUN_END_UNSPECIFIED &&
+               job.state() == hai::RUNNING && !job.stop_requested()) {
       // A gang fails as a whole: the other ranks are killed.
-      EndRun(run, hai::RUN_RANK_FAILED,
-             "rank " + std::to_string(e.rank) + " exited with code " + std::to_string(e.code));
+      EndRun(run, hai::RUN_RANK_FAILED, why);
       t.wake = NodesOf(job);
     }
-    const std::string exit_line = t.log;
     FinishRunIfDone(t, now_ms);
-    if (t.run_ended) t.log = exit_line + "; " + t.log;
+    t.log = t.run_ended ? exit_line + "; " + t.log : exit_line;
     return Status::Ok();
   }
 
   Status operator()(const NodeLost& e) {
     hai::Job& job = t.job;
     if (!Active(job)) return Status::Ok();
-    hai::Run& run = *job.mutable_runs(job.runs_size() - 1);
-    const int procs = ProcsPerNode(job.spec());
+    const hai::JobSpec& spec = job.spec();
+    const int procs = ProcsPerNode(spec);
+    const bool goes_on = RunGoesOn(job);
+    std::vector<int> held = HeldNodeSlots(job);
     bool here = false;
-    for (int i = 0; i < run.nodes_size(); ++i) {
+    std::string lost_line = JobName(job) + " run " +
+                            std::to_string(job.runs(job.runs_size() - 1).index()) + ": node " +
+                            e.node + " lost";
+    for (int i : held) {
+      hai::Run& run = *job.mutable_runs(job.runs_size() - 1);
       if (run.nodes(i) != e.node) continue;
       here = true;
       auto& codes = *run.mutable_exit_codes();
       for (int local = 0; local < procs; ++local)
         codes.insert({i * procs + local, kLostExitCode});  // a known exit stays
+      if (!FaultTolerant(spec)) continue;
+      const int g = GroupOfNode(run, spec, i);
+      if (g < 0) continue;
+      if (goes_on && run.groups(g).end_reason().empty()) {
+        LoseGroup(t, g, "node " + e.node + " lost", hai::RUN_NODE_LOST, now_ms);
+        lost_line = t.log;
+      }
+      SettleGroup(*job.mutable_runs(job.runs_size() - 1), spec, g, now_ms);
+      t.round_due = true;
     }
     if (!here) return Status::Ok();
-    EndRun(run, hai::RUN_NODE_LOST, "node " + e.node + " lost");
+    hai::Run& run = *job.mutable_runs(job.runs_size() - 1);
+    // A gang, or a fault-tolerant run that was ending anyway (stopping, suspending, below
+    // min_replicas): the lost node ends it as lost, which requeues it rather than suspends it.
+    if (!FaultTolerant(spec) || !goes_on)
+      EndRun(run, hai::RUN_NODE_LOST, "node " + e.node + " lost");
     t.changed = true;
     t.wake = NodesOf(job);
-    t.log = JobName(job) + " run " + std::to_string(run.index()) + ": node " + e.node + " lost";
-    const std::string lost_line = t.log;
+    t.log = lost_line;
     FinishRunIfDone(t, now_ms);
     if (t.run_ended) t.log = lost_line + "; " + t.log;
+    return Status::Ok();
+  }
+
+  Status operator()(const NodeDrained& e) {
+    hai::Job& job = t.job;
+    if (!Active(job) || !FaultTolerant(job.spec()) || !RunGoesOn(job)) return Status::Ok();
+    const hai::JobSpec& spec = job.spec();
+    for (int i : HeldNodeSlots(job)) {
+      const hai::Run& run = job.runs(job.runs_size() - 1);
+      if (run.nodes(i) != e.node) continue;
+      const int g = GroupOfNode(run, spec, i);
+      if (g < 0 || !run.groups(g).end_reason().empty()) continue;
+      if (LiveGroups(run) - 1 < MinReplicas(spec)) {
+        t.log = JobName(job) + ": node " + e.node + " is drained, but its " +
+                ReplicaName(run.groups(g)) + " stays: without it fewer than min_replicas " +
+                std::to_string(MinReplicas(spec)) + " groups would be left";
+        continue;
+      }
+      LoseGroup(t, g, "node " + e.node + " drained" + (e.reason.empty() ? "" : ": " + e.reason),
+                hai::RUN_NODE_LOST, now_ms);
+    }
+    return Status::Ok();
+  }
+
+  Status operator()(const GroupStarted& e) {
+    hai::Job& job = t.job;
+    const hai::JobSpec& spec = job.spec();
+    if (!FaultTolerant(spec) || !Active(job) || !RunGoesOn(job) ||
+        job.runs(job.runs_size() - 1).index() != e.run) {
+      return FailedPrecondition(JobName(job) + " has no running fault-tolerant run " +
+                                std::to_string(e.run) + " to add a replica group to");
+    }
+    hai::Run& run = *job.mutable_runs(job.runs_size() - 1);
+    const int replica = e.group.replica();
+    if (replica < 0 || replica >= spec.replicas()) {
+      return InvalidArgument(JobName(job) + " has no replica " + std::to_string(replica));
+    }
+    if (static_cast<int>(e.nodes.size()) != spec.nodes() || e.gpus.size() != e.nodes.size()) {
+      return InvalidArgument(JobName(job) + ": a replica group is " + std::to_string(spec.nodes()) +
+                             " node(s), got " + std::to_string(e.nodes.size()));
+    }
+    for (const hai::ReplicaGroup& g : run.groups()) {
+      if (g.finished() || (g.replica() == replica && g.end_reason().empty())) {
+        return FailedPrecondition(
+            JobName(job) + ": replica " + std::to_string(replica) +
+            (g.finished() ? " cannot be replaced: the training is over" : " is alive"));
+      }
+    }
+    hai::ReplicaGroup* group = run.add_groups();
+    *group = e.group;
+    group->set_first_node(run.nodes_size());
+    group->set_start_ms(now_ms);
+    group->set_end_ms(0);
+    group->clear_end_reason();
+    group->set_finished(false);
+    int incarnation = 0;
+    for (const hai::ReplicaGroup& g : run.groups())
+      incarnation += g.replica() == replica ? 1 : 0;
+    group->set_incarnation(incarnation - 1);
+    std::string where;
+    for (std::size_t i = 0; i < e.nodes.size(); ++i) {
+      run.add_nodes(e.nodes[i]);
+      run.add_gpus(e.gpus[i]);
+      where += (where.empty() ? "" : ",") + e.nodes[i];
+    }
+    const int procs = ProcsPerNode(spec);
+    const std::string line = ReplicaName(*group) + " started on " + where + " (ranks " +
+                             std::to_string(group->first_node() * procs) + "-" +
+                             std::to_string((group->first_node() + spec.nodes()) * procs - 1) + ")";
+    AddRunEvent(run, now_ms, line);
+    t.log = JobName(job) + " run " + std::to_string(run.index()) + ": " + line;
+    t.wake = e.nodes;
+    t.changed = true;
     return Status::Ok();
   }
 };
@@ -245,7 +417,67 @@ int ProcsPerNode(const hai::JobSpec& spec) {
 }
 
 int WorldSize(const hai::JobSpec& spec) {
-  return spec.nodes() * ProcsPerNode(spec);
+  return spec.nodes() * ProcsPerNode(spec) * (FaultTolerant(spec) ? spec.replicas() : 1);
+}
+
+bool FaultTolerant(const hai::JobSpec& spec) {
+  return spec.replicas() > 0;
+}
+
+int MinReplicas(const hai::JobSpec& spec) {
+  return spec.min_replicas() > 0 ? spec.min_replicas() : 1;
+}
+
+int MaxReplacements(const hai::JobSpec& spec) {
+  return (spec.max_restarts() > 0 ? spec.max_restarts() : kDefaultMaxRestarts) * spec.replicas();
+}
+
+int GroupOfNode(const hai::Run& run, const hai::JobSpec& spec, int node) {
+  for (int g = 0; g < run.groups_size(); ++g) {
+    const int first = run.groups(g).first_node();
+    if (node >= first && node < first + spec.nodes()) return g;
+  }
+  return -1;
+}
+
+int LiveGroups(const hai::Run& run) {
+  return static_cast<int>(
+      std::count_if(run.groups().begin(), run.groups().end(),
+                    [](const hai::ReplicaGroup& g) { return g.end_reason().empty(); }));
+}
+
+std::vector<int> HeldNodeSlots(const hai::Job& job) {
+  std::vector<int> slots;
+  if (job.runs().empty()) return slots;
+  const hai::Run& run = job.runs(job.runs_size() - 1);
+  for (int i = 0; i < run.nodes_size(); ++i) {
+    if (FaultTolerant(job.spec())) {
+      const int g = GroupOfNode(run, job.spec(), i);
+      if (g < 0 || run.groups(g).end_ms() > 0) continue;
+    }
+    slots.push_back(i);
+  }
+  return slots;
+}
+
+std::vector<std::string> HeldNodes(const hai::Job& job) {
+  std::vector<std::string> nodes;
+  for (int i : HeldNodeSlots(job))
+    nodes.push_back(job.runs(job.runs_size() - 1).nodes(i));
+  return nodes;
+}
+
+void AddRunEvent(hai::Run& run, int64_t now_ms, const std::string& text) {
+  constexpr int kKept = 50;
+  if (run.events_size() >= kKept) {
+    run.mutable_events()->DeleteSubrange(0, run.events_size() - kKept + 1);
+  }
+  hai::RunEvent* e = run.add_events();
+  e->set_time_ms(now_ms);
+  e->set_text(text);
+  // In time order (events come from the lifecycle and, later, from the quorum service).
+  for (int i = run.events_size() - 1; i > 0 && run.events(i - 1).time_ms() > now_ms; --i)
+    run.mutable_events()->SwapElements(i, i - 1);
 }
 
 Result<Transition> Apply(const hai::Job& job, const JobEvent& event, int64_t now_ms) {

@@ -1,8 +1,10 @@
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "common/rpc_status.h"
+#include "hfreduce/store.h"
 #include "internal.h"
 #include "platform/lifecycle.h"
 #include "platform/names.h"
@@ -24,7 +26,7 @@ JobRequest HaiServer::RequestOf(const hai::Job& job) const {
   r.id = job.id();
   r.user = job.user();
   r.priority = spec.priority();
-  r.nodes = spec.nodes();
+  r.nodes = spec.nodes() * (FaultTolerant(spec) ? spec.replicas() : 1);
   r.gpus_per_node = spec.gpus_per_node();
   r.comm = spec.comm() == hai::PIPELINE ? scheduler::CommKind::kPipeline
            : spec.comm() == hai::NONE   ? scheduler::CommKind::kNone
@@ -61,6 +63,14 @@ void HaiServer::CheckLostNodes() {
   }
 }
 
+Status HaiServer::EvictReplicaGroups(const std::string& node, const std::string& reason) {
+  for (auto& [id, job] : jobs_) {
+    if (!Active(job) || !FaultTolerant(job.spec())) continue;
+    FF_RETURN_IF_ERROR(ApplyEvent(job, NodeDrained{node, reason}, OnWriteFailure::kStopServer));
+  }
+  return Status::Ok();
+}
+
 void HaiServer::ScheduleRound() {
   ClusterState state(topology_);
   std::set<std::pair<int64_t, int>> active_runs;
@@ -71,13 +81,15 @@ void HaiServer::ScheduleRound() {
     if (!Active(job)) continue;
     const hai::Run& run = job.runs(job.runs_size() - 1);
     active_runs.insert({id, run.index()});
+    const std::vector<std::string> held = HeldNodes(job);
     if (job.state() == hai::SUSPENDING) {
-      for (const std::string& n : run.nodes())
+      for (const std::string& n : held)
         leaving[topology_.FindNode(n)] = id;
       continue;
     }
+    if (held.empty()) continue;  // (a fault-tolerant run between its groups)
     Placement p{{}, job.spec().gpus_per_node()};
-    for (const std::string& n : run.nodes())
+    for (const std::string& n : held)
       p.nodes.push_back(topology_.FindNode(n));
     Status st = state.Allocate(RequestOf(job), p, run.start_ms() / 1000);
     if (!st.ok()) spdlog::error("job {}: cannot account its nodes: {}", id, st.message());
@@ -89,6 +101,7 @@ void HaiServer::ScheduleRound() {
   const auto now = std::chrono::steady_clock::now();
   const auto silent_after = std::chrono::milliseconds(
       std::min(options_.heartbeat_timeout_ms / 2, 2 * options_.heartbeat_interval_ms));
+  std::vector<int> unusable;
   for (std::size_t i = 0; i < topology_.nodes().size(); ++i) {
     NodeRuntime& node = nodes_.at(topology_.nodes()[i].name);
     bool lingering = false;  // processes of ended runs still dying there
@@ -107,25 +120,9 @@ void HaiServer::ScheduleRound() {
     }
     if (node.record.state() != hai::NODE_UP || node.record.drained() || lingering || silent ||
         probation) {
-      state.SetDrained(static_cast<int>(i), true);
+      unusable.push_back(static_cast<int>(i));
     }
   }
-  std::vector<JobRequest> queue;
-  for (const auto& [id, job] : jobs_) {
-    if ((job.state() == hai::QUEUED || job.state() == hai::SUSPENDED) && !job.stop_requested()) {
-      queue.push_back(RequestOf(job));
-    }
-  }
-  if (queue.empty()) return;
-  scheduler::SchedulerOptions sched;
-  sched.preemption = options_.preemption;
-  sched.backfill = options_.backfill;
-  for (const auto& [name, u] : users_) {
-    if (u.node_quota() > 0) sched.node_quota[name] = u.node_quota();
-  }
-  scheduler::Scheduler round(
-      scheduler::MakePlacementPolicy(options_.policy, PolicyOptionsOf(options_)), sched);
-  scheduler::Decision d = round.Decide(state, queue, NowMs() / 1000);
   std::vector<const hai::Job*> changed;
   const int64_t now_ms = NowMs();
   // The round's transitions are applied in memory, then written in one synced batch (a failed
@@ -146,6 +143,53 @@ void HaiServer::ScheduleRound() {
     work_cv_.notify_all();
     return true;
   };
+  // What the quorums of fault-tolerant jobs saw (groups leaving, joining at a step), into their
+  // current runs for hai show.
+  if (quorum_server_) {
+    for (auto& [id, job] : jobs_) {
+      if (!Active(job) || !FaultTolerant(job.spec())) continue;
+      uint64_t& seen = quorum_events_seen_[id];
+      hai::Run& run = *job.mutable_runs(job.runs_size() - 1);
+      bool added = false;
+      for (const hfreduce::QuorumEvent& e :
+           quorum_server_->quorum().Events(std::to_string(id), seen)) {
+        seen = e.seq;
+        if (e.time_ms < run.start_ms()) continue;  // an earlier run's
+        AddRunEvent(run, e.time_ms, "quorum: " + e.text);
+        added = true;
+      }
+      if (added) changed.push_back(&job);
+    }
+  }
+  InUse in_use = ComputeInUse();
+  {
+    // Lost replica groups of running jobs are replaced before the queue is served: they are
+    // part of jobs that run.
+    ClusterState usable = state;
+    for (int i : unusable)
+      usable.SetDrained(i, true);
+    PlaceReplacements(state, usable, leaving, in_use, apply);
+  }
+  for (int i : unusable)
+    state.SetDrained(i, true);
+  std::vector<JobRequest> queue;
+  for (const auto& [id, job] : jobs_) {
+    if ((job.state() == hai::QUEUED || job.state() == hai::SUSPENDED) && !job.stop_requested()) {
+      queue.push_back(RequestOf(job));
+    }
+  }
+  scheduler::Decision d;
+  if (!queue.empty()) {
+    scheduler::SchedulerOptions sched;
+    sched.preemption = options_.preemption;
+    sched.backfill = options_.backfill;
+    for (const auto& [name, u] : users_) {
+      if (u.node_quota() > 0) sched.node_quota[name] = u.node_quota();
+    }
+    scheduler::Scheduler round(
+        scheduler::MakePlacementPolicy(options_.policy, PolicyOptionsOf(options_)), sched);
+    d = round.Decide(state, queue, now_ms / 1000);
+  }
   for (scheduler::JobId v : d.suspends) {
     hai::Job& job = jobs_.at(v);
     Preempted event;
@@ -154,7 +198,7 @@ void HaiServer::ScheduleRound() {
       event.for_priority = jobs_.at(f->second).spec().priority();
     }
     if (!apply(job, event)) continue;
-    for (const std::string& n : job.runs(job.runs_size() - 1).nodes())
+    for (const std::string& n : HeldNodes(job))
       leaving[topology_.FindNode(n)] = v;
   }
   for (const auto& [id, since] : d.locality_wait_started) {
@@ -162,7 +206,6 @@ void HaiServer::ScheduleRound() {
     job.set_locality_wait_since_ms(since < 0 ? 0 : since * 1000);  // 0: not begun
     changed.push_back(&job);
   }
-  InUse in_use = ComputeInUse();
   for (const scheduler::Decision::Start& s : d.starts) {
     hai::Job& job = jobs_.at(s.job);
     int64_t blocker = -1;
@@ -174,12 +217,98 @@ void HaiServer::ScheduleRound() {
                          " (suspending) has checkpointed and left its nodes";
       continue;
     }
-    apply(job, Started{PlaceRun(s.placement, in_use)});
+    hai::Run run = PlaceRun(job.spec(), s.placement, in_use);
+    if (FaultTolerant(job.spec())) run.set_ft_store(quorum_address_);
+    apply(job, Started{std::move(run)});
   }
+  if (changed.empty() && d.pending.empty()) return;
   // The round's decisions in one synced write.
   if (!MustPersist(store_->PutJobs(changed), "the scheduling round's decisions").ok()) return;
   for (const auto& [id, reason] : d.pending)
     RecordPending(jobs_.at(id), now_ms, reason);
+}
+
+void HaiServer::PlaceReplacements(ClusterState& state, ClusterState& usable,
+                                  const std::map<int, int64_t>& leaving, InUse& in_use,
+                                  const std::function<bool(hai::Job&, const JobEvent&)>& apply) {
+  for (auto& [id, job] : jobs_) {
+    const hai::JobSpec& spec = job.spec();
+    if (!FaultTolerant(spec) || job.state() != hai::RUNNING || job.stop_requested()) continue;
+    if (!job.runs(job.runs_size() - 1).end_reason().empty()) continue;
+    std::set<int> missing;
+    for (int r = 0; r < spec.replicas(); ++r)
+      missing.insert(r);
+    bool finished = false;
+    for (const hai::ReplicaGroup& g : job.runs(job.runs_size() - 1).groups()) {
+      if (g.end_reason().empty()) missing.erase(g.replica());
+      finished |= g.finished();
+    }
+    if (missing.empty() || finished) continue;
+    for (int replica : missing) {
+      const hai::Run& current = job.runs(job.runs_size() - 1);
+      const int replaced = current.groups_size() - spec.replicas();
+      const std::string waiting = "replica " + std::to_string(replica) + " is not replaced: ";
+      auto note = [&](const std::string& text) {  // once, not every round
+        hai::Run& r = *job.mutable_runs(job.runs_size() - 1);
+        if (r.events_size() > 0 && r.events(r.events_size() - 1).text() == text) return;
+        AddRunEvent(r, NowMs(), text);
+        spdlog::info("job {}: {}", id, text);
+      };
+      if (replaced >= MaxReplacements(spec)) {
+        note(waiting + "the run has placed " + std::to_string(replaced) +
+             " replacements, its most (max_restarts per replica)");
+        break;
+      }
+      JobRequest request = RequestOf(job);
+      request.nodes = spec.nodes();
+      std::string why;
+      Placement p = scheduler_->policy().Place(request, usable, &why);
+      if (p.empty()) {
+        // (Not while a lost group's own ranks are still leaving: their nodes are the likely
+        // place, and waiting for them is not news.)
+        const hai::Run& r = job.runs(job.runs_size() - 1);
+        const bool leaving_ranks = std::any_of(
+            r.groups().begin(), r.groups().end(),
+            [](const hai::ReplicaGroup& g) { return !g.end_reason().empty() && g.end_ms() == 0; });
+        if (!leaving_ranks) note(waiting + "it " + why);
+        break;
+      }
+      bool blocked = false;
+      for (int n : p.nodes)
+        blocked |= leaving.contains(n);
+      if (blocked) break;  // a suspending job still leaves them; next round
+      GroupStarted event;
+      event.run = current.index();
+      event.group.set_replica(replica);
+      for (int n : p.nodes) {
+        const std::string& name = topology_.nodes()[n].name;
+        event.nodes.push_back(name);
+        event.gpus.push_back(TakeGpus(name, p.gpus_per_node, in_use));
+      }
+      auto [addr, port] = TakeMaster(event.nodes[0], in_use);
+      event.group.set_master_addr(addr);
+      event.group.set_master_port(port);
+      if (!apply(job, event)) break;
+      // The round's accounting: the job now holds the group's nodes too.
+      Placement held{{}, spec.gpus_per_node()};
+      for (const std::string& n : HeldNodes(job))
+        held.nodes.push_back(topology_.FindNode(n));
+      if (Status st = state.Release(id); !st.ok() && st.code() != StatusCode::kNotFound) {
+        spdlog::error("job {}: {}", id, st.message());
+      }
+      if (Status st =
+              state.Allocate(RequestOf(job), held, job.runs(job.runs_size() - 1).start_ms() / 1000);
+          !st.ok()) {
+        spdlog::error("job {}: cannot account its replacement: {}", id, st.message());
+      }
+      Placement group{p.nodes, p.gpus_per_node};
+      JobRequest scratch = request;
+      scratch.id = -id * 1000 - replica - 1;  // (usable is this pass's alone)
+      if (Status st = usable.Allocate(scratch, group, NowMs() / 1000); !st.ok()) {
+        spdlog::error("job {}: {}", id, st.message());
+      }
+    }
+  }
 }
 
 HaiServer::InUse HaiServer::ComputeInUse() const {
@@ -188,7 +317,11 @@ HaiServer::InUse HaiServer::ComputeInUse() const {
     if (!Active(other)) continue;
     const hai::Run& run = other.runs(other.runs_size() - 1);
     in_use.ports[run.master_addr()].insert(run.master_port());
-    for (int i = 0; i < run.nodes_size(); ++i) {
+    // Every group's, also a lost one's: a group lost with its node may live on there, cut off,
+    // holding its port (a replacement never reuses it while the run lasts).
+    for (const hai::ReplicaGroup& g : run.groups())
+      in_use.ports[g.master_addr()].insert(g.master_port());
+    for (int i : HeldNodeSlots(other)) {
       std::stringstream ss(run.gpus(i));
       for (std::string g; std::getline(ss, g, ',');)
         in_use.gpus[run.nodes(i)].insert(std::stoi(g));
@@ -197,30 +330,58 @@ HaiServer::InUse HaiServer::ComputeInUse() const {
   return in_use;
 }
 
-hai::Run HaiServer::PlaceRun(const Placement& placement, InUse& in_use) const {
-  auto& used_gpus = in_use.gpus;
-  auto& used_ports = in_use.ports;
+std::string HaiServer::TakeGpus(const std::string& node_name, int count, InUse& in_use) const {
+  const scheduler::Node& node = topology_.nodes()[topology_.FindNode(node_name)];
+  std::set<int>& used = in_use.gpus[node_name];
+  std::string gpus;
+  int given = 0;
+  for (int g = 0; g < node.gpus && given < count; ++g) {
+    if (used.contains(g)) continue;
+    used.insert(g);
+    gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
+    ++given;
+  }
+  return gpus;
+}
+
+std::pair<std::string, int> HaiServer::TakeMaster(const std::string& first_node,
+                                                  InUse& in_use) const {
+  std::string host = HostOf(nodes_.at(first_node).record.agent_address());
+  if (host.empty()) host = "127.0.0.1";
+  std::set<int>& used = in_use.ports[host];
+  int port = static_cast<int>(options_.master_port_base);
+  while (used.contains(port))
+    ++port;
+  used.insert(port);
+  return {host, port};
+}
+
+hai::Run HaiServer::PlaceRun(const hai::JobSpec& spec, const Placement& placement,
+                             InUse& in_use) const {
   hai::Run run;
   for (int n : placement.nodes) {
-    const scheduler::Node& node = topology_.nodes()[n];
-    run.add_nodes(node.name);
-    std::string gpus;
-    int given = 0;
-    for (int g = 0; g < node.gpus && given < placement.gpus_per_node; ++g) {
-      if (used_gpus[node.name].contains(g)) continue;
-      used_gpus[node.name].insert(g);
-      gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
-      ++given;
-    }
-    run.add_gpus(gpus);
+    const std::string& name = topology_.nodes()[n].name;
+    run.add_nodes(name);
+    run.add_gpus(TakeGpus(name, placement.gpus_per_node, in_use));
   }
-  const std::string host = HostOf(nodes_.at(run.nodes(0)).record.agent_address());
-  run.set_master_addr(host.empty() ? "127.0.0.1" : host);
-  int port = static_cast<int>(options_.master_port_base);
-  while (used_ports[run.master_addr()].contains(port))
-    ++port;
-  used_ports[run.master_addr()].insert(port);
+  auto [addr, port] = TakeMaster(run.nodes(0), in_use);
+  run.set_master_addr(addr);
   run.set_master_port(port);
+  if (FaultTolerant(spec)) {
+    for (int r = 0; r < spec.replicas(); ++r) {
+      hai::ReplicaGroup* g = run.add_groups();
+      g->set_replica(r);
+      g->set_first_node(r * spec.nodes());
+      if (r == 0) {
+        g->set_master_addr(addr);
+        g->set_master_port(port);
+      } else {
+        auto [a, p] = TakeMaster(run.nodes(r * spec.nodes()), in_use);
+        g->set_master_addr(a);
+        g->set_master_port(p);
+      }
+    }
+  }
   return run;
 }
 

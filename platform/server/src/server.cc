@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <random>
 
 #include "common/replicas.h"
 #include "common/rpc_server.h"
@@ -188,6 +189,13 @@ void HaiServer::OnLeadership(bool leader) {
           .Increment();
     }
   }
+  if (quorum_server_) {
+    // Quorums decided here before another replica led are stale: a new epoch forgets them (the
+    // groups ask again and re-form under prefixes never used before).
+    if (leader) quorum_server_->quorum().NewEpoch(std::to_string(std::random_device{}()));
+    ft_leading_ = leader;
+  }
+  if (leader) RefreshFtStores();
   {
     MutexLock lock(&mu_);
     if (!leader) {
@@ -210,12 +218,33 @@ void HaiServer::Start(const std::string& address) {
   // Jobs reach it where they reach this replica. Without it fault-tolerant jobs get no
   // HAI_FT_STORE and say so; every other job is unaffected.
   const std::string host = HostOf(self_);
-  auto quorum = hfreduce::StoreServer::Start((host.empty() ? "127.0.0.1" : host) + ":0");
+  // With replicas (etcd), each runs one, and only the leader's serves: HAI_FT_STORE lists every
+  // replica's, so that a job's groups follow the leader through a failover (they re-form once).
+  std::function<Status()> serving;
+  ft_leading_ = !etcd_;  // a replica serves once elected
+  if (etcd_) {
+    serving = [this] {
+      return ft_leading_.load() ? Status::Ok()
+                                : NotLeader("hai-server's quorum service", self_, "");
+    };
+  }
+  auto quorum =
+      hfreduce::StoreServer::Start((host.empty() ? "127.0.0.1" : host) + ":0", std::move(serving));
   if (quorum.ok()) {
     quorum_server_ = std::move(*quorum);
-    MutexLock lock(&mu_);
-    quorum_address_ = quorum_server_->address();
-    spdlog::info("serving replica quorums (HAI_FT_STORE) on {}", quorum_address_);
+    {
+      MutexLock lock(&mu_);
+      quorum_address_ = quorum_server_->address();
+    }
+    spdlog::info("serving replica quorums (HAI_FT_STORE) on {}", quorum_server_->address());
+    if (etcd_) {
+      Result<int64_t> put =
+          etcd_->Put(options_.etcd_prefix + "ft-stores/" + self_, quorum_server_->address());
+      if (!put.ok()) {
+        spdlog::error("cannot publish this replica's quorum service in etcd: {}",
+                      put.status().message());
+      }
+    }
   } else {
     spdlog::error("cannot serve replica quorums: {}", quorum.status().message());
   }
@@ -262,8 +291,37 @@ void HaiServer::Stop() {
   if (!write_failure_.ok() && store_) store_->Abandon();
 }
 
+void HaiServer::RefreshFtStores() {
+  if (!etcd_ || !quorum_server_) return;
+  Result<etcd::RangeResult> stores = etcd_->RangePrefix(options_.etcd_prefix + "ft-stores/");
+  if (!stores.ok()) {
+    spdlog::warn("cannot read the replicas' quorum services from etcd: {}",
+                 stores.status().message());
+    return;
+  }
+  std::string list = quorum_server_->address();  // this replica's first: it serves now
+  for (const auto& kv : stores->kvs) {
+    if (kv.value != quorum_server_->address()) list += "," + kv.value;
+  }
+  MutexLock lock(&mu_);
+  quorum_address_ = list;
+}
+
 void HaiServer::Tick() {
   auto start = std::chrono::steady_clock::now();
+  // Replicas that started since: looked up every 5 s, and every round while a fault-tolerant
+  // job waits (its ranks take the list when they start, for good).
+  bool ft_waiting = false;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [id, job] : jobs_) {
+      ft_waiting |= FaultTolerant(job.spec()) && !Active(job) && !Terminal(job);
+    }
+  }
+  if (ft_waiting || start - ft_stores_read_ > std::chrono::seconds(5)) {
+    ft_stores_read_ = start;
+    RefreshFtStores();
+  }
   {
     MutexLock lock(&mu_);
     if (!write_failure_.ok() || !Leading().ok()) return;
@@ -354,7 +412,7 @@ Status HaiServer::ApplyEvent(hai::Job& job, const JobEvent& event, OnWriteFailur
     if (auto it = nodes_.find(n); it != nodes_.end()) ++it->second.generation;
   }
   if (!t.wake.empty()) work_cv_.notify_all();
-  if (t.run_ended) Kick();
+  if (t.run_ended || t.round_due) Kick();
   return Status::Ok();
 }
 

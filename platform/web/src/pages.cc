@@ -62,7 +62,8 @@ std::string JobLink(int64_t id) {
   return "<a href=\"/jobs/" + n + "\">" + n + "</a>";
 }
 
-std::string Join(const google::protobuf::RepeatedPtrField<std::string>& items) {
+template <typename Strings>  // a repeated proto field or a vector
+std::string Join(const Strings& items) {
   std::string out;
   for (const auto& s : items)
     out += (out.empty() ? "" : ", ") + s;
@@ -134,6 +135,23 @@ std::string LoginPage(std::string_view error) {
   return Document("Log in", "<nav><span class=\"brand\">HAI-Platform</span></nav>", body);
 }
 
+namespace {
+
+// The nodes a running job holds: a fault-tolerant run's groups that are not gone.
+std::vector<std::string> RunningOn(const hai::Job& j) {
+  const hai::Run& r = j.runs(j.runs_size() - 1);
+  if (r.groups().empty()) return {r.nodes().begin(), r.nodes().end()};
+  std::vector<std::string> nodes;
+  for (const hai::ReplicaGroup& g : r.groups()) {
+    for (int i = g.first_node();
+         g.end_ms() == 0 && i < g.first_node() + j.spec().nodes() && i < r.nodes_size(); ++i)
+      nodes.push_back(r.nodes(i));
+  }
+  return nodes;
+}
+
+}  // namespace
+
 Page JobsPage(const std::vector<hai::Job>& jobs, bool all_users, bool admin, int64_t now_ms) {
   Page p;
   p.title = all_users ? "Every user's jobs" : "Your jobs";
@@ -159,13 +177,14 @@ Page JobsPage(const std::vector<hai::Job>& jobs, bool all_users, bool admin, int
       if (Waiting(j->state())) {
         where = Escape(j->pending_reason());
       } else if (j->state() == hai::RUNNING && j->runs_size() > 0) {
-        where = Escape(Join(j->runs(j->runs_size() - 1).nodes()));
+        where = Escape(Join(RunningOn(*j)));
       } else {
         where = Escape(j->message());
       }
       t += "<tr data-job=\"" + std::to_string(j->id()) + "\"><td>" + JobLink(j->id()) +
            "</td><td>" + Escape(j->spec().name()) + "</td><td>" + Escape(j->user()) + "</td><td>" +
-           JobBadge(j->state()) + "</td><td>" + std::to_string(j->spec().nodes()) + " × " +
+           JobBadge(j->state()) + "</td><td>" +
+           std::to_string(j->spec().nodes() * std::max(1, j->spec().replicas())) + " × " +
            std::to_string(j->spec().gpus_per_node()) + " GPU</td><td>" +
            std::to_string(j->spec().priority()) + "</td><td>" + Ago(j->submit_ms(), now_ms) +
            "</td><td>" + where + "</td></tr>";
@@ -193,6 +212,11 @@ Page JobPage(const hai::Job& job, std::string_view log_tail,
   t += row("Shape", std::to_string(s.nodes()) + " node(s) × " + std::to_string(s.gpus_per_node()) +
                         " GPU, " + std::to_string(std::max(1, s.procs_per_node())) +
                         " process(es) per node");
+  if (s.replicas() > 0) {
+    t += row("Fault tolerance", std::to_string(s.replicas()) +
+                                    " replica groups of that shape, going on while " +
+                                    std::to_string(std::max(1, s.min_replicas())) + " live");
+  }
   t += row("Priority", std::to_string(s.priority()));
   t += row("Submitted", Clock(job.submit_ms()) + " (" + Ago(job.submit_ms(), now_ms) + ")");
   if (job.end_ms() > 0) t += row("Ended", Clock(job.end_ms()));
@@ -242,6 +266,38 @@ Page JobPage(const hai::Job& job, std::string_view log_tail,
                 (exits.empty() ? "-" : exits) + "</td><td>" + end + "</td></tr>";
     }
     p.body += "</tbody></table>";
+    const hai::Run& last = job.runs(job.runs_size() - 1);
+    if (last.groups_size() > 0) {
+      const int procs = std::max(1, s.procs_per_node());
+      p.body += "<h2>Replica groups (run " + std::to_string(last.index()) +
+                ")</h2><table id=\"groups\"><thead><tr><th>Replica</th><th>Ranks</th><th>Nodes</th>"
+                "<th>Master</th><th>Started</th><th>State</th></tr></thead><tbody>";
+      for (const hai::ReplicaGroup& g : last.groups()) {
+        std::vector<std::string> nodes;
+        for (int i = g.first_node(); i < g.first_node() + s.nodes() && i < last.nodes_size(); ++i)
+          nodes.push_back(last.nodes(i));
+        const std::string state = g.end_reason().empty() ? "running"
+                                  : g.finished()         ? "finished"
+                                                         : "lost: " + Escape(g.end_reason());
+        p.body += "<tr><td>" + std::to_string(g.replica()) +
+                  (g.incarnation() > 0 ? " (replacement " + std::to_string(g.incarnation()) + ")"
+                                       : std::string()) +
+                  "</td><td>" + std::to_string(g.first_node() * procs) + "–" +
+                  std::to_string((g.first_node() + s.nodes()) * procs - 1) + "</td><td>" +
+                  Escape(Join(nodes)) + "</td><td>" + Escape(g.master_addr()) + ":" +
+                  std::to_string(g.master_port()) + "</td><td>" + Clock(g.start_ms()) +
+                  "</td><td>" + state + "</td></tr>";
+      }
+      p.body += "</tbody></table>";
+    }
+    if (last.events_size() > 0) {
+      p.body +=
+          "<h2>What happened (run " + std::to_string(last.index()) +
+          ")</h2><table id=\"events\"><thead><tr><th>When</th><th>What</th></tr></thead><tbody>";
+      for (const hai::RunEvent& e : last.events())
+        p.body += "<tr><td>" + Clock(e.time_ms()) + "</td><td>" + Escape(e.text()) + "</td></tr>";
+      p.body += "</tbody></table>";
+    }
   }
 
   if (!loss.empty()) {

@@ -13,6 +13,14 @@
 //     │  └── SUSPENDED ◀── SUSPENDING (once its ranks are gone; a lost node requeues it instead)
 //     └── (a job stopped before it ran goes straight to STOPPED)
 //
+// A fault-tolerant job (JobSpec.replicas R > 0) runs as R replica groups (Run.groups). While it
+// runs, a group whose node is lost or drained, or one of whose ranks exits non-zero, is lost on
+// its own: its other ranks are killed, the run goes on, and the scheduler places a replacement
+// (GroupStarted) that joins the others at a step boundary. Only when fewer than min_replicas
+// groups are left does the run end as a gang's would (RUN_NODE_LOST or RUN_RANK_FAILED, then the
+// restart policy). When every rank of some group exits 0 the training is over: nothing is
+// replaced any more, and the job succeeds once every rank's exit is known.
+//
 // A run ends when every rank's exit is known (a rank on a lost node counts as exited with
 // kLostExitCode); how it ended is Run.end (hai.proto's RunEnd), with Run.end_reason the line
 // people read.
@@ -36,7 +44,23 @@ inline constexpr int kDefaultMaxRestarts = 3;
 bool Active(const hai::Job& job);    // RUNNING or SUSPENDING: it has processes on nodes
 bool Terminal(const hai::Job& job);  // SUCCEEDED, FAILED or STOPPED: it never runs again
 int ProcsPerNode(const hai::JobSpec& spec);
+// The ranks a run starts with: nodes x procs_per_node, times replicas for a fault-tolerant job.
 int WorldSize(const hai::JobSpec& spec);
+bool FaultTolerant(const hai::JobSpec& spec);  // replicas > 0
+int MinReplicas(const hai::JobSpec& spec);
+// Under fault tolerance, how many replacement groups one run may place (a group that keeps
+// failing is not replaced forever): max_restarts (default kDefaultMaxRestarts) per replica.
+int MaxReplacements(const hai::JobSpec& spec);
+// The index in run.groups of the group holding the run's node slot `node`; -1 for none.
+int GroupOfNode(const hai::Run& run, const hai::JobSpec& spec, int node);
+// The groups that neither finished nor were lost.
+int LiveGroups(const hai::Run& run);
+// The node slots (indices into run.nodes) of the job's current run that still hold ranks as far
+// as the server knows: every slot of a gang; a fault-tolerant run's slots of groups not gone.
+std::vector<int> HeldNodeSlots(const hai::Job& job);
+std::vector<std::string> HeldNodes(const hai::Job& job);
+// Adds to the run's events (hai show) in time order, keeping the last 50.
+void AddRunEvent(hai::Run& run, int64_t now_ms, const std::string& text);
 
 // The events of a job's life.
 struct Started {  // the scheduler placed it: `run` (nodes, GPUs, master) becomes its current run
@@ -60,8 +84,23 @@ struct RankExited {  // an agent reports a rank of run `run` gone with `code` (1
 struct NodeLost {  // `node` stopped heartbeating: its ranks are gone as far as the job is concerned
   std::string node;
 };
-using JobEvent =
-    std::variant<Started, StopRequested, SuspendRequested, Preempted, RankExited, NodeLost>;
+// An admin or hai-health drained `node`. A gang is unaffected (no new work lands there); a
+// fault-tolerant job's group on it is lost and replaced, unless that would leave fewer than
+// min_replicas groups.
+struct NodeDrained {
+  std::string node;
+  std::string reason;
+};
+// The scheduler placed a replacement for replica `group.replica` of fault-tolerant run `run`:
+// `nodes` (with `gpus`) are appended to the run, group.first_node set accordingly.
+struct GroupStarted {
+  int run = 0;
+  hai::ReplicaGroup group;
+  std::vector<std::string> nodes;
+  std::vector<std::string> gpus;
+};
+using JobEvent = std::variant<Started, StopRequested, SuspendRequested, Preempted, RankExited,
+                              NodeLost, NodeDrained, GroupStarted>;
 
 // What an event did.
 struct Transition {
@@ -69,6 +108,7 @@ struct Transition {
   bool changed = false;           // false: the event did not apply (a stale exit); nothing to save
   std::vector<std::string> wake;  // nodes whose tasks changed (their agents' long polls return)
   bool run_ended = false;         // every rank is accounted for: a scheduling round is due
+  bool round_due = false;         // a replica group was lost or is gone: a round replaces it
   std::string log;                // one line for the server's log ("" when nothing happened)
 };
 

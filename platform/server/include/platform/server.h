@@ -16,7 +16,9 @@
 // changes nothing.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -154,6 +156,9 @@ class HaiServer final : public hai::Hai::Service {
   Status MustPersist(Status st, const std::string& what) FF_REQUIRES(mu_);
 
   void CheckLostNodes() FF_REQUIRES(mu_);
+  // `node` was drained: fault-tolerant jobs' replica groups on it are lost and replaced
+  // (NodeDrained); gangs stay.
+  Status EvictReplicaGroups(const std::string& node, const std::string& reason) FF_REQUIRES(mu_);
   void ScheduleRound() FF_REQUIRES(mu_);
   // GPUs handed out per node and master ports in use per host, over the active runs.
   struct InUse {
@@ -161,8 +166,22 @@ class HaiServer final : public hai::Hai::Service {
     std::map<std::string, std::set<int>> ports;
   };
   InUse ComputeInUse() const FF_REQUIRES(mu_);
-  // The run a placement becomes: GPUs on each node and a master port free, taken from in_use.
-  hai::Run PlaceRun(const scheduler::Placement& placement, InUse& in_use) const FF_REQUIRES(mu_);
+  // The run a placement becomes: GPUs on each node and a master port free, taken from in_use;
+  // for a fault-tolerant job, its replica groups, each with its own master port.
+  hai::Run PlaceRun(const hai::JobSpec& spec, const scheduler::Placement& placement,
+                    InUse& in_use) const FF_REQUIRES(mu_);
+  // GPUs on `node` for one placement, taken from in_use ("0,1").
+  std::string TakeGpus(const std::string& node, int count, InUse& in_use) const;
+  // A master for ranks led from `first_node`: its host and the lowest port free there.
+  std::pair<std::string, int> TakeMaster(const std::string& first_node, InUse& in_use) const
+      FF_REQUIRES(mu_);
+  // Places replacements for the lost replica groups of running fault-tolerant jobs, on nodes
+  // free in `usable` (the round's state with unusable nodes drained); each placed group is added
+  // to `state` (the round's accounting) and to its job (GroupStarted, through `apply`).
+  void PlaceReplacements(scheduler::ClusterState& state, scheduler::ClusterState& usable,
+                         const std::map<int, int64_t>& leaving, InUse& in_use,
+                         const std::function<bool(hai::Job&, const JobEvent&)>& apply)
+      FF_REQUIRES(mu_);
   std::vector<hai::Task> TasksFor(const std::string& node) const FF_REQUIRES(mu_);
   scheduler::JobRequest RequestOf(const hai::Job& job) const;
   void UpdateGauges() FF_REQUIRES(mu_);
@@ -176,7 +195,13 @@ class HaiServer final : public hai::Hai::Service {
   // The replica quorums of fault-tolerant jobs (haiscale.ft) and their rendezvous store, served
   // on this replica's host; its address is every task's HAI_FT_STORE.
   std::unique_ptr<hfreduce::StoreServer> quorum_server_;
-  std::string quorum_address_ FF_GUARDED_BY(mu_);
+  std::string quorum_address_ FF_GUARDED_BY(mu_);         // every replica's, this one's first
+  std::atomic<bool> ft_leading_{true};                    // whether this replica's quorums serve
+  std::chrono::steady_clock::time_point ft_stores_read_;  // the loop thread's
+  // Reads every replica's quorum service address from etcd into quorum_address_.
+  void RefreshFtStores() FF_EXCLUDES(mu_);
+  // Per fault-tolerant job, the last of its quorum's events copied into its run.
+  std::map<int64_t, uint64_t> quorum_events_seen_ FF_GUARDED_BY(mu_);
   std::unique_ptr<scheduler::Scheduler> scheduler_;
   std::string agent_token_hash_;
   Metrics* metrics_;
