@@ -414,6 +414,55 @@ TEST_F(PlatformTest, ANodeBackFromLostWaitsOutItsProbation) {
 // hai-health on node n00 reads a kernel log file the test appends to (a recorded Xid 79 line):
 // the node is drained with the error as its reason, gets no new job, and is undrained when the
 // error's hold has passed; an admin's drain is left alone by health reports.
+// A fault-tolerant job (--replicas): each group has its own rank numbering and master; a drained
+// node's group is killed and replaced elsewhere while the other runs on; a replacement that
+// keeps failing at once is replaced after a wait that doubles, not in a tight loop.
+TEST_F(PlatformTest, AFaultTolerantJobsGroupsMoveOffADrainedNodeAndFailingReplacementsBackOff) {
+  const std::string script =
+      "echo \"group=$HAI_REPLICA_GROUP replica=$HAI_REPLICA_ID rank=$RANK world=$WORLD_SIZE "
+      "master=$MASTER_ADDR:$MASTER_PORT replicas=$HAI_REPLICAS min=$HAI_MIN_REPLICAS "
+      "ft=${HAI_FT_STORE:+set}\"; "
+      "if [ \"$HAI_REPLICA_GROUP\" = \"$HAI_REPLICA_ID\" ]; then sleep 60; else exit 3; fi";
+  int64_t id = Submit(alice_, {"--replicas", "2", "--min-replicas", "1", "--", script});
+  ASSERT_TRUE(WaitForState(id, alice_, "RUNNING"));
+  ASSERT_TRUE(
+      WaitUntil([&] { return Logs(id, alice_, 1).find("group=1 ") != std::string::npos; }, 20s));
+  // Each group is its own torch.distributed job, led from its own node.
+  const json nodes = Show(id, alice_)["runs"][0]["nodes"];
+  const std::string node0 = nodes[0], node1 = nodes[1];
+  EXPECT_THAT(Logs(id, alice_, 0),
+              HasSubstr("group=0 replica=0 rank=0 world=1 master=" + AgentHost(node0.back() - '0') +
+                        ":29500 replicas=2 min=1 ft=set"));
+  EXPECT_THAT(Logs(id, alice_, 1),
+              HasSubstr("group=1 replica=1 rank=0 world=1 master=" + AgentHost(node1.back() - '0') +
+                        ":29500 replicas=2 min=1 ft=set"));
+  ASSERT_EQ(Hai({"admin", "drain", node1, "--reason", "maintenance"}, admin_token_).code, 0);
+  // Replica 1 moves to the free node, where its replacements fail at once: 1, 2, 4, ... s apart.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Show(id, alice_)["runs"][0].dump().find("the next in 2 s") != std::string::npos;
+      },
+      20s))
+      << Show(id, alice_).dump();
+  std::this_thread::sleep_for(4s);
+  json run = Show(id, alice_)["runs"][0];
+  const std::string events = run["events"].dump();
+  EXPECT_THAT(events, HasSubstr("replica 1 lost: node " + node1 +
+                                " drained: maintenance; 1 of 2 replica groups go on"));
+  EXPECT_THAT(events, HasSubstr("replica 1 (replacement 1) started on"));
+  EXPECT_THAT(events, HasSubstr("replica 1 (replacement 1) lost: rank 2 exited with code 3"));
+  EXPECT_THAT(events, Not(HasSubstr("started on " + node1)));
+  // In about 5 s of failing at once: no more than 4 replacements (1 + 2 s apart, then 4).
+  EXPECT_LE(run["groups"].size(), 2u + 4u) << events;
+  EXPECT_EQ(State(id, alice_), "RUNNING") << "replica 0 trains on";
+  CliResult shown = Hai({"show", std::to_string(id)}, alice_);
+  EXPECT_THAT(shown.out, HasSubstr("replica 0: ranks 0-0 on"));
+  EXPECT_THAT(shown.out, HasSubstr("lost, started"));
+  EXPECT_EQ(Hai({"stop", std::to_string(id)}, alice_).code, 0);
+  ASSERT_TRUE(WaitForState(id, alice_, "STOPPED"));
+  EXPECT_EQ(Hai({"admin", "undrain", node1}, admin_token_).code, 0);
+}
+
 TEST_F(PlatformTest, HealthCheckFailureDrainsTheNodeUntilItPassesAgain) {
   const std::string kmsg = dir_.File("kmsg");
   test::WriteFile(kmsg, "6,1,100,-;Linux version 6.1.0\n");

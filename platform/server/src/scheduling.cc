@@ -20,6 +20,12 @@ using scheduler::JobRequest;
 using scheduler::Placement;
 using server_internal::HostOf;
 
+namespace {
+// A replacement group that ends sooner than this after its start failed "at once"
+// (PlaceReplacements backs off).
+constexpr int64_t kQuickFailureMs = 60'000;
+}  // namespace
+
 JobRequest HaiServer::RequestOf(const hai::Job& job) const {
   const hai::JobSpec& spec = job.spec();
   JobRequest r;
@@ -258,6 +264,26 @@ void HaiServer::PlaceReplacements(ClusterState& state, ClusterState& usable,
         note(waiting + "the run has placed " + std::to_string(replaced) +
              " replacements, its most (max_restarts per replica)");
         break;
+      }
+      // A replica whose replacements keep failing soon after they start (a bug that hits one
+      // shard, a broken node image) is replaced after a wait that doubles with each such
+      // failure, 1 s up to 64 s, rather than in a tight loop.
+      int quick_failures = 0;
+      int64_t last_end_ms = 0;
+      for (const hai::ReplicaGroup& g : current.groups()) {
+        if (g.replica() != replica || g.end_ms() == 0) continue;
+        last_end_ms = std::max(last_end_ms, g.end_ms());
+        if (g.incarnation() > 0 && g.end_ms() - g.start_ms() < kQuickFailureMs) ++quick_failures;
+      }
+      if (quick_failures > 0) {
+        const int64_t wait_ms = int64_t{1000} << std::min(quick_failures - 1, 6);
+        if (NowMs() - last_end_ms < wait_ms) {
+          note("replica " + std::to_string(replica) +
+               " is not replaced yet: " + std::to_string(quick_failures) +
+               " of its replacements failed within a minute of starting; the next in " +
+               std::to_string(wait_ms / 1000) + " s");
+          continue;
+        }
       }
       JobRequest request = RequestOf(job);
       request.nodes = spec.nodes();
