@@ -151,6 +151,32 @@ TEST(ReplicaQuorumTest, ASilentGroupIsNotWaitedForButAHeartbeatingOneIs) {
   ASSERT_TRUE(without[0].ok()) << without[0].status();
   EXPECT_EQ(Ids(*without[0]), (std::vector<std::string>{"a", "b"}));
   EXPECT_FALSE(quorum.Heartbeat("", "c").ok());
+  // With a heartbeat timeout of 2 s: "d" dies; the others' collectives fail and they ask to
+  // re-form: "d" is not waited for once it missed three heartbeats (0.6 s), not the full 2 s.
+  auto slow_beat = [](QuorumRequest r) {
+    r.join_timeout = 8s;
+    r.heartbeat_timeout = 2s;
+    return r;
+  };
+  // ("d" asks first: had "a" and "b", the previous members, both asked before it, their round
+  // would be decided without it.)
+  const auto d_asked = Clock::now();  // (the last "d" is heard of)
+  auto d = std::async(std::launch::async, [&quorum, &slow_beat] {
+    return quorum.Join(slow_beat(Ask("d", 4)), Clock::now() + 10s);
+  });
+  std::this_thread::sleep_for(300ms);
+  auto with_d = Round(quorum, {slow_beat(Ask("a", 4)), slow_beat(Ask("b", 4))});
+  ASSERT_TRUE(d.get().ok());
+  ASSERT_TRUE(with_d[0].ok()) << with_d[0].status();
+  ASSERT_EQ(Ids(*with_d[0]), (std::vector<std::string>{"a", "b", "d"}));
+  QuorumRequest a = slow_beat(Ask("a", 5)), b = slow_beat(Ask("b", 5));
+  a.reform = b.reform = true;
+  start = Clock::now();
+  auto reformed = Round(quorum, {a, b});
+  ASSERT_TRUE(reformed[0].ok()) << reformed[0].status();
+  EXPECT_EQ(Ids(*reformed[0]), (std::vector<std::string>{"a", "b"}));
+  EXPECT_GE(Clock::now() - d_asked, 590ms);
+  EXPECT_LT(Clock::now() - start, 1900ms);
 }
 
 TEST(ReplicaQuorumTest, AGroupWhoseCollectivesFailedGetsANewQuorumId) {

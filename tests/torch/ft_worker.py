@@ -12,6 +12,7 @@ import time
 import torch
 
 import haiscale
+import haiscale.checkpoint
 
 # A group stuck past the test's patience says where before it is killed.
 faulthandler.dump_traceback_later(150, exit=False, file=sys.stdout)
@@ -144,13 +145,15 @@ def train_hsdp(store, replica_id, steps, out_dir):
     return {"step": ft.step}
 
 
-def train_on_platform(steps, out_dir, step_s=0.05):
+def train_on_platform(steps, out_dir, step_s=0.05, checkpoint_every=0):
     """One rank of a replica group of a job submitted with `hai submit --replicas R`: everything
     comes from the platform's environment (the group's RANK, WORLD_SIZE, MASTER_*; HAI_FT_STORE,
     HAI_REPLICA_GROUP, HAI_REPLICAS, HAI_MIN_REPLICAS); haiscale.fsdp shards the model inside
     the group. Logs the group's loss each committed step (the mean over its ranks). Trains
     `steps` steps, or fewer once the test writes a last step to out_dir/stop_at (the groups step
-    together, so a step a few ahead of them is one they all stop at)."""
+    together, so a step a few ahead of them is one they all stop at). With `checkpoint_every`,
+    the quorum's first group checkpoints asynchronously to HAI_CHECKPOINT_DIR every that many
+    steps, and every group resumes from the latest checkpoint when it starts."""
     import torch.distributed as dist
 
     from haiscale.fsdp import FullyShardedDataParallel
@@ -167,6 +170,13 @@ def train_on_platform(steps, out_dir, step_s=0.05):
     x, y = _data()
     ft = haiscale.ft.Manager(model, opt, batch_size=16, join_timeout=1.0, timeout=5.0,
                              quorum_timeout=120.0)
+    saver, resumed_from = None, 0
+    if checkpoint_every:
+        directory = os.path.join(os.environ["HAI_CHECKPOINT_DIR"], f"g{rank}")  # shards by rank
+        resumed_from, state = haiscale.checkpoint.load(directory)
+        if state is not None:
+            ft.load_state_dict(state)
+        saver = haiscale.checkpoint.AsyncCheckpointer(directory)
     marker = os.path.join(out_dir, f"step.{name}")
     stop_at = os.path.join(out_dir, "stop_at")
     log = []
@@ -187,6 +197,8 @@ def train_on_platform(steps, out_dir, step_s=0.05):
             opt.step()
             log.append({"step": ft.step, "world": replicas, "loss": group_loss.item() / world,
                         "at": time.time()})
+            if saver and ft.quorum["replica_rank"] == 0 and ft.step % checkpoint_every == 0:
+                saver.save(ft.step, ft.state_dict())
             if rank == 0:
                 with open(marker + ".tmp", "w") as f:
                     f.write(str(ft.step))
@@ -196,8 +208,11 @@ def train_on_platform(steps, out_dir, step_s=0.05):
     for k, v in sorted(model.sharded_state_dict().items()):
         if torch.is_tensor(v):
             h.update(v.numpy().tobytes())
+    if saver:
+        saver.close()
     result = {"group": name, "replica": os.environ["HAI_REPLICA_ID"], "rank": rank,
-              "step": ft.step, "digest": h.hexdigest(), "healed_at": ft.healed_at, "log": log}
+              "step": ft.step, "digest": h.hexdigest(), "healed_at": ft.healed_at, "log": log,
+              "resumed_from": resumed_from, "run": int(os.environ["HAI_RUN"])}
     ft.shutdown()
     with open(os.path.join(out_dir, f"platform.{name}.{rank}.json"), "w") as f:
         json.dump(result, f)

@@ -403,6 +403,60 @@ def test_on_hai_platform_a_job_of_four_groups_survives_a_killed_group_and_a_lost
     assert tail < 1.25 * base + 0.01, (tail, base)
 
 
+def test_on_hai_platform_below_min_replicas_the_job_is_requeued_and_resumes_from_its_checkpoint():
+    """--replicas 2 --min-replicas 2: a group's node dies (its agent and its ranks killed -9).
+    One group is below the minimum, so the run ends as a gang's would and the job is requeued;
+    its next run resumes every group from the last asynchronous checkpoint and succeeds."""
+    from hai_cluster import HaiCluster
+
+    with tempfile.TemporaryDirectory() as d, HaiCluster(d, nodes=3) as cluster:
+        out = os.path.join(d, "out")
+        os.makedirs(out)
+        command = (f"{sys.executable} {os.path.join(HERE, 'rank_runner.py')} "
+                   f"ft_worker:train_on_platform '{json.dumps([5000, out, 0.05, 10])}'")
+        job = cluster.submit("--nodes", "1", "--gpus-per-node", "2", "--procs-per-node", "1",
+                             "--replicas", "2", "--min-replicas", "2", "--env",
+                             "OMP_NUM_THREADS=1", "--name", "ftmin", "--", command)
+        try:
+            wait_for_step(out, "1", 25, timeout=120)
+        except AssertionError:
+            _explain(cluster, job)
+            raise
+        run = cluster.show(job)["runs"][-1]
+        group1 = next(g for g in run["groups"] if g.get("replica", 0) == 1)
+        node = run["nodes"][group1.get("firstNode", group1.get("first_node", 0))]
+        cluster.agents[int(node[-1])].kill()
+        with open(os.path.join(out, "pid.1.0")) as f:
+            os.kill(int(f.read()), signal.SIGKILL)
+        with open(os.path.join(out, "step.0")) as f:
+            before = int(f.read())
+        deadline = time.monotonic() + 120
+        while len(cluster.show(job)["runs"]) < 2:
+            assert time.monotonic() < deadline, cluster.hai("show", str(job))
+            time.sleep(0.2)
+        try:
+            wait_for_step(out, "0", before + 20, timeout=120)  # the new run trains on
+        except AssertionError:
+            _explain(cluster, job)
+            raise
+        with open(os.path.join(out, "stop_at"), "w") as f:
+            f.write(str(before + 40))
+        final = cluster.wait_state(job, "SUCCEEDED", timeout=180)
+        done = _platform_results(out)
+    runs = final["runs"]
+    assert len(runs) == 2, runs
+    assert "below min_replicas 2" in runs[0]["end_reason"], runs[0]
+    assert runs[0]["end"] == "RUN_NODE_LOST", runs[0]
+    assert set(done) == {("0", 0), ("1", 0)}, done.keys()
+    assert done[("0", 0)]["digest"] == done[("1", 0)]["digest"]
+    for r in done.values():
+        assert r["run"] == 1
+        # Resumed from a checkpoint (every 10 steps) taken before the node died, not from 0.
+        assert 10 <= r["resumed_from"] <= before and r["resumed_from"] % 10 == 0, r["resumed_from"]
+        assert r["log"][0]["step"] == r["resumed_from"] + 1, r["log"][:2]
+        assert r["step"] == before + 40
+
+
 def test_on_ha_hai_platform_the_groups_follow_the_quorum_service_through_a_failover():
     """hai-server as a leader and a standby on etcd: HAI_FT_STORE lists both replicas' quorum
     services, of which the leader's serves. The leader is killed -9 while two replica groups

@@ -6,7 +6,9 @@
 // common case: nobody lost, a per-step barrier), when all `replicas` groups have asked, or, once
 // `min_replicas` have, when `join_timeout` has passed since the first of them asked (a group that
 // died or hangs is left out), or when each previous member that has not asked has been silent
-// (no heartbeat) for `heartbeat_timeout`. A group that asks later (restarted, replaced, or back
+// (no heartbeat) for `heartbeat_timeout` (for three heartbeat intervals, 0.3 x the timeout, in a
+// round that an asker wants re-formed because its collectives failed: the member that broke them
+// is likely dead). A group that asks later (restarted, replaced, or back
 // from a hang) joins the next quorum. Each decided quorum with a different membership, or one that
 // a member asks to re-form (its collectives failed), gets a new id; its members re-form their
 // communicator under the store prefix it names, and any member whose step is behind the others'

@@ -30,10 +30,14 @@ bool ReplicaQuorum::MaybeDecide(Job& job, Clock::time_point now) {
   const int n = static_cast<int>(r.joined.size());
   if (n == 0 || n < r.min_replicas) return false;
   bool all_previous = !job.previous.empty();
+  // When an asker's collectives failed (reform), a member is likely dead: one that missed three
+  // heartbeats (sent every tenth of the timeout) is not waited for. A live one starved that long
+  // only loses this step and heals at the next.
+  const auto silent_after = r.reform ? r.heartbeat_timeout * 3 / 10 : r.heartbeat_timeout;
   for (const std::string& id : job.previous) {
     auto seen = job.last_seen.find(id);
     const bool silent = r.heartbeat_timeout.count() > 0 &&
-                        (seen == job.last_seen.end() || now - seen->second > r.heartbeat_timeout);
+                        (seen == job.last_seen.end() || now - seen->second > silent_after);
     all_previous = all_previous && (r.joined.contains(id) || silent);
   }
   const bool everyone = n >= r.replicas;
