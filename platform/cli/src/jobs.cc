@@ -9,22 +9,10 @@
 
 #include "cli.h"
 #include "platform/names.h"
+#include "platform/runs.h"
 
 namespace ff::platform::cli {
 namespace {
-
-// The nodes a run still holds: a fault-tolerant run's groups that are not gone.
-std::vector<std::string> HeldNodes(const hai::Job& j) {
-  const hai::Run& r = j.runs(j.runs_size() - 1);
-  if (r.groups().empty()) return {r.nodes().begin(), r.nodes().end()};
-  std::vector<std::string> held;
-  for (const hai::ReplicaGroup& g : r.groups()) {
-    for (int i = g.first_node();
-         g.end_ms() == 0 && i < g.first_node() + j.spec().nodes() && i < r.nodes_size(); ++i)
-      held.push_back(r.nodes(i));
-  }
-  return held;
-}
 
 void PrintJobs(const std::vector<hai::Job>& jobs, bool show_user) {
   std::printf("%-6s %-20s %s%-10s %5s %4s %4s %6s  %s\n", "ID", "NAME",

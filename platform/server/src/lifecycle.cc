@@ -420,10 +420,6 @@ int WorldSize(const hai::JobSpec& spec) {
   return spec.nodes() * ProcsPerNode(spec) * (FaultTolerant(spec) ? spec.replicas() : 1);
 }
 
-bool FaultTolerant(const hai::JobSpec& spec) {
-  return spec.replicas() > 0;
-}
-
 int MinReplicas(const hai::JobSpec& spec) {
   return spec.min_replicas() > 0 ? spec.min_replicas() : 1;
 }
@@ -432,39 +428,10 @@ int MaxReplacements(const hai::JobSpec& spec) {
   return (spec.max_restarts() > 0 ? spec.max_restarts() : kDefaultMaxRestarts) * spec.replicas();
 }
 
-int GroupOfNode(const hai::Run& run, const hai::JobSpec& spec, int node) {
-  for (int g = 0; g < run.groups_size(); ++g) {
-    const int first = run.groups(g).first_node();
-    if (node >= first && node < first + spec.nodes()) return g;
-  }
-  return -1;
-}
-
 int LiveGroups(const hai::Run& run) {
   return static_cast<int>(
       std::count_if(run.groups().begin(), run.groups().end(),
                     [](const hai::ReplicaGroup& g) { return g.end_reason().empty(); }));
-}
-
-std::vector<int> HeldNodeSlots(const hai::Job& job) {
-  std::vector<int> slots;
-  if (job.runs().empty()) return slots;
-  const hai::Run& run = job.runs(job.runs_size() - 1);
-  for (int i = 0; i < run.nodes_size(); ++i) {
-    if (FaultTolerant(job.spec())) {
-      const int g = GroupOfNode(run, job.spec(), i);
-      if (g < 0 || run.groups(g).end_ms() > 0) continue;
-    }
-    slots.push_back(i);
-  }
-  return slots;
-}
-
-std::vector<std::string> HeldNodes(const hai::Job& job) {
-  std::vector<std::string> nodes;
-  for (int i : HeldNodeSlots(job))
-    nodes.push_back(job.runs(job.runs_size() - 1).nodes(i));
-  return nodes;
 }
 
 void AddRunEvent(hai::Run& run, int64_t now_ms, const std::string& text) {

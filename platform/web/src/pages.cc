@@ -8,6 +8,7 @@
 #include <map>
 
 #include "platform/names.h"
+#include "platform/runs.h"
 
 namespace ff::platform::web {
 namespace {
@@ -135,23 +136,6 @@ std::string LoginPage(std::string_view error) {
   return Document("Log in", "<nav><span class=\"brand\">HAI-Platform</span></nav>", body);
 }
 
-namespace {
-
-// The nodes a running job holds: a fault-tolerant run's groups that are not gone.
-std::vector<std::string> RunningOn(const hai::Job& j) {
-  const hai::Run& r = j.runs(j.runs_size() - 1);
-  if (r.groups().empty()) return {r.nodes().begin(), r.nodes().end()};
-  std::vector<std::string> nodes;
-  for (const hai::ReplicaGroup& g : r.groups()) {
-    for (int i = g.first_node();
-         g.end_ms() == 0 && i < g.first_node() + j.spec().nodes() && i < r.nodes_size(); ++i)
-      nodes.push_back(r.nodes(i));
-  }
-  return nodes;
-}
-
-}  // namespace
-
 Page JobsPage(const std::vector<hai::Job>& jobs, bool all_users, bool admin, int64_t now_ms) {
   Page p;
   p.title = all_users ? "Every user's jobs" : "Your jobs";
@@ -177,7 +161,7 @@ Page JobsPage(const std::vector<hai::Job>& jobs, bool all_users, bool admin, int
       if (Waiting(j->state())) {
         where = Escape(j->pending_reason());
       } else if (j->state() == hai::RUNNING && j->runs_size() > 0) {
-        where = Escape(Join(RunningOn(*j)));
+        where = Escape(Join(HeldNodes(*j)));
       } else {
         where = Escape(j->message());
       }

@@ -33,6 +33,7 @@
 
 #include "common/result.h"
 #include "platform/proto/hai.pb.h"
+#include "platform/runs.h"  // FaultTolerant, GroupOfNode, HeldNodes
 
 namespace ff::platform {
 
@@ -46,19 +47,12 @@ bool Terminal(const hai::Job& job);  // SUCCEEDED, FAILED or STOPPED: it never r
 int ProcsPerNode(const hai::JobSpec& spec);
 // The ranks a run starts with: nodes x procs_per_node, times replicas for a fault-tolerant job.
 int WorldSize(const hai::JobSpec& spec);
-bool FaultTolerant(const hai::JobSpec& spec);  // replicas > 0
 int MinReplicas(const hai::JobSpec& spec);
 // Under fault tolerance, how many replacement groups one run may place (a group that keeps
 // failing is not replaced forever): max_restarts (default kDefaultMaxRestarts) per replica.
 int MaxReplacements(const hai::JobSpec& spec);
-// The index in run.groups of the group holding the run's node slot `node`; -1 for none.
-int GroupOfNode(const hai::Run& run, const hai::JobSpec& spec, int node);
 // The groups that neither finished nor were lost.
 int LiveGroups(const hai::Run& run);
-// The node slots (indices into run.nodes) of the job's current run that still hold ranks as far
-// as the server knows: every slot of a gang; a fault-tolerant run's slots of groups not gone.
-std::vector<int> HeldNodeSlots(const hai::Job& job);
-std::vector<std::string> HeldNodes(const hai::Job& job);
 // Adds to the run's events (hai show) in time order, keeping the last 50.
 void AddRunEvent(hai::Run& run, int64_t now_ms, const std::string& text);
 
