@@ -242,38 +242,6 @@ def test_hsdp_groups_lose_one_and_a_replacement_heals_shard_by_shard(store):
     assert 1 in worlds and worlds[-1] == 2, worlds
 
 
-def test_on_hai_platform_two_jobs_as_replica_groups_one_killed_is_requeued_and_rejoins():
-    """hai-server serves the quorum (HAI_FT_STORE): two hai jobs are a job's two replica groups;
-    a rank of one is killed -9, the platform restarts that job (on-failure), it rejoins the other,
-    which never stopped, and both end identical."""
-    from hai_cluster import HaiCluster
-
-    with tempfile.TemporaryDirectory() as d, HaiCluster(d, nodes=2) as cluster:
-        out = os.path.join(d, "out")
-        os.makedirs(out)
-        ids = []
-        for replica in range(2):
-            args = json.dumps([None, str(replica), 300, out, {"replicas": 2, "min_replicas": 1}])
-            command = f"{sys.executable} {os.path.join(HERE, 'rank_runner.py')} ft_worker:train '{args}'"
-            ids.append(cluster.submit("--nodes", "1", "--gpus-per-node", "1", "--restart",
-                                      "on-failure", "--env", "OMP_NUM_THREADS=1", "--env",
-                                      f"HFREDUCE_NODE_ID=group{replica}", "--name",
-                                      f"group{replica}", "--", command))
-        wait_for_step(out, 1, 20, timeout=120)
-        with open(os.path.join(out, "pid.1")) as f:
-            os.kill(int(f.read()), signal.SIGKILL)
-        for job in ids:
-            cluster.wait_state(job, "SUCCEEDED", timeout=240)
-        assert len(cluster.show(ids[1])["runs"]) == 2, cluster.show(ids[1])
-        assert len(cluster.show(ids[0])["runs"]) == 1, "the other group was restarted too"
-        done = results(out)
-    assert set(done) == {"0", "1"}
-    assert done["0"]["digest"] == done["1"]["digest"]
-    assert done["1"]["healed_at"], "the restarted group did not take the live group's state"
-    worlds = [e["world"] for e in done["0"]["log"]]
-    assert 1 in worlds and worlds[-1] == 2, worlds
-
-
 def test_below_min_replicas_no_quorum_forms_and_the_survivor_raises(store):
     with tempfile.TemporaryDirectory() as out:
         groups = [Group(store, i, out, step_s=0.05, quorum_timeout=5.0) for i in range(3)]
