@@ -422,9 +422,9 @@ def main():
               f"{pct[name]:>9.0f}% {r['kills']:>6} {med(r.get('recovery', [])):>9} "
               f"{med(r.get('rejoin', [])):>8}")
     print("bounds: the failure-free rate is the groups' compute (+compute-ms) and one allreduce "
-          "per step; a kill costs haiscale-ft the step in flight, the heartbeat timeout "
-          f"({args.heartbeat_timeout} s) or HFReduce's 0.5 s wait for a cause, whichever is longer, "
-          "and re-forming; the replacement's start (python + torch import, on the cores the "
+          "per step; a kill costs haiscale-ft the step in flight, HFReduce's 0.5 s wait for a "
+          "cause or the quorum's wait for three missed heartbeats "
+          f"({0.3 * args.heartbeat_timeout:.2f} s), whichever is longer, and re-forming; the replacement's start (python + torch import, on the cores the "
           "others train on here) comes before it rejoins, and every group re-forms and takes "
           "part in the heal when it does")
     ft = rows.get("haiscale-ft", {})
