@@ -237,7 +237,9 @@ void HaiServer::ScheduleRound() {
 void HaiServer::PlaceReplacements(ClusterState& state, ClusterState& usable,
                                   const std::map<int, int64_t>& leaving, InUse& in_use,
                                   const std::function<bool(hai::Job&, const JobEvent&)>& apply) {
-  for (auto& [id, job] : jobs_) {
+  for (auto& entry : jobs_) {
+    const int64_t id = entry.first;  // (named, not bound: the lambdas below capture them)
+    hai::Job& job = entry.second;
     const hai::JobSpec& spec = job.spec();
     if (!FaultTolerant(spec) || job.state() != hai::RUNNING || job.stop_requested()) continue;
     if (!job.runs(job.runs_size() - 1).end_reason().empty()) continue;
