@@ -40,6 +40,16 @@ def _digest(manager):
     return h.hexdigest()
 
 
+def _sharded_digest(model):
+    """A digest of this rank's shards of a haiscale.fsdp model (equal across groups after a
+    heal, different between a group's ranks)."""
+    h = hashlib.sha256()
+    for _, v in sorted(model.sharded_state_dict().items()):
+        if torch.is_tensor(v):
+            h.update(v.numpy().tobytes())
+    return h.hexdigest()
+
+
 def train(store, replica_id, steps, out_dir, options=None):
     """options: step_s (sleep per step), replicas, min_replicas, quorum_timeout, pause_heal_s (a
     group that receives state first writes heal.<id> and sleeps this long: a window for the test
@@ -133,11 +143,8 @@ def train_hsdp(store, replica_id, steps, out_dir):
                     f.write(str(ft.step))
                 os.replace(marker + ".tmp", marker)
         opt.zero_grad()
-    h = hashlib.sha256()
-    for k, v in sorted(model.sharded_state_dict().items()):
-        if torch.is_tensor(v):
-            h.update(v.numpy().tobytes())
-    result = {"replica": replica_id, "rank": rank, "step": ft.step, "digest": h.hexdigest(),
+    digest = _sharded_digest(model)
+    result = {"replica": replica_id, "rank": rank, "step": ft.step, "digest": digest,
               "healed_at": ft.healed_at, "log": log}
     ft.shutdown()
     with open(os.path.join(out_dir, f"hsdp.{replica_id}.{rank}.{os.getpid()}.json"), "w") as f:
@@ -204,14 +211,11 @@ def train_on_platform(steps, out_dir, step_s=0.05, checkpoint_every=0):
                     f.write(str(ft.step))
                 os.replace(marker + ".tmp", marker)
         opt.zero_grad()
-    h = hashlib.sha256()
-    for k, v in sorted(model.sharded_state_dict().items()):
-        if torch.is_tensor(v):
-            h.update(v.numpy().tobytes())
+    digest = _sharded_digest(model)
     if saver:
         saver.close()
     result = {"group": name, "replica": os.environ["HAI_REPLICA_ID"], "rank": rank,
-              "step": ft.step, "digest": h.hexdigest(), "healed_at": ft.healed_at, "log": log,
+              "step": ft.step, "digest": digest, "healed_at": ft.healed_at, "log": log,
               "resumed_from": resumed_from, "run": int(os.environ["HAI_RUN"])}
     ft.shutdown()
     with open(os.path.join(out_dir, f"platform.{name}.{rank}.json"), "w") as f:

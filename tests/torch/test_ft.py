@@ -273,6 +273,15 @@ def _wait_dead(pid, timeout):
     return False
 
 
+def _submit_ft(cluster, out, worker_args, *hai_args):
+    """Submits ft_worker.train_on_platform(*worker_args) as a job with `hai_args` (--replicas
+    ...): one group per node with both its GPUs."""
+    command = (f"{sys.executable} {os.path.join(HERE, 'rank_runner.py')} "
+               f"ft_worker:train_on_platform '{json.dumps(worker_args)}'")
+    return cluster.submit("--nodes", "1", "--gpus-per-node", "2", "--env", "OMP_NUM_THREADS=1",
+                          *hai_args, "--", command)
+
+
 def _explain(cluster, job):
     """What a failed wait prints: hai show, and each rank's log of the current run."""
     print(cluster.hai("show", str(job)))
@@ -296,11 +305,8 @@ def test_on_hai_platform_a_job_of_four_groups_survives_a_killed_group_and_a_lost
     with tempfile.TemporaryDirectory() as d, HaiCluster(d, nodes=5) as cluster:
         out = os.path.join(d, "out")
         os.makedirs(out)
-        command = (f"{sys.executable} {os.path.join(HERE, 'rank_runner.py')} "
-                   f"ft_worker:train_on_platform '{json.dumps([steps, out])}'")
-        job = cluster.submit("--nodes", "1", "--gpus-per-node", "2", "--procs-per-node", "2",
-                             "--replicas", "4", "--min-replicas", "2", "--env",
-                             "OMP_NUM_THREADS=1", "--name", "ft4", "--", command)
+        job = _submit_ft(cluster, out, [steps, out], "--procs-per-node", "2", "--replicas", "4",
+                         "--min-replicas", "2", "--name", "ft4")
         wait_for_step(out, "1", 20, timeout=120)
         killed_at = time.time()
         for rank in (0, 1):
@@ -380,11 +386,8 @@ def test_on_hai_platform_below_min_replicas_the_job_is_requeued_and_resumes_from
     with tempfile.TemporaryDirectory() as d, HaiCluster(d, nodes=3) as cluster:
         out = os.path.join(d, "out")
         os.makedirs(out)
-        command = (f"{sys.executable} {os.path.join(HERE, 'rank_runner.py')} "
-                   f"ft_worker:train_on_platform '{json.dumps([5000, out, 0.05, 10])}'")
-        job = cluster.submit("--nodes", "1", "--gpus-per-node", "2", "--procs-per-node", "1",
-                             "--replicas", "2", "--min-replicas", "2", "--env",
-                             "OMP_NUM_THREADS=1", "--name", "ftmin", "--", command)
+        job = _submit_ft(cluster, out, [5000, out, 0.05, 10], "--replicas", "2",
+                         "--min-replicas", "2", "--name", "ftmin")
         try:
             wait_for_step(out, "1", 25, timeout=120)
         except AssertionError:
@@ -435,11 +438,8 @@ def test_on_ha_hai_platform_the_groups_follow_the_quorum_service_through_a_failo
     with tempfile.TemporaryDirectory() as d, HaiCluster(d, nodes=2, ha=True) as cluster:
         out = os.path.join(d, "out")
         os.makedirs(out)
-        command = (f"{sys.executable} {os.path.join(HERE, 'rank_runner.py')} "
-                   f"ft_worker:train_on_platform '{json.dumps([5000, out])}'")
-        job = cluster.submit("--nodes", "1", "--gpus-per-node", "2", "--procs-per-node", "1",
-                             "--replicas", "2", "--min-replicas", "2", "--env",
-                             "OMP_NUM_THREADS=1", "--name", "ftha", "--", command)
+        job = _submit_ft(cluster, out, [5000, out], "--replicas", "2", "--min-replicas", "2",
+                         "--name", "ftha")
         wait_for_step(out, "0", 20, timeout=120)
         run = cluster.show(job)["runs"][-1]
         ft_store = run.get("ft_store", run.get("ftStore", ""))
