@@ -40,6 +40,13 @@ def _digest(manager):
     return h.hexdigest()
 
 
+def _mark_step(marker, step):
+    """Writes the group's committed step where the test watches it (atomically)."""
+    with open(marker + ".tmp", "w") as f:
+        f.write(str(step))
+    os.replace(marker + ".tmp", marker)
+
+
 def _sharded_digest(model):
     """A digest of this rank's shards of a haiscale.fsdp model (equal across groups after a
     heal, different between a group's ranks)."""
@@ -95,9 +102,7 @@ def train(store, replica_id, steps, out_dir, options=None):
             opt.step()
             log.append({"step": ft.step, "world": world, "samples_before": samples_before,
                         "loss": loss.item(), "at": time.time()})
-            with open(marker + ".tmp", "w") as f:
-                f.write(str(ft.step))
-            os.replace(marker + ".tmp", marker)
+            _mark_step(marker, ft.step)
         opt.zero_grad()
     result = {"replica": replica_id, "step": ft.step, "samples": ft.samples, "log": log,
               "healed_at": ft.healed_at, "digest": _digest(ft)}
@@ -139,9 +144,7 @@ def train_hsdp(store, replica_id, steps, out_dir):
             opt.step()
             log.append({"step": ft.step, "world": world, "at": time.time()})
             if rank == 0:
-                with open(marker + ".tmp", "w") as f:
-                    f.write(str(ft.step))
-                os.replace(marker + ".tmp", marker)
+                _mark_step(marker, ft.step)
         opt.zero_grad()
     digest = _sharded_digest(model)
     result = {"replica": replica_id, "rank": rank, "step": ft.step, "digest": digest,
@@ -207,9 +210,7 @@ def train_on_platform(steps, out_dir, step_s=0.05, checkpoint_every=0):
             if saver and ft.quorum["replica_rank"] == 0 and ft.step % checkpoint_every == 0:
                 saver.save(ft.step, ft.state_dict())
             if rank == 0:
-                with open(marker + ".tmp", "w") as f:
-                    f.write(str(ft.step))
-                os.replace(marker + ".tmp", marker)
+                _mark_step(marker, ft.step)
         opt.zero_grad()
     digest = _sharded_digest(model)
     if saver:

@@ -388,6 +388,12 @@ struct Visitor {
   }
 };
 
+// Drops the oldest entries of a bounded history so that one more keeps it at `kept`.
+template <typename Entries>
+void MakeRoom(Entries& entries, int kept) {
+  if (entries.size() >= kept) entries.DeleteSubrange(0, entries.size() - kept + 1);
+}
+
 // A reason with its numbers blanked: "2 jobs ahead" and "3 jobs ahead", or a start estimate
 // counting down, are one entry of the history, not one per round.
 std::string Shape(const std::string& reason) {
@@ -435,10 +441,7 @@ int LiveGroups(const hai::Run& run) {
 }
 
 void AddRunEvent(hai::Run& run, int64_t now_ms, const std::string& text) {
-  constexpr int kKept = 50;
-  if (run.events_size() >= kKept) {
-    run.mutable_events()->DeleteSubrange(0, run.events_size() - kKept + 1);
-  }
+  MakeRoom(*run.mutable_events(), 50);
   hai::RunEvent* e = run.add_events();
   e->set_time_ms(now_ms);
   e->set_text(text);
@@ -460,10 +463,7 @@ void RecordPending(hai::Job& job, int64_t now_ms, const std::string& reason) {
       Shape(job.pending_history(job.pending_history_size() - 1).reason()) != Shape(reason);
   job.set_pending_reason(reason);
   if (!changed) return;
-  constexpr int kKept = 20;
-  if (job.pending_history_size() >= kKept) {
-    job.mutable_pending_history()->DeleteSubrange(0, job.pending_history_size() - kKept + 1);
-  }
+  MakeRoom(*job.mutable_pending_history(), 20);
   hai::PendingEvent* e = job.add_pending_history();
   e->set_time_ms(now_ms);
   e->set_reason(reason);
