@@ -71,6 +71,20 @@ class Cluster : public test::Fs3Cluster {
            p->Stderr();
   }
 
+  // After a failure: the last lines each storage service and fs3-mgmtd logged, restarts included,
+  // to set beside the exerciser's report (both give the wall clock).
+  void PrintLogTails(std::size_t lines = 150) const {
+    for (const auto& [name, p] : procs()) {
+      if (name != "mgmtd" && name.rfind('s', 0) != 0) continue;
+      const std::string log = Logs(name);
+      std::size_t from = log.size();
+      for (std::size_t n = 0; n <= lines && from > 0; ++n)
+        from = log.rfind('\n', from - 1);
+      std::printf("==== the last %zu lines of %s's log:\n%s\n", lines, name.c_str(),
+                  log.substr(from == std::string::npos ? 0 : from + 1).c_str());
+    }
+  }
+
   // The storage service holding position `position` (0: head) of the first chain, now.
   int ServiceAt(int position) {
     const fs3rpc::RoutingInfo r = Routing();
@@ -365,6 +379,7 @@ TEST_F(Fsx, StorageRestartsAtHeadMiddleAndTail) {
   // Every replica holds every acknowledged write: a rejoined one that missed a write differs.
   ASSERT_TRUE(WaitUntil([&] { return c.AllServing(); }, 60s));
   EXPECT_EQ(c.FsckData(), "");
+  if (HasFailure()) c.PrintLogTails();
 }
 
 // kill -9 and restart of fs3-meta: the mount's calls wait for it (opens, truncates, the lengths
@@ -405,6 +420,7 @@ TEST_F(Fsx, NativeClientWithReplicaRestarts) {
                 600, 15000 * Scale(), restart, 3);
   ASSERT_TRUE(WaitUntil([&] { return c.AllServing(); }, 60s));
   EXPECT_EQ(c.FsckData(), "");
+  if (HasFailure()) c.PrintLogTails();
 }
 
 // fs3 fsck --data finds a replica whose content was damaged on its disk (bit rot, a bad write

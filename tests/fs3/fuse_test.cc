@@ -873,6 +873,39 @@ TEST_F(FuseTest, StatfsReportsWhatFs3Holds) {
       << "used " << used() << ", with the file " << with_file;
 }
 
+// A write gathered by the mount and sent in the background fails (every replica down for longer
+// than the mount's retry timeout): fsync reports it, even though a read came between, failed for
+// the same reason, and the replicas were back by the time of the fsync. (The read used to take
+// the error, and the fsync then said all was well about bytes that were never stored.)
+TEST_F(FuseTest, ABackgroundWriteThatFailedIsReportedByFsyncEvenAfterAReadFailed) {
+  const std::string mnt = cluster_->Mount("short-retry", {"--set", "fuse.retry_timeout_s=2"});
+  const std::string path =
+      mnt + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/f";
+  const std::string before = RandomBytes(64 << 10, 3);
+  ASSERT_TRUE(WriteAll(path, before));
+  int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  cluster_->Kill("s0");
+  cluster_->Kill("s1");
+  const std::string lost(4096, 'L');
+  EXPECT_EQ(pwrite(fd, lost.data(), lost.size(), 0), static_cast<ssize_t>(lost.size()));
+  {
+    // A second descriptor drops the cached pages (close-to-open), so this read reaches the
+    // mount, which first sends what it gathered: that fails, and so does the read.
+    int other = open(path.c_str(), O_RDONLY);
+    ASSERT_GE(other, 0) << strerror(errno);
+    char buf[16];
+    EXPECT_LT(pread(other, buf, sizeof buf, 32 << 10), 0);
+    close(other);
+  }
+  ASSERT_TRUE(cluster_->StartStorage(0));
+  ASSERT_TRUE(cluster_->StartStorage(1));
+  ASSERT_TRUE(WaitUntil([&] { return cluster_->AllServing(); }, 60s));
+  EXPECT_NE(fsync(fd), 0) << "fsync said the write that failed was stored";
+  close(fd);
+  EXPECT_EQ(ReadAll(P("f")), before);  // the write was not stored, and was reported
+}
+
 TEST_F(FuseTest, SurvivesRestartsOfMetaAndOfAReplica) {
   const std::string data = RandomBytes(3 * kChunk, 9);
   ASSERT_TRUE(WriteAll(P("before"), data));

@@ -322,6 +322,36 @@ TEST_F(StorageTest, LargeTransfersAreStreamedInPieces) {
   w.set_request_id(4243);
   w.set_data(data + "x");
   EXPECT_EQ(streaming.Write(address, w, &wr, 10s).code(), StatusCode::kInvalidArgument);
+
+  // A stream whose sender stops half-way (it died, or gave up) changes nothing: the service
+  // does not take the pieces it got for the whole write (a predecessor killed mid-forward would
+  // otherwise leave its successor with a chunk cut short).
+  auto stub = fs3rpc::Storage::NewStub(MakeChannel(address));
+  for (const bool cancel : {false, true}) {
+    grpc::ClientContext c;
+    fs3rpc::WriteResponse cut;
+    auto writer = stub->WriteStream(&c, &cut);
+    fs3rpc::WritePiece piece;
+    *piece.mutable_header() = w;
+    piece.mutable_header()->set_request_id(cancel ? 4245 : 4244);
+    piece.mutable_header()->clear_data();
+    piece.mutable_header()->set_stream_length(kChunk);
+    ASSERT_TRUE(writer->Write(piece));
+    fs3rpc::WritePiece half;
+    half.set_data(std::string(kChunk / 2, 'z'));
+    ASSERT_TRUE(writer->Write(half));
+    if (cancel) {
+      c.TryCancel();
+    } else {
+      writer->WritesDone();
+    }
+    const Status finished = FromGrpcStatus(writer->Finish());
+    EXPECT_FALSE(finished.ok()) << (cancel ? "cancelled" : "ended early");
+    auto after = client_->Read(11, 0, kChunk);
+    ASSERT_TRUE(after.ok());
+    EXPECT_TRUE(*after == data) << "a cut stream was applied ("
+                                << (cancel ? "cancelled" : "ended early") << ")";
+  }
 }
 
 // With a small request-id table: applied writes are forgotten oldest first, never all at once.

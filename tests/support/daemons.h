@@ -65,6 +65,9 @@ class Daemons {
     auto proc = Subprocess::Start(argv, {.env = env, .output_dir = dir_.path()});
     EXPECT_TRUE(proc.ok()) << proc.status();
     if (!proc.ok()) return false;
+    if (auto old = procs_.find(name); old != procs_.end()) {  // kept for Log()
+      earlier_[name] += old->second->Stderr() + "---- (" + name + " started again)\n";
+    }
     procs_[name] = std::make_unique<Subprocess>(std::move(*proc));
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (std::chrono::steady_clock::now() < deadline) {
@@ -87,6 +90,13 @@ class Daemons {
   void Clear() { procs_.clear(); }
 
   Subprocess& proc(const std::string& name) { return *procs_.at(name); }
+  // What `name` wrote to stderr, in every run since the first start (restarts included).
+  std::string Log(const std::string& name) const {
+    auto it = procs_.find(name);
+    auto before = earlier_.find(name);
+    return (before == earlier_.end() ? "" : before->second) +
+           (it == procs_.end() ? "" : it->second->Stderr());
+  }
   bool has(const std::string& name) const { return procs_.contains(name); }
   const std::map<std::string, std::unique_ptr<Subprocess>>& procs() const { return procs_; }
 
@@ -122,6 +132,7 @@ class Daemons {
   const TempDir& dir_;
   const bool metrics_;
   std::map<std::string, std::unique_ptr<Subprocess>> procs_;
+  std::map<std::string, std::string> earlier_;  // stderr of the runs before the current one
 };
 
 }  // namespace ff::test

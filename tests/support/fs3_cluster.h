@@ -197,6 +197,10 @@ class Fs3Cluster {
   const std::map<std::string, std::unique_ptr<Subprocess>>& procs() const {
     return daemons_.procs();
   }
+  // What daemon `name` wrote to stderr since its first start, restarts included.
+  std::string Logs(const std::string& name) const {
+    return daemons_.Log(name);
+  }
 
   // What a daemon's ready file says under `key` ("rpc", "metrics", "mountpoint").
   std::string ReadyField(const std::string& name, const std::string& key) {

@@ -37,6 +37,7 @@ Status GrpcTransport::Write(const std::string& address, const fs3rpc::WriteReque
   fs3rpc::WritePiece first;
   *first.mutable_header() = req;
   first.mutable_header()->clear_data();
+  first.mutable_header()->set_stream_length(req.data().size());
   bool ok = writer->Write(first);
   for (std::size_t off = 0; ok && off < req.data().size(); off += options_.piece_bytes) {
     fs3rpc::WritePiece piece;

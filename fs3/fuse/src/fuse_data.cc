@@ -1,5 +1,6 @@
 // fs3-fuse's data path: open files (shared by their handles), read-ahead blocks and the read
 // cache, write gathering with background writes, and flush / fsync settling the length.
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 
@@ -45,6 +46,17 @@ void FuseFs::ReleaseFile(const std::shared_ptr<OpenFile>& f) {
   }
 }
 
+void FuseFs::NoteError(OpenFile& f, const Status& st) {
+  if (st.ok()) return;
+  f.error = st;
+  ++f.error_seq;
+}
+
+uint64_t FuseFs::SeenErrors(OpenFile& f) {
+  std::lock_guard lock(f.mu);
+  return f.error_seq;  // a handle opened now is not told of earlier failures
+}
+
 void FuseFs::DropBlocks(OpenFile& f) {
   cache_used_ -= f.cached;
   f.cached = 0;
@@ -57,7 +69,7 @@ void FuseFs::StartFlush(OpenFile& f, std::unique_lock<std::mutex>&) {
           f.inflight.front().done.wait_for(std::chrono::seconds(0)) == std::future_status::ready)) {
     Status st = f.inflight.front().done.get();
     f.inflight.pop_front();
-    if (!st.ok() && f.error.ok()) f.error = st;
+    NoteError(f, st);
   }
   if (f.wb.empty()) return;
   std::string data = std::move(f.wb);
@@ -80,19 +92,21 @@ void FuseFs::StartFlush(OpenFile& f, std::unique_lock<std::mutex>&) {
   f.inflight.push_back({offset, end, std::move(done)});
 }
 
-Status FuseFs::FlushData(OpenFile& f, std::unique_lock<std::mutex>& lock) {
+void FuseFs::FlushData(OpenFile& f, std::unique_lock<std::mutex>& lock) {
   StartFlush(f, lock);
-  for (; !f.inflight.empty(); f.inflight.pop_front()) {
-    Status st = f.inflight.front().done.get();
-    if (!st.ok() && f.error.ok()) f.error = st;
-  }
-  Status st = f.error;
-  f.error = Status::Ok();
-  return st;
+  for (; !f.inflight.empty(); f.inflight.pop_front())
+    NoteError(f, f.inflight.front().done.get());
 }
 
-Status FuseFs::Sync(OpenFile& f, std::unique_lock<std::mutex>& lock) {
-  FF_RETURN_IF_ERROR(FlushData(f, lock));
+Status FuseFs::TakeError(OpenFile& f, Handle* h) {
+  if (h == nullptr || f.error_seq <= h->seen_error) return Status::Ok();
+  h->seen_error = f.error_seq;
+  return f.error;
+}
+
+Status FuseFs::Sync(OpenFile& f, std::unique_lock<std::mutex>& lock, Handle* h) {
+  FlushData(f, lock);
+  FF_RETURN_IF_ERROR(TakeError(f, h));
   if (!f.dirty) return Status::Ok();
   fs3rpc::CloseRequest r;
   r.set_ino(f.ino);
@@ -158,6 +172,7 @@ void FuseFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   // this is safe inside the open).
   if (session_ != nullptr) fuse_lowlevel_notify_inval_inode(session_, ino, -1, 0);
   auto* h = new Handle{Acquire(inode), false, acc != O_RDONLY, session.handle};
+  h->seen_error = SeenErrors(*h->file);
   fi->fh = reinterpret_cast<uint64_t>(h);
   fi->keep_cache = 0;                         // and the pages
   if (fuse_reply_open(req, fi) == -ENOENT) {  // the caller was interrupted: no release comes
@@ -184,6 +199,7 @@ void FuseFs::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t 
   lease_->Bind(session.handle, inode.ino());
   NoteDirs(inode.dirs());
   auto* h = new Handle{Acquire(inode), false, (fi->flags & O_ACCMODE) != O_RDONLY, session.handle};
+  h->seen_error = SeenErrors(*h->file);
   fi->fh = reinterpret_cast<uint64_t>(h);
   fuse_entry_param e{};
   e.ino = inode.ino();
@@ -204,8 +220,10 @@ void FuseFs::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_f
   const auto offset = static_cast<uint64_t>(off);
   std::unique_lock lock(f.mu);
   if (!f.wb.empty() || !f.inflight.empty()) {
-    Status st = FlushData(f, lock);  // read what was written
-    if (!st.ok()) {
+    const uint64_t failed_before = f.error_seq;
+    FlushData(f, lock);                  // read what was written
+    if (f.error_seq != failed_before) {  // it could not be: this read fails too (not told)
+      Status st = f.error;
       lock.unlock();
       return ReplyErr(req, st);
     }
@@ -298,9 +316,8 @@ void FuseFs::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off
     const bool follows = !f.wb.empty() && offset == f.wb_offset + f.wb.size();
     if (!follows || f.wb.size() + size > options_.write_buffer_bytes) {
       StartFlush(f, lock);
-      if (!f.error.ok()) {
-        Status st = f.error;
-        f.error = Status::Ok();
+      if (f.error_seq > h->seen_error) {  // an earlier write failed: so does this one, until
+        Status st = f.error;              // a flush or fsync of this handle told of it
         lock.unlock();
         return ReplyErr(req, st);
       }
@@ -318,7 +335,7 @@ void FuseFs::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off
 void FuseFs::Flush(fuse_req_t req, fuse_file_info* fi) {
   auto* h = reinterpret_cast<Handle*>(fi->fh);
   std::unique_lock lock(h->file->mu);
-  Status st = Sync(*h->file, lock);
+  Status st = Sync(*h->file, lock, h);
   lock.unlock();
   fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
 }
@@ -331,7 +348,15 @@ void FuseFs::Release(fuse_req_t req, fuse_file_info* fi) {
   auto* h = reinterpret_cast<Handle*>(fi->fh);
   OpenFile& f = *h->file;
   std::unique_lock lock(f.mu);
-  Status st = FlushData(f, lock);
+  FlushData(f, lock);
+  Status st = TakeError(f, h);
+  if (!st.ok()) {
+    // The kernel ignores what a release answers: at least the log says it.
+    spdlog::error(
+        "fs3-fuse: inode {}: a write failed and no flush or fsync of this handle "
+        "reported it: {}",
+        f.ino, st.ToString());
+  }
   std::optional<uint64_t> size;
   bool wrote = false;
   if (h->wrote) {

@@ -284,7 +284,8 @@ void FuseFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_s
     // What this mount gathered goes to storage (and its length to fs3-meta) before the cut.
     if ((f = Find(ino))) {
       lock = std::unique_lock(f->mu);
-      Status st = Sync(*f, lock);
+      // ftruncate tells its descriptor of a failed write; truncate by path has none to tell.
+      Status st = Sync(*f, lock, fi != nullptr ? reinterpret_cast<Handle*>(fi->fh) : nullptr);
       if (!st.ok()) return ReplyErr(req, st);
     }
   }

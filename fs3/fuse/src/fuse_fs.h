@@ -99,14 +99,21 @@ class FuseFs {
   std::shared_ptr<OpenFile> Acquire(const fs3rpc::Inode& inode);
   void ReleaseFile(const std::shared_ptr<OpenFile>& f);
   std::shared_ptr<OpenFile> Find(uint64_t ino);
+  // Records a background write's failure (nothing for Ok); f->mu held.
+  static void NoteError(OpenFile& f, const Status& st);
+  static uint64_t SeenErrors(OpenFile& f);  // the failures so far (takes f->mu)
   // Forgets a file's read blocks (returning their bytes to the read cache); f->mu held.
   void DropBlocks(OpenFile& f);
   // Starts writing the gathered buffer (waiting while writes_in_flight are); f->mu held.
   void StartFlush(OpenFile& f, std::unique_lock<std::mutex>& lock);
-  // Writes everything gathered and waits for it; returns (and clears) a deferred write error.
-  Status FlushData(OpenFile& f, std::unique_lock<std::mutex>& lock);
-  // Flushes and settles the length at fs3-meta.
-  Status Sync(OpenFile& f, std::unique_lock<std::mutex>& lock);
+  // Writes everything gathered and waits for it; a write that failed is recorded in the file
+  // (OpenFile::error) for each handle's next flush or fsync.
+  void FlushData(OpenFile& f, std::unique_lock<std::mutex>& lock);
+  // A write that failed since handle `h` was last told (or opened); marks it told. Ok for none.
+  static Status TakeError(OpenFile& f, Handle* h);
+  // Flushes, tells `h` of a failed write (none without a handle), and settles the length at
+  // fs3-meta.
+  Status Sync(OpenFile& f, std::unique_lock<std::mutex>& lock, Handle* h);
 
   // The operations (see Ops()).
   void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);

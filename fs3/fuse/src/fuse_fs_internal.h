@@ -97,7 +97,11 @@ struct FuseFs::OpenFile {
     std::shared_future<Status> done;
   };
   std::deque<Inflight> inflight;
-  Status error;  // a failed background write, reported by flush / fsync
+  // The last background write that failed, and how many have: each handle open when one failed
+  // is told once, by its next flush or fsync (like the kernel's errseq), so a read, a release or
+  // another descriptor's close cannot use the error up.
+  Status error;
+  uint64_t error_seq = 0;
   // Read-ahead: blocks of `readahead_bytes` (by aligned offset) fetched or being fetched.
   std::map<uint64_t, std::shared_future<Result<std::string>>> blocks;
   uint64_t cached = 0;  // bytes of `blocks` counted in the mount's read cache (small files)
@@ -107,8 +111,9 @@ struct FuseFs::OpenFile {
 struct FuseFs::Handle {
   std::shared_ptr<OpenFile> file;
   bool wrote = false;
-  bool writable = false;  // opened for writing: ftruncate through it needs no further permission
-  uint64_t session = 0;   // this mount's number for the session at fs3-meta (SessionLease)
+  bool writable = false;    // opened for writing: ftruncate through it needs no further permission
+  uint64_t session = 0;     // this mount's number for the session at fs3-meta (SessionLease)
+  uint64_t seen_error = 0;  // the OpenFile::error_seq this handle was told of (or opened at)
 };
 
 struct FuseFs::DirHandle {

@@ -17,7 +17,7 @@ grpc::Status StorageService::Write(grpc::ServerContext*, const fs3rpc::WriteRequ
   return TimedWrite(*req, resp);
 }
 
-grpc::Status StorageService::WriteStream(grpc::ServerContext*,
+grpc::Status StorageService::WriteStream(grpc::ServerContext* ctx,
                                          grpc::ServerReader<fs3rpc::WritePiece>* reader,
                                          fs3rpc::WriteResponse* resp) {
   fs3rpc::WritePiece piece;
@@ -39,6 +39,15 @@ grpc::Status StorageService::WriteStream(grpc::ServerContext*,
     }
     req.mutable_data()->append(piece.data());
   }
+  // Read() ends the same way when the sender finished and when it vanished mid-stream: only a
+  // stream that brought every byte its header announced is applied.
+  if (ctx->IsCancelled() || req.data().size() != req.stream_length()) {
+    return ToGrpcStatus(Status(StatusCode::kAborted,
+                               "the write stream ended after " + std::to_string(req.data().size()) +
+                                   " of " + std::to_string(req.stream_length()) +
+                                   " bytes; nothing applied"));
+  }
+  req.clear_stream_length();
   return TimedWrite(req, resp);
 }
 
@@ -194,6 +203,11 @@ Status StorageService::DoWrite(const fs3rpc::WriteRequest& req, fs3rpc::WriteRes
     if (st.ok()) break;
     if (st.code() == StatusCode::kStaleVersion && !fwd.full_replace() && !req.remove()) {
       // The successor lacks the base version: send the whole chunk.
+      spdlog::info(
+          "chain {} chunk {}:{}: target {} lacks the base of version {} ({}); sending "
+          "the whole chunk",
+          pos.chain, req.chunk().inode(), req.chunk().index(), pos.successor_target, version,
+          st.message());
       FF_ASSIGN_OR_RETURN(std::string whole, store.Read(req.chunk(), 0, length, /*pending=*/true));
       fwd.set_full_replace(true);
       fwd.set_truncate(false);

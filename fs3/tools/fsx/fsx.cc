@@ -2,8 +2,10 @@
 #include "fsx.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <ctime>
 #include <deque>
 #include <map>
 
@@ -47,6 +49,7 @@ struct Op {
   int src = 0;              // copyrange: the source file
   uint64_t src_offset = 0;  // copyrange
   bool flag = false;        // mapwrite: msync after; readother: fsync (else close) before
+  double at_s = 0;          // when it started, in seconds since the run began
 };
 
 // The byte operation `n` writes at file offset `offset`: different for every operation, so a
@@ -92,6 +95,7 @@ class Exerciser {
       FF_RETURN_IF_ERROR(Fail(Op{0, OpKind::kReopen, f}, t_.Open(f, /*truncate=*/true)));
     for (uint64_t n = 1; n <= o_.ops; ++n) {
       Op op = Next(n);
+      op.at_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
       log_.push_back(op);
       if (o_.verbose) std::fprintf(stderr, "%s\n", Describe(op).c_str());
       FF_RETURN_IF_ERROR(Apply(op));
@@ -403,6 +407,17 @@ class Exerciser {
               .c_str());
       what += line;
     }
+    // Again through a new descriptor with the cached pages dropped: a stale cache, or what is
+    // stored?
+    auto again = t_.ReadAfresh(file, offset, expect_len);
+    if (again.ok()) {
+      what += *again == got ? "; read again afresh: the same bytes"
+              : std::string_view(*again) == std::string_view(f.data).substr(offset, expect_len)
+                  ? "; read again afresh: the expected bytes (the first read was served stale)"
+                  : "; read again afresh: other bytes, also wrong";
+    } else if (again.status().code() != StatusCode::kUnimplemented) {
+      what += "; read again afresh: " + again.status().ToString();
+    }
     Report(op, what);
     return Status(StatusCode::kDataLoss, "mismatch in operation " + std::to_string(op.n));
   }
@@ -454,12 +469,37 @@ class Exerciser {
   }
 
   void Report(const Op& op, const std::string& what) {
+    // The wall clock too, to match the report with the services' logs.
+    const auto now = std::chrono::system_clock::now();
+    const std::time_t t = std::chrono::system_clock::to_time_t(now);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    char clock[32];
+    std::strftime(clock, sizeof clock, "%H:%M:%S", &tm);
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) % 1000;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     std::fprintf(stderr, "fs3-fsx: MISMATCH at operation %" PRIu64 " (%s): %s\n", op.n,
                  Describe(op).c_str() + 9, what.c_str());
-    std::fprintf(stderr, "fs3-fsx: the last operations (seed %" PRIu64 "):\n", o_.seed);
+    std::fprintf(stderr,
+                 "fs3-fsx: reported at %s.%03d, %.3f s into the run; the last operations (seed "
+                 "%" PRIu64 ", each with when it started):\n",
+                 clock, static_cast<int>(ms.count()), elapsed, o_.seed);
     const uint64_t from = log_.size() > o_.show_last ? log_.size() - o_.show_last : 0;
     for (uint64_t i = from; i < log_.size(); ++i)
-      std::fprintf(stderr, "  %s\n", Describe(log_[i]).c_str());
+      std::fprintf(stderr, "  %9.3fs %s\n", log_[i].at_s, Describe(log_[i]).c_str());
+    // The operations that last wrote the range read wrong, wherever they are in the log.
+    if (op.kind == OpKind::kRead || op.kind == OpKind::kMapRead) {
+      for (uint64_t i = 0; i < from; ++i) {
+        const Op& w = log_[i];
+        if (w.file == op.file && (w.kind == OpKind::kWrite || w.kind == OpKind::kMapWrite) &&
+            w.offset < op.offset + op.length && op.offset < w.offset + w.length &&
+            i + 200 >= from) {
+          std::fprintf(stderr, "  earlier, overlapping: %9.3fs %s\n", w.at_s, Describe(w).c_str());
+        }
+      }
+    }
     if (!o_.replay.empty()) std::fprintf(stderr, "fs3-fsx: replay: %s\n", o_.replay.c_str());
   }
 
@@ -471,6 +511,7 @@ class Exerciser {
 
   const Options& o_;
   Target& t_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::mt19937_64 rng_;
   std::vector<ShadowFile> files_;
   std::map<int, uint64_t> last_end_;

@@ -58,6 +58,9 @@ class Target {
   virtual Status Fsync(int) { return Unsupported(); }
   // Reads the file through another mount or client (after a close or fsync made it visible).
   virtual Result<std::string> ReadOther(int, uint64_t, uint64_t) { return Unsupported(); }
+  // After a mismatch: reads the range again through a new descriptor, with the pages cached for
+  // the file dropped first, so the report can tell a stale cache from what is stored.
+  virtual Result<std::string> ReadAfresh(int, uint64_t, uint64_t) { return Unsupported(); }
 
  protected:
   static Status Unsupported() { return Status(StatusCode::kUnimplemented, "not offered"); }

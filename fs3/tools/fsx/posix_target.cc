@@ -194,4 +194,14 @@ Result<std::string> PosixTarget::ReadOther(int file, uint64_t offset, uint64_t l
   return out;
 }
 
+Result<std::string> PosixTarget::ReadAfresh(int file, uint64_t offset, uint64_t length) {
+  const std::string path = Path(dir_, file);
+  int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return Status::FromErrno(errno, "open " + path);
+  (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // clean cached pages go
+  auto out = ReadFd(fd, offset, length, path);
+  close(fd);
+  return out;
+}
+
 }  // namespace ff::fs3::fsx

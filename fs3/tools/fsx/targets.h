@@ -31,6 +31,7 @@ class PosixTarget final : public Target {
                    uint64_t length) override;
   Status Fsync(int file) override;
   Result<std::string> ReadOther(int file, uint64_t offset, uint64_t length) override;
+  Result<std::string> ReadAfresh(int file, uint64_t offset, uint64_t length) override;
 
  private:
   std::string Path(const std::string& dir, int file) const;
