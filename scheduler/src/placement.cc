@@ -1,6 +1,7 @@
 #include "scheduler/placement.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace ff::scheduler {
@@ -190,11 +191,19 @@ class SlurmTree final : public PlacementPolicy {
 
 class CongestionAware final : public PlacementPolicy {
  public:
-  explicit CongestionAware(Seconds locality_wait) : locality_wait_(locality_wait) {}
+  explicit CongestionAware(const PolicyOptions& options) : options_(options) {}
   std::string_view name() const override { return "congestion-aware"; }
-  Seconds LocalityWait(const JobRequest& job) const override {
+  Seconds MaxLocalityWait(const JobRequest& job) const override {
     bool talks = job.comm != CommKind::kNone && job.traffic_gbps > 0;
-    return job.Gang() && job.nodes > 1 && talks ? locality_wait_ : 0;
+    return job.Gang() && job.nodes > 1 && talks ? options_.locality_wait : 0;
+  }
+  Seconds LocalityWait(const JobRequest& job, const ClusterState& state, const Placement& spread,
+                       Seconds now) const override {
+    const Seconds cap = MaxLocalityWait(job);
+    if (cap <= 0) return 0;
+    const double cost =
+        SpreadCost(state, job, spread, now, options_.model, options_.assumed_runtime);
+    return static_cast<Seconds>(std::min(static_cast<double>(cap), std::ceil(cost)));
   }
   Placement Place(const JobRequest& job, const ClusterState& state,
                   std::string* why) const override {
@@ -321,7 +330,7 @@ class CongestionAware final : public PlacementPolicy {
     *best = Candidate{std::move(p), leaves, load, leftover};
   }
 
-  Seconds locality_wait_;
+  PolicyOptions options_;
 };
 
 }  // namespace
@@ -330,7 +339,7 @@ std::unique_ptr<PlacementPolicy> MakePlacementPolicy(std::string_view name,
                                                      const PolicyOptions& options) {
   if (name == "first-fit") return std::make_unique<FirstFit>();
   if (name == "slurm-tree") return std::make_unique<SlurmTree>();
-  if (name == "congestion-aware") return std::make_unique<CongestionAware>(options.locality_wait);
+  if (name == "congestion-aware") return std::make_unique<CongestionAware>(options);
   return nullptr;
 }
 

@@ -207,14 +207,16 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
       }
     }
 
-    // Within its locality wait, a job that fits under one leaf only starts there. The wait begins
-    // in the first round the job could start across leaves, and ends unused in a round where it
-    // could not (other jobs took the nodes): waiting behind other jobs for capacity does not use
-    // it up, so a job is never spread the moment nodes free after hours short of them.
-    const Seconds patience = policy_->LocalityWait(*job);
-    const bool may_wait = patience > 0 && job->nodes <= work.topology().max_leaf_nodes();
+    // The locality wait (placement.h): a job that fits under one leaf is tried there first; one
+    // that could start now only across leaves waits for a leaf while that is the cheaper choice
+    // (the policy's LocalityWait, from what spreading would cost) and a leaf is expected to free
+    // in time. The wait begins in the first round the job could start across leaves, and ends
+    // unused in a round where it could not start anywhere: waiting behind other jobs for capacity
+    // does not use it up, so a job is never spread the moment nodes free after hours short of
+    // them.
+    const Seconds cap = policy_->MaxLocalityWait(*job);
+    const bool may_wait = cap > 0 && job->nodes <= work.topology().max_leaf_nodes();
     Seconds since = job->locality_wait_since;
-    bool one_leaf = may_wait && (since < 0 || now < since + patience);
     auto place = [&](bool within_leaf, std::string* reason) {
       const Shape shape = shape_of(*job, within_leaf);
       if (auto known = failed.find(shape); known != failed.end()) {
@@ -226,28 +228,49 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
       return p;
     };
     std::string why;
-    Placement placement = place(one_leaf, &why);
-    Seconds until = -1;
-    if (placement.empty() && one_leaf) {
+    Placement placement = place(may_wait, &why);
+    bool one_leaf = false;       // held for one leaf this round
+    Seconds until = -1;          // when the wait runs out
+    Seconds leaf_expected = -1;  // when a leaf is expected to free for it
+    if (placement.empty() && may_wait) {
       std::string across_why;
-      if (!place(false, &across_why).empty()) {
-        if (since < 0) {
-          since = now;
-          decision.locality_wait_started[job->id] = now;
-        }
-      } else {
+      Placement across = place(false, &across_why);
+      if (across.empty()) {
         // Short of nodes wherever they are: that is what it waits for first.
         if (since >= 0) {
           since = -1;
           decision.locality_wait_started[job->id] = -1;
         }
-        why = across_why + "; then it waits up to " + FormatDuration(patience) +
-              " for them under one leaf switch";
+        why = across_why + "; then, if its traffic would crowd the uplinks, it may wait up to " +
+              FormatDuration(cap) + " for them under one leaf switch";
+      } else {
+        const Seconds allowed = policy_->LocalityWait(*job, work, across, now);
+        const Seconds waited = since >= 0 ? now - since : 0;
+        bool hold = waited < allowed;
+        if (hold) {
+          leaf_expected = EarliestStart(*job, work, now, /*one_leaf=*/true);
+          hold = leaf_expected < 0 || leaf_expected - now <= allowed - waited;
+        }
+        if (hold) {
+          one_leaf = true;
+          if (since < 0) {
+            since = now;
+            decision.locality_wait_started[job->id] = now;
+          }
+          until = since + allowed;
+          decision.recheck_at =
+              decision.recheck_at < 0 ? until : std::min(decision.recheck_at, until);
+          why +=
+              "; spread over leaves now, it and the jobs sharing those uplinks would lose "
+              "about " +
+              FormatDuration(allowed) + " of run time to congestion" +
+              (leaf_expected >= 0
+                   ? ", and a leaf is expected to free in " + FormatDuration(leaf_expected - now)
+                   : std::string());
+        } else {
+          placement = std::move(across);  // waiting would cost more than spreading
+        }
       }
-    }
-    if (placement.empty() && one_leaf && since >= 0) {
-      until = since + patience;
-      decision.recheck_at = decision.recheck_at < 0 ? until : std::min(decision.recheck_at, until);
     }
     if (!placement.empty() && head != nullptr) {
       // Backfill: start ahead of the blocked head only if done before its reservation.
@@ -293,7 +316,9 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
       if (head == nullptr) {
         head = job;
         is_head = true;
-        reservation = options_.backfill ? EarliestStart(*job, work, now, one_leaf) : -1;
+        reservation = !options_.backfill   ? -1
+                      : leaf_expected >= 0 ? leaf_expected
+                                           : EarliestStart(*job, work, now, one_leaf);
       }
       if (until >= 0)
         why += " (after " + FormatDuration(until - now) + " more it takes any leaves)";

@@ -12,6 +12,7 @@ struct JobRun {
   double remaining = 0;  // seconds of work left at full speed
   double rate = 1;       // work seconds per wall second
   Seconds started = 0;   // of the current run
+  Seconds queued = 0;    // when it last joined the queue (submitted, or suspended)
   JobOutcome outcome;
 };
 
@@ -39,36 +40,11 @@ bool EverFits(const Topology& topology, const JobRequest& job, const PlacementPo
 
 }  // namespace
 
-double CommSlowdown(const ClusterState& state, JobId job, const PerformanceModel& model) {
-  const Topology& topology = state.topology();
-  const TrafficLoad& load = state.load(job);
-  double slowdown = 1;
-  for (const auto& [leaf, gbps] : load.leaf_uplink_gbps) {
-    slowdown =
-        std::max(slowdown, state.leaf_uplink_load(leaf) / topology.leaves()[leaf].uplink_gbps);
-  }
-  if (load.cross_zone_gbps > 0) {
-    double zone = topology.cross_zone_gbps() > 0
-                      ? state.cross_zone_load() / topology.cross_zone_gbps()
-                      : std::numeric_limits<double>::infinity();
-    slowdown = std::max(slowdown, std::max(1.0, zone) * model.cross_zone_penalty);
-  }
-  if (slowdown == 1) return 1;  // the common case, exact whatever b is
-  const double b = model.bandwidth_bound_share;
-  return b <= 0 ? 1 : (1 - b) + b * slowdown;
-}
-
-double ProgressRate(const ClusterState& state, const JobRequest& job,
-                    const PerformanceModel& model) {
-  const double f = job.comm == CommKind::kAllreduce  ? model.allreduce_comm_fraction
-                   : job.comm == CommKind::kPipeline ? model.pipeline_comm_fraction
-                                                     : 0.0;
-  return 1.0 / ((1 - f) + f * CommSlowdown(state, job.id, model));
-}
-
 Result<SimulationResult> Simulate(const Topology& topology, const std::vector<JobRequest>& jobs,
                                   const std::string& policy, const SimulationOptions& options) {
-  auto placement = MakePlacementPolicy(policy, options.policy);
+  PolicyOptions policy_options = options.policy;
+  policy_options.model = options.model;  // the policy judges by what the replay does
+  auto placement = MakePlacementPolicy(policy, policy_options);
   if (!placement) return InvalidArgument("unknown placement policy '" + policy + "'");
   for (const JobRequest& j : jobs) {
     if (!EverFits(topology, j, *placement)) {
@@ -76,7 +52,7 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
                              " GPUs) can never fit cluster '" + topology.name() + "'");
     }
   }
-  Scheduler scheduler(MakePlacementPolicy(policy, options.policy), options.scheduler);
+  Scheduler scheduler(MakePlacementPolicy(policy, policy_options), options.scheduler);
   const PerformanceModel& model = options.model;
 
   std::vector<JobRun> runs(jobs.size());
@@ -87,6 +63,7 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
     runs[i].outcome.id = jobs[i].id;
     runs[i].outcome.gpus = jobs[i].TotalGpus();
     runs[i].outcome.submit = jobs[i].submit_time;
+    runs[i].queued = jobs[i].submit_time;
     arrival_order[i] = i;
   }
   std::stable_sort(arrival_order.begin(), arrival_order.end(), [&](std::size_t a, std::size_t b) {
@@ -109,6 +86,8 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
   const double first_submit = now;
   std::size_t next_arrival = 0, finished = 0;
   double busy_gpu_seconds = 0, fragmentation_seconds = 0, cross_leaf_gbit = 0, cross_zone_gbit = 0;
+  double arrival_busy_gpu_seconds = 0;
+  const double last_submit = static_cast<double>(jobs[arrival_order.back()].submit_time);
   double next_sample = now;
   double recheck = std::numeric_limits<double>::infinity();  // a round the scheduler asked for
   std::size_t progress_step = std::max<std::size_t>(1, jobs.size() / 100);
@@ -149,6 +128,9 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
     // Advance.
     const double dt = std::max(0.0, t_next - now);
     busy_gpu_seconds += dt * busy_gpus();
+    // Utilisation counts the span where jobs arrive.
+    arrival_busy_gpu_seconds +=
+        std::max(0.0, std::min(t_next, last_submit) - now) * static_cast<double>(busy_gpus());
     fragmentation_seconds += dt * fragmentation();
     double leaf_gbps = 0, zone_gbps = 0;  // sent across leaf uplinks and zones, until t_next
     for (std::size_t i : running) {
@@ -241,6 +223,7 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
       (void)state.Release(v);
       ++r.outcome.preemptions;
       ++result.preemptions;
+      r.queued = now_s;  // it waits again
       running.erase(std::find(running.begin(), running.end(), i));
       queue.push_back(i);
     }
@@ -253,6 +236,7 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
       r.request.preempted_by = 0;
       r.request.locality_wait_since = -1;  // if it is suspended, it waits afresh
       if (r.outcome.first_start < 0) r.outcome.first_start = now_s;
+      r.outcome.waited += now_s - r.queued;
       running.push_back(i);
       queue.erase(std::find(queue.begin(), queue.end(), i));
     }
@@ -263,19 +247,25 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
   Seconds last_finish = 0;
   for (const JobRun& r : runs) {
     jct.push_back(static_cast<double>(r.outcome.finish - r.outcome.submit));
-    wait.push_back(static_cast<double>(r.outcome.first_start - r.outcome.submit));
+    wait.push_back(static_cast<double>(r.outcome.waited));
     last_finish = std::max(last_finish, r.outcome.finish);
     result.jobs.push_back(r.outcome);
   }
   result.mean_jct = Mean(jct);
   result.median_jct = Percentile(jct, 0.5);
   result.p99_jct = Percentile(jct, 0.99);
-  result.mean_queue = Mean(wait);
-  result.median_queue = Percentile(wait, 0.5);
-  result.p99_queue = Percentile(wait, 0.99);
+  result.mean_wait = Mean(wait);
+  result.median_wait = Percentile(wait, 0.5);
+  result.p95_wait = Percentile(wait, 0.95);
+  result.p99_wait = Percentile(wait, 0.99);
   result.makespan = last_finish - static_cast<Seconds>(first_submit);
   double span = std::max(1.0, now - first_submit);
-  result.gpu_utilisation = busy_gpu_seconds / (span * topology.total_gpus());
+  result.arrival_span = static_cast<Seconds>(last_submit - first_submit);
+  result.gpu_utilisation =
+      result.arrival_span > 0
+          ? arrival_busy_gpu_seconds /
+                (static_cast<double>(result.arrival_span) * topology.total_gpus())
+          : busy_gpu_seconds / (span * topology.total_gpus());
   result.fragmentation = fragmentation_seconds / span;
   result.cross_leaf_tb = cross_leaf_gbit / 8 / 1000;
   result.cross_zone_tb = cross_zone_gbit / 8 / 1000;

@@ -11,9 +11,12 @@
 // --try-locality-waits W1,W2,... the choice is made here: the tuned-on traces are replayed at the
 // same loads and seeds with each wait, and the held-out report uses the wait with the lowest
 // median cross-leaf traffic against slurm-tree among those whose mean JCT is never worse than
-// either baseline's (else the one with the best worst-case JCT). The last line:
-//   hai-sim sweep: cross-leaf vs first-fit median X (worst W), vs slurm-tree median Y;
-//   mean JCT vs slurm-tree median J (worst K)
+// either baseline's (else the one with the best worst-case JCT).
+// Each run's row also gives every policy's mean and p95 wait (every wait of a job, after
+// suspensions too); then a table per load level (pooling the loads hides how a policy fares on a
+// quiet cluster against a loaded one), per trace and over all runs. The last line:
+//   hai-sim sweep: cross-leaf vs first-fit median X (worst W), vs slurm-tree median Y (worst Z);
+//   mean JCT vs first-fit median J (worst K), vs slurm-tree median L (worst M)
 // A ratio whose baseline moved nothing across leaves (0 / 0) is left out of the statistics and
 // counted.
 #include "sweep.h"
@@ -78,7 +81,7 @@ struct Run {
   double load = 1;
   uint64_t seed = 1;
   struct Figures {
-    double cross_leaf_tb = 0, mean_jct = 0;
+    double cross_leaf_tb = 0, mean_jct = 0, mean_wait = 0, p95_wait = 0;
   };
   std::map<std::string, Figures> by_policy;
   // congestion-aware / baseline; NaN when the baseline's figure is 0.
@@ -163,7 +166,7 @@ Status SimulateRuns(std::vector<Run>* runs, const Topology& topology,
         if (failure.ok()) failure = r.status();
         continue;
       }
-      run.by_policy[policy] = {r->cross_leaf_tb, r->mean_jct};
+      run.by_policy[policy] = {r->cross_leaf_tb, r->mean_jct, r->mean_wait, r->p95_wait};
       const std::size_t n = ++done;
       if (tty) {
         std::fprintf(stderr, "\rhai-sim sweep: %zu of %zu simulations", n, total);
@@ -191,13 +194,20 @@ Status SimulateRuns(std::vector<Run>* runs, const Topology& topology,
   return Status::Ok();
 }
 
-// The median and worst of one ratio over the runs of `trace` ("" for all).
-Stats Column(const std::vector<Run>& runs, double Run::*field, const std::string& trace) {
+// The median and worst of one ratio over the runs of `trace` ("" for all) at `load` (0: all).
+Stats Column(const std::vector<Run>& runs, double Run::*field, const std::string& trace,
+             double load = 0) {
   std::vector<double> v;
   for (const Run& r : runs) {
-    if (trace.empty() || r.trace == trace) v.push_back(r.*field);
+    if ((trace.empty() || r.trace == trace) && (load == 0 || r.load == load)) v.push_back(r.*field);
   }
   return Summarise(v);
+}
+
+std::string Hours(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", seconds / 3600);
+  return buf;
 }
 
 }  // namespace
@@ -348,53 +358,82 @@ int SweepMain(int argc, char** argv) {
       topology->name().c_str(), topology->total_gpus(), traces.size(),
       tuned.empty() ? "" : "; tuned on ", tuned_arg.c_str(), loads_arg.c_str(), seeds_arg.c_str(),
       FormatDuration(policy_options.locality_wait).c_str());
-  std::printf("%-12s %6s %5s %14s %16s %12s %14s %12s\n", "trace", "load", "seed", "cross-leaf/ff",
-              "cross-leaf/slurm", "JCT/ff", "JCT/slurm", "ff TB");
+  std::printf(
+      "waits in hours, mean / p95 (every wait of a job, after suspensions too); ours: "
+      "congestion-aware\n");
+  std::printf("%-12s %6s %5s %14s %16s %8s %10s %10s %13s %13s %13s\n", "trace", "load", "seed",
+              "cross-leaf/ff", "cross-leaf/slurm", "JCT/ff", "JCT/slurm", "ff TB", "wait ours",
+              "wait ff", "wait slurm");
   if (csv) {
     csv << "trace,load,seed,cross_leaf_vs_ff,cross_leaf_vs_slurm,jct_vs_ff,jct_vs_slurm,"
-           "ff_cross_leaf_tb\n";
+           "ff_cross_leaf_tb,mean_wait_s,p95_wait_s,ff_mean_wait_s,ff_p95_wait_s,"
+           "slurm_mean_wait_s,slurm_p95_wait_s\n";
   }
   for (const Run& run : runs) {
-    std::printf("%-12s %5gx %5llu %14s %16s %12s %14s %12.1f\n", run.trace.c_str(), run.load,
-                static_cast<unsigned long long>(run.seed), Fmt(run.cl_ff).c_str(),
+    const Run::Figures &ff = run.by_policy.at("first-fit"), &slurm = run.by_policy.at("slurm-tree"),
+                       &ours = run.by_policy.at("congestion-aware");
+    auto wait_of = [](const Run::Figures& f) {
+      return Hours(f.mean_wait) + "/" + Hours(f.p95_wait);
+    };
+    std::printf("%-12s %5gx %5llu %14s %16s %8s %10s %10.1f %13s %13s %13s\n", run.trace.c_str(),
+                run.load, static_cast<unsigned long long>(run.seed), Fmt(run.cl_ff).c_str(),
                 Fmt(run.cl_slurm).c_str(), Fmt(run.jct_ff).c_str(), Fmt(run.jct_slurm).c_str(),
-                run.ff_tb);
+                run.ff_tb, wait_of(ours).c_str(), wait_of(ff).c_str(), wait_of(slurm).c_str());
     if (csv) {
       csv << run.trace << "," << run.load << "," << run.seed << "," << run.cl_ff << ","
-          << run.cl_slurm << "," << run.jct_ff << "," << run.jct_slurm << "," << run.ff_tb << "\n";
+          << run.cl_slurm << "," << run.jct_ff << "," << run.jct_slurm << "," << run.ff_tb << ","
+          << ours.mean_wait << "," << ours.p95_wait << "," << ff.mean_wait << "," << ff.p95_wait
+          << "," << slurm.mean_wait << "," << slurm.p95_wait << "\n";
     }
   }
-  auto column = [&](double Run::*field, const std::string& trace) {
-    return Column(runs, field, trace);
-  };
   auto cell = [](const Stats& s) { return Fmt(s.median) + " (" + Fmt(s.worst) + ")"; };
-  std::printf("\nmedian (worst) per trace, over loads and seeds:\n");
-  std::printf("%-12s %16s %16s %16s %16s\n", "trace", "cross-leaf/ff", "cross-leaf/slurm", "JCT/ff",
-              "JCT/slurm");
   std::vector<std::string> names;
   for (const Run& r : runs) {
     if (std::find(names.begin(), names.end(), r.trace) == names.end()) names.push_back(r.trace);
   }
   names.push_back("");  // all
-  for (const std::string& t : names) {
-    std::printf("%-12s %16s %16s %16s %16s\n", t.empty() ? "all" : t.c_str(),
-                cell(column(&Run::cl_ff, t)).c_str(), cell(column(&Run::cl_slurm, t)).c_str(),
-                cell(column(&Run::jct_ff, t)).c_str(), cell(column(&Run::jct_slurm, t)).c_str());
+  auto table = [&](double load) {
+    std::printf("%-12s %16s %16s %16s %16s %12s\n", "trace", "cross-leaf/ff", "cross-leaf/slurm",
+                "JCT/ff", "JCT/slurm", "mean wait");
+    for (const std::string& t : names) {
+      std::vector<double> ours_waits;  // congestion-aware's mean wait over these runs, in hours
+      for (const Run& r : runs) {
+        if ((t.empty() || r.trace == t) && (load == 0 || r.load == load))
+          ours_waits.push_back(r.by_policy.at("congestion-aware").mean_wait / 3600);
+      }
+      const Stats w = Summarise(ours_waits);
+      std::printf("%-12s %16s %16s %16s %16s %12s\n", t.empty() ? "all" : t.c_str(),
+                  cell(Column(runs, &Run::cl_ff, t, load)).c_str(),
+                  cell(Column(runs, &Run::cl_slurm, t, load)).c_str(),
+                  cell(Column(runs, &Run::jct_ff, t, load)).c_str(),
+                  cell(Column(runs, &Run::jct_slurm, t, load)).c_str(),
+                  (Fmt(w.median) + "h").c_str());
+    }
+  };
+  for (double load : loads) {
+    std::printf(
+        "\nat load %gx: median (worst) per trace over seeds; mean wait: congestion-aware's "
+        "median over runs\n",
+        load);
+    table(load);
   }
-  const Stats cl_ff = column(&Run::cl_ff, ""), cl_slurm = column(&Run::cl_slurm, ""),
-              jct_ff = column(&Run::jct_ff, ""), jct_slurm = column(&Run::jct_slurm, "");
+  std::printf("\nall loads: median (worst) per trace over loads and seeds\n");
+  table(0);
+  const Stats cl_ff = Column(runs, &Run::cl_ff, ""), cl_slurm = Column(runs, &Run::cl_slurm, ""),
+              jct_ff = Column(runs, &Run::jct_ff, ""),
+              jct_slurm = Column(runs, &Run::jct_slurm, "");
   if (cl_ff.skipped + cl_slurm.skipped > 0) {
     std::printf(
         "left out: %zu runs where first-fit, %zu where slurm-tree moved nothing across "
         "leaves (0 / 0)\n",
         cl_ff.skipped, cl_slurm.skipped);
   }
-  std::printf("worst: cross-leaf vs slurm-tree %s, mean JCT vs first-fit %s\n",
-              Fmt(cl_slurm.worst).c_str(), Fmt(jct_ff.worst).c_str());
   std::printf(
-      "hai-sim sweep: cross-leaf vs first-fit median %s (worst %s), vs slurm-tree median "
-      "%s; mean JCT vs slurm-tree median %s (worst %s)\n",
+      "hai-sim sweep: cross-leaf vs first-fit median %s (worst %s), vs slurm-tree median %s "
+      "(worst %s); mean JCT vs first-fit median %s (worst %s), vs slurm-tree median %s (worst "
+      "%s)\n",
       Fmt(cl_ff.median).c_str(), Fmt(cl_ff.worst).c_str(), Fmt(cl_slurm.median).c_str(),
+      Fmt(cl_slurm.worst).c_str(), Fmt(jct_ff.median).c_str(), Fmt(jct_ff.worst).c_str(),
       Fmt(jct_slurm.median).c_str(), Fmt(jct_slurm.worst).c_str());
   return 0;
 }

@@ -61,11 +61,19 @@ TEST_F(HaiSimCliTest, GenerateThenSweepHeldOutTraces) {
                    dir_.File("sweep.csv")});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("1 traces held out; tuned on"));
-  EXPECT_THAT(r.out, ::testing::ContainsRegex(
-                         "\nsyn +3x +2 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+\n"));
+  // A row per run, with each policy's mean / p95 wait in hours.
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("\nsyn +3x +2 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ "
+                                              "+[0-9.]+ +[0-9.]+/[0-9.]+ +[0-9.]+/[0-9.]+ "
+                                              "+[0-9.]+/[0-9.]+\n"));
+  // A table per load level, then over all loads.
+  EXPECT_THAT(r.out, HasSubstr("\nat load 1x: median (worst) per trace over seeds"));
+  EXPECT_THAT(r.out, HasSubstr("\nat load 3x: median (worst) per trace over seeds"));
+  EXPECT_THAT(r.out, HasSubstr("\nall loads: median (worst) per trace over loads and seeds"));
+  // The last line: median and worst of both figures against both baselines.
   EXPECT_THAT(r.out, ::testing::ContainsRegex(
                          "\nhai-sim sweep: cross-leaf vs first-fit median [0-9.]+ \\(worst "
-                         "[0-9.]+\\), vs slurm-tree median [0-9.]+; mean JCT vs slurm-tree "
+                         "[0-9.]+\\), vs slurm-tree median [0-9.]+ \\(worst [0-9.]+\\); mean "
+                         "JCT vs first-fit median [0-9.]+ \\(worst [0-9.]+\\), vs slurm-tree "
                          "median [0-9.]+ \\(worst [0-9.]+\\)\n$"));
   const std::string csv = test::ReadFileOrEmpty(dir_.File("sweep.csv"));
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5) << csv;  // a header and 4 runs

@@ -41,8 +41,9 @@ class SchedulerTest : public SmallClusterTest {
  protected:
   Decision Decide(const std::vector<JobRequest>& queue, Seconds now = 100,
                   SchedulerOptions options = {}) {
-    Scheduler s(MakePlacementPolicy("congestion-aware", PolicyOptions{.locality_wait = 3600}),
-                options);
+    PolicyOptions policy;
+    policy.locality_wait = 3600;
+    Scheduler s(MakePlacementPolicy("congestion-aware", policy), options);
     return s.Decide(*state_, queue, now);
   }
 
@@ -185,7 +186,8 @@ TEST_F(SchedulerTest, APreemptedJobIsToldByWhomAndWhen) {
   Decision d = Decide({victim}, 100);
   EXPECT_EQ(d.pending.at(1),
             "preempted 1m ago for job 11 (priority 5), it waits to resume: needs 4 nodes with 8 "
-            "free GPUs; 0 are free; then it waits up to 1h for them under one leaf switch; no "
+            "free GPUs; 0 are free; then, if its traffic would crowd the uplinks, it may wait up "
+            "to 1h for them under one leaf switch; no "
             "start time can be estimated: 2 running jobs give no expected run time");
   EXPECT_THAT(d.locality_wait_started, IsEmpty());  // short of nodes: its wait has not begun
 }
@@ -201,87 +203,180 @@ TEST_F(SchedulerTest, SubNodeJobsShareNodes) {
   EXPECT_EQ(d.starts[0].placement.nodes, d.starts[1].placement.nodes);  // packed on one node
 }
 
-TEST_F(SchedulerTest, CongestionAwareWaitsAWhileForOneLeaf) {
-  // Two nodes busy in every leaf: a 3-node allreduce job fits the cluster only across leaves.
-  BusyTwoNodesPerLeaf(10);
-  // It queued behind others for an hour; its wait starts in the first round it could spread.
+TEST_F(SchedulerTest, OnAQuietClusterASpreadableJobStartsAtOnce) {
+  // Two nodes busy in every leaf, by jobs inside their leaves: the uplinks carry nothing. A
+  // 3-node allreduce job (5.5 h) fits only across leaves, where its traffic would take a quarter
+  // of the uplinks: spreading would cost it at most 0.3 x 0.25 of its run (25 min). No leaf is
+  // expected to free within that (the first in 1 h), so it starts now.
+  auto busy_leaves = [&](Seconds leaf0_ends) {
+    state_ = std::make_unique<ClusterState>(*topology_);
+    JobId id = 10;
+    for (int leaf = 0; leaf < 4; ++leaf) {
+      JobRequest busy = Job(id++, 2, 3, "bob");
+      busy.expected_runtime = leaf == 0 ? leaf0_ends : 100000;
+      Run(busy, {leaf * 4, leaf * 4 + 1});
+    }
+  };
+  busy_leaves(/*leaf0_ends=*/3700);
   JobRequest job = Job(1, 3);
-  job.submit_time = 0;
-  Decision d = Decide({job}, /*now=*/3600, NoPreemption());
-  EXPECT_THAT(Started(d), IsEmpty());
-  EXPECT_EQ(d.pending.at(1),
-            "needs 3 nodes under one leaf switch, so that its traffic stays off the shared "
-            "uplinks; the freest leaf has 2 free nodes (after 1h more it takes any leaves); no "
-            "start time can be estimated: 4 running jobs give no expected run time");
-  EXPECT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, 3600}}));
-  EXPECT_EQ(d.recheck_at, 3600 + 3600);  // the round that may decide differently
-  job.locality_wait_since = 3600;        // the caller keeps it
-  d = Decide({job}, /*now=*/3700, NoPreemption());
-  EXPECT_THAT(Started(d), IsEmpty());
-  EXPECT_THAT(d.pending.at(1), HasSubstr("(after 58m more it takes any leaves)"));
-  EXPECT_THAT(d.locality_wait_started, IsEmpty());  // already begun
-
-  // Once the wait is over it spreads, two nodes in one leaf and one in another of its zone.
-  d = Decide({job}, /*now=*/3600 + 3600, NoPreemption());
+  job.expected_runtime = 20000;
+  Decision d = Decide({job}, /*now=*/100, NoPreemption());
   ASSERT_THAT(Started(d), ElementsAre(1));
+  EXPECT_THAT(d.locality_wait_started, IsEmpty());
   EXPECT_EQ(d.recheck_at, -1);
   std::set<int> leaves;
   for (int n : d.starts[0].placement.nodes)
     leaves.insert(topology_->nodes()[n].leaf);
   EXPECT_EQ(leaves.size(), 2u);
 
-  // A job without traffic, the baselines and a zero wait never wait.
-  JobRequest quiet = job;
+  // A leaf expected to free in 10 minutes is worth those minutes: it waits for it.
+  busy_leaves(/*leaf0_ends=*/700);
+  d = Decide({job}, /*now=*/100, NoPreemption());
+  EXPECT_THAT(Started(d), IsEmpty());
+  EXPECT_THAT(d.pending.at(1), HasSubstr("a leaf is expected to free in 10m"));
+}
+
+// Zone A's uplinks congested: job 20 (nodes 3 and 7, leaves 0 and 1) sends 500 Gb/s through
+// uplinks of 400. Free: node 2 (leaf 0) and node 6 (leaf 1); zone B full. Job 21 holds nodes 0
+// and 1 of leaf 0 and is expected to end at `leaf_frees_at`, the others at `others_end` (0: no
+// expected run time given).
+class CongestedSchedulerTest : public SchedulerTest {
+ protected:
+  void Congest(Seconds leaf_frees_at, Seconds others_end = 100000) {
+    JobRequest congestor = Job(20, 2, 3, "bob");
+    congestor.traffic_gbps = 500;
+    congestor.expected_runtime = others_end;
+    Run(congestor, {3, 7});
+    JobRequest ending = Job(21, 2, 3, "bob");
+    ending.expected_runtime = leaf_frees_at;
+    Run(ending, {0, 1});
+    JobRequest rest = Job(22, 2, 3, "bob");
+    rest.expected_runtime = others_end;
+    Run(rest, {4, 5});
+    for (int leaf = 2; leaf < 4; ++leaf) {
+      JobRequest full = Job(21 + leaf, 4, 3, "bob");
+      full.expected_runtime = others_end;
+      Run(full, {leaf * 4, leaf * 4 + 1, leaf * 4 + 2, leaf * 4 + 3});
+    }
+  }
+  // A 2-node allreduce job that fits one leaf but now only across leaves 0 and 1.
+  static JobRequest Pair() {
+    JobRequest job = Job(1, 2);
+    job.expected_runtime = 20000;
+    return job;
+  }
+};
+
+TEST_F(CongestedSchedulerTest, UnderLoadAJobWaitsForALeafAboutToFree) {
+  Congest(/*leaf_frees_at=*/600);
+  JobRequest job = Pair();
+  Decision d = Decide({job}, /*now=*/100, NoPreemption());
+  EXPECT_THAT(Started(d), IsEmpty());
+  // Spread, it would share the congested uplinks for hours (and slow job 20 further): far more
+  // than the 1 h cap, so it may wait the cap; the leaf is expected to free in 8m20s.
+  EXPECT_EQ(d.pending.at(1),
+            "needs 2 nodes under one leaf switch, so that its traffic stays off the shared "
+            "uplinks; the freest leaf has 1 free node; spread over leaves now, it and the jobs "
+            "sharing those uplinks would lose about 1h of run time to congestion, and a leaf is "
+            "expected to free in 8m20s (after 1h more it takes any leaves); expected to start in "
+            "8m20s, when running jobs reach their expected run times (nothing that would delay "
+            "it starts meanwhile)");
+  EXPECT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, 100}}));
+  EXPECT_EQ(d.recheck_at, 100 + 3600);
+  job.locality_wait_since = 100;
+  // The leaf frees: it starts there.
+  ASSERT_TRUE(state_->Release(21).ok());
+  d = Decide({job}, /*now=*/600, NoPreemption());
+  ASSERT_THAT(Started(d), ElementsAre(1));
+  EXPECT_EQ(topology_->nodes()[d.starts[0].placement.nodes[0]].leaf,
+            topology_->nodes()[d.starts[0].placement.nodes[1]].leaf);
+}
+
+TEST_F(CongestedSchedulerTest, AJobSpreadsWhenNoLeafFreesWithinWhatWaitingMayCost) {
+  // The leaf frees only in 5 hours: longer than the wait may last, so it spreads now.
+  Congest(/*leaf_frees_at=*/5 * 3600);
+  Decision d = Decide({Pair()}, /*now=*/100, NoPreemption());
+  ASSERT_THAT(Started(d), ElementsAre(1));
+  EXPECT_THAT(d.locality_wait_started, IsEmpty());
+  EXPECT_NE(topology_->nodes()[d.starts[0].placement.nodes[0]].leaf,
+            topology_->nodes()[d.starts[0].placement.nodes[1]].leaf);
+}
+
+TEST_F(CongestedSchedulerTest, AWaitLastsNoLongerThanSpreadingWouldCost) {
+  // No running job gives an expected run time, so no leaf is expected to free at a known time;
+  // the job runs 10 minutes. Spread now, by the model it would lose 90 s (600 s, 0.3 of it
+  // communicating, 1.5x slower: (500 + 100) / 400) and slow job 20 from 1.25x to 1.5x for the
+  // hour a job without an expected run time is assumed to have left (0.3 x 0.25 x 3600 = 270 s):
+  // it waits those 6 minutes for a leaf, not the 1 h cap.
+  Congest(/*leaf_frees_at=*/0, /*others_end=*/0);
+  JobRequest job = Pair();
+  job.expected_runtime = 600;
+  Decision d = Decide({job}, /*now=*/100, NoPreemption());
+  EXPECT_THAT(Started(d), IsEmpty());
+  ASSERT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, 100}}));
+  EXPECT_EQ(d.recheck_at, 100 + 90 + 270);
+  EXPECT_THAT(d.pending.at(1), HasSubstr("would lose about 6m of run time to congestion (after 6m "
+                                         "more it takes any leaves)"));
+  job.locality_wait_since = 100;
+  d = Decide({job}, /*now=*/400, NoPreemption());
+  EXPECT_THAT(Started(d), IsEmpty());
+  d = Decide({job}, /*now=*/100 + 360, NoPreemption());
+  ASSERT_THAT(Started(d), ElementsAre(1));
+
+  // The baselines, a job without traffic and a zero cap never wait.
+  JobRequest quiet = Pair();
   quiet.comm = CommKind::kNone;
   EXPECT_THAT(Started(Decide({quiet}, 100, NoPreemption())), ElementsAre(1));
   Scheduler slurm(MakePlacementPolicy("slurm-tree"), NoPreemption());
-  EXPECT_THAT(Started(slurm.Decide(*state_, {job}, 100)), ElementsAre(1));
-  Scheduler eager(MakePlacementPolicy("congestion-aware", PolicyOptions{.locality_wait = 0}),
-                  NoPreemption());
-  EXPECT_THAT(Started(eager.Decide(*state_, {job}, 100)), ElementsAre(1));
+  EXPECT_THAT(Started(slurm.Decide(*state_, {Pair()}, 100)), ElementsAre(1));
+  PolicyOptions no_wait;
+  no_wait.locality_wait = 0;
+  Scheduler eager(MakePlacementPolicy("congestion-aware", no_wait), NoPreemption());
+  EXPECT_THAT(Started(eager.Decide(*state_, {Pair()}, 100)), ElementsAre(1));
 }
 
-TEST_F(SchedulerTest, ALocalityWaitEndsUnusedWhenTheJobIsShortOfNodesAgain) {
-  // Two nodes busy in every leaf: the 3-node job could spread, so its wait begins.
-  JobId id = BusyTwoNodesPerLeaf(10);
-  JobRequest job = Job(1, 3);
-  job.submit_time = 0;
+TEST_F(CongestedSchedulerTest, ALocalityWaitEndsUnusedWhenTheJobIsShortOfNodesAgain) {
+  Congest(/*leaf_frees_at=*/600);
+  JobRequest job = Pair();
   Decision d = Decide({job}, /*now=*/100, NoPreemption());
   EXPECT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, 100}}));
   job.locality_wait_since = 100;
 
-  // Other jobs take the free nodes of zone B's leaves and two of zone A's: too few nodes are free
-  // in any zone for the job to start even across leaves, so its wait ends unused.
-  Run(Job(id++, 2, 3, "bob"), {10, 11});
-  Run(Job(id++, 2, 3, "bob"), {14, 15});
-  Run(Job(id++, 2, 3, "bob"), {2, 3});
+  // Another job takes node 6: too few nodes are free in any zone for the job to start even
+  // across leaves, so its wait ends unused.
+  JobRequest other = Job(30, 1, 3, "bob");
+  other.comm = CommKind::kNone;
+  Run(other, {6});
   d = Decide({job}, /*now=*/200, NoPreemption());
   EXPECT_THAT(Started(d), IsEmpty());
   EXPECT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, -1}}));
-  EXPECT_THAT(d.pending.at(1), HasSubstr("then it waits up to 1h for them under one leaf switch"));
+  EXPECT_THAT(d.pending.at(1),
+              HasSubstr("then, if its traffic would crowd the uplinks, it may wait up to 1h for "
+                        "them under one leaf switch"));
   EXPECT_EQ(d.recheck_at, -1);
   job.locality_wait_since = -1;
 
-  // Hours later a node frees: the job could spread again, and it waits a whole hour afresh
-  // rather than spread at once.
-  ASSERT_TRUE(state_->Release(id - 1).ok());
-  const Seconds later = 100 + 5 * 3600;
-  d = Decide({job}, later, NoPreemption());
+  // Later node 6 frees again: the job could spread again, and its wait begins afresh.
+  ASSERT_TRUE(state_->Release(30).ok());
+  d = Decide({job}, /*now=*/300, NoPreemption());
   EXPECT_THAT(Started(d), IsEmpty());
-  EXPECT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, later}}));
+  EXPECT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, 300}}));
   EXPECT_THAT(d.pending.at(1), HasSubstr("(after 1h more it takes any leaves)"));
 }
 
 TEST_F(SchedulerTest, WaitingForOneLeafStillBackfillsAroundIt) {
-  // Free: nodes 0 and 1 (leaf 0) until job 10 ends at t=900, and node 7 (leaf 1). The 3-node job
-  // could spread over both leaves now but waits for one, holding a reservation for leaf 0; a
-  // 1-node job that ends before that may start (on node 7), a longer one may not.
+  // Free: nodes 0 and 1 (leaf 0) until job 10 ends at t=900, and node 7 (leaf 1). Job 10 spans
+  // leaves 0 and 1 and crowds their uplinks. The 3-node job could spread over both leaves now
+  // but, with the uplinks congested, waits for leaf 0, holding a reservation for it; a 1-node job
+  // that ends before that may start (on node 7), a longer one may not.
   JobRequest first = Job(10, 2, 3, "bob");
   first.expected_runtime = 900;
-  Run(first, {2, 3});
+  first.traffic_gbps = 500;
+  Run(first, {2, 4});
   JobRequest partly = Job(11, 3, 3, "bob");
+  partly.comm = CommKind::kNone;
   partly.expected_runtime = 100000;
-  Run(partly, {4, 5, 6});
+  Run(partly, {3, 5, 6});
   for (int leaf = 2; leaf < 4; ++leaf) {
     JobRequest busy = Job(12 + leaf, 4, 3, "bob");
     busy.expected_runtime = 100000;
@@ -289,6 +384,7 @@ TEST_F(SchedulerTest, WaitingForOneLeafStillBackfillsAroundIt) {
   }
   JobRequest job = Job(1, 3);
   job.submit_time = 0;
+  job.expected_runtime = 20000;
   JobRequest quick = Job(2, 1);
   quick.comm = CommKind::kNone;
   quick.expected_runtime = 500;

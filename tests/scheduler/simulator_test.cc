@@ -120,28 +120,56 @@ TEST_F(SimulatorTest, ReasonsOverTimeNameThePreemptingJob) {
 }
 
 TEST_F(SimulatorTest, ALocalityWaitEndsWithARoundOfItsOwn) {
-  // Four long 3-node jobs leave one node free in every leaf; a 2-node job arrives at t=10 and
-  // nothing else happens. Congestion-aware holds it for its locality wait, then starts it across
-  // two leaves: the simulator must run a round when the wait runs out, not at the next arrival
-  // or completion.
-  std::vector<JobRequest> jobs;
-  for (int i = 0; i < 4; ++i) {
-    JobRequest busy = Job(10 + i, 3, 0, 100000);
-    busy.comm = CommKind::kNone;
-    jobs.push_back(busy);
-  }
-  jobs.push_back(Job(1, 2, 10, 1000));
+  // Long jobs without traffic fill leaves 0 and 1 but for three nodes, which the 3-node job J
+  // (t=1) takes across them, crowding their uplinks; zone B keeps one node free per leaf. The
+  // 2-node job H (t=10) sends more than an uplink holds, so spreading would cost it dearly; J is
+  // expected to end at t=1001 and free two nodes in leaf 0, so H waits for that, up to the
+  // 2000 s cap. J, slowed by its own congestion, ends later than expected: the wait runs out at
+  // t=2010 with nothing else happening, and the simulator must run a round then (not at J's end)
+  // to start H across leaves 2 and 3.
+  auto quiet = [&](JobId id, int nodes) {
+    JobRequest j = Job(id, nodes, 0, 100000);
+    j.comm = CommKind::kNone;
+    return j;
+  };
+  std::vector<JobRequest> jobs = {quiet(20, 2), quiet(21, 3), quiet(22, 3), quiet(23, 3)};
+  JobRequest j = Job(30, 3, 1, 1000);
+  j.traffic_gbps = 4000;
+  jobs.push_back(j);
+  JobRequest h = Job(1, 2, 10, 10000);
+  h.traffic_gbps = 1000;
+  jobs.push_back(h);
   SimulationOptions options;
-  options.policy.locality_wait = 600;
+  options.policy.locality_wait = 2000;
   options.scheduler.preemption = false;
   auto r = Simulate(*topology_, jobs, "congestion-aware", options);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->jobs[4].first_start, 610);
-  EXPECT_GT(r->cross_leaf_tb, 0);
+  EXPECT_GT(r->jobs[4].finish, 2010);  // J ended after H's wait ran out
+  EXPECT_EQ(r->jobs[5].first_start, 2010);
+  EXPECT_EQ(r->jobs[5].waited, 2000);
   // slurm-tree does not wait.
   auto s = Simulate(*topology_, jobs, "slurm-tree", options);
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ(s->jobs[4].first_start, 10);
+  EXPECT_EQ(s->jobs[5].first_start, 10);
+}
+
+TEST_F(SimulatorTest, WaitsCountEveryWaitAndUtilisationTheArrivalSpan) {
+  // A low-priority 4-node job starts at once, is suspended at t=100 for a high-priority one that
+  // runs 400 s, and resumes at t=500: it waited 400 s in all, not 0 (its first start). The
+  // arrivals span 100 s; after them a low-priority job runs on alone for hours, which must not
+  // dilute the utilisation of the span the load arrived in.
+  std::vector<JobRequest> jobs = {Job(1, 16, 0, 1000, 1), Job(2, 16, 100, 400, 5),
+                                  Job(3, 1, 100, 20000, 0)};
+  for (JobRequest& j : jobs)
+    j.comm = CommKind::kNone;  // run times as given, not slowed by congestion
+  auto r = Simulate(*topology_, jobs, "first-fit", SimulationOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->jobs[0].first_start, 0);
+  EXPECT_EQ(r->jobs[0].preemptions, 1);
+  EXPECT_EQ(r->jobs[0].waited, 400);
+  EXPECT_EQ(r->arrival_span, 100);
+  EXPECT_DOUBLE_EQ(r->gpu_utilisation, 1.0);  // the whole cluster busy from t=0 to t=100
+  EXPECT_GT(r->mean_wait, 0);
 }
 
 TEST_F(SimulatorTest, DeterministicAndCompleteOnATrace) {

@@ -8,10 +8,24 @@
 //                     among equal choices the leaves whose uplinks carry the least traffic, then
 //                     the best fit so whole leaves stay free for large jobs; ranks ordered leaf by
 //                     leaf so that double-binary-tree neighbours share a leaf; and a job that
-//                     fits under one leaf switch but would have to spread over several now waits
-//                     a while (LocalityWait) for one leaf to free up, the way delay scheduling
-//                     waits for data locality: a short wait costs less than sharing congested
-//                     uplinks for the whole run
+//                     fits under one leaf switch but would have to spread over several now may
+//                     wait for one leaf to free up, the way delay scheduling waits for data
+//                     locality (LocalityWait, below)
+//
+// The locality wait (congestion-aware). A communicating multi-node job that fits under one leaf,
+// and could start now only across leaves, waits for a leaf only while waiting is the cheaper
+// choice, judged each round from the state of the cluster:
+//   - what spreading now would cost: the run time the performance model (performance.h) says
+//     the job itself would lose on the uplinks it would share, over its expected run time, plus
+//     what its traffic would cost the running jobs crossing those uplinks (SpreadCost). Uplinks
+//     with room for it make that 0: on a quiet cluster such a job starts at once, spread;
+//   - how soon a leaf is expected to free for it: the running jobs' expected ends
+//     (Scheduler::EarliestStart, the estimate behind pending reasons);
+//   - how long it has waited already (JobRequest::locality_wait_since).
+// It waits while it has waited less than min(cost, max_locality_wait) and a leaf is expected to
+// free within what remains of that (or no estimate exists); otherwise it starts across leaves.
+// So a job never waits longer than spreading would have cost it and its neighbours, nor longer
+// than max_locality_wait; under load, with congested uplinks and a leaf about to free, it waits.
 //
 // Sub-node jobs (JobRequest::gpus with nodes == 0) are packed: first-fit and congestion-aware take
 // the first node with room (partly used nodes gather in the first leaves), slurm-tree the node
@@ -24,6 +38,7 @@
 #include <vector>
 
 #include "scheduler/cluster_state.h"
+#include "scheduler/performance.h"
 
 namespace ff::scheduler {
 
@@ -36,17 +51,28 @@ class PlacementPolicy {
   // such set is 6 nodes (zone A)").
   virtual Placement Place(const JobRequest& job, const ClusterState& state,
                           std::string* why) const = 0;
-  // How long the scheduler keeps `job` waiting rather than start it spread over several leaves
-  // when it would fit under one (0: never waits). The wait counts from the first round in which
-  // the job could have started across leaves (JobRequest::locality_wait_since), and ends unused
-  // in a round where it could not start anywhere.
-  virtual Seconds LocalityWait(const JobRequest& /*job*/) const { return 0; }
+  // The longest the scheduler keeps `job` waiting for one leaf rather than start it spread over
+  // several (0: it never waits). The wait counts from the first round in which the job could have
+  // started across leaves (JobRequest::locality_wait_since), and ends unused in a round where it
+  // could not start anywhere.
+  virtual Seconds MaxLocalityWait(const JobRequest& /*job*/) const { return 0; }
+  // How long, in all, `job` may wait for one leaf when it could start now on `spread` (across
+  // leaves): at most MaxLocalityWait, and for congestion-aware no longer than spreading would
+  // cost (see the locality wait above). 0: start it now.
+  virtual Seconds LocalityWait(const JobRequest& /*job*/, const ClusterState& /*state*/,
+                               const Placement& /*spread*/, Seconds /*now*/) const {
+    return 0;
+  }
 };
 
+// The scheduling knobs' one home: hai-server ([hai] locality_wait_s) and hai-sim set them here.
 struct PolicyOptions {
   // congestion-aware: the longest a communicating multi-node job waits for one leaf.
-  // Chosen by `hai-sim sweep --try-locality-waits` on synthetic traces (scheduler/README.md).
   Seconds locality_wait = 7200;
+  // The performance model the policy judges placements by (hai-sim sets it to the replay's).
+  PerformanceModel model;
+  // The run time assumed for a job that gives none (hai submit --time), when costing a spread.
+  Seconds assumed_runtime = 3600;
 };
 
 // "first-fit", "slurm-tree" or "congestion-aware"; null for another name.

@@ -12,10 +12,12 @@
 //     as running jobs reach their expected run times. A job behind it starts now only if it fits
 //     and is expected to end before that reservation (backfill); without expected run times there
 //     is no reservation and nothing passes it.
-//   - A job the policy wants under one leaf switch (PlacementPolicy::LocalityWait) is not started
-//     spread over several leaves until it has waited that long while it could have spread (a
-//     round in which it could not start anywhere ends the wait unused); meanwhile it counts as
-//     not fitting (it may hold the reservation, which then is for one leaf).
+//   - A job the policy would rather have under one leaf switch, and that could start now only
+//     across leaves, waits for a leaf while the policy says spreading would cost more than
+//     waiting (PlacementPolicy::LocalityWait: what the run would lose to shared uplinks, bounded
+//     by MaxLocalityWait) and a leaf is expected to free within what remains of that; a round in
+//     which it could not start anywhere ends the wait unused. Meanwhile it counts as not fitting
+//     (it may hold the reservation, which then is for one leaf).
 //
 // Decide is pure and deterministic: the same state, queue and time give the same decision.
 #pragma once

@@ -20,20 +20,14 @@
 #include <string>
 #include <vector>
 
+#include "scheduler/performance.h"
 #include "scheduler/scheduler.h"
 
 namespace ff::scheduler {
 
-struct PerformanceModel {
-  double allreduce_comm_fraction = 0.3;
-  double pipeline_comm_fraction = 0.15;
-  double cross_zone_penalty = 2.0;
-  // Share of the communication time that is bound by the network's bandwidth (the rest does not
-  // slow when links are shared). 1: all of it.
-  double bandwidth_bound_share = 1.0;
-};
-
 struct SimulationOptions {
+  // The physics of the replay; the scheduler's own estimates (PolicyOptions::model) are set to
+  // the same model, so the policy judges by what the replay does.
   PerformanceModel model;
   SchedulerOptions scheduler;
   PolicyOptions policy;
@@ -52,14 +46,20 @@ struct JobOutcome {
   Seconds first_start = -1;
   Seconds finish = -1;
   int preemptions = 0;
+  // Every second it spent queued: before its first start and after each suspension.
+  Seconds waited = 0;
 };
 
 struct SimulationResult {
   std::string policy;
   std::vector<JobOutcome> jobs;
-  double mean_jct = 0, median_jct = 0, p99_jct = 0;        // seconds, submit to finish
-  double mean_queue = 0, median_queue = 0, p99_queue = 0;  // seconds, submit to first start
-  double gpu_utilisation = 0;                              // busy GPU-seconds / (GPUs x makespan)
+  double mean_jct = 0, median_jct = 0, p99_jct = 0;  // seconds, submit to finish
+  // Seconds a job waited in all (JobOutcome::waited: after suspensions too), over the jobs.
+  double mean_wait = 0, median_wait = 0, p95_wait = 0, p99_wait = 0;
+  // Busy GPU-seconds / (GPUs x the arrival span): from the first submission to the last, the
+  // span the load is offered over (not diluted by the tail of long jobs that runs on after it).
+  double gpu_utilisation = 0;
+  Seconds arrival_span = 0;
   double fragmentation = 0;  // time-averaged share of free nodes in partly busy leaves
   double cross_leaf_tb = 0;  // terabytes sent across leaf uplinks
   double cross_zone_tb = 0;  // terabytes sent between zones
@@ -80,15 +80,6 @@ struct SimulationResult {
   };
   std::vector<ReasonChange> pending_history;
 };
-
-// The model's slowdown of a running job's communication (1: uncongested): (1 - b) + b * x, x the
-// load / capacity (at least 1) of the most loaded leaf uplink it crosses, or for a job crossing
-// zones the inter-zone links' times cross_zone_penalty. 1 for a job that is not running.
-double CommSlowdown(const ClusterState& state, JobId job, const PerformanceModel& model);
-// Work seconds per wall second of a running job: 1 / ((1 - f) + f * CommSlowdown), f the share
-// of its time the model says its kind of job communicates.
-double ProgressRate(const ClusterState& state, const JobRequest& job,
-                    const PerformanceModel& model);
 
 // Fails (kInvalidArgument) on an unknown policy or a job that can never fit the topology.
 Result<SimulationResult> Simulate(const Topology& topology, const std::vector<JobRequest>& jobs,
