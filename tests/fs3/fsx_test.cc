@@ -71,11 +71,11 @@ class Cluster : public test::Fs3Cluster {
            p->Stderr();
   }
 
-  // After a failure: the last lines each storage service and fs3-mgmtd logged, restarts included,
-  // to set beside the exerciser's report (both give the wall clock).
+  // After a failure: the last lines each storage service, fs3-mgmtd and the mount logged, restarts
+  // included, to set beside the exerciser's report (both give the wall clock).
   void PrintLogTails(std::size_t lines = 150) const {
     for (const auto& [name, p] : procs()) {
-      if (name != "mgmtd" && name.rfind('s', 0) != 0) continue;
+      if (name != "mgmtd" && name.rfind('s', 0) != 0 && name.rfind("fuse-", 0) != 0) continue;
       const std::string log = Logs(name);
       std::size_t from = log.size();
       for (std::size_t n = 0; n <= lines && from > 0; ++n)

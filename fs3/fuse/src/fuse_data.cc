@@ -294,6 +294,14 @@ void FuseFs::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_f
     const uint64_t to = std::min(offset + n, b + data->size());
     if (to > from) out.append(data->data() + (from - b), to - from);
   }
+  if (out.size() < n) {
+    // A block shorter than the file it was fetched for: the kernel takes a short answer for the
+    // end of the file (and zero-fills the pages). Never expected; said so that it can be found.
+    spdlog::warn(
+        "fs3-fuse: inode {}: read of [{}, +{}) answered {} bytes from blocks of a file "
+        "of {} bytes",
+        ino, offset, n, out.size(), file_size);
+  }
   fuse_reply_buf(req, out.data(), out.size());
 }
 
