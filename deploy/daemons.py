@@ -420,6 +420,9 @@ def etcd_members(directory, count, host="127.0.0.1", names=None, binary=None):
                 "--max-txn-ops=1024",
                 # old revisions go after 10 minutes (the store grows with every write otherwise)
                 "--auto-compaction-mode=periodic", "--auto-compaction-retention=10m",
+                # a member cut off and back does not depose the Raft leader (etcd 3.5's default):
+                # without it, every heal is an etcd election, and leases held through it wobble
+                "--pre-vote=true",
                 "--logger=zap", "--log-level=warn"]
         d = Daemon(binary, name, directory, None, args, health_url=f"http://{h}:{client}/health")
         out.append(d.inside(prefix))

@@ -173,40 +173,70 @@ void LeaderElection::Lead(int64_t lease, Clock::time_point valid_until) {
   if (on_change_) on_change_(true);
 
   const auto renew_every = std::chrono::milliseconds(options_.ttl_s * 1000 / 3);
+  // Whether this replica acts as leader. It stops when its lease may have run out (a renewal
+  // failed past valid_until), but keeps the lease and its key: etcd may not have expired them (a
+  // Raft election renews every lease; a stall shorter than the TTL on etcd's side), and when a
+  // renewal goes through again and the key still has our create revision, nobody else can have
+  // led in between, so it leads again under the same fence. Revoking at once would hand the
+  // leadership to whichever replica campaigns first after any etcd blip.
+  bool acting = true;
   std::string why = "resigned";
   for (;;) {
     {
       UniqueLock lock(&mu_);
-      if (cv_.wait_for(lock, renew_every, [&] {
-            mu_.AssertHeld();
-            return stop_;
-          })) {
+      if (cv_.wait_for(lock,
+                       acting ? renew_every : std::min<Clock::duration>(renew_every, options_.poll),
+                       [&] {
+                         mu_.AssertHeld();
+                         return stop_;
+                       })) {
         break;
       }
     }
     const auto sent = Clock::now();
     Result<int64_t> kept = client_->KeepAlive(lease);
-    if (kept.ok()) {
-      valid_until = sent + std::chrono::seconds(*kept);
-      MutexLock lock(&mu_);
-      valid_until_ = valid_until;
-    } else if (kept.status().code() == StatusCode::kNotFound) {
+    if (kept.status().code() == StatusCode::kNotFound) {
       why = "its lease expired";
       break;
-    } else if (Clock::now() + options_.margin >= valid_until) {
-      why = "it could not renew its lease in time (" + kept.status().ToString() + ")";
-      break;
     }
+    if (!kept.ok()) {
+      if (acting && Clock::now() + options_.margin >= valid_until) {
+        acting = false;
+        SetLeader(false, Clock::time_point(), 0);
+        spdlog::warn(
+            "election {}: {} stops leading: it could not renew its lease in time ({}); it keeps "
+            "trying, and leads again if the lease outlived the outage",
+            options_.key, options_.value, kept.status().ToString());
+        if (on_change_) on_change_(false);
+      }
+      continue;
+    }
+    valid_until = sent + std::chrono::seconds(*kept);
     // Somebody may have deleted the key (an operator, a revoke): then another can be elected.
     Result<std::optional<etcd::Kv>> held = client_->Get(options_.key);
     if (held.ok() && (!*held || (*held)->create_revision != fence)) {
       why = "its key was deleted";
       break;
     }
+    if (acting) {
+      MutexLock lock(&mu_);
+      valid_until_ = valid_until;
+    } else if (held.ok()) {  // the key is still ours: nobody led in between
+      acting = true;
+      SetLeader(true, valid_until, fence);
+      spdlog::info("election {}: {} leads again: its lease outlived the outage (fence revision {})",
+                   options_.key, options_.value, fence);
+      if (on_change_) on_change_(true);
+    }
   }
-  SetLeader(false, Clock::time_point(), 0);
-  spdlog::warn("election {}: {} is no longer leader: {}", options_.key, options_.value, why);
-  if (on_change_) on_change_(false);
+  if (acting) {
+    SetLeader(false, Clock::time_point(), 0);
+    spdlog::warn("election {}: {} is no longer leader: {}", options_.key, options_.value, why);
+    if (on_change_) on_change_(false);
+  } else {
+    spdlog::warn("election {}: {} gives up its lost leadership: {}", options_.key, options_.value,
+                 why);
+  }
   (void)client_->RevokeLease(lease);
 }
 

@@ -125,6 +125,7 @@ check "hai-agent is node A-leaf00-n00" grep -q 'node = "A-leaf00-n00"' "$host/et
 # The highly available control plane: etcd installed and configured, the replicas on it.
 check "etcd installed (Debian's etcd-server)" in_host etcd --version
 check "etcd's member settings" grep -q 'ETCD_INITIAL_CLUSTER="node1=http://127.0.0.1:2380"' "$host/etc/default/etcd"
+check "etcd's pre-vote (a healed member does not depose the leader)" grep -q 'ETCD_PRE_VOTE="true"' "$host/etc/default/etcd"
 check "etcd.service enabled" systemctl --root="$host" is-enabled --quiet etcd.service
 for d in fs3-mgmtd fs3-meta hai-server; do
   check "$d keeps its state in etcd" grep -q 'engine = "etcd"' "$host/etc/fireflyer/$d.toml"

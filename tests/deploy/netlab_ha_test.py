@@ -91,6 +91,18 @@ def main():
                 hai_bin, d, os.path.abspath(toml), f"{a}:0", name=f"server-{node}",
                 data_dir=os.path.join(d, f"server-{node}"), engine="etcd",
                 etcd_endpoints=etcd.split(","), election_ttl_s=TTL)).rpc
+
+        def fail_with_logs(msg):
+            """Fails with the replicas' election history and the etcd members' last words."""
+            for daemon in c.daemons:
+                lines = daemon.log_tail(200000).splitlines()
+                if daemon.name.startswith("etcd"):
+                    lines = lines[-8:]
+                else:
+                    lines = [ln for ln in lines if "election" in ln or "leader" in ln][-12:]
+                if lines:
+                    say(f"--- {daemon.name}:\n" + "\n".join(ln[:400] for ln in lines))
+            fail(msg)
             if node == CUT_SIDE:
                 wait_for("the first hai-server to lead", lambda: os.path.exists(
                     os.path.join(d, f"server-{CUT_SIDE}", "admin.token")), 20)
@@ -178,10 +190,12 @@ def main():
         say("healed")
         time.sleep(TTL + 2)
         # Exactly one leader of each: the new one.
-        if not leads_mgmtd(FAR_SIDE) or leads_mgmtd(CUT_SIDE):
-            fail("after the heal, fs3-mgmtd's leader is not exactly the one elected in the cut")
-        if not leads_hai(FAR_SIDE) or leads_hai(CUT_SIDE):
-            fail("after the heal, hai-server's leader is not exactly the one elected in the cut")
+        for daemon, leads in (("fs3-mgmtd", leads_mgmtd), ("hai-server", leads_hai)):
+            if not leads(FAR_SIDE):
+                fail_with_logs(f"after the heal, {daemon} on {FAR_SIDE} (elected in the cut) no "
+                               "longer leads")
+            if leads(CUT_SIDE):
+                fail_with_logs(f"after the heal, {daemon} on {CUT_SIDE} (cut off) leads too")
         after = fs3(CLIENT_CUT, mgmtds, "nodes")
         if after is None:
             fail("fs3-mgmtd unreachable from L00 after the heal")

@@ -130,7 +130,7 @@ class EtcdCluster {
     const std::string client_url = "http://127.0.0.1:" + std::to_string(m.client_port);
     const std::string peer_url = "http://127.0.0.1:" + std::to_string(m.peer_port);
     // Elections in about a second (the defaults are 100 ms heartbeats and a 1 s election
-    // timeout); --max-txn-ops as deploy/ configures it for fs3-meta's batches.
+    // timeout); --max-txn-ops and --pre-vote as deploy/ configures them.
     std::vector<std::string> argv = {EtcdBinary(),
                                      "--name=" + m.name,
                                      "--data-dir=" + dir_.File(m.name),
@@ -142,6 +142,7 @@ class EtcdCluster {
                                      "--initial-cluster-state=new",
                                      "--initial-cluster-token=fireflyer-test",
                                      "--max-txn-ops=1024",
+                                     "--pre-vote=true",
                                      "--logger=zap",
                                      "--log-level=warn"};
     Subprocess::Options options;

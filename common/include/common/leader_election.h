@@ -13,6 +13,12 @@
 // another replica can take over. The key deleted by hand, a revoked lease or a renewal answered
 // "expired" end leadership at once.
 //
+// Leading again. A leader that stopped because it could not renew keeps its lease and key and
+// keeps renewing: when a renewal goes through and the key still has the create revision it was
+// elected with, the lease outlived the outage (etcd renews every lease in full when it elects a
+// new Raft leader), nobody can have led in between, and it leads again under the same fence. An
+// etcd blip (a member rejoining, a Raft election) thus does not move the leadership.
+//
 // Fencing. Every write a leader makes to etcd carries Fence(): a comparison that its key still
 // exists with the create revision it was elected with. A deposed leader that wakes up late (a
 // process stopped for seconds, a slow network) has its writes refused (kFailedPrecondition), as
