@@ -235,7 +235,10 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
       r.started = now_s;
       r.request.preempted_by = 0;
       r.request.locality_wait_since = -1;  // if it is suspended, it waits afresh
-      if (r.outcome.first_start < 0) r.outcome.first_start = now_s;
+      if (r.outcome.first_start < 0) {
+        r.outcome.first_start = now_s;
+        r.outcome.first_nodes = s.placement.nodes;
+      }
       r.outcome.waited += now_s - r.queued;
       running.push_back(i);
       queue.erase(std::find(queue.begin(), queue.end(), i));

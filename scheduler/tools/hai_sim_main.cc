@@ -59,6 +59,10 @@ int Main(int argc, char** argv) {
   app.add_option("--policies", policies_arg, "Comma-separated placement policies")
       ->capture_default_str();
   app.add_option("--out", out_dir, "Folder for results.csv, per-job CSVs and SVG plots");
+  app.add_option("--pipeline-share", rules.pipeline_share,
+                 "Share of multi-node jobs that are pipelines (the rest allreduce)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", rules.seed, "Seed of the rules that assign users, priorities, traffic")
       ->capture_default_str();
   app.add_option("--limit", limit, "Replay only the first N jobs (0: all)");
@@ -206,10 +210,13 @@ int Main(int argc, char** argv) {
         }
       }
       std::ofstream per_job(fs::path(out_dir) / ("jobs-" + r.policy + ".csv"));
-      per_job << "job,gpus,submit,first_start,finish,preemptions,waited\n";
+      per_job << "job,gpus,submit,first_start,finish,preemptions,waited,first_nodes\n";
       for (const JobOutcome& j : r.jobs) {
+        std::string nodes;
+        for (int n : j.first_nodes)
+          nodes += (nodes.empty() ? "" : ";") + topology->nodes()[n].name;
         per_job << j.id << "," << j.gpus << "," << j.submit << "," << j.first_start << ","
-                << j.finish << "," << j.preemptions << "," << j.waited << "\n";
+                << j.finish << "," << j.preemptions << "," << j.waited << "," << nodes << "\n";
       }
     }
     std::vector<PlotSeries> cdf, util, traffic;

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "common/net.h"
@@ -42,8 +43,6 @@ name = "A"
   memory_gib = 16
 )";
 
-constexpr int kNodes = 3;
-
 struct CliResult {
   int code = -1;
   std::string out, err;
@@ -51,8 +50,15 @@ struct CliResult {
 
 class PlatformTest : public ::testing::Test {
  protected:
+  // The cluster the server schedules on, and each agent's node, in order.
+  virtual std::string ClusterToml() const { return kCluster; }
+  virtual std::vector<std::string> NodeNames() const {
+    return {"A-leaf-n00", "A-leaf-n01", "A-leaf-n02"};
+  }
+  int Nodes() const { return static_cast<int>(NodeNames().size()); }
+
   void SetUp() override {
-    test::WriteFile(dir_.File("cluster.toml"), kCluster);
+    test::WriteFile(dir_.File("cluster.toml"), ClusterToml());
     daemons_.Write("server", "[hai]\ndata_dir = \"" + dir_.File("server") + "\"\ncluster = \"" +
                                  dir_.File("cluster.toml") + "\"\nagent_token_file = \"" +
                                  dir_.File("agent.token") + "\"\ncheckpoint_root = \"" +
@@ -64,18 +70,18 @@ class PlatformTest : public ::testing::Test {
     admin_token_ = test::ReadFileOrEmpty(dir_.File("server/admin.token"));
     admin_token_.erase(admin_token_.find_last_not_of("\n") + 1);
     ASSERT_FALSE(admin_token_.empty());
-    for (int i = 0; i < kNodes; ++i)
+    for (int i = 0; i < Nodes(); ++i)
       StartAgent(i);
     alice_ = AddUser("alice");
     bob_ = AddUser("bob");
     // Every node reports in.
-    ASSERT_TRUE(WaitUntil([&] { return CountNodes("NODE_UP") == kNodes; }, 20s));
+    ASSERT_TRUE(WaitUntil([&] { return CountNodes("NODE_UP") == Nodes(); }, 20s));
   }
 
   void TearDown() override {
     daemons_.Clear();
     // Job processes live in their own process groups (they outlive agents on purpose).
-    for (int i = 0; i < kNodes; ++i) {
+    for (int i = 0; i < Nodes(); ++i) {
       std::ifstream in(dir_.File("agent" + std::to_string(i)) + "/tasks.json");
       json tasks = json::parse(in, nullptr, false);
       if (!tasks.is_array()) continue;
@@ -96,8 +102,8 @@ class PlatformTest : public ::testing::Test {
   void StartAgent(int i) {
     const std::string name = "agent" + std::to_string(i);
     daemons_.WriteRaw(name, "[server]\nlisten = \"" + AgentHost(i) +
-                                ":0\"\n[metrics]\nenabled = false\n[agent]\nnode = \"A-leaf-n0" +
-                                std::to_string(i) + "\"\nserver = \"" + server_address_ +
+                                ":0\"\n[metrics]\nenabled = false\n[agent]\nnode = \"" +
+                                NodeNames()[i] + "\"\nserver = \"" + server_address_ +
                                 "\"\ntoken_file = \"" + dir_.File("agent.token") +
                                 "\"\nstate_dir = \"" + dir_.File(name) +
                                 "\"\ngpus = 2\nkill_grace_ms = 1000\n");
@@ -400,7 +406,7 @@ TEST_F(PlatformTest, ANodeBackFromLostWaitsOutItsProbation) {
   agent(2).Signal(SIGSTOP);
   ASSERT_TRUE(WaitUntil([&] { return CountNodes("NODE_LOST") == 1; }, 20s));
   agent(2).Signal(SIGCONT);
-  ASSERT_TRUE(WaitUntil([&] { return CountNodes("NODE_UP") == kNodes; }, 20s));
+  ASSERT_TRUE(WaitUntil([&] { return CountNodes("NODE_UP") == Nodes(); }, 20s));
   const int64_t back_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
@@ -714,6 +720,175 @@ TEST_F(PlatformFullDiskTest, WhatCannotBeWrittenIsNeitherAcknowledgedNorServedFr
     EXPECT_THAT(users_out, HasSubstr("\"u" + std::to_string(added - 1) + "\""));
   }
   EXPECT_THAT(users_out, ::testing::Not(HasSubstr("\"u" + std::to_string(added) + "\"")));
+}
+
+// ---- one scheduler: hai-server and hai-sim -----------------------------------------------------
+
+constexpr char kTwoLeaves[] = R"(
+name = "two-leaves"
+node_link_gbps = 200
+cross_zone_gbps = 200
+[[zones]]
+name = "A"
+  [[zones.leaves]]
+  name = "L"          # L00 and L01, two nodes each
+  count = 2
+  nodes = 2
+  gpus_per_node = 2
+  uplink_gbps = 200
+  cpus_per_node = 8
+  memory_gib = 16
+)";
+
+// hai-server and hai-sim decide the same placements for the same cluster and queue: both run the
+// scheduler library with its defaults (congestion-aware placement, its locality wait and
+// performance model) on jobs they describe alike (an allreduce job sends half its NIC's rate).
+// The queue: a 2-node job (a) that takes a leaf and ends; a long 1-node job (b), which lands in
+// the other leaf; a 1-node job (c) in the first leaf; then a 2-node allreduce job of an hour (d),
+// which can start at once only across the two leaves, its traffic on both uplinks.
+class PlacementAgreementTest : public PlatformTest {
+ protected:
+  std::string ClusterToml() const override { return kTwoLeaves; }
+  std::vector<std::string> NodeNames() const override {
+    return {"L00-n00", "L00-n01", "L01-n00", "L01-n01"};
+  }
+
+  struct Placed {
+    std::vector<std::string> nodes;  // where it first ran
+    bool waited = false;             // held although it could have started across leaves
+  };
+
+  // hai-sim's replay of TRACE (ITP format: id,submit,duration,gpus) on the same cluster, every
+  // multi-node job an allreduce: each job's first placement, in trace order.
+  std::vector<Placed> Simulate(const std::string& trace) {
+    const std::string path = dir_.File("trace.csv");
+    test::WriteFile(path, "job_id,submission_time,duration,num_gpu\n" + trace);
+    const std::string out = dir_.File("sim");
+    auto proc = test::Subprocess::Start(
+        {FF_HAI_SIM_PATH, "--trace", path, "--cluster", dir_.File("cluster.toml"), "--policies",
+         "congestion-aware", "--pipeline-share", "0", "--out", out},
+        {.env = {}, .output_dir = dir_.path()});
+    EXPECT_TRUE(proc.ok()) << proc.status();
+    if (!proc.ok()) return {};
+    EXPECT_EQ(proc->Wait(60s).value_or(-1), 0) << proc->Stderr();
+    std::ifstream in(out + "/jobs-congestion-aware.csv");
+    std::vector<Placed> placed;
+    std::string line;
+    std::getline(in, line);
+    EXPECT_EQ(line, "job,gpus,submit,first_start,finish,preemptions,waited,first_nodes");
+    while (std::getline(in, line)) {
+      std::vector<std::string> fields;
+      std::stringstream ss(line);
+      for (std::string f; std::getline(ss, f, ',');)
+        fields.push_back(f);
+      if (fields.size() == 7) fields.emplace_back();
+      EXPECT_EQ(fields.size(), 8u) << line;
+      if (fields.size() != 8) return {};
+      Placed p;
+      std::stringstream nodes(fields[7]);
+      for (std::string n; std::getline(nodes, n, ';');)
+        p.nodes.push_back(n);
+      p.waited = std::stoll(fields[3]) > std::stoll(fields[2]);
+      placed.push_back(std::move(p));
+    }
+    return placed;
+  }
+
+  std::vector<std::string> NodesOf(int64_t id) {
+    json job = Show(id, alice_);
+    std::vector<std::string> nodes;
+    if (job.contains("runs") && !job["runs"].empty()) {
+      for (const json& n : job["runs"][0]["nodes"])
+        nodes.push_back(n.get<std::string>());
+    }
+    return nodes;
+  }
+
+  // On the server, in turn, each once the one before runs: a (two nodes, a few seconds: a whole
+  // leaf), b and c (one node each: the other leaf), then, a done, e (one node, expected to run
+  // e_time: a's leaf), and c stopped. One node is then free in each leaf. Returns {a, b, c, e}.
+  std::vector<int64_t> Prepare(const std::string& e_time) {
+    auto submit = [&](std::vector<std::string> args) {
+      int64_t id = Submit(alice_, args);
+      EXPECT_TRUE(WaitForState(id, alice_, "RUNNING"));
+      return id;
+    };
+    int64_t a = submit({"--nodes", "2", "--gpus-per-node", "2", "--time", "10s", "--", "sleep 3"});
+    int64_t b =
+        submit({"--nodes", "1", "--gpus-per-node", "2", "--time", "28h", "--", "sleep 300"});
+    int64_t c =
+        submit({"--nodes", "1", "--gpus-per-node", "2", "--time", "10s", "--", "sleep 300"});
+    EXPECT_TRUE(WaitForState(a, alice_, "SUCCEEDED"));
+    int64_t e =
+        submit({"--nodes", "1", "--gpus-per-node", "2", "--time", e_time, "--", "sleep 300"});
+    EXPECT_EQ(Hai({"stop", std::to_string(c)}, alice_).code, 0);
+    EXPECT_TRUE(WaitUntil([&] { return State(c, alice_) != "RUNNING"; }, 20s));
+    return {a, b, c, e};
+  }
+};
+
+// The same queue in hai-sim: c ends (is stopped) after e starts and before d arrives.
+std::string Trace(int e_duration) {
+  return "a,0,3,4\n"
+         "b,1,100800,2\n"
+         "c,2,10,2\n"
+         "e,5," +
+         std::to_string(e_duration) +
+         ",2\n"
+         "d,14,3600,4\n";
+}
+
+// A leaf is about to free (e is expected to end in 40 s) and spreading d would cost far more (an
+// hour's run with its traffic on shared uplinks): both hold d, and start it on e's leaf.
+TEST_F(PlacementAgreementTest, ALoadedClusterWaitsForALeafAboutToFreeInBoth) {
+  const std::vector<Placed> sim = Simulate(Trace(40));
+  ASSERT_EQ(sim.size(), 5u);
+  std::vector<int64_t> ids = Prepare("40s");
+  ASSERT_FALSE(HasFailure());
+  EXPECT_NE(NodesOf(ids[1])[0].substr(0, 3), NodesOf(ids[3])[0].substr(0, 3))
+      << "b and e should be in different leaves, so that d could start at once across them";
+  int64_t d =
+      Submit(alice_, {"--nodes", "2", "--gpus-per-node", "2", "--time", "1h", "--", "sleep 1"});
+  std::string reason;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        reason = Show(d, alice_).value("pending_reason", "");
+        return reason.find("a leaf is expected to free in") != std::string::npos;
+      },
+      20s))
+      << reason;
+  EXPECT_EQ(State(d, alice_), "QUEUED");
+  // e ends early (stopped): its leaf frees, and d starts there at once.
+  EXPECT_EQ(Hai({"stop", std::to_string(ids[3])}, alice_).code, 0);
+  ASSERT_TRUE(WaitUntil([&] { return !NodesOf(d).empty(); }, 30s));
+  ids.push_back(d);
+  for (std::size_t j = 0; j < ids.size(); ++j)
+    EXPECT_EQ(NodesOf(ids[j]), sim[j].nodes) << "job "
+                                             << "abced"[j];
+  EXPECT_TRUE(sim[4].waited);
+  EXPECT_EQ(Hai({"stop", std::to_string(ids[1])}, alice_).code, 0);
+}
+
+// No leaf is expected to free for a day: both start d at once, across the leaves.
+TEST_F(PlacementAgreementTest, AQuietClusterStartsASpreadableJobAtOnceInBoth) {
+  const std::vector<Placed> sim = Simulate(Trace(100800));
+  ASSERT_EQ(sim.size(), 5u);
+  std::vector<int64_t> ids = Prepare("28h");
+  ASSERT_FALSE(HasFailure());
+  int64_t d =
+      Submit(alice_, {"--nodes", "2", "--gpus-per-node", "2", "--time", "1h", "--", "sleep 1"});
+  ASSERT_TRUE(WaitUntil([&] { return !NodesOf(d).empty(); }, 10s))
+      << Show(d, alice_).value("pending_reason", "");
+  ids.push_back(d);
+  for (std::size_t j = 0; j < ids.size(); ++j)
+    EXPECT_EQ(NodesOf(ids[j]), sim[j].nodes) << "job "
+                                             << "abced"[j];
+  EXPECT_FALSE(sim[4].waited);
+  const std::vector<std::string> spread = NodesOf(d);
+  ASSERT_EQ(spread.size(), 2u);
+  EXPECT_NE(spread[0].substr(0, 3), spread[1].substr(0, 3)) << "d should span both leaves";
+  EXPECT_EQ(Hai({"stop", std::to_string(ids[1])}, alice_).code, 0);
+  EXPECT_EQ(Hai({"stop", std::to_string(ids[3])}, alice_).code, 0);
 }
 
 }  // namespace

@@ -48,6 +48,7 @@ struct JobOutcome {
   int preemptions = 0;
   // Every second it spent queued: before its first start and after each suspension.
   Seconds waited = 0;
+  std::vector<int> first_nodes;  // where it first started (node indices)
 };
 
 struct SimulationResult {
