@@ -1,5 +1,7 @@
 #include "fs3/client.h"
 
+#include <spdlog/spdlog.h>
+
 #include <random>
 #include <thread>
 
@@ -253,7 +255,21 @@ Result<std::string> StorageClient::ReadChunk(uint64_t inode, uint32_t index, uin
       req.set_target(target);
       fs3rpc::ReadResponse resp;
       last = transport_->Read(address, req, &resp, options_.rpc_timeout);
-      if (last.ok()) return std::move(*resp.mutable_data());
+      if (last.ok()) {
+        // The bytes must be what the chunk's length says is there: fewer would be read as a
+        // hole (zeros). A replica that answers otherwise is passed over.
+        const uint64_t has = resp.chunk_length() > offset ? resp.chunk_length() - offset : 0;
+        if (resp.data().size() == std::min<uint64_t>(length, has)) {
+          return std::move(*resp.mutable_data());
+        }
+        last = Unavailable("target " + std::to_string(target) + " answered " +
+                           std::to_string(resp.data().size()) + " bytes of chunk " +
+                           std::to_string(index) + " of inode " + std::to_string(inode) + " at " +
+                           std::to_string(offset) + " for a chunk of " +
+                           std::to_string(resp.chunk_length()) + " bytes");
+        spdlog::warn("fs3 client: {}", last.message());
+        continue;
+      }
       if (!Retryable(last)) return last;
     }
     if (Clock::now() > deadline) {

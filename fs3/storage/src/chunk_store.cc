@@ -280,6 +280,12 @@ Status ChunkStore::Remove(const fs3rpc::ChunkId& id) {
 Result<std::string> ChunkStore::Read(const fs3rpc::ChunkId& id, uint32_t offset, uint32_t length,
                                      bool pending) const {
   FF_ASSIGN_OR_RETURN(fs3rpc::ChunkMetaRecord meta, Meta(id));
+  return ReadAs(meta, offset, length, pending);
+}
+
+Result<std::string> ChunkStore::ReadAs(const fs3rpc::ChunkMetaRecord& meta, uint32_t offset,
+                                       uint32_t length, bool pending) const {
+  const fs3rpc::ChunkId& id = meta.id();
   const uint32_t size = pending ? meta.pending_length() : meta.length();
   const auto& crcs = pending ? meta.pending_block_crcs() : meta.block_crcs();
   if (offset >= size || length == 0) return std::string();

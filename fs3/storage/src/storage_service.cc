@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <sys/statvfs.h>
 
+#include <thread>
+
 #include "common/rpc_client.h"
 #include "common/rpc_status.h"
 #include "storage_internal.h"
@@ -327,38 +329,56 @@ grpc::Status StorageService::DoRead(grpc::ServerContext*, const fs3rpc::ReadRequ
       return FailedPrecondition("target " + std::to_string(req->target()) + " is " +
                                 std::string(Name(pos.state)) + " and serves no reads");
     }
-    auto meta = it->second->Meta(req->chunk());
-    if (!meta.ok()) {
-      if (meta.status().code() != StatusCode::kNotFound) return meta.status();
-      return Status::Ok();  // a hole: nothing written there
-    }
-    bool pending = false;
-    if (meta->pending_version() != 0 && pos.tail_target != req->target() && !pos.tail.empty()) {
-      // CRAQ's apportioned query: which version has the tail committed?
-      fs3rpc::QueryVersionRequest q;
-      q.set_target(pos.tail_target);
-      *q.mutable_chunk() = req->chunk();
-      fs3rpc::QueryVersionResponse v;
-      fs3rpc::Storage::Stub* tail = Peer(pos.tail);
-      FF_RETURN_IF_ERROR(
-          CallRpc("fs3-storage QueryVersion", CallOptions::Idempotent(),
-                  [&](grpc::ClientContext* c) { return tail->QueryVersion(c, q, &v); }));
-      if (v.committed_version() == meta->pending_version()) {
-        pending = true;
-      } else if (v.committed_version() != meta->committed_version()) {
-        return Unavailable("chunk is being rewritten; retry");
+    // Reads take no lock: a write may commit (or begin) meanwhile. One version is read, the one
+    // the record read first names, against its checksums; a read that fails because a commit
+    // moved that version (its file renamed, the record changed) is made again.
+    constexpr int kAttempts = 8;
+    for (int attempt = 0;; ++attempt) {
+      auto meta = it->second->Meta(req->chunk());
+      if (!meta.ok()) {
+        if (meta.status().code() != StatusCode::kNotFound) return meta.status();
+        return Status::Ok();  // a hole: nothing written there
       }
+      bool pending = false;
+      if (meta->pending_version() != 0 && pos.tail_target != req->target() && !pos.tail.empty()) {
+        // CRAQ's apportioned query: which version has the tail committed?
+        fs3rpc::QueryVersionRequest q;
+        q.set_target(pos.tail_target);
+        *q.mutable_chunk() = req->chunk();
+        fs3rpc::QueryVersionResponse v;
+        fs3rpc::Storage::Stub* tail = Peer(pos.tail);
+        FF_RETURN_IF_ERROR(
+            CallRpc("fs3-storage QueryVersion", CallOptions::Idempotent(),
+                    [&](grpc::ClientContext* c) { return tail->QueryVersion(c, q, &v); }));
+        if (v.committed_version() == meta->pending_version()) {
+          pending = true;
+        } else if (v.committed_version() != meta->committed_version()) {
+          return Unavailable("chunk is being rewritten; retry");
+        }
+      }
+      Result<std::string> data = it->second->ReadAs(*meta, req->offset(), req->length(), pending);
+      if (!data.ok()) {
+        auto now = it->second->Meta(req->chunk());
+        const bool moved = !now.ok() || now->committed_version() != meta->committed_version() ||
+                           now->pending_version() != meta->pending_version();
+        if (attempt + 1 == kAttempts) {
+          // Still failing with the record unchanged: a real error (a corrupt block, a lost file).
+          return moved ? Unavailable("chunk is being rewritten; retry") : data.status();
+        }
+        // A commit renames the file before it records the version: a moment where the record
+        // still names a pending file that is gone. Then again, a little later.
+        if (!moved) std::this_thread::sleep_for(std::chrono::milliseconds(1 << attempt));
+        continue;
+      }
+      resp->set_version(pending ? meta->pending_version() : meta->committed_version());
+      resp->set_chunk_length(pending ? meta->pending_length() : meta->length());
+      if (metrics_) {
+        metrics_->Counter("fs3_storage_read_bytes_total", "Bytes read")
+            .Increment(static_cast<double>(data->size()));
+      }
+      resp->set_data(std::move(*data));
+      return Status::Ok();
     }
-    FF_ASSIGN_OR_RETURN(std::string data,
-                        it->second->Read(req->chunk(), req->offset(), req->length(), pending));
-    resp->set_version(pending ? meta->pending_version() : meta->committed_version());
-    resp->set_chunk_length(pending ? meta->pending_length() : meta->length());
-    if (metrics_) {
-      metrics_->Counter("fs3_storage_read_bytes_total", "Bytes read")
-          .Increment(static_cast<double>(data.size()));
-    }
-    resp->set_data(std::move(data));
-    return Status::Ok();
   });
 }
 

@@ -52,6 +52,12 @@ class ChunkStore {
   // cut at its end. kDataLoss when a block fails its checksum.
   Result<std::string> Read(const fs3rpc::ChunkId& id, uint32_t offset, uint32_t length,
                            bool pending = false) const;
+  // The same, of the version `meta` (a record Meta() returned) describes: its length and
+  // checksums. Without the chunk's lock a commit may move that version meanwhile (the pending
+  // file renamed over the committed one): the read then fails (not found, or kDataLoss against
+  // the old checksums) and the caller, seeing the record changed, reads again.
+  Result<std::string> ReadAs(const fs3rpc::ChunkMetaRecord& meta, uint32_t offset, uint32_t length,
+                             bool pending) const;
 
   Result<std::vector<fs3rpc::ChunkMetaRecord>> List() const;
   // The chunk of `inode` with the highest index; empty when it has none here.
