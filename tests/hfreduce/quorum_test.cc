@@ -127,24 +127,44 @@ TEST(ReplicaQuorumTest, ASilentGroupIsNotWaitedForButAHeartbeatingOneIs) {
   };
   auto all = Round(quorum, {with(Ask("a", 0)), with(Ask("b", 0)), with(Ask("c", 0))});
   ASSERT_TRUE(all[0].ok()) << all[0].status();
-  // "c" keeps heartbeating but does not ask (a slow step): waited for the join timeout.
-  std::atomic<bool> beating{true};
+  // "c" keeps heartbeating but does not ask (a slow step): waited for the join timeout. "a" and
+  // "b" heartbeat throughout, as live groups do: one that did not, 200 ms after its last ask,
+  // would be left out of a round that the others reached first.
+  std::atomic<bool> beating{true}, alive{true};
   std::thread heart([&] {
-    while (beating) {
-      ASSERT_TRUE(quorum.Heartbeat("job7", "c").ok());
+    while (alive) {
+      for (const char* id : {"a", "b", "c"}) {
+        if (std::string(id) == "c" && !beating) continue;
+        ASSERT_TRUE(quorum.Heartbeat("job7", id).ok());
+      }
       std::this_thread::sleep_for(20ms);
     }
   });
+  struct Stop {  // however the test ends
+    std::atomic<bool>& alive;
+    std::thread& heart;
+    ~Stop() {
+      alive = false;
+      heart.join();
+    }
+  } stop{alive, heart};
   auto start = Clock::now();
   auto slow = Round(quorum, {with(Ask("a", 1)), with(Ask("b", 1))});
   EXPECT_GE(Clock::now() - start, 3990ms);
   ASSERT_TRUE(slow[0].ok()) << slow[0].status();
   EXPECT_EQ(Ids(*slow[0]), (std::vector<std::string>{"a", "b"}));
   beating = false;
-  heart.join();
-  // "c" comes back, then goes silent (killed): after the heartbeat timeout, not the join timeout.
-  auto back = Round(quorum, {with(Ask("a", 2)), with(Ask("b", 2)), with(Ask("c", 1))});
+  // "c" comes back (it asks first: had "a" and "b", the previous members, both asked before it,
+  // their round would be decided without it), then goes silent (killed): after the heartbeat
+  // timeout, not the join timeout.
+  auto c_back = std::async(std::launch::async, [&quorum, &with] {
+    return quorum.Join(with(Ask("c", 1)), Clock::now() + 10s);
+  });
+  std::this_thread::sleep_for(100ms);
+  auto back = Round(quorum, {with(Ask("a", 2)), with(Ask("b", 2))});
+  ASSERT_TRUE(c_back.get().ok());
   ASSERT_TRUE(back[0].ok()) << back[0].status();
+  EXPECT_EQ(Ids(*back[0]), (std::vector<std::string>{"a", "b", "c"}));
   start = Clock::now();
   auto without = Round(quorum, {with(Ask("a", 3)), with(Ask("b", 3))});
   EXPECT_LT(Clock::now() - start, 3s);  // the heartbeat timeout (0.2 s), not the join timeout
