@@ -59,6 +59,11 @@ etcdserverpb::Compare LeaderElection::Fence() const {
                              leader_ ? fence_revision_ : -1);
 }
 
+int64_t LeaderElection::FenceRevision() const {
+  MutexLock lock(&mu_);
+  return leader_ ? fence_revision_ : 0;
+}
+
 void LeaderElection::SetLeader(bool leader, Clock::time_point valid_until, int64_t fence_revision) {
   MutexLock lock(&mu_);
   leader_ = leader;

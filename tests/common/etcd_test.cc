@@ -336,10 +336,12 @@ TEST_F(EtcdTest, ALeaderWhoseLeaseOutlivesAnEtcdStallLeadsAgainUnderTheSameFence
   ASSERT_TRUE(WaitFor([&] { return a.IsLeader(); }, 5s));
   const etcdserverpb::Compare fence = a.Fence();
   const int64_t created = (*other->Get("/s/leader"))->create_revision;
+  EXPECT_EQ(a.FenceRevision(), created);
 
   etcd_.Pause(member);
   const bool stood_down = WaitFor([&] { return stopped == 1; }, 5s);
   EXPECT_FALSE(a.IsLeader());
+  EXPECT_EQ(a.FenceRevision(), 0) << "no fence while it does not lead";
   etcd_.Resume(member);
   ASSERT_TRUE(stood_down) << "renewals failed past the lease's end on a's clock";
   ASSERT_TRUE(WaitFor([&] { return a.IsLeader(); }, 3s)) << "the lease lived on; a should lead";
@@ -349,6 +351,9 @@ TEST_F(EtcdTest, ALeaderWhoseLeaseOutlivesAnEtcdStallLeadsAgainUnderTheSameFence
   ASSERT_TRUE(key.ok() && *key) << key.status();
   EXPECT_EQ((*key)->create_revision, created) << "a new term, not the old one resumed";
   EXPECT_EQ(a.Terms(), 1u);
+  // What a daemon compares to know it leads again rather than anew (hai-server keeps the replica
+  // quorums it decided: nobody else can have decided any meanwhile).
+  EXPECT_EQ(a.FenceRevision(), created);
   etcdserverpb::TxnRequest w;
   *w.add_compare() = fence;
   etcd::AddPut(&w, "/s/state", "by a, after the stall");

@@ -75,7 +75,10 @@ class LeaderElection {
   // The comparison that fences a leader's writes (see above): add it to every write's Txn.
   // Only meaningful while IsLeader(); a deposed leader's fence fails.
   etcdserverpb::Compare Fence() const;
-  // Times this replica became leader (metrics, tests).
+  // The create revision of the leader key this replica leads under (its fence), 0 when it does
+  // not lead. The same value after leading again says nobody led in between.
+  int64_t FenceRevision() const;
+  // Times this replica became leader (metrics, tests); leading again is not a new term.
   uint64_t Terms() const { return terms_; }
   const ElectionOptions& options() const { return options_; }
 

@@ -191,8 +191,16 @@ void HaiServer::OnLeadership(bool leader) {
   }
   if (quorum_server_) {
     // Quorums decided here before another replica led are stale: a new epoch forgets them (the
-    // groups ask again and re-form under prefixes never used before).
-    if (leader) quorum_server_->quorum().NewEpoch(std::to_string(std::random_device{}()));
+    // groups ask again and re-form under prefixes never used before). A replica that leads again
+    // under the fence it had (its lease outlived an etcd blip) knows nobody led in between: its
+    // quorums stand, and the groups carry on without re-forming.
+    const int64_t fence = leader && election_ ? election_->FenceRevision() : 0;
+    if (leader && (fence == 0 || fence != ft_fence_revision_)) {
+      quorum_server_->quorum().NewEpoch(std::to_string(std::random_device{}()));
+    } else if (leader) {
+      spdlog::info("hai-server leads again under fence revision {}: its quorums stand", fence);
+    }
+    if (leader) ft_fence_revision_ = fence;
     ft_leading_ = leader;
   }
   if (leader) RefreshFtStores();
@@ -254,9 +262,14 @@ void HaiServer::Start(const std::string& address) {
     metrics_->Counter("hai_server_elections_won_total", "Times this replica became leader");
   }
   if (etcd_) {
-    election_ = LeaderElection::StartReplica(etcd_.get(), options_.etcd_prefix, self_,
-                                             options_.election_ttl_s,
-                                             [this](bool leader) { OnLeadership(leader); });
+    // Made, then started: its callback reads election_ (the fence it leads under).
+    election_ =
+        std::make_unique<LeaderElection>(etcd_.get(),
+                                         ElectionOptions{.key = options_.etcd_prefix + "leader",
+                                                         .value = self_,
+                                                         .ttl_s = options_.election_ttl_s},
+                                         [this](bool leader) { OnLeadership(leader); });
+    election_->Start();
   }
   loop_ = std::thread([this] {
     UniqueLock lock(&loop_mu_);

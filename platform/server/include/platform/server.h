@@ -195,8 +195,9 @@ class HaiServer final : public hai::Hai::Service {
   // The replica quorums of fault-tolerant jobs (haiscale.ft) and their rendezvous store, served
   // on this replica's host; its address is every task's HAI_FT_STORE.
   std::unique_ptr<hfreduce::StoreServer> quorum_server_;
-  std::string quorum_address_ FF_GUARDED_BY(mu_);         // every replica's, this one's first
-  std::atomic<bool> ft_leading_{true};                    // whether this replica's quorums serve
+  std::string quorum_address_ FF_GUARDED_BY(mu_);  // every replica's, this one's first
+  std::atomic<bool> ft_leading_{true};             // whether this replica's quorums serve
+  int64_t ft_fence_revision_ = 0;  // the fence its quorums were decided under (election thread's)
   std::chrono::steady_clock::time_point ft_stores_read_;  // the loop thread's
   // Reads every replica's quorum service address from etcd into quorum_address_.
   void RefreshFtStores() FF_EXCLUDES(mu_);
