@@ -836,7 +836,9 @@ TEST_F(StorageFullDiskTest, AWriteNeedingAFullTargetFailsAtOnceAndChangesNothing
   ASSERT_TRUE(client_->Write(refused, 0, big).ok());
   for (const auto& t : r.chains(chain).targets()) {
     std::string data;
-    ASSERT_TRUE(ReadFrom(t.target(), refused, 0, 0, kChunk, &data).ok()) << t.target();
+    grpc::Status read = ReadFrom(t.target(), refused, 0, 0, kChunk, &data);
+    ASSERT_TRUE(read.ok()) << "target " << t.target() << ": " << read.error_code() << " "
+                           << read.error_message();
     EXPECT_EQ(data, big) << "target " << t.target();
   }
   EXPECT_TRUE(AllServing());
