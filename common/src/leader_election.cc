@@ -9,13 +9,20 @@ namespace ff {
 LeaderElection::LeaderElection(etcd::Client* client, ElectionOptions options, Callback on_change)
     : client_(client), options_(std::move(options)), on_change_(std::move(on_change)) {}
 
+std::unique_ptr<LeaderElection> LeaderElection::ForReplica(etcd::Client* client,
+                                                           const std::string& prefix,
+                                                           const std::string& self, int64_t ttl_s,
+                                                           Callback on_change) {
+  return std::make_unique<LeaderElection>(
+      client, ElectionOptions{.key = prefix + "leader", .value = self, .ttl_s = ttl_s},
+      std::move(on_change));
+}
+
 std::unique_ptr<LeaderElection> LeaderElection::StartReplica(etcd::Client* client,
                                                              const std::string& prefix,
                                                              const std::string& self, int64_t ttl_s,
                                                              Callback on_change) {
-  auto e = std::make_unique<LeaderElection>(
-      client, ElectionOptions{.key = prefix + "leader", .value = self, .ttl_s = ttl_s},
-      std::move(on_change));
+  auto e = ForReplica(client, prefix, self, ttl_s, std::move(on_change));
   e->Start();
   return e;
 }

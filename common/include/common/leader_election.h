@@ -55,7 +55,11 @@ class LeaderElection {
 
   LeaderElection(etcd::Client* client, ElectionOptions options, Callback on_change = nullptr);
   // A replicated daemon's election (fs3-mgmtd, hai-server): the key `<prefix>leader`, this
-  // replica's address as its value; started.
+  // replica's address as its value; not started (for a callback that reads the election).
+  static std::unique_ptr<LeaderElection> ForReplica(etcd::Client* client, const std::string& prefix,
+                                                    const std::string& self, int64_t ttl_s,
+                                                    Callback on_change);
+  // ForReplica, started.
   static std::unique_ptr<LeaderElection> StartReplica(etcd::Client* client,
                                                       const std::string& prefix,
                                                       const std::string& self, int64_t ttl_s,

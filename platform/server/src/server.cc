@@ -194,13 +194,15 @@ void HaiServer::OnLeadership(bool leader) {
     // groups ask again and re-form under prefixes never used before). A replica that leads again
     // under the fence it had (its lease outlived an etcd blip) knows nobody led in between: its
     // quorums stand, and the groups carry on without re-forming.
-    const int64_t fence = leader && election_ ? election_->FenceRevision() : 0;
-    if (leader && (fence == 0 || fence != ft_fence_revision_)) {
-      quorum_server_->quorum().NewEpoch(std::to_string(std::random_device{}()));
-    } else if (leader) {
-      spdlog::info("hai-server leads again under fence revision {}: its quorums stand", fence);
+    if (leader) {
+      const int64_t fence = election_ ? election_->FenceRevision() : 0;
+      if (fence != 0 && fence == ft_fence_revision_) {
+        spdlog::info("hai-server leads again under fence revision {}: its quorums stand", fence);
+      } else {
+        quorum_server_->quorum().NewEpoch(std::to_string(std::random_device{}()));
+      }
+      ft_fence_revision_ = fence;
     }
-    if (leader) ft_fence_revision_ = fence;
     ft_leading_ = leader;
   }
   if (leader) RefreshFtStores();
@@ -263,12 +265,9 @@ void HaiServer::Start(const std::string& address) {
   }
   if (etcd_) {
     // Made, then started: its callback reads election_ (the fence it leads under).
-    election_ =
-        std::make_unique<LeaderElection>(etcd_.get(),
-                                         ElectionOptions{.key = options_.etcd_prefix + "leader",
-                                                         .value = self_,
-                                                         .ttl_s = options_.election_ttl_s},
-                                         [this](bool leader) { OnLeadership(leader); });
+    election_ = LeaderElection::ForReplica(etcd_.get(), options_.etcd_prefix, self_,
+                                           options_.election_ttl_s,
+                                           [this](bool leader) { OnLeadership(leader); });
     election_->Start();
   }
   loop_ = std::thread([this] {
