@@ -56,10 +56,10 @@ double ProgressRate(const ClusterState& state, const JobRequest& job,
   return 1.0 / ((1 - f) + f * CommSlowdown(state, job.id, model));
 }
 
-double SpreadCost(const ClusterState& state, const JobRequest& job, const Placement& spread,
-                  Seconds now, const PerformanceModel& model, Seconds assumed_runtime) {
+SpreadLoss SpreadCost(const ClusterState& state, const JobRequest& job, const Placement& spread,
+                      Seconds now, const PerformanceModel& model, Seconds assumed_runtime) {
   const TrafficLoad mine = EstimateTraffic(state.topology(), job, spread);
-  if (mine.leaf_uplink_gbps.empty() && mine.cross_zone_gbps <= 0) return 0;
+  if (mine.leaf_uplink_gbps.empty() && mine.cross_zone_gbps <= 0) return {};
   const double runtime =
       static_cast<double>(job.expected_runtime > 0 ? job.expected_runtime : assumed_runtime);
   // Its own loss: the slowdown the uplinks give it now; and where they have room, the share of
@@ -70,7 +70,9 @@ double SpreadCost(const ClusterState& state, const JobRequest& job, const Placem
     share = std::max(share, gbps / state.topology().leaves()[leaf].uplink_gbps);
   const double own = std::max(Slowdown(state, mine, mine, model) - 1,
                               model.bandwidth_bound_share * std::min(1.0, share));
-  double cost = runtime * model.CommFraction(job.comm) * own;
+  SpreadLoss cost;
+  cost.seconds = runtime * model.CommFraction(job.comm) * own;
+  cost.gpu_seconds = cost.seconds * job.TotalGpus();
   for (const RunningJob& r : state.running()) {
     const TrafficLoad& theirs = state.load(r.request.id);
     if (!Shares(theirs, mine)) continue;
@@ -80,7 +82,9 @@ double SpreadCost(const ClusterState& state, const JobRequest& job, const Placem
                                  : static_cast<double>(assumed_runtime);
     const double added =
         Slowdown(state, theirs, mine, model) - Slowdown(state, theirs, TrafficLoad{}, model);
-    cost += remaining * model.CommFraction(r.request.comm) * added;
+    const double lost = remaining * model.CommFraction(r.request.comm) * added;
+    cost.seconds += lost;
+    cost.gpu_seconds += lost * r.request.TotalGpus();
   }
   return cost;
 }

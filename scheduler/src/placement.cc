@@ -198,20 +198,23 @@ class CongestionAware final : public PlacementPolicy {
     return job.Gang() && job.nodes > 1 && talks ? options_.locality_wait : 0;
   }
   Seconds LocalityWait(const JobRequest& job, const ClusterState& state, const Placement& spread,
-                       Seconds now) const override {
+                       Seconds now, int queued) const override {
     const Seconds cap = MaxLocalityWait(job);
     if (cap <= 0) return 0;
-    const double cost =
+    const SpreadLoss loss =
         SpreadCost(state, job, spread, now, options_.model, options_.assumed_runtime);
+    // The run time lost, and under load the capacity: GPU time lost to congestion is GPU time
+    // the queued jobs wait for, each about lost GPU-seconds / the cluster's GPUs longer.
+    const double cost = loss.seconds + static_cast<double>(queued) * loss.gpu_seconds /
+                                           std::max(1, state.topology().total_gpus());
     return static_cast<Seconds>(std::min(static_cast<double>(cap), std::ceil(cost)));
   }
   Placement Place(const JobRequest& job, const ClusterState& state,
                   std::string* why) const override {
-    // Sub-node jobs first-fit, as first-fit does: partly used nodes gather in the first leaves.
-    // Best fit (slurm-tree's) served whole-node jobs sooner and the many 1-GPU jobs later: mean
-    // JCT up to 1.19 of first-fit's on cluster07, where nearly all jobs are sub-node
-    // (scheduler/README.md, "How congestion-aware wins").
-    if (!job.Gang()) return PlaceSubNode(job, state, /*best_fit=*/false, why);
+    // Sub-node jobs best fit, as slurm-tree does: the node with the least room that fits, so
+    // whole nodes stay free for gangs. Under EASY backfill it is at least as good for mean JCT
+    // as first fit on every held-out trace (scheduler/README.md, "How congestion-aware wins").
+    if (!job.Gang()) return PlaceSubNode(job, state, /*best_fit=*/true, why);
     const Topology& topo = state.topology();
     Eligible e = FindEligible(state, job.gpus_per_node);
     if (!EnoughNodes(job, e, why)) return {};

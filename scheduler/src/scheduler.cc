@@ -10,6 +10,13 @@ int NodesHeld(const JobRequest& job) {
   return job.Gang() ? job.nodes : 1;
 }
 
+bool SpansLeaves(const Topology& topo, const Placement& p) {
+  for (int n : p.nodes) {
+    if (topo.nodes()[n].leaf != topo.nodes()[p.nodes.front()].leaf) return true;
+  }
+  return false;
+}
+
 std::string Plural(int n, const std::string& word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
 }
@@ -120,7 +127,7 @@ std::vector<JobId> Scheduler::FindVictims(const JobRequest& job, const ClusterSt
 }
 
 Seconds Scheduler::EarliestStart(const JobRequest& job, const ClusterState& state, Seconds now,
-                                 bool one_leaf) const {
+                                 bool one_leaf, Placement* where) const {
   std::vector<std::pair<Seconds, JobId>> ends;
   for (const RunningJob& r : state.running()) {
     if (r.request.expected_runtime <= 0) continue;  // unknown: cannot be counted on
@@ -129,14 +136,15 @@ Seconds Scheduler::EarliestStart(const JobRequest& job, const ClusterState& stat
   std::sort(ends.begin(), ends.end());
   // Freeing more never hurts, so binary-search the shortest prefix of endings that makes room.
   std::string why;
-  auto fits_after = [&](std::size_t k) {
+  auto place_after = [&](std::size_t k) {
     ClusterState future = state;
     std::vector<JobId> ids;
     for (std::size_t i = 0; i < k; ++i)
       ids.push_back(ends[i].second);
     (void)future.ReleaseAll(std::move(ids));
-    return !PlaceJob(job, future, one_leaf, &why).empty();
+    return PlaceJob(job, future, one_leaf, &why);
   };
+  auto fits_after = [&](std::size_t k) { return !place_after(k).empty(); };
   if (ends.empty() || !fits_after(ends.size())) return -1;
   std::size_t lo = 1, hi = ends.size();
   while (lo < hi) {
@@ -147,6 +155,7 @@ Seconds Scheduler::EarliestStart(const JobRequest& job, const ClusterState& stat
       lo = mid + 1;
     }
   }
+  if (where != nullptr) *where = place_after(lo);
   return ends[lo - 1].first;
 }
 
@@ -166,20 +175,53 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
 
   // Many queued jobs ask for the same shape. While nothing starts, a shape that did not fit
   // still does not, for the same reason: remember failures until the cluster state changes.
-  // nodes, GPUs per node or GPUs, comm, spans zones, must stay under one leaf
-  using Shape = std::tuple<int, int, int, bool, bool>;
+  // nodes, GPUs per node or GPUs, comm, spans zones, must stay under one leaf, must keep off the
+  // head's reserved nodes
+  using Shape = std::tuple<int, int, int, bool, bool, bool>;
   std::map<Shape, std::string> failed;
-  auto shape_of = [](const JobRequest& j, bool one_leaf) {
-    return Shape{j.nodes, j.Gang() ? j.gpus_per_node : j.gpus, static_cast<int>(j.comm),
-                 j.may_span_zones, one_leaf};
+  auto shape_of = [](const JobRequest& j, bool one_leaf, bool off_reserved) {
+    return Shape{j.nodes,
+                 j.Gang() ? j.gpus_per_node : j.gpus,
+                 static_cast<int>(j.comm),
+                 j.may_span_zones,
+                 one_leaf,
+                 off_reserved};
   };
 
   const JobRequest* head = nullptr;  // the first job that could not start
   Seconds reservation = -1;
+  // The nodes the head is expected to start on at `reservation`: a job behind it that would
+  // still run then may start now on other nodes (EASY backfill's "extra nodes"), never on these.
+  std::vector<int> reserved;
+  auto touches_reserved = [&](const Placement& p) {
+    for (int n : p.nodes) {
+      if (std::find(reserved.begin(), reserved.end(), n) != reserved.end()) return true;
+    }
+    return false;
+  };
   std::map<int, int> waiting_by_priority;
   int searches = 0;
 
-  for (const JobRequest* job : order) {
+  // Jobs that wait for GPUs if `taking` more GPUs go to the job at order[i]: those left waiting
+  // ahead of it this round, and those behind it beyond what would still be free (demand[k]: the
+  // GPUs the first k jobs in order ask for).
+  long free_gpus = 0;
+  for (std::size_t n = 0; n < work.topology().nodes().size(); ++n) {
+    if (!work.drained(static_cast<int>(n))) free_gpus += work.free_gpus(static_cast<int>(n));
+  }
+  std::vector<long> demand(order.size() + 1, 0);
+  for (std::size_t k = 0; k < order.size(); ++k)
+    demand[k + 1] = demand[k] + order[k]->TotalGpus();
+  auto queued_for_gpus = [&](std::size_t i, int taking) {
+    const long beyond = demand[i + 1] + free_gpus - taking;  // behind it, what still fits
+    const auto first_left =
+        std::upper_bound(demand.begin() + static_cast<std::ptrdiff_t>(i) + 2, demand.end(), beyond);
+    return static_cast<int>(decision.pending.size()) +
+           static_cast<int>(std::distance(first_left, demand.end()));
+  };
+
+  for (std::size_t index = 0; index < order.size(); ++index) {
+    const JobRequest* job = order[index];
     int ahead = 0;
     for (const auto& [priority, count] : waiting_by_priority) {
       if (priority > job->priority) ahead += count;
@@ -217,21 +259,34 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
     const Seconds cap = policy_->MaxLocalityWait(*job);
     const bool may_wait = cap > 0 && job->nodes <= work.topology().max_leaf_nodes();
     Seconds since = job->locality_wait_since;
-    auto place = [&](bool within_leaf, std::string* reason) {
-      const Shape shape = shape_of(*job, within_leaf);
+    auto place = [&](bool within_leaf, std::string* reason, bool off_reserved = false) {
+      const Shape shape = shape_of(*job, within_leaf, off_reserved);
       if (auto known = failed.find(shape); known != failed.end()) {
         *reason = known->second;
         return Placement{};
       }
+      // Off the reservation: the reserved nodes count as drained while the policy chooses.
+      std::vector<int> hidden;
+      if (off_reserved) {
+        for (int n : reserved) {
+          if (work.drained(n)) continue;
+          work.SetDrained(n, true);
+          hidden.push_back(n);
+        }
+      }
       Placement p = PlaceJob(*job, work, within_leaf, reason);
+      for (int n : hidden)
+        work.SetDrained(n, false);
       if (p.empty()) failed[shape] = *reason;
       return p;
     };
     std::string why;
     Placement placement = place(may_wait, &why);
-    bool one_leaf = false;       // held for one leaf this round
-    Seconds until = -1;          // when the wait runs out
-    Seconds leaf_expected = -1;  // when a leaf is expected to free for it
+    bool within_leaf = may_wait;  // how `placement` was chosen
+    bool one_leaf = false;        // held for one leaf this round
+    Seconds until = -1;           // when the wait runs out
+    Seconds leaf_expected = -1;   // when a leaf is expected to free for it
+    Placement leaf_where;         // and where
     if (placement.empty() && may_wait) {
       std::string across_why;
       Placement across = place(false, &across_why);
@@ -244,11 +299,12 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
         why = across_why + "; then, if its traffic would crowd the uplinks, it may wait up to " +
               FormatDuration(cap) + " for them under one leaf switch";
       } else {
-        const Seconds allowed = policy_->LocalityWait(*job, work, across, now);
+        const int queued = queued_for_gpus(index, job->TotalGpus());
+        const Seconds allowed = policy_->LocalityWait(*job, work, across, now, queued);
         const Seconds waited = since >= 0 ? now - since : 0;
         bool hold = waited < allowed;
         if (hold) {
-          leaf_expected = EarliestStart(*job, work, now, /*one_leaf=*/true);
+          leaf_expected = EarliestStart(*job, work, now, /*one_leaf=*/true, &leaf_where);
           hold = leaf_expected < 0 || leaf_expected - now <= allowed - waited;
         }
         if (hold) {
@@ -260,23 +316,42 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
           until = since + allowed;
           decision.recheck_at =
               decision.recheck_at < 0 ? until : std::min(decision.recheck_at, until);
-          why +=
-              "; spread over leaves now, it and the jobs sharing those uplinks would lose "
-              "about " +
-              FormatDuration(allowed) + " of run time to congestion" +
-              (leaf_expected >= 0
-                   ? ", and a leaf is expected to free in " + FormatDuration(leaf_expected - now)
-                   : std::string());
+          why += queued == 0
+                     ? "; spread over leaves now, it and the jobs sharing those uplinks would "
+                       "lose about " +
+                           FormatDuration(allowed) + " of run time to congestion"
+                     : "; spread over leaves now, the run time it and the jobs sharing those "
+                       "uplinks would lose to congestion, and the GPU time " +
+                           Plural(queued, "job") +
+                           " queued for GPUs would wait for, come to "
+                           "about " +
+                           FormatDuration(allowed);
+          if (leaf_expected >= 0)
+            why += ", and a leaf is expected to free in " + FormatDuration(leaf_expected - now);
         } else {
           placement = std::move(across);  // waiting would cost more than spreading
+          within_leaf = false;
         }
       }
     }
     if (!placement.empty() && head != nullptr) {
-      // Backfill: start ahead of the blocked head only if done before its reservation.
+      // Backfill: start ahead of the blocked head only if done before its reservation, or on
+      // nodes its reservation does not need.
       bool ends_in_time = options_.backfill && job->expected_runtime > 0 && reservation >= 0 &&
                           now + job->expected_runtime <= reservation;
-      if (!ends_in_time) {
+      bool off_reserved = false;  // it leaves the head's nodes alone, however long it runs
+      if (!ends_in_time && options_.backfill && reservation >= 0) {
+        off_reserved = !touches_reserved(placement);
+        if (!off_reserved) {
+          std::string ignored;
+          Placement elsewhere = place(within_leaf, &ignored, /*off_reserved=*/true);
+          if (!elsewhere.empty()) {
+            placement = std::move(elsewhere);
+            off_reserved = true;
+          }
+        }
+      }
+      if (!ends_in_time && !off_reserved) {
         std::string reason = "it fits now, but job " + std::to_string(head->id) + " (priority " +
                              std::to_string(head->priority) + ", " +
                              Plural(NodesHeld(*head), "node") + ") is ahead and ";
@@ -287,11 +362,13 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
               "holds a reservation in " + FormatDuration(reservation - now) + " (backfill is off)";
         } else if (job->expected_runtime <= 0) {
           reason += "holds a reservation in " + FormatDuration(reservation - now) +
-                    "; this job gives no expected run time, so it cannot be backfilled (one of " +
-                    "at most " + FormatDuration(reservation - now) + " would start now)";
+                    " on the nodes this job fits on; this job gives no expected run time, so it "
+                    "cannot be backfilled there (one of at most " +
+                    FormatDuration(reservation - now) + " would start now)";
         } else {
           reason += "holds a reservation in " + FormatDuration(reservation - now) +
-                    ", before this job would end (expected run time " +
+                    " on the nodes this job fits on, before this job would end (expected run "
+                    "time " +
                     FormatDuration(job->expected_runtime) + "); one of at most " +
                     FormatDuration(reservation - now) + " would start now";
         }
@@ -306,6 +383,7 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
         decision.suspended_for[v] = job->id;
         const JobRequest& victim = work.find(v)->request;
         held[victim.user] -= NodesHeld(victim);
+        free_gpus += victim.TotalGpus();
         (void)work.Release(v);
         decision.suspends.push_back(v);
       }
@@ -316,9 +394,36 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
       if (head == nullptr) {
         head = job;
         is_head = true;
-        reservation = !options_.backfill   ? -1
-                      : leaf_expected >= 0 ? leaf_expected
-                                           : EarliestStart(*job, work, now, one_leaf);
+        Placement where;
+        if (!options_.backfill) {
+          reservation = -1;
+        } else if (leaf_expected >= 0) {
+          reservation = leaf_expected;
+          where = std::move(leaf_where);
+        } else {
+          reservation = EarliestStart(*job, work, now, one_leaf, &where);
+          if (may_wait && !one_leaf && reservation >= 0 && SpansLeaves(work.topology(), where)) {
+            // Short of nodes anywhere, it would start across leaves when they free. Where a leaf
+            // frees for it later by less than spreading then would cost, it holds that leaf's
+            // nodes instead (backfill keeps off them, so the leaf frees when expected), as it
+            // would wait for the leaf once it could start across leaves.
+            Placement in_leaf;
+            const Seconds leaf_at = EarliestStart(*job, work, now, /*one_leaf=*/true, &in_leaf);
+            const Seconds allowed =
+                leaf_at < 0 ? 0
+                            : policy_->LocalityWait(*job, work, where, now,
+                                                    queued_for_gpus(index, job->TotalGpus()));
+            if (leaf_at >= 0 && leaf_at - reservation <= allowed) {
+              why += "; it holds nodes under one leaf switch, expected to free " +
+                     FormatDuration(leaf_at - reservation) +
+                     " after any nodes would, less than spreading would cost (about " +
+                     FormatDuration(allowed) + ")";
+              reservation = leaf_at;
+              where = std::move(in_leaf);
+            }
+          }
+        }
+        reserved = std::move(where.nodes);
       }
       if (until >= 0)
         why += " (after " + FormatDuration(until - now) + " more it takes any leaves)";
@@ -339,6 +444,7 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
       continue;
     }
     (void)work.Allocate(*job, placement, now);
+    free_gpus -= static_cast<long>(placement.nodes.size()) * placement.gpus_per_node;
     failed.clear();
     held[job->user] += needs;
     decision.starts.push_back({job->id, std::move(placement)});

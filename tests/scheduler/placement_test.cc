@@ -109,14 +109,14 @@ TEST_F(PlacementTest, SubNodeJobsArePacked) {
   small.id = 2;
   EXPECT_THAT(Place("first-fit", small), ElementsAre(0));
   EXPECT_THAT(Place("slurm-tree", small), ElementsAre(3));
-  EXPECT_THAT(Place("congestion-aware", small), ElementsAre(0));  // first-fit too
+  EXPECT_THAT(Place("congestion-aware", small), ElementsAre(3));  // best fit too
   // Node 0 full: the next node with room, in node order.
   JobRequest whole = small;
   whole.id = 3;
   whole.gpus = 8;
   ASSERT_TRUE(state_->Allocate(whole, Placement{{0}, 8}, 0).ok());
   EXPECT_THAT(Place("first-fit", small), ElementsAre(1));
-  EXPECT_THAT(Place("congestion-aware", small), ElementsAre(1));
+  EXPECT_THAT(Place("congestion-aware", small), ElementsAre(3));
   EXPECT_THAT(Place("slurm-tree", small), ElementsAre(3));
   small.gpus = 9;
   std::string why;

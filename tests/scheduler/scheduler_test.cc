@@ -17,6 +17,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 SchedulerOptions NoPreemption() {
   SchedulerOptions o;
@@ -143,37 +144,55 @@ TEST_F(SchedulerTest, QuotasCapNodesPerUser) {
   EXPECT_EQ(d.pending.at(1), "user alice may hold 4 nodes and holds 2; this job needs 4 more");
 }
 
-TEST_F(SchedulerTest, BackfillOnlyWhatEndsBeforeTheReservation) {
-  JobRequest long_running = Job(10, 8, 3, "bob");
+TEST_F(SchedulerTest, BackfillWhatEndsBeforeTheReservationOrKeepsOffItsNodes) {
+  JobRequest long_running = Job(10, 6, 3, "bob");
   long_running.expected_runtime = 1000;
-  Run(long_running, {0, 1, 2, 3, 4, 5, 6, 7});
+  Run(long_running, {0, 1, 2, 3, 4, 5});
   JobRequest other = Job(11, 4, 3, "bob");
   other.expected_runtime = 5000;
   Run(other, {8, 9, 10, 11});
-  // The head needs all of zone A (8 nodes), free at t=1000. Zone B has 4 free nodes now.
+  // Free now: nodes 6 and 7 (zone A) and 12-15 (zone B). The head needs all of zone A (8 nodes),
+  // free at t=1000: it reserves nodes 0-7.
   JobRequest head = Job(1, 8, 3);
-  JobRequest quick = Job(2, 2, 3);
-  quick.expected_runtime = 500;  // ends at 600 < 1000: may go first
-  JobRequest slow = Job(3, 2, 3);
-  slow.expected_runtime = 5000;  // would still run at 1000
-  Decision d = Decide({head, quick, slow}, 100, NoPreemption());
-  EXPECT_THAT(Started(d), ElementsAre(2));
-  EXPECT_EQ(d.pending.at(3),
+  auto two_nodes = [&](JobId id, Seconds runtime) {
+    JobRequest j = Job(id, 2, 3);
+    j.expected_runtime = runtime;
+    return j;
+  };
+  // Two long jobs fit in zone B, off the reservation: they start, however long they run. A third
+  // fits only on nodes 6 and 7, which the head needs at t=1000: it would still run then, so it
+  // waits. A quick one ends at 600 < 1000: it may use them.
+  Decision d =
+      Decide({head, two_nodes(2, 5000), two_nodes(3, 5000), two_nodes(4, 5000), two_nodes(5, 500)},
+             100, NoPreemption());
+  ASSERT_THAT(Started(d), ElementsAre(2, 3, 5));
+  for (int i = 0; i < 2; ++i) {
+    for (int n : d.starts[i].placement.nodes)
+      EXPECT_GE(n, 12) << "job " << d.starts[i].job << " took a node the head needs";
+  }
+  EXPECT_THAT(d.starts[2].placement.nodes, ElementsAre(6, 7));
+  EXPECT_EQ(d.pending.at(4),
             "it fits now, but job 1 (priority 3, 8 nodes) is ahead and holds a reservation in "
-            "15m, before this job would end (expected run time 1h23m); one of at most 15m would "
-            "start now");
+            "15m on the nodes this job fits on, before this job would end (expected run time "
+            "1h23m); one of at most 15m would start now");
   // The head: when it is expected to start.
   EXPECT_EQ(d.pending.at(1),
-            "needs 8 nodes with 8 free GPUs; 4 are free; expected to start in 15m, when running "
+            "needs 8 nodes with 8 free GPUs; 6 are free; expected to start in 15m, when running "
             "jobs reach their expected run times (nothing that would delay it starts "
             "meanwhile)");
-  // A job that gives no expected run time cannot be backfilled, and is told so.
-  JobRequest unknown = Job(4, 2, 3);
+  // A job that gives no expected run time starts only off the reserved nodes, and is told so
+  // where it cannot.
+  JobRequest unknown = Job(6, 2, 3);
+  d = Decide({head, two_nodes(2, 5000), two_nodes(3, 5000), unknown}, 100, NoPreemption());
+  EXPECT_THAT(Started(d), ElementsAre(2, 3));
+  EXPECT_THAT(d.pending.at(6),
+              HasSubstr("holds a reservation in 15m on the nodes this job fits on; this job "
+                        "gives no expected run time, so it cannot be backfilled there (one of at "
+                        "most 15m would start now)"));
   d = Decide({head, unknown}, 100, NoPreemption());
-  EXPECT_THAT(Started(d), IsEmpty());
-  EXPECT_THAT(d.pending.at(4), HasSubstr("holds a reservation in 15m; this job gives no expected "
-                                         "run time, so it cannot be backfilled (one of at most "
-                                         "15m would start now)"));
+  ASSERT_THAT(Started(d), ElementsAre(6));
+  for (int n : d.starts[0].placement.nodes)
+    EXPECT_GE(n, 12);
 }
 
 TEST_F(SchedulerTest, APreemptedJobIsToldByWhomAndWhen) {
@@ -234,6 +253,76 @@ TEST_F(SchedulerTest, OnAQuietClusterASpreadableJobStartsAtOnce) {
   d = Decide({job}, /*now=*/100, NoPreemption());
   EXPECT_THAT(Started(d), IsEmpty());
   EXPECT_THAT(d.pending.at(1), HasSubstr("a leaf is expected to free in 10m"));
+}
+
+TEST_F(SchedulerTest, UnderLoadASpreadWaitsForALeafWhenTheQueueWouldPayForIt) {
+  // The quiet cluster above, leaf 0 expected to free in 1 h: alone, the 3-node job spreads at
+  // once (25 min of its run time lost against an hour's wait). Behind it, twenty 1-node jobs
+  // queue; after it, 40 GPUs would be free, so 15 of them wait for GPUs, and the 25 min x 24 GPUs
+  // it would lose is GPU time they wait for: 15 x 36,000 / 128 GPUs, 70 min more. Waiting the
+  // hour for leaf 0 is now the cheaper choice, and the 1-node jobs start meanwhile on the nodes
+  // its reservation (nodes 0-2, leaf 0) does not need.
+  JobId id = 10;
+  for (int leaf = 0; leaf < 4; ++leaf) {
+    JobRequest busy = Job(id++, 2, 3, "bob");
+    busy.expected_runtime = leaf == 0 ? 3700 : 100000;
+    Run(busy, {leaf * 4, leaf * 4 + 1});
+  }
+  JobRequest job = Job(1, 3);
+  job.expected_runtime = 20000;
+  std::vector<JobRequest> queue{job};
+  for (JobId single = 30; single < 50; ++single) {
+    JobRequest j = Job(single, 1, 3, "carol");
+    j.comm = CommKind::kNone;
+    j.expected_runtime = 100000;
+    queue.push_back(j);
+  }
+  Decision d = Decide(queue, /*now=*/100, NoPreemption());
+  EXPECT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, 100}}));
+  EXPECT_THAT(d.pending.at(1),
+              HasSubstr("spread over leaves now, the run time it and the jobs sharing those "
+                        "uplinks would lose to congestion, and the GPU time 15 jobs queued for "
+                        "GPUs would wait for, come to about 1h, and a leaf is expected to free in "
+                        "1h"));
+  std::set<int> used;
+  for (const auto& s : d.starts) {
+    EXPECT_NE(s.job, 1);
+    used.insert(s.placement.nodes.begin(), s.placement.nodes.end());
+  }
+  EXPECT_EQ(used, (std::set<int>{3, 6, 7, 10, 11, 14, 15}));
+}
+
+TEST_F(SchedulerTest, AJobShortOfNodesHoldsALeafThatFreesSoonAfterAnyNodesWould) {
+  // Zone B full for a day. In zone A, nodes 0, 1 (leaf 0) and 4, 5 (leaf 1) free at t=1000, nodes
+  // 2, 3 (leaf 0) at 2000, nodes 6, 7 (leaf 1) in a day. A 3-node allreduce job could start at
+  // 1000 across leaves 0 and 1, or at 2000 under leaf 0.
+  auto busy = [&](JobId id, std::vector<int> nodes, Seconds ends) {
+    JobRequest j = Job(id, static_cast<int>(nodes.size()), 3, "bob");
+    j.expected_runtime = ends;
+    Run(j, std::move(nodes));
+  };
+  busy(10, {0, 1}, 1000);
+  busy(11, {2, 3}, 2000);
+  busy(12, {4, 5}, 1000);
+  busy(13, {6, 7}, 86400);
+  busy(14, {8, 9, 10, 11, 12, 13, 14, 15}, 86400);
+  // Spread over the empty uplinks, a 5.5 h run would lose 37 min (it communicates 0.3 of its
+  // time, and its traffic would take 37% of an uplink): more than the 16m40s the leaf comes
+  // later, so it holds leaf 0's nodes for t=2000.
+  JobRequest job = Job(1, 3);
+  job.expected_runtime = 20000;
+  Decision d = Decide({job}, /*now=*/100, NoPreemption());
+  EXPECT_THAT(Started(d), IsEmpty());
+  EXPECT_THAT(d.pending.at(1),
+              HasSubstr("it holds nodes under one leaf switch, expected to free 16m after any "
+                        "nodes would, less than spreading would cost (about 37m); expected to "
+                        "start in 31m"));
+  // A 100-minute run would lose 11 min spread: less than the leaf's 16m40s. It takes any nodes,
+  // at t=1000.
+  job.expected_runtime = 6000;
+  d = Decide({job}, /*now=*/100, NoPreemption());
+  EXPECT_THAT(d.pending.at(1), Not(HasSubstr("under one leaf switch, expected")));
+  EXPECT_THAT(d.pending.at(1), HasSubstr("expected to start in 15m"));
 }
 
 // Zone A's uplinks congested: job 20 (nodes 3 and 7, leaves 0 and 1) sends 500 Gb/s through

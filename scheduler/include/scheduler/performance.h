@@ -39,14 +39,18 @@ double CommSlowdown(const ClusterState& state, JobId job, const PerformanceModel
 double ProgressRate(const ClusterState& state, const JobRequest& job,
                     const PerformanceModel& model);
 
-// What starting `job` now on `spread` (a placement across leaves) would cost in run time, in
-// seconds, by the model: over its expected run time (`assumed_runtime` when it gives none), the
-// job's own slowdown on the uplinks it would share now, or where they have room, the share of the
-// busiest one its traffic would take (b x traffic / capacity: the jobs crossing it later share
-// it with this one for its whole run); plus what its traffic would add to the slowdown of the
-// running jobs crossing the same uplinks, over their expected remaining run times. 0 for a job
-// that sends nothing across leaves there.
-double SpreadCost(const ClusterState& state, const JobRequest& job, const Placement& spread,
-                  Seconds now, const PerformanceModel& model, Seconds assumed_runtime);
+// What starting `job` now on `spread` (a placement across leaves) would cost in run time, by
+// the model: over its expected run time (`assumed_runtime` when it gives none), the job's own
+// slowdown on the uplinks it would share now, or where they have room, the share of the busiest
+// one its traffic would take (b x traffic / capacity: the jobs crossing it later share it with
+// this one for its whole run); plus what its traffic would add to the slowdown of the running
+// jobs crossing the same uplinks, over their expected remaining run times. 0 for a job that
+// sends nothing across leaves there.
+struct SpreadLoss {
+  double seconds = 0;      // run time lost, summed over the job and the jobs it slows
+  double gpu_seconds = 0;  // the same, each second times the GPUs of the job that loses it
+};
+SpreadLoss SpreadCost(const ClusterState& state, const JobRequest& job, const Placement& spread,
+                      Seconds now, const PerformanceModel& model, Seconds assumed_runtime);
 
 }  // namespace ff::scheduler

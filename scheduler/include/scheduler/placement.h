@@ -17,8 +17,11 @@
 // choice, judged each round from the state of the cluster:
 //   - what spreading now would cost: the run time the performance model (performance.h) says
 //     the job itself would lose on the uplinks it would share, over its expected run time, plus
-//     what its traffic would cost the running jobs crossing those uplinks (SpreadCost). Uplinks
-//     with room for it make that 0: on a quiet cluster such a job starts at once, spread;
+//     what its traffic would cost the running jobs crossing those uplinks (SpreadCost); and,
+//     when jobs queue for GPUs, the capacity that loss takes from them: its GPU-seconds over the
+//     cluster's GPUs, once for every job waiting for GPUs. On a quiet cluster that is the few
+//     seconds of run time its traffic costs, and such a job starts at once, spread; under load
+//     it is that loss times the queue;
 //   - how soon a leaf is expected to free for it: the running jobs' expected ends
 //     (Scheduler::EarliestStart, the estimate behind pending reasons);
 //   - how long it has waited already (JobRequest::locality_wait_since).
@@ -27,9 +30,8 @@
 // So a job never waits longer than spreading would have cost it and its neighbours, nor longer
 // than max_locality_wait; under load, with congested uplinks and a leaf about to free, it waits.
 //
-// Sub-node jobs (JobRequest::gpus with nodes == 0) are packed: first-fit and congestion-aware take
-// the first node with room (partly used nodes gather in the first leaves), slurm-tree the node
-// with the least room that fits.
+// Sub-node jobs (JobRequest::gpus with nodes == 0) are packed: first-fit takes the first node with
+// room, slurm-tree and congestion-aware the node with the least room that fits.
 #pragma once
 
 #include <memory>
@@ -57,10 +59,11 @@ class PlacementPolicy {
   // could not start anywhere.
   virtual Seconds MaxLocalityWait(const JobRequest& /*job*/) const { return 0; }
   // How long, in all, `job` may wait for one leaf when it could start now on `spread` (across
-  // leaves): at most MaxLocalityWait, and for congestion-aware no longer than spreading would
-  // cost (see the locality wait above). 0: start it now.
+  // leaves), with `queued` jobs behind it waiting for GPUs: at most MaxLocalityWait, and for
+  // congestion-aware no longer than spreading would cost (see the locality wait above). 0: start
+  // it now.
   virtual Seconds LocalityWait(const JobRequest& /*job*/, const ClusterState& /*state*/,
-                               const Placement& /*spread*/, Seconds /*now*/) const {
+                               const Placement& /*spread*/, Seconds /*now*/, int /*queued*/) const {
     return 0;
   }
 };

@@ -9,15 +9,20 @@
 //     (time since their last checkpoint) and no more than needed.
 //   - Per-user quotas cap the nodes a user's running jobs hold.
 //   - The first job that cannot start holds a reservation: the earliest time enough nodes free up
-//     as running jobs reach their expected run times. A job behind it starts now only if it fits
-//     and is expected to end before that reservation (backfill); without expected run times there
-//     is no reservation and nothing passes it.
+//     as running jobs reach their expected run times, on the nodes it would start on then. A job
+//     behind it starts now only if it fits and is expected to end before that reservation, or fits
+//     on other nodes than those (EASY backfill, as Slurm's backfill scheduler does it); without
+//     expected run times there is no reservation and nothing passes it.
 //   - A job the policy would rather have under one leaf switch, and that could start now only
 //     across leaves, waits for a leaf while the policy says spreading would cost more than
-//     waiting (PlacementPolicy::LocalityWait: what the run would lose to shared uplinks, bounded
-//     by MaxLocalityWait) and a leaf is expected to free within what remains of that; a round in
-//     which it could not start anywhere ends the wait unused. Meanwhile it counts as not fitting
-//     (it may hold the reservation, which then is for one leaf).
+//     waiting (PlacementPolicy::LocalityWait: what the run would lose to shared uplinks, and
+//     the GPU time that loss takes from the jobs queued for GPUs, bounded by MaxLocalityWait)
+//     and a leaf is expected to free within what remains of that; a round in which it could not
+//     start anywhere ends the wait unused. Meanwhile it counts as not fitting (it may hold the
+//     reservation, which then is on the leaf's nodes).
+//   - Such a job that heads the queue short of nodes anywhere, and would start across leaves when
+//     they free, reserves a leaf's nodes instead where that leaf is expected to free for it later
+//     by less than the policy's LocalityWait for the spread placement.
 //
 // Decide is pure and deterministic: the same state, queue and time give the same decision.
 #pragma once
@@ -76,8 +81,9 @@ class Scheduler {
   std::vector<JobId> FindVictims(const JobRequest& job, const ClusterState& state, Seconds now,
                                  bool one_leaf, Placement* placement) const;
   // When `job` could start if running jobs end at their expected times; -1 if never known.
+  // `where`, if given, gets the nodes it would start on then.
   Seconds EarliestStart(const JobRequest& job, const ClusterState& state, Seconds now,
-                        bool one_leaf) const;
+                        bool one_leaf, Placement* where = nullptr) const;
   // The policy's placement; with `one_leaf`, empty (and `why` says so) when it spans leaves.
   Placement PlaceJob(const JobRequest& job, const ClusterState& state, bool one_leaf,
                      std::string* why) const;
