@@ -27,8 +27,9 @@
 //   - how long it has waited already (JobRequest::locality_wait_since).
 // It waits while it has waited less than min(cost, max_locality_wait) and a leaf is expected to
 // free within what remains of that (or no estimate exists); otherwise it starts across leaves.
-// So a job never waits longer than spreading would have cost it and its neighbours, nor longer
-// than max_locality_wait; under load, with congested uplinks and a leaf about to free, it waits.
+// So a job never waits longer than spreading would have cost it, its neighbours and the queue,
+// nor longer than max_locality_wait; under load, with congested uplinks or a long queue and a
+// leaf about to free, it waits.
 //
 // Sub-node jobs (JobRequest::gpus with nodes == 0) are packed: first-fit takes the first node with
 // room, slurm-tree and congestion-aware the node with the least room that fits.
@@ -59,9 +60,10 @@ class PlacementPolicy {
   // could not start anywhere.
   virtual Seconds MaxLocalityWait(const JobRequest& /*job*/) const { return 0; }
   // How long, in all, `job` may wait for one leaf when it could start now on `spread` (across
-  // leaves), with `queued` jobs behind it waiting for GPUs: at most MaxLocalityWait, and for
-  // congestion-aware no longer than spreading would cost (see the locality wait above). 0: start
-  // it now.
+  // leaves), with `queued` other jobs waiting for GPUs (Scheduler::Decide counts those left
+  // waiting ahead of it in the round and those behind it beyond what would still be free): at
+  // most MaxLocalityWait, and for congestion-aware no longer than spreading would cost (see the
+  // locality wait above). 0: start it now.
   virtual Seconds LocalityWait(const JobRequest& /*job*/, const ClusterState& /*state*/,
                                const Placement& /*spread*/, Seconds /*now*/, int /*queued*/) const {
     return 0;
