@@ -49,17 +49,13 @@ Placement Scheduler::PlaceJob(const JobRequest& job, const ClusterState& state, 
   Placement p = policy_->Place(job, state, why);
   if (!one_leaf || p.empty()) return p;
   const Topology& topo = state.topology();
-  const int leaf = topo.nodes()[p.nodes.front()].leaf;
-  for (int n : p.nodes) {
-    if (topo.nodes()[n].leaf == leaf) continue;
-    int freest = 0;
-    for (std::size_t l = 0; l < topo.leaves().size(); ++l)
-      freest = std::max(freest, state.leaf_free_nodes(static_cast<int>(l)));
-    *why = "needs " + Plural(job.nodes, "node") + " under one leaf switch, so that its traffic " +
-           "stays off the shared uplinks; the freest leaf has " + Plural(freest, "free node");
-    return {};
-  }
-  return p;
+  if (!SpansLeaves(topo, p)) return p;
+  int freest = 0;
+  for (std::size_t l = 0; l < topo.leaves().size(); ++l)
+    freest = std::max(freest, state.leaf_free_nodes(static_cast<int>(l)));
+  *why = "needs " + Plural(job.nodes, "node") + " under one leaf switch, so that its traffic " +
+         "stays off the shared uplinks; the freest leaf has " + Plural(freest, "free node");
+  return {};
 }
 
 std::vector<JobId> Scheduler::FindVictims(const JobRequest& job, const ClusterState& state,
