@@ -132,15 +132,19 @@ Seconds Scheduler::EarliestStart(const JobRequest& job, const ClusterState& stat
   std::sort(ends.begin(), ends.end());
   // Freeing more never hurts, so binary-search the shortest prefix of endings that makes room.
   std::string why;
-  auto place_after = [&](std::size_t k) {
+  // `found`: the placement after the shortest prefix found so far (the search ends on it).
+  Placement found;
+  auto fits_after = [&](std::size_t k) {
     ClusterState future = state;
     std::vector<JobId> ids;
     for (std::size_t i = 0; i < k; ++i)
       ids.push_back(ends[i].second);
     (void)future.ReleaseAll(std::move(ids));
-    return PlaceJob(job, future, one_leaf, &why);
+    Placement p = PlaceJob(job, future, one_leaf, &why);
+    if (p.empty()) return false;
+    found = std::move(p);
+    return true;
   };
-  auto fits_after = [&](std::size_t k) { return !place_after(k).empty(); };
   if (ends.empty() || !fits_after(ends.size())) return -1;
   std::size_t lo = 1, hi = ends.size();
   while (lo < hi) {
@@ -151,7 +155,7 @@ Seconds Scheduler::EarliestStart(const JobRequest& job, const ClusterState& stat
       lo = mid + 1;
     }
   }
-  if (where != nullptr) *where = place_after(lo);
+  if (where != nullptr) *where = std::move(found);
   return ends[lo - 1].first;
 }
 
