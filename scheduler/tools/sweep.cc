@@ -19,6 +19,13 @@
 //   mean JCT vs first-fit median J (worst K), vs slurm-tree median L (worst M)
 // A ratio whose baseline moved nothing across leaves (0 / 0) is left out of the statistics and
 // counted.
+//
+// The control. Every run also replays first-fit on the same workload with each arrival moved by 0
+// or 1 second (chosen by a hash of the job's place in the trace and the seed): the same policy,
+// an input no user could tell apart. Its ratios to first-fit (per run, per load, and their range
+// over all runs in the line before the last) are the noise under every ratio: where the cluster
+// queues, such a nudge alone moves mean JCT by percents, so a single run's ratio within that band
+// says nothing about a policy.
 #include "sweep.h"
 
 #include <unistd.h>
@@ -86,6 +93,8 @@ struct Run {
   std::map<std::string, Figures> by_policy;
   // congestion-aware / baseline; NaN when the baseline's figure is 0.
   double cl_ff = NAN, cl_slurm = NAN, jct_ff = NAN, jct_slurm = NAN;
+  // The control: first-fit with arrivals nudged / first-fit (NaN when not run).
+  double ctl_cl = NAN, ctl_jct = NAN;
   double ff_tb = 0;  // first-fit's cross-leaf traffic: how much the ratios rest on
 };
 
@@ -137,12 +146,24 @@ std::vector<Run> MakeRuns(const std::vector<std::string>& traces, const std::vec
   return runs;
 }
 
+// The control's replay: first-fit, arrivals nudged (see the top of this file).
+constexpr char kControl[] = "first-fit, arrivals nudged";
+
+// 0 or 1 second for the job at `index`, fixed by it and `seed` (splitmix64's finaliser).
+Seconds Nudge(std::size_t index, uint64_t seed) {
+  uint64_t z = index * 0x9e3779b97f4a7c15ULL + seed;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return static_cast<Seconds>((z ^ (z >> 31)) & 1);
+}
+
 // Runs every (run, policy) simulation on a pool of threads and fills in the runs' figures and
-// ratios.
+// ratios; with `control`, the control's too.
 Status SimulateRuns(std::vector<Run>* runs, const Topology& topology,
                     const std::map<std::string, std::vector<TraceJob>>& loaded,
-                    const PolicyOptions& policy_options, unsigned threads) {
-  const std::vector<std::string> policies = {"first-fit", "slurm-tree", "congestion-aware"};
+                    const PolicyOptions& policy_options, unsigned threads, bool control) {
+  std::vector<std::string> policies = {"first-fit", "slurm-tree", "congestion-aware"};
+  if (control) policies.push_back(kControl);
   std::atomic<std::size_t> next{0}, done{0};
   std::mutex mu;
   Status failure;
@@ -153,14 +174,18 @@ Status SimulateRuns(std::vector<Run>* runs, const Topology& topology,
       Run& run = (*runs)[k / policies.size()];
       const std::string& policy = policies[k % policies.size()];
       std::vector<TraceJob> trace = loaded.at(run.path);
-      for (TraceJob& j : trace)
-        j.submit = static_cast<Seconds>(static_cast<double>(j.submit) / run.load);
+      const bool nudged = policy == kControl;
+      for (std::size_t i = 0; i < trace.size(); ++i) {
+        trace[i].submit = static_cast<Seconds>(static_cast<double>(trace[i].submit) / run.load) +
+                          (nudged ? Nudge(i, run.seed) : 0);
+      }
       WorkloadRules rules;
       rules.seed = run.seed;
       rules.gpus_per_node = topology.max_gpus_per_node();
       SimulationOptions options;
       options.policy = policy_options;
-      auto r = Simulate(topology, MakeWorkload(trace, rules), policy, options);
+      auto r =
+          Simulate(topology, MakeWorkload(trace, rules), nudged ? "first-fit" : policy, options);
       std::lock_guard lock(mu);
       if (!r.ok()) {
         if (failure.ok()) failure = r.status();
@@ -190,6 +215,10 @@ Status SimulateRuns(std::vector<Run>* runs, const Topology& topology,
     run.jct_ff = RatioOf(ours.mean_jct, ff.mean_jct);
     run.jct_slurm = RatioOf(ours.mean_jct, slurm.mean_jct);
     run.ff_tb = ff.cross_leaf_tb;
+    if (auto m = run.by_policy.find(kControl); m != run.by_policy.end()) {
+      run.ctl_cl = RatioOf(m->second.cross_leaf_tb, ff.cross_leaf_tb);
+      run.ctl_jct = RatioOf(m->second.mean_jct, ff.mean_jct);
+    }
   }
   return Status::Ok();
 }
@@ -202,6 +231,19 @@ Stats Column(const std::vector<Run>& runs, double Run::*field, const std::string
     if ((trace.empty() || r.trace == trace) && (load == 0 || r.load == load)) v.push_back(r.*field);
   }
   return Summarise(v);
+}
+
+// "lo..hi" of one ratio over the same runs as Column (n/a when none has it).
+std::string Range(const std::vector<Run>& runs, double Run::*field, const std::string& trace,
+                  double load = 0) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (const Run& r : runs) {
+    if ((!trace.empty() && r.trace != trace) || (load != 0 && r.load != load)) continue;
+    if (std::isnan(r.*field)) continue;
+    lo = std::min(lo, r.*field);
+    hi = std::max(hi, r.*field);
+  }
+  return lo > hi ? "n/a" : Fmt(lo) + ".." + Fmt(hi);
 }
 
 std::string Hours(double seconds) {
@@ -325,7 +367,8 @@ int SweepMain(int argc, char** argv) {
       std::vector<Run> trial = tuning_runs;
       PolicyOptions o = policy_options;
       o.locality_wait = wait;
-      if (Status st = SimulateRuns(&trial, *topology, loaded, o, threads); !st.ok())
+      if (Status st = SimulateRuns(&trial, *topology, loaded, o, threads, /*control=*/false);
+          !st.ok())
         return fail(st);
       const Stats cl_slurm = Column(trial, &Run::cl_slurm, ""),
                   cl_ff = Column(trial, &Run::cl_ff, "");
@@ -349,7 +392,9 @@ int SweepMain(int argc, char** argv) {
     policy_options.locality_wait = chosen;
     std::printf("chosen: locality wait %s\n\n", FormatDuration(chosen).c_str());
   }
-  if (Status st = SimulateRuns(&runs, *topology, loaded, policy_options, threads); !st.ok()) {
+  if (Status st = SimulateRuns(&runs, *topology, loaded, policy_options, threads,
+                               /*control=*/true);
+      !st.ok()) {
     return fail(st);
   }
   std::printf(
@@ -360,14 +405,15 @@ int SweepMain(int argc, char** argv) {
       FormatDuration(policy_options.locality_wait).c_str());
   std::printf(
       "waits in hours, mean / p95 (every wait of a job, after suspensions too); ours: "
-      "congestion-aware\n");
-  std::printf("%-12s %6s %5s %14s %16s %8s %10s %10s %13s %13s %13s\n", "trace", "load", "seed",
-              "cross-leaf/ff", "cross-leaf/slurm", "JCT/ff", "JCT/slurm", "ff TB", "wait ours",
-              "wait ff", "wait slurm");
+      "congestion-aware; control: first-fit with each arrival moved by 0 or 1 s over first-fit, "
+      "cross-leaf / mean JCT (the noise under each ratio)\n");
+  std::printf("%-12s %6s %5s %14s %16s %8s %10s %10s %13s %13s %13s %13s\n", "trace", "load",
+              "seed", "cross-leaf/ff", "cross-leaf/slurm", "JCT/ff", "JCT/slurm", "ff TB",
+              "wait ours", "wait ff", "wait slurm", "control");
   if (csv) {
     csv << "trace,load,seed,cross_leaf_vs_ff,cross_leaf_vs_slurm,jct_vs_ff,jct_vs_slurm,"
            "ff_cross_leaf_tb,mean_wait_s,p95_wait_s,ff_mean_wait_s,ff_p95_wait_s,"
-           "slurm_mean_wait_s,slurm_p95_wait_s\n";
+           "slurm_mean_wait_s,slurm_p95_wait_s,control_cross_leaf_vs_ff,control_jct_vs_ff\n";
   }
   for (const Run& run : runs) {
     const Run::Figures &ff = run.by_policy.at("first-fit"), &slurm = run.by_policy.at("slurm-tree"),
@@ -375,15 +421,17 @@ int SweepMain(int argc, char** argv) {
     auto wait_of = [](const Run::Figures& f) {
       return Hours(f.mean_wait) + "/" + Hours(f.p95_wait);
     };
-    std::printf("%-12s %5gx %5llu %14s %16s %8s %10s %10.1f %13s %13s %13s\n", run.trace.c_str(),
-                run.load, static_cast<unsigned long long>(run.seed), Fmt(run.cl_ff).c_str(),
-                Fmt(run.cl_slurm).c_str(), Fmt(run.jct_ff).c_str(), Fmt(run.jct_slurm).c_str(),
-                run.ff_tb, wait_of(ours).c_str(), wait_of(ff).c_str(), wait_of(slurm).c_str());
+    std::printf("%-12s %5gx %5llu %14s %16s %8s %10s %10.1f %13s %13s %13s %13s\n",
+                run.trace.c_str(), run.load, static_cast<unsigned long long>(run.seed),
+                Fmt(run.cl_ff).c_str(), Fmt(run.cl_slurm).c_str(), Fmt(run.jct_ff).c_str(),
+                Fmt(run.jct_slurm).c_str(), run.ff_tb, wait_of(ours).c_str(), wait_of(ff).c_str(),
+                wait_of(slurm).c_str(), (Fmt(run.ctl_cl) + "/" + Fmt(run.ctl_jct)).c_str());
     if (csv) {
       csv << run.trace << "," << run.load << "," << run.seed << "," << run.cl_ff << ","
           << run.cl_slurm << "," << run.jct_ff << "," << run.jct_slurm << "," << run.ff_tb << ","
           << ours.mean_wait << "," << ours.p95_wait << "," << ff.mean_wait << "," << ff.p95_wait
-          << "," << slurm.mean_wait << "," << slurm.p95_wait << "\n";
+          << "," << slurm.mean_wait << "," << slurm.p95_wait << "," << run.ctl_cl << ","
+          << run.ctl_jct << "\n";
     }
   }
   auto cell = [](const Stats& s) { return Fmt(s.median) + " (" + Fmt(s.worst) + ")"; };
@@ -393,8 +441,8 @@ int SweepMain(int argc, char** argv) {
   }
   names.push_back("");  // all
   auto table = [&](double load) {
-    std::printf("%-12s %16s %16s %16s %16s %12s\n", "trace", "cross-leaf/ff", "cross-leaf/slurm",
-                "JCT/ff", "JCT/slurm", "mean wait");
+    std::printf("%-12s %16s %16s %16s %16s %12s %14s\n", "trace", "cross-leaf/ff",
+                "cross-leaf/slurm", "JCT/ff", "JCT/slurm", "mean wait", "control JCT");
     for (const std::string& t : names) {
       std::vector<double> ours_waits;  // congestion-aware's mean wait over these runs, in hours
       for (const Run& r : runs) {
@@ -402,18 +450,18 @@ int SweepMain(int argc, char** argv) {
           ours_waits.push_back(r.by_policy.at("congestion-aware").mean_wait / 3600);
       }
       const Stats w = Summarise(ours_waits);
-      std::printf("%-12s %16s %16s %16s %16s %12s\n", t.empty() ? "all" : t.c_str(),
+      std::printf("%-12s %16s %16s %16s %16s %12s %14s\n", t.empty() ? "all" : t.c_str(),
                   cell(Column(runs, &Run::cl_ff, t, load)).c_str(),
                   cell(Column(runs, &Run::cl_slurm, t, load)).c_str(),
                   cell(Column(runs, &Run::jct_ff, t, load)).c_str(),
                   cell(Column(runs, &Run::jct_slurm, t, load)).c_str(),
-                  (Fmt(w.median) + "h").c_str());
+                  (Fmt(w.median) + "h").c_str(), Range(runs, &Run::ctl_jct, t, load).c_str());
     }
   };
   for (double load : loads) {
     std::printf(
         "\nat load %gx: median (worst) per trace over seeds; mean wait: congestion-aware's "
-        "median over runs\n",
+        "median over runs; control JCT: the control's mean JCT over first-fit's, lowest..highest\n",
         load);
     table(load);
   }
@@ -428,6 +476,10 @@ int SweepMain(int argc, char** argv) {
         "leaves (0 / 0)\n",
         cl_ff.skipped, cl_slurm.skipped);
   }
+  std::printf(
+      "control (first-fit, arrivals moved by 0 or 1 s, vs first-fit): cross-leaf %s, mean JCT "
+      "%s\n",
+      Range(runs, &Run::ctl_cl, "").c_str(), Range(runs, &Run::ctl_jct, "").c_str());
   std::printf(
       "hai-sim sweep: cross-leaf vs first-fit median %s (worst %s), vs slurm-tree median %s "
       "(worst %s); mean JCT vs first-fit median %s (worst %s), vs slurm-tree median %s (worst "

@@ -61,14 +61,19 @@ TEST_F(HaiSimCliTest, GenerateThenSweepHeldOutTraces) {
                    dir_.File("sweep.csv")});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("1 traces held out; tuned on"));
-  // A row per run, with each policy's mean / p95 wait in hours.
+  // A row per run, with each policy's mean / p95 wait in hours, and the control's cross-leaf /
+  // mean JCT over first-fit's (its cross-leaf is n/a or inf where first-fit sent nothing).
   EXPECT_THAT(r.out, ::testing::ContainsRegex("\nsyn +3x +2 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ "
                                               "+[0-9.]+ +[0-9.]+/[0-9.]+ +[0-9.]+/[0-9.]+ "
-                                              "+[0-9.]+/[0-9.]+\n"));
+                                              "+[0-9.]+/[0-9.]+ +(n/a|[0-9.inf]+)/[0-9.]+\n"));
   // A table per load level, then over all loads.
   EXPECT_THAT(r.out, HasSubstr("\nat load 1x: median (worst) per trace over seeds"));
   EXPECT_THAT(r.out, HasSubstr("\nat load 3x: median (worst) per trace over seeds"));
   EXPECT_THAT(r.out, HasSubstr("\nall loads: median (worst) per trace over loads and seeds"));
+  // The control's range over all runs: the noise under every ratio.
+  EXPECT_THAT(r.out, ::testing::ContainsRegex(
+                         "\ncontrol \\(first-fit, arrivals moved by 0 or 1 s, vs first-fit\\): "
+                         "cross-leaf (n/a|[0-9.inf]+), mean JCT [0-9.]+\\.\\.[0-9.]+\n"));
   // The last line: median and worst of both figures against both baselines.
   EXPECT_THAT(r.out, ::testing::ContainsRegex(
                          "\nhai-sim sweep: cross-leaf vs first-fit median [0-9.]+ \\(worst "
@@ -77,6 +82,7 @@ TEST_F(HaiSimCliTest, GenerateThenSweepHeldOutTraces) {
                          "median [0-9.]+ \\(worst [0-9.]+\\)\n$"));
   const std::string csv = test::ReadFileOrEmpty(dir_.File("sweep.csv"));
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5) << csv;  // a header and 4 runs
+  EXPECT_THAT(csv, HasSubstr(",control_cross_leaf_vs_ff,control_jct_vs_ff\n")) << csv;
 }
 
 // --try-locality-waits chooses the wait on the --tuned-on traces (one row per wait), then
