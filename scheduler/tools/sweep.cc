@@ -223,25 +223,30 @@ Status SimulateRuns(std::vector<Run>* runs, const Topology& topology,
   return Status::Ok();
 }
 
-// The median and worst of one ratio over the runs of `trace` ("" for all) at `load` (0: all).
-Stats Column(const std::vector<Run>& runs, double Run::*field, const std::string& trace,
-             double load = 0) {
+// One figure of the runs of `trace` ("" for all) at `load` (0: all).
+std::vector<double> Values(const std::vector<Run>& runs, double Run::*field,
+                           const std::string& trace, double load) {
   std::vector<double> v;
   for (const Run& r : runs) {
     if ((trace.empty() || r.trace == trace) && (load == 0 || r.load == load)) v.push_back(r.*field);
   }
-  return Summarise(v);
+  return v;
 }
 
-// "lo..hi" of one ratio over the same runs as Column (n/a when none has it).
+// The median and worst of one ratio over those runs.
+Stats Column(const std::vector<Run>& runs, double Run::*field, const std::string& trace,
+             double load = 0) {
+  return Summarise(Values(runs, field, trace, load));
+}
+
+// "lo..hi" of one ratio over those runs (n/a when none has it).
 std::string Range(const std::vector<Run>& runs, double Run::*field, const std::string& trace,
                   double load = 0) {
   double lo = INFINITY, hi = -INFINITY;
-  for (const Run& r : runs) {
-    if ((!trace.empty() && r.trace != trace) || (load != 0 && r.load != load)) continue;
-    if (std::isnan(r.*field)) continue;
-    lo = std::min(lo, r.*field);
-    hi = std::max(hi, r.*field);
+  for (double x : Values(runs, field, trace, load)) {
+    if (std::isnan(x)) continue;
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
   }
   return lo > hi ? "n/a" : Fmt(lo) + ".." + Fmt(hi);
 }
