@@ -10,6 +10,11 @@ int NodesHeld(const JobRequest& job) {
   return job.Gang() ? job.nodes : 1;
 }
 
+// What a running job holds (an elastic gang: what it started with).
+int NodesHeld(const RunningJob& r) {
+  return r.request.Gang() ? static_cast<int>(r.placement.nodes.size()) : 1;
+}
+
 bool SpansLeaves(const Topology& topo, const Placement& p) {
   for (int n : p.nodes) {
     if (topo.nodes()[n].leaf != topo.nodes()[p.nodes.front()].leaf) return true;
@@ -171,7 +176,7 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
 
   std::map<std::string, int> held;
   for (const RunningJob& r : work.running())
-    held[r.request.user] += NodesHeld(r.request);
+    held[r.request.user] += NodesHeld(r);
 
   // Many queued jobs ask for the same shape. While nothing starts, a shape that did not fit
   // still does not, for the same reason: remember failures until the cluster state changes.
@@ -240,14 +245,22 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
     };
 
     const int needs = NodesHeld(*job);
+    int most_nodes = job->nodes;  // what its user's quota leaves it (an elastic gang may start
+    std::string over_quota;       // with less)
     if (auto q = options_.node_quota.find(job->user); q != options_.node_quota.end()) {
       int has = held[job->user];
       if (has + needs > q->second) {
-        wait("user " + job->user + " may hold " + Plural(q->second, "node") + " and holds " +
-             std::to_string(has) + "; this job needs " + std::to_string(needs) + " more");
-        continue;
+        over_quota = "user " + job->user + " may hold " + Plural(q->second, "node") +
+                     " and holds " + std::to_string(has) + "; this job needs " +
+                     std::to_string(needs) + " more";
+        if (!job->Elastic() || has + job->min_nodes > q->second) {
+          wait(over_quota);
+          continue;
+        }
+        most_nodes = q->second - has;
       }
     }
+    const bool whole = most_nodes >= job->nodes;  // it may start whole
 
     // The locality wait (placement.h): a job that fits under one leaf is tried there first; one
     // that could start now only across leaves waits for a leaf while that is the cheaper choice
@@ -257,10 +270,11 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
     // does not use it up, so a job is never spread the moment nodes free after hours short of
     // them.
     const Seconds cap = policy_->MaxLocalityWait(*job);
-    const bool may_wait = cap > 0 && job->nodes <= work.topology().max_leaf_nodes();
+    const bool may_wait = whole && cap > 0 && job->nodes <= work.topology().max_leaf_nodes();
     Seconds since = job->locality_wait_since;
-    auto place = [&](bool within_leaf, std::string* reason, bool off_reserved = false) {
-      const Shape shape = shape_of(*job, within_leaf, off_reserved);
+    auto place_as = [&](const JobRequest& request, bool within_leaf, std::string* reason,
+                        bool off_reserved) {
+      const Shape shape = shape_of(request, within_leaf, off_reserved);
       if (auto known = failed.find(shape); known != failed.end()) {
         *reason = known->second;
         return Placement{};
@@ -274,14 +288,17 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
           hidden.push_back(n);
         }
       }
-      Placement p = PlaceJob(*job, work, within_leaf, reason);
+      Placement p = PlaceJob(request, work, within_leaf, reason);
       for (int n : hidden)
         work.SetDrained(n, false);
       if (p.empty()) failed[shape] = *reason;
       return p;
     };
-    std::string why;
-    Placement placement = place(may_wait, &why);
+    auto place = [&](bool within_leaf, std::string* reason, bool off_reserved = false) {
+      return place_as(*job, within_leaf, reason, off_reserved);
+    };
+    std::string why = over_quota;
+    Placement placement = whole ? place(may_wait, &why) : Placement{};
     bool within_leaf = may_wait;  // how `placement` was chosen
     bool one_leaf = false;        // held for one leaf this round
     Seconds until = -1;           // when the wait runs out
@@ -376,18 +393,40 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
         continue;
       }
     }
-    if (placement.empty() && options_.preemption && searches < options_.max_preemption_searches) {
+    if (placement.empty() && whole && options_.preemption &&
+        searches < options_.max_preemption_searches) {
       ++searches;
       std::vector<JobId> victims = FindVictims(*job, work, now, one_leaf, &placement);
       for (JobId v : victims) {
         decision.suspended_for[v] = job->id;
-        const JobRequest& victim = work.find(v)->request;
-        held[victim.user] -= NodesHeld(victim);
-        free_gpus += victim.TotalGpus();
+        const RunningJob& victim = *work.find(v);
+        held[victim.request.user] -= NodesHeld(victim);
+        free_gpus +=
+            static_cast<long>(victim.placement.nodes.size()) * victim.placement.gpus_per_node;
         (void)work.Release(v);
         decision.suspends.push_back(v);
       }
       if (!victims.empty()) failed.clear();
+    }
+    // An elastic gang that cannot start whole, even by suspending others, starts with the most
+    // whole steps that fit (down to min_nodes), spread as the policy places it (it does not
+    // wait for a leaf then): behind a blocked head only as a backfill would, ending before the
+    // head's reservation or off its nodes.
+    if (placement.empty() && job->Elastic() && !one_leaf &&
+        (head == nullptr || (options_.backfill && reservation >= 0))) {
+      const bool ends_in_time = head == nullptr || (job->expected_runtime > 0 &&
+                                                    now + job->expected_runtime <= reservation);
+      JobRequest part = *job;
+      part.nodes = job->min_nodes + (std::min(most_nodes, job->nodes - 1) - job->min_nodes) /
+                                        job->node_step * job->node_step;
+      for (; part.nodes >= job->min_nodes && placement.empty(); part.nodes -= job->node_step) {
+        std::string ignored;
+        placement = place_as(part, /*within_leaf=*/false, &ignored, !ends_in_time);
+      }
+    }
+    if (placement.empty() && !whole) {  // not even in part: its user's quota is what it waits for
+      wait(over_quota);
+      continue;
     }
     if (placement.empty()) {
       bool is_head = false;
@@ -446,9 +485,10 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
     (void)work.Allocate(*job, placement, now);
     free_gpus -= static_cast<long>(placement.nodes.size()) * placement.gpus_per_node;
     failed.clear();
-    held[job->user] += needs;
+    held[job->user] += job->Gang() ? static_cast<int>(placement.nodes.size()) : 1;
     decision.starts.push_back({job->id, std::move(placement)});
   }
+  decision.reserved = std::move(reserved);
   return decision;
 }
 

@@ -268,13 +268,15 @@ TEST(LifecycleTest, ThePendingHistoryKeepsOneEntryPerShapeAndTheLastTwenty) {
 
 // ---- fault-tolerant jobs: replica groups ------------------------------------------------------
 
-// A running job of `replicas` groups of `nodes` nodes x `procs` ranks on n0, n1, ...
-hai::Job RunningGroups(int replicas = 3, int min_replicas = 2, int nodes = 1, int procs = 2) {
+// A running job of `replicas` groups of `nodes` nodes x `procs` ranks on n0, n1, ...; `started`
+// of them (all by default) run: an elastic start.
+hai::Job RunningGroups(int replicas = 3, int min_replicas = 2, int nodes = 1, int procs = 2,
+                       int started = 0) {
   hai::Job job = Queued(nodes, procs);
   job.mutable_spec()->set_replicas(replicas);
   job.mutable_spec()->set_min_replicas(min_replicas);
   hai::Run run = On({});
-  for (int g = 0; g < replicas; ++g) {
+  for (int g = 0; g < (started > 0 ? started : replicas); ++g) {
     for (int i = 0; i < nodes; ++i) {
       run.add_nodes("n" + std::to_string(g * nodes + i));
       run.add_gpus("0");
@@ -336,6 +338,28 @@ TEST(LifecycleTest, AReplacementGroupGetsNewRanksAndTheLostReplicasNumber) {
   // Its ranks are the run's: they exit like any.
   t = Must(t.job, RankExited{0, 6, 1});
   EXPECT_EQ(t.job.runs(0).groups(3).end_reason(), "rank 6 exited with code 1");
+}
+
+TEST(LifecycleTest, AnElasticStartSaysSoAndTheGroupsItLeftOutJoinAsTheirFirstIncarnation) {
+  hai::Job job = RunningGroups(/*replicas=*/3, /*min_replicas=*/2, 1, 2, /*started=*/2);
+  const hai::Run& run = job.runs(0);
+  ASSERT_EQ(run.groups_size(), 2);
+  EXPECT_EQ(LiveGroups(run), 2);
+  ASSERT_EQ(run.events_size(), 1);
+  EXPECT_EQ(run.events(0).text(),
+            "started with 2 of 3 replica groups (no room for more now, min_replicas 2); the "
+            "others start as nodes free and join at a step boundary");
+  Transition t = Must(job, Replacement(2, {"n7"}), kNow + 10);
+  ASSERT_EQ(t.job.runs(0).groups_size(), 3);
+  const hai::ReplicaGroup& third = t.job.runs(0).groups(2);
+  EXPECT_EQ(third.replica(), 2);
+  EXPECT_EQ(third.incarnation(), 0) << "not a replacement: replica 2 never ran";
+  EXPECT_EQ(third.first_node(), 2);
+  EXPECT_THAT(t.job.runs(0).events(1).text(), HasSubstr("replica 2 started on n7 (ranks 4-5)"));
+  EXPECT_EQ(LiveGroups(t.job.runs(0)), 3);
+  // Losing one of the two it started with leaves fewer than min_replicas: the run ends.
+  t = Must(job, RankExited{0, 2, 137});
+  EXPECT_THAT(t.job.runs(0).end_reason(), HasSubstr("below min_replicas 2"));
 }
 
 TEST(LifecycleTest, ALiveReplicaIsNotReplacedNorAnyOnceTheTrainingFinished) {

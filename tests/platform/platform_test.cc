@@ -470,6 +470,48 @@ TEST_F(PlatformTest, AFaultTolerantJobsGroupsMoveOffADrainedNodeAndFailingReplac
   EXPECT_EQ(Hai({"admin", "undrain", node1}, admin_token_).code, 0);
 }
 
+// A fault-tolerant job with room for only min_replicas of its groups starts with those (as
+// torchelastic's min:max nodes do); the others start as nodes free, after the jobs queued then,
+// as the replicas' first incarnations (not replacements).
+TEST_F(PlatformTest, AnElasticFaultTolerantJobStartsWithTheGroupsThatFitAndGrows) {
+  const int64_t first = Submit(bob_, {"--gpus-per-node", "2", "--", "sleep 600"});
+  ASSERT_TRUE(WaitForState(first, bob_, "RUNNING"));
+  const std::string script =
+      "echo \"group=$HAI_REPLICA_GROUP replica=$HAI_REPLICA_ID rank=$RANK replicas=$HAI_REPLICAS "
+      "min=$HAI_MIN_REPLICAS\"; sleep 600";
+  const int64_t id = Submit(
+      alice_, {"--replicas", "3", "--min-replicas", "2", "--gpus-per-node", "2", "--", script});
+  ASSERT_TRUE(WaitForState(id, alice_, "RUNNING"));
+  json run = Show(id, alice_)["runs"][0];
+  EXPECT_EQ(run["groups"].size(), 2u) << run.dump();
+  EXPECT_THAT(run["events"].dump(),
+              HasSubstr("started with 2 of 3 replica groups (no room for more now, min_replicas "
+                        "2); the others start as nodes free"));
+  ASSERT_TRUE(
+      WaitUntil([&] { return Logs(id, alice_, 1).find("group=1 ") != std::string::npos; }, 20s));
+  // A job queued meanwhile comes first when bob's node frees: the group is not needed to run.
+  const int64_t second = Submit(bob_, {"--gpus-per-node", "2", "--", "sleep 600"});
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(State(second, bob_), "QUEUED");
+  ASSERT_EQ(Hai({"stop", std::to_string(first)}, bob_).code, 0);
+  ASSERT_TRUE(WaitForState(second, bob_, "RUNNING"));
+  EXPECT_EQ(Show(id, alice_)["runs"][0]["groups"].size(), 2u);
+  EXPECT_THAT(Show(id, alice_)["runs"][0].dump(), HasSubstr("replica 2 waits to start"));
+  // Then replica 2 starts on the node bob's second job leaves, as itself (group "2"), with the
+  // run's next ranks.
+  ASSERT_EQ(Hai({"stop", std::to_string(second)}, bob_).code, 0);
+  ASSERT_TRUE(
+      WaitUntil([&] { return Logs(id, alice_, 2).find("group=2 ") != std::string::npos; }, 30s))
+      << Show(id, alice_).dump();
+  EXPECT_THAT(Logs(id, alice_, 2), HasSubstr("group=2 replica=2 rank=0 replicas=3 min=2"));
+  run = Show(id, alice_)["runs"][0];
+  EXPECT_EQ(run["groups"].size(), 3u);
+  EXPECT_THAT(run["events"].dump(), HasSubstr("replica 2 started on"));
+  EXPECT_THAT(run["events"].dump(), Not(HasSubstr("replacement")));
+  EXPECT_EQ(Hai({"stop", std::to_string(id)}, alice_).code, 0);
+  ASSERT_TRUE(WaitForState(id, alice_, "STOPPED"));
+}
+
 TEST_F(PlatformTest, HealthCheckFailureDrainsTheNodeUntilItPassesAgain) {
   const std::string kmsg = dir_.File("kmsg");
   test::WriteFile(kmsg, "6,1,100,-;Linux version 6.1.0\n");

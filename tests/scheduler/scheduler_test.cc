@@ -18,6 +18,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
+using ::testing::UnorderedElementsAre;
 
 SchedulerOptions NoPreemption() {
   SchedulerOptions o;
@@ -35,6 +36,16 @@ JobRequest Job(JobId id, int nodes, int priority = 3, const std::string& user = 
   j.comm = CommKind::kAllreduce;
   j.traffic_gbps = 100;
   j.submit_time = id;
+  return j;
+}
+
+// A fault-tolerant job of `groups` replica groups of `group_nodes` nodes, `min_groups` of which
+// may start without the others.
+JobRequest Elastic(JobId id, int groups, int group_nodes, int min_groups,
+                   const std::string& user = "alice") {
+  JobRequest j = Job(id, groups * group_nodes, 3, user);
+  j.node_step = group_nodes;
+  j.min_nodes = min_groups * group_nodes;
   return j;
 }
 
@@ -142,6 +153,66 @@ TEST_F(SchedulerTest, QuotasCapNodesPerUser) {
       Decide({Job(1, 4, 3, "alice"), Job(2, 4, 3, "bob"), Job(3, 2, 3, "alice")}, 100, options);
   EXPECT_THAT(Started(d), ElementsAre(2, 3));
   EXPECT_EQ(d.pending.at(1), "user alice may hold 4 nodes and holds 2; this job needs 4 more");
+}
+
+TEST_F(SchedulerTest, AnElasticGangStartsWithTheGroupsThatFitDownToItsMinimum) {
+  Run(Job(10, 4, 3, "bob"), {0, 1, 2, 3});
+  Run(Job(11, 4, 3, "bob"), {8, 9, 10, 11});
+  // 4 nodes free in each zone; an allreduce job stays in one. Four groups of 2 nodes (8 nodes) do
+  // not fit: two groups start, in one zone. A gang of the same size waits whole, and so does an
+  // elastic job whose minimum (three groups) does not fit.
+  Decision d = Decide({Elastic(1, 4, 2, 2), Job(2, 8), Elastic(3, 4, 2, 3)}, 100, NoPreemption());
+  ASSERT_THAT(Started(d), ElementsAre(1));
+  ASSERT_EQ(d.starts[0].placement.nodes.size(), 4u);
+  const int zone = topology_->nodes()[d.starts[0].placement.nodes[0]].zone;
+  for (int n : d.starts[0].placement.nodes)
+    EXPECT_EQ(topology_->nodes()[n].zone, zone);
+  EXPECT_THAT(d.pending.at(2), HasSubstr("needs 8 nodes with 8 free GPUs; 4 are free"));
+  EXPECT_THAT(d.pending.at(3), HasSubstr("needs 8 nodes with 8 free GPUs; 4 are free"));
+  // With room for three groups (6 nodes in zone B), three start; whole when all four fit.
+  state_ = std::make_unique<ClusterState>(*topology_);
+  Run(Job(10, 4, 3, "bob"), {0, 1, 2, 3});
+  Run(Job(11, 2, 3, "bob"), {8, 9});
+  d = Decide({Elastic(1, 4, 2, 2)}, 100, NoPreemption());
+  ASSERT_THAT(Started(d), ElementsAre(1));
+  EXPECT_EQ(d.starts[0].placement.nodes.size(), 6u);
+  state_ = std::make_unique<ClusterState>(*topology_);
+  d = Decide({Elastic(1, 4, 2, 2)}, 100, NoPreemption());
+  ASSERT_THAT(Started(d), ElementsAre(1));
+  EXPECT_EQ(d.starts[0].placement.nodes.size(), 8u);
+}
+
+TEST_F(SchedulerTest, AnElasticGangStartsWithTheGroupsItsUsersQuotaLeaves) {
+  Run(Job(10, 2, 3, "alice"), {0, 1});
+  SchedulerOptions options = NoPreemption();
+  options.node_quota["alice"] = 6;
+  // Alice holds 2 of her 6 nodes: two of the four groups start; one that needs three waits on
+  // her quota.
+  Decision d = Decide({Elastic(1, 4, 2, 2), Elastic(2, 4, 2, 3)}, 100, options);
+  ASSERT_THAT(Started(d), ElementsAre(1));
+  EXPECT_EQ(d.starts[0].placement.nodes.size(), 4u);
+  EXPECT_EQ(d.pending.at(2), "user alice may hold 6 nodes and holds 6; this job needs 8 more");
+}
+
+TEST_F(SchedulerTest, AnElasticGangBehindABlockedHeadKeepsOffItsReservation) {
+  JobRequest long_running = Job(10, 6, 3, "bob");
+  long_running.expected_runtime = 1000;
+  Run(long_running, {0, 1, 2, 3, 4, 5});
+  JobRequest other = Job(11, 4, 3, "bob");
+  other.expected_runtime = 5000;
+  Run(other, {8, 9, 10, 11});
+  // The head needs all of zone A, free at t=1000: it reserves nodes 0-7. Free now: 6 and 7 (zone
+  // A), 12-15 (zone B). The elastic job (no expected run time) starts with two of its four
+  // groups, in zone B, off the reservation.
+  Decision d = Decide({Job(1, 8), Elastic(2, 4, 2, 1)}, 100, NoPreemption());
+  ASSERT_THAT(Started(d), ElementsAre(2));
+  EXPECT_THAT(d.starts[0].placement.nodes, UnorderedElementsAre(12, 13, 14, 15));
+  EXPECT_THAT(d.reserved, UnorderedElementsAre(0, 1, 2, 3, 4, 5, 6, 7));
+  // Without backfill nothing passes the head, an elastic job neither.
+  SchedulerOptions no_backfill = NoPreemption();
+  no_backfill.backfill = false;
+  d = Decide({Job(1, 8), Elastic(2, 4, 2, 1)}, 100, no_backfill);
+  EXPECT_THAT(d.starts, IsEmpty());
 }
 
 TEST_F(SchedulerTest, BackfillWhatEndsBeforeTheReservationOrKeepsOffItsNodes) {
@@ -532,6 +603,10 @@ RandomCase MakeRandomCase(uint64_t seed) {
     JobRequest j = Job(i + 1, pick(0, 1) ? pick(1, nodes) : 0, pick(0, 6),
                        "user" + std::to_string(pick(0, 3)));
     if (j.nodes == 0) j.gpus = pick(1, 8);
+    if (j.nodes > 1 && pick(0, 3) == 0) {  // an elastic gang: groups of 1 or 2 nodes
+      j.node_step = j.nodes % 2 == 0 ? pick(1, 2) : 1;
+      j.min_nodes = j.node_step * pick(1, j.nodes / j.node_step);
+    }
     j.comm = static_cast<CommKind>(pick(0, 2));
     j.may_span_zones = pick(0, 3) == 0;
     j.expected_runtime = pick(0, 1) ? pick(10, 5000) : 0;
@@ -566,9 +641,15 @@ TEST(SchedulerPropertyTest, DecisionsAreSoundOnRandomClusters) {
         by_id[j.id] = &j;
       for (const auto& s : d.starts) {
         const JobRequest& j = *by_id.at(s.job);
-        // Gangs are all or nothing; sub-node jobs get their GPUs on one node.
-        if (j.Gang()) {
-          ASSERT_EQ(static_cast<int>(s.placement.nodes.size()), j.nodes) << seed << " " << policy;
+        // Gangs are all or nothing (an elastic one: whole groups, at least its minimum);
+        // sub-node jobs get their GPUs on one node.
+        const int got = static_cast<int>(s.placement.nodes.size());
+        if (j.Elastic()) {
+          ASSERT_TRUE(got <= j.nodes && got >= j.min_nodes && got % j.node_step == 0)
+              << seed << " " << policy << ": " << got << " of " << j.nodes;
+          ASSERT_EQ(s.placement.gpus_per_node, j.gpus_per_node);
+        } else if (j.Gang()) {
+          ASSERT_EQ(got, j.nodes) << seed << " " << policy;
           ASSERT_EQ(s.placement.gpus_per_node, j.gpus_per_node);
         } else {
           ASSERT_EQ(s.placement.nodes.size(), 1u);
@@ -585,7 +666,8 @@ TEST(SchedulerPropertyTest, DecisionsAreSoundOnRandomClusters) {
       // Quotas hold after the round.
       int user0 = 0;
       for (const RunningJob& r : after.running()) {
-        if (r.request.user == "user0") user0 += r.request.Gang() ? r.request.nodes : 1;
+        if (r.request.user == "user0")
+          user0 += r.request.Gang() ? static_cast<int>(r.placement.nodes.size()) : 1;
       }
       int user0_before = 0;
       for (const RunningJob& r : c.state->running()) {

@@ -377,6 +377,53 @@ def test_on_hai_platform_a_job_of_four_groups_survives_a_killed_group_and_a_lost
     assert tail < 1.25 * base + 0.01, (tail, base)
 
 
+def test_on_hai_platform_a_job_with_room_for_min_replicas_starts_and_its_last_group_joins():
+    """--replicas 3 --min-replicas 2 with one of three nodes busy: the job starts with two groups
+    and trains; when the node frees, replica 2 starts there (as itself, not a replacement),
+    joins at a step boundary with the live state, and the three groups end identical."""
+    from hai_cluster import HaiCluster
+
+    with tempfile.TemporaryDirectory() as d, HaiCluster(d, nodes=3) as cluster:
+        out = os.path.join(d, "out")
+        os.makedirs(out)
+        blocker = cluster.submit("--nodes", "1", "--gpus-per-node", "2", "--", "sleep 600")
+        cluster.wait_state(blocker, "RUNNING")
+        job = _submit_ft(cluster, out, [5000, out], "--procs-per-node", "2", "--replicas", "3",
+                         "--min-replicas", "2", "--name", "ftgrow")
+        try:
+            wait_for_step(out, "1", 10, timeout=120)  # two groups train
+        except AssertionError:
+            _explain(cluster, job)
+            raise
+        assert len(cluster.show(job)["runs"][-1]["groups"]) == 2
+        cluster.hai("stop", str(blocker))
+        try:
+            wait_for_step(out, "2", 1, timeout=120)  # the third committed a step
+        except AssertionError:
+            _explain(cluster, job)
+            raise
+        with open(os.path.join(out, "step.0")) as f:
+            steps = int(f.read()) + 20
+        with open(os.path.join(out, "stop_at.tmp"), "w") as f:
+            f.write(str(steps))
+        os.replace(os.path.join(out, "stop_at.tmp"), os.path.join(out, "stop_at"))
+        final = cluster.wait_state(job, "SUCCEEDED", timeout=180)
+        done = _platform_results(out)
+    run = final["runs"][-1]
+    assert len(final["runs"]) == 1, "the job was requeued"
+    events = "\n".join(e["text"] for e in run["events"])
+    assert "started with 2 of 3 replica groups" in events, events
+    assert "replica 2 started on" in events, events
+    assert "replacement" not in events, events
+    assert "quorum: group 2 joined the quorum at step" in events, events
+    summary = {k: (r["step"], r["digest"][:8], r["healed_at"]) for k, r in done.items()}
+    assert set(done) == {(g, r) for g in ("0", "1", "2") for r in (0, 1)}, summary
+    for rank in (0, 1):
+        assert len({done[(g, rank)]["digest"] for g in ("0", "1", "2")}) == 1, summary
+        assert all(done[(g, rank)]["step"] == steps for g in ("0", "1", "2")), summary
+    assert done[("2", 0)]["healed_at"], summary  # it took the live state, not step 0's
+
+
 def test_on_hai_platform_below_min_replicas_the_job_is_requeued_and_resumes_from_its_checkpoint():
     """--replicas 2 --min-replicas 2: a group's node dies (its agent and its ranks killed -9).
     One group is below the minimum, so the run ends as a gang's would and the job is requeued;

@@ -321,8 +321,9 @@ void AddJobCommands(CLI::App& app, std::vector<Command>& out) {
                      "Fault tolerance (haiscale.ft): run as this many replica groups of --nodes "
                      "nodes each; a lost group is replaced while the others go on");
   submit->add_option("--min-replicas", s->min_replicas,
-                     "With --replicas: below this many live groups the job is requeued from its "
-                     "checkpoint (default 1)");
+                     "With --replicas: it starts with this many groups when all do not fit (the "
+                     "others join as nodes free); below this many live groups it is requeued from "
+                     "its checkpoint (default 1)");
   submit->add_option("command", s->command, "The command (after --)")->required();
   out.push_back({submit, [s](const Globals& g, Client& c) { return Submit(*s, g, c); }});
 

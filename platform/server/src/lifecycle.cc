@@ -175,6 +175,16 @@ struct Visitor {
     for (const std::string& n : run->nodes())
       where += (where.empty() ? "" : ",") + n;
     t.log = JobName(job) + " run " + std::to_string(run->index()) + " starts on " + where;
+    const hai::JobSpec& spec = job.spec();
+    if (FaultTolerant(spec) && run->groups_size() < spec.replicas()) {
+      const std::string line = "started with " + std::to_string(run->groups_size()) + " of " +
+                               std::to_string(spec.replicas()) +
+                               " replica groups (no room for more now, min_replicas " +
+                               std::to_string(MinReplicas(spec)) +
+                               "); the others start as nodes free and join at a step boundary";
+      AddRunEvent(*run, now_ms, line);
+      t.log += "; " + line;
+    }
     t.wake = NodesOf(job);
     t.changed = true;
     return Status::Ok();

@@ -33,6 +33,11 @@ JobRequest HaiServer::RequestOf(const hai::Job& job) const {
   r.user = job.user();
   r.priority = spec.priority();
   r.nodes = spec.nodes() * (FaultTolerant(spec) ? spec.replicas() : 1);
+  if (FaultTolerant(spec) && MinReplicas(spec) < spec.replicas()) {
+    // It may start with min_replicas groups; the others start as nodes free (PlaceReplacements).
+    r.node_step = spec.nodes();
+    r.min_nodes = MinReplicas(spec) * spec.nodes();
+  }
   r.gpus_per_node = spec.gpus_per_node();
   r.comm = spec.comm() == hai::PIPELINE ? scheduler::CommKind::kPipeline
            : spec.comm() == hai::NONE   ? scheduler::CommKind::kNone
@@ -174,7 +179,7 @@ void HaiServer::ScheduleRound() {
     ClusterState usable = state;
     for (int i : unusable)
       usable.SetDrained(i, true);
-    PlaceReplacements(state, usable, leaving, in_use, apply);
+    PlaceReplacements(state, usable, leaving, in_use, apply, /*growth=*/false);
   }
   for (int i : unusable)
     state.SetDrained(i, true);
@@ -225,7 +230,21 @@ void HaiServer::ScheduleRound() {
     }
     hai::Run run = PlaceRun(job.spec(), s.placement, in_use);
     if (FaultTolerant(job.spec())) run.set_ft_store(quorum_address_);
-    apply(job, Started{std::move(run)});
+    if (!apply(job, Started{std::move(run)})) continue;
+    if (Status st = state.Allocate(RequestOf(job), s.placement, now_ms / 1000); !st.ok()) {
+      spdlog::error("job {}: cannot account its start: {}", s.job, st.message());
+    }
+  }
+  {
+    // The groups that elastic fault-tolerant jobs started without, after the queue (whose jobs
+    // come first: the groups are not needed for the jobs to run) and off the nodes reserved for
+    // the first job left waiting.
+    ClusterState usable = state;
+    for (int i : unusable)
+      usable.SetDrained(i, true);
+    for (int i : d.reserved)
+      usable.SetDrained(i, true);
+    PlaceReplacements(state, usable, leaving, in_use, apply, /*growth=*/true);
   }
   if (changed.empty() && d.pending.empty()) return;
   // The round's decisions in one synced write.
@@ -236,33 +255,41 @@ void HaiServer::ScheduleRound() {
 
 void HaiServer::PlaceReplacements(ClusterState& state, ClusterState& usable,
                                   const std::map<int, int64_t>& leaving, InUse& in_use,
-                                  const std::function<bool(hai::Job&, const JobEvent&)>& apply) {
+                                  const std::function<bool(hai::Job&, const JobEvent&)>& apply,
+                                  bool growth) {
   for (auto& entry : jobs_) {
     const int64_t id = entry.first;  // (named, not bound: the lambdas below capture them)
     hai::Job& job = entry.second;
     const hai::JobSpec& spec = job.spec();
     if (!FaultTolerant(spec) || job.state() != hai::RUNNING || job.stop_requested()) continue;
     if (!job.runs(job.runs_size() - 1).end_reason().empty()) continue;
-    std::set<int> missing;
+    // The replicas without a live group: lost ones (replaced unless `growth`), and those the run
+    // started without (started only with `growth`).
+    std::set<int> missing, ever_started;
     for (int r = 0; r < spec.replicas(); ++r)
       missing.insert(r);
     bool finished = false;
     for (const hai::ReplicaGroup& g : job.runs(job.runs_size() - 1).groups()) {
       if (g.end_reason().empty()) missing.erase(g.replica());
+      ever_started.insert(g.replica());
       finished |= g.finished();
     }
+    std::erase_if(missing, [&](int r) { return ever_started.contains(r) == growth; });
     if (missing.empty() || finished) continue;
     for (int replica : missing) {
       const hai::Run& current = job.runs(job.runs_size() - 1);
-      const int replaced = current.groups_size() - spec.replicas();
-      const std::string waiting = "replica " + std::to_string(replica) + " is not replaced: ";
+      // Replacements placed so far (the groups the run started without are not replacements).
+      const int replaced = current.groups_size() - static_cast<int>(ever_started.size());
+      const std::string waiting =
+          "replica " + std::to_string(replica) +
+          (growth ? " waits to start (the run started without it): " : " is not replaced: ");
       auto note = [&](const std::string& text) {  // once, not every round
         hai::Run& r = *job.mutable_runs(job.runs_size() - 1);
         if (r.events_size() > 0 && r.events(r.events_size() - 1).text() == text) return;
         AddRunEvent(r, NowMs(), text);
         spdlog::info("job {}: {}", id, text);
       };
-      if (replaced >= MaxReplacements(spec)) {
+      if (!growth && replaced >= MaxReplacements(spec)) {
         note(waiting + "the run has placed " + std::to_string(replaced) +
              " replacements, its most (max_restarts per replica)");
         break;
@@ -396,7 +423,9 @@ hai::Run HaiServer::PlaceRun(const hai::JobSpec& spec, const Placement& placemen
   run.set_master_addr(addr);
   run.set_master_port(port);
   if (FaultTolerant(spec)) {
-    for (int r = 0; r < spec.replicas(); ++r) {
+    // (An elastic start has fewer groups than replicas: the others are added as nodes free.)
+    const int groups = static_cast<int>(placement.nodes.size()) / spec.nodes();
+    for (int r = 0; r < groups; ++r) {
       hai::ReplicaGroup* g = run.add_groups();
       g->set_replica(r);
       g->set_first_node(r * spec.nodes());

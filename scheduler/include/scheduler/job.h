@@ -44,9 +44,15 @@ struct JobRequest {
   // The wait counts from then, not from submission, so a job that queued for hours behind others
   // still gets its chance of one leaf once its turn comes.
   Seconds locality_wait_since = -1;
+  // An elastic gang (a fault-tolerant job's replica groups of `node_step` nodes each): when all
+  // `nodes` cannot be had, it starts with as many as fit in whole steps, down to `min_nodes`, and
+  // its caller adds the rest as nodes free (Scheduler::Decide). 0: all or nothing.
+  int min_nodes = 0;
+  int node_step = 0;
 
   int TotalGpus() const { return nodes > 0 ? nodes * gpus_per_node : gpus; }
   bool Gang() const { return nodes > 0; }
+  bool Elastic() const { return Gang() && node_step > 0 && min_nodes > 0 && min_nodes < nodes; }
 };
 
 // Where a job runs: its nodes in rank order (rank r on nodes[r]) and GPUs used on each.

@@ -3,7 +3,7 @@
 //
 // Rules (after HAI-Platform):
 //   - Jobs are considered by priority (higher first), then submission time, then id: FIFO within
-//     a priority level. Gangs start whole or not at all.
+//     a priority level. Gangs start whole or not at all (an elastic gang: below).
 //   - A job may suspend running jobs of strictly lower priority (so never one of the same user and
 //     priority) that have run at least their min_runtime, choosing those that lose the least work
 //     (time since their last checkpoint) and no more than needed.
@@ -23,6 +23,11 @@
 //   - Such a job that heads the queue short of nodes anywhere, and would start across leaves when
 //     they free, reserves a leaf's nodes instead where that leaf is expected to free for it later
 //     by less than the policy's LocalityWait for the spread placement.
+//   - An elastic gang (JobRequest::Elastic: a fault-tolerant job's replica groups) that cannot
+//     start whole, even by suspending jobs, starts with the most whole groups that fit, down to
+//     its min_nodes (and within its user's quota), as a backfill would behind a blocked head; its
+//     caller adds the other groups as nodes free, off the head's reserved nodes
+//     (Decision::reserved), the way torchelastic's min:max nodes start a job.
 //
 // Decide is pure and deterministic: the same state, queue and time give the same decision.
 #pragma once
@@ -50,7 +55,7 @@ struct SchedulerOptions {
 struct Decision {
   struct Start {
     JobId job;
-    Placement placement;
+    Placement placement;  // an elastic gang's may have fewer nodes than it asked for
   };
   std::vector<JobId> suspends;           // suspend these first; their nodes go to `starts`
   std::map<JobId, JobId> suspended_for;  // each suspended job -> the job it makes room for
@@ -66,6 +71,9 @@ struct Decision {
   // The earliest time at which a waiting job's prospects change by time alone (a locality wait
   // runs out), so a round then may decide differently; -1 if none.
   Seconds recheck_at = -1;
+  // The nodes the first job left waiting is expected to start on (its reservation; empty if it
+  // has none): what starts between rounds (an elastic gang's missing groups) keeps off them.
+  std::vector<int> reserved;
 };
 
 class Scheduler {

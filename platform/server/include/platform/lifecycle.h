@@ -16,9 +16,11 @@
 // A fault-tolerant job (JobSpec.replicas R > 0) runs as R replica groups (Run.groups). While it
 // runs, a group whose node is lost or drained, or one of whose ranks exits non-zero, is lost on
 // its own: its other ranks are killed, the run goes on, and the scheduler places a replacement
-// (GroupStarted) that joins the others at a step boundary. Only when fewer than min_replicas
-// groups are left does the run end as a gang's would (RUN_NODE_LOST or RUN_RANK_FAILED, then the
-// restart policy). When every rank of some group exits 0 the training is over: nothing is
+// (GroupStarted) that joins the others at a step boundary; a run may also start with fewer
+// groups than R (at least min_replicas: no room for more), its missing replicas added later by
+// GroupStarted as their first incarnations. Only when fewer than min_replicas groups are left
+// does the run end as a gang's would (RUN_NODE_LOST or RUN_RANK_FAILED, then the restart
+// policy). When every rank of some group exits 0 the training is over: nothing is
 // replaced any more, and the job succeeds once every rank's exit is known.
 //
 // A run ends when every rank's exit is known (a rank on a lost node counts as exited with

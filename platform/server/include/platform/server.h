@@ -175,12 +175,13 @@ class HaiServer final : public hai::Hai::Service {
   // A master for ranks led from `first_node`: its host and the lowest port free there.
   std::pair<std::string, int> TakeMaster(const std::string& first_node, InUse& in_use) const
       FF_REQUIRES(mu_);
-  // Places replacements for the lost replica groups of running fault-tolerant jobs, on nodes
-  // free in `usable` (the round's state with unusable nodes drained); each placed group is added
-  // to `state` (the round's accounting) and to its job (GroupStarted, through `apply`).
+  // Places replacements for the lost replica groups of running fault-tolerant jobs or, with
+  // `growth`, the groups an elastic start left out (they never ran), on nodes free in `usable`
+  // (the round's state with unusable nodes drained); each placed group is added to `state` (the
+  // round's accounting) and to its job (GroupStarted, through `apply`).
   void PlaceReplacements(scheduler::ClusterState& state, scheduler::ClusterState& usable,
                          const std::map<int, int64_t>& leaving, InUse& in_use,
-                         const std::function<bool(hai::Job&, const JobEvent&)>& apply)
+                         const std::function<bool(hai::Job&, const JobEvent&)>& apply, bool growth)
       FF_REQUIRES(mu_);
   std::vector<hai::Task> TasksFor(const std::string& node) const FF_REQUIRES(mu_);
   scheduler::JobRequest RequestOf(const hai::Job& job) const;
