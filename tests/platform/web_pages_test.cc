@@ -123,7 +123,7 @@ TEST(WebPagesTest, AFaultTolerantJobShowsItsGroupsAndWhatHappenedToThem) {
   e->set_time_ms(1'160'000);
   e->set_text("quorum: group 1.1 joined the quorum at step 57, taking group 0's state");
   Page p = JobPage(j, "", {}, 2'000'000);
-  EXPECT_NE(p.body.find("2 replica groups of that shape, going on while 1 live"),
+  EXPECT_NE(p.body.find("2 replica groups of that shape, starting and going on with 1 or more"),
             std::string::npos);
   EXPECT_NE(p.body.find("id=\"groups\""), std::string::npos);
   EXPECT_NE(p.body.find("lost: node n1 lost"), std::string::npos) << p.body;

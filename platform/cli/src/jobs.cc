@@ -57,7 +57,7 @@ void PrintJob(const hai::Job& j) {
               Lower(hai::CommKind_Name(s.comm())).c_str());
   if (s.replicas() > 0) {
     std::printf(
-        "  replicas:  %d group(s) of the shape above, going on while %d live "
+        "  replicas:  %d group(s) of the shape above, starting and going on with %d or more "
         "(fault tolerance)\n",
         s.replicas(), std::max(1, s.min_replicas()));
   }

@@ -198,8 +198,9 @@ Page JobPage(const hai::Job& job, std::string_view log_tail,
                         " process(es) per node");
   if (s.replicas() > 0) {
     t += row("Fault tolerance", std::to_string(s.replicas()) +
-                                    " replica groups of that shape, going on while " +
-                                    std::to_string(std::max(1, s.min_replicas())) + " live");
+                                    " replica groups of that shape, starting and going on "
+                                    "with " +
+                                    std::to_string(std::max(1, s.min_replicas())) + " or more");
   }
   t += row("Priority", std::to_string(s.priority()));
   t += row("Submitted", Clock(job.submit_ms()) + " (" + Ago(job.submit_ms(), now_ms) + ")");
