@@ -143,6 +143,10 @@ py::dict JoinQuorum(const std::string& address, const std::string& job,
   d["recover_from"] = q->recover_from;
   d["healing"] = q->healing();
   d["store_prefix"] = q->store_prefix;
+  py::list stores;
+  for (const std::string& s : q->stores)
+    stores.append(s);
+  d["stores"] = stores;
   return d;
 }
 

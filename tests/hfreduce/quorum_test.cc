@@ -15,7 +15,9 @@
 namespace ff::hfreduce {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
@@ -253,8 +255,15 @@ TEST(ReplicaQuorumTest, ServedByTheStoreServerOverGrpc) {
     EXPECT_EQ(q->replica_world(), 2);
     EXPECT_EQ(q->max_step, 3);
     EXPECT_THAT(q->store_prefix, HasSubstr("job7"));
+    EXPECT_THAT(q->stores, IsEmpty()) << "not told any";
   }
   StoreClient client((*server)->address(), 5s);
+  // Told every server of the service, it names them in each quorum (a client adds those it was
+  // not given).
+  (*server)->SetStores((*server)->address() + ", 10.0.0.2:7000");
+  auto told = client.JoinQuorum(Ask("0", 4, 1, 1), 5s);
+  ASSERT_TRUE(told.ok()) << told.status();
+  EXPECT_THAT(told->stores, ElementsAre((*server)->address(), "10.0.0.2:7000"));
   QuorumRequest bad = Ask("0", 0, 3, 2);
   auto refused = client.JoinQuorum(bad, 1s);
   ASSERT_FALSE(refused.ok());

@@ -242,6 +242,35 @@ def test_hsdp_groups_lose_one_and_a_replacement_heals_shard_by_shard(store):
     assert 1 in worlds and worlds[-1] == 2, worlds
 
 
+def test_groups_follow_the_quorum_service_to_a_server_they_were_not_given(store):
+    """The groups start knowing only server A, which names A and B as the service's servers (as
+    hai-server's leader names a replica started after the job). A is killed mid-training: the
+    groups re-form on B, which they learnt of from A's quorums, and finish identical."""
+    port = free_port()
+    first = f"127.0.0.1:{port}"
+    proc = subprocess.Popen([os.path.join(BUILD, "hfreduce", "hfreduce-store"), "--listen", first,
+                             "--stores", f"{first},{store}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert "listening" in proc.stdout.readline()
+        with tempfile.TemporaryDirectory() as out:
+            options = {"replicas": 2, "min_replicas": 2, "quorum_timeout": 20.0}
+            groups = [Group(first, i, out, steps=STEPS, **options) for i in range(2)]
+            wait_for_step(out, "0", 20)
+            proc.kill()
+            outcomes = [g.wait() for g in groups]
+            for code, output in outcomes:
+                assert code == 0, output
+            done = results(out)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert sorted(done) == ["0", "1"], done.keys()
+    assert done["0"]["digest"] == done["1"]["digest"]
+    assert done["0"]["step"] == done["1"]["step"] == STEPS
+    check_stream(done["0"])
+
+
 def test_below_min_replicas_no_quorum_forms_and_the_survivor_raises(store):
     with tempfile.TemporaryDirectory() as out:
         groups = [Group(store, i, out, step_s=0.05, quorum_timeout=5.0) for i in range(3)]

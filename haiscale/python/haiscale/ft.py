@@ -35,7 +35,10 @@ Configuration comes from arguments, else the environment HAI-Platform gives a jo
 HAI_FT_STORE (the quorum service's address), HAI_JOB_ID, HAI_REPLICA_GROUP (the group's name in
 the quorum: HAI_REPLICA_ID, with ".n" for its n-th replacement, so that a replacement is never
 taken for a group it replaces that still runs cut off from the platform), HAI_REPLICAS,
-HAI_MIN_REPLICAS; `hai submit --replicas R --min-replicas M` sets them all.
+HAI_MIN_REPLICAS; `hai submit --replicas R --min-replicas M` sets them all. HAI_FT_STORE may list
+several servers (hai-server's replicas; one serves at a time); each quorum names every server the
+service knows, and the Manager adds those it was not given, so that its group follows a failover
+to a replica started after the group was.
 """
 
 import datetime
@@ -106,10 +109,10 @@ class Manager:
         self._pg_quorum = None
         self._reform = False
         self._heartbeat = None
+        self._heartbeat_ms = max(10, int(heartbeat_timeout * 100))
         if self.group_rank == 0 and heartbeat_timeout > 0:
             self._heartbeat = _backend._C.QuorumHeartbeat(
-                self.store_address, self.job, self.replica_id,
-                max(10, int(heartbeat_timeout * 100)))
+                self.store_address, self.job, self.replica_id, self._heartbeat_ms)
 
     # ---- per step -------------------------------------------------------------------------
 
@@ -122,6 +125,7 @@ class Manager:
         while True:
             q = self._ask_quorum()  # raises when fewer than min_replicas groups ask in time
             self.quorum = q
+            self._learn_stores(q)
             ok = True
             try:
                 # (The prefix, not the id: ids restart when the service does, prefixes never
@@ -237,6 +241,19 @@ class Manager:
                                        group=self.group)
             q = box[0]
         return q
+
+    def _learn_stores(self, q):
+        """Adds the quorum service's servers this group was not given (a hai-server replica
+        started after the group was) to those it tries, so that it follows a failover to one."""
+        known = [a.strip() for a in self.store_address.split(",") if a.strip()]
+        new = [a for a in q.get("stores", []) if a not in known]
+        if not new:
+            return
+        self.store_address = ",".join(known + new)
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = _backend._C.QuorumHeartbeat(
+                self.store_address, self.job, self.replica_id, self._heartbeat_ms)
 
     def _group_agrees(self, ok):
         """Whether every rank of this replica group saw `ok` (one answer for the whole group)."""

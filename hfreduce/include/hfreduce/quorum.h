@@ -59,6 +59,9 @@ struct Quorum {
   int64_t max_step = 0;               // the most steps any member has committed
   int recover_from = 0;               // the lowest rank with max_step: the source of state
   std::string store_prefix;           // where this quorum's members rendezvous (unique per id)
+  // Every server of the quorum service as the one that decided it knows them (empty if it was
+  // not told: StoreServer::SetStores).
+  std::vector<std::string> stores;
 
   int replica_world() const { return static_cast<int>(members.size()); }
   // Whether some member is behind (it takes recover_from's state before the step).

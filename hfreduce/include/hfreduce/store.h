@@ -44,6 +44,10 @@ class StoreServer {
                                                     std::function<Status()> serving = nullptr);
   ~StoreServer();
   const std::string& address() const;
+  // Every server of the service this one is part of ("a,b,c": hai-server's replicas, as it finds
+  // them), told to each quorum's members (Quorum::stores) so that a job's groups also reach the
+  // replicas started after they were. Thread-safe; empty by default.
+  void SetStores(const std::string& list);
   // The quorums it serves (for what they tell: ReplicaQuorum::Events).
   ReplicaQuorum& quorum();
 

@@ -23,6 +23,10 @@ class StoreService final : public proto::Store::Service {
   explicit StoreService(std::function<Status()> serving)
       : serving_(std::move(serving)), quorum_(std::to_string(std::random_device{}())) {}
   ReplicaQuorum& quorum() { return quorum_; }
+  void SetStores(std::vector<std::string> stores) {
+    std::lock_guard lock(stores_mu_);
+    stores_ = std::move(stores);
+  }
 
   grpc::Status Set(grpc::ServerContext*, const proto::SetRequest* request,
                    proto::SetReply*) override {
@@ -123,6 +127,11 @@ class StoreService final : public proto::Store::Service {
       reply->set_max_step(decided.max_step);
       reply->set_recover_from(decided.recover_from);
       reply->set_store_prefix(decided.store_prefix);
+      {
+        std::lock_guard lock(stores_mu_);
+        for (const std::string& s : stores_)
+          reply->add_stores(s);
+      }
       return Status::Ok();
     });
   }
@@ -150,6 +159,8 @@ class StoreService final : public proto::Store::Service {
   std::map<std::string, std::string> data_;
   const std::function<Status()> serving_;
   ReplicaQuorum quorum_;
+  std::mutex stores_mu_;
+  std::vector<std::string> stores_;
 };
 
 }  // namespace
@@ -178,6 +189,10 @@ ReplicaQuorum& StoreServer::quorum() {
 
 const std::string& StoreServer::address() const {
   return impl_->server->address();
+}
+
+void StoreServer::SetStores(const std::string& list) {
+  impl_->service.SetStores(SplitAddressList(list));
 }
 
 struct StoreClient::Impl {
@@ -288,6 +303,7 @@ Result<Quorum> StoreClient::JoinQuorum(const QuorumRequest& request,
   q.max_step = reply.max_step();
   q.recover_from = reply.recover_from();
   q.store_prefix = reply.store_prefix();
+  q.stores.assign(reply.stores().begin(), reply.stores().end());
   return q;
 }
 

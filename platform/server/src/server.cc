@@ -242,6 +242,7 @@ void HaiServer::Start(const std::string& address) {
       hfreduce::StoreServer::Start((host.empty() ? "127.0.0.1" : host) + ":0", std::move(serving));
   if (quorum.ok()) {
     quorum_server_ = std::move(*quorum);
+    quorum_server_->SetStores(quorum_server_->address());
     {
       MutexLock lock(&mu_);
       quorum_address_ = quorum_server_->address();
@@ -315,6 +316,7 @@ void HaiServer::RefreshFtStores() {
   for (const auto& kv : stores->kvs) {
     if (kv.value != quorum_server_->address()) list += "," + kv.value;
   }
+  quorum_server_->SetStores(list);  // the groups learn of replicas started after them
   MutexLock lock(&mu_);
   quorum_address_ = list;
 }
