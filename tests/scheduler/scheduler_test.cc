@@ -180,6 +180,10 @@ TEST_F(SchedulerTest, AnElasticGangStartsWithTheGroupsThatFitDownToItsMinimum) {
   d = Decide({Elastic(1, 4, 2, 2)}, 100, NoPreemption());
   ASSERT_THAT(Started(d), ElementsAre(1));
   EXPECT_EQ(d.starts[0].placement.nodes.size(), 8u);
+  // Sixty-four groups of one node: as many as one zone holds.
+  d = Decide({Elastic(1, 64, 1, 1)}, 100, NoPreemption());
+  ASSERT_THAT(Started(d), ElementsAre(1));
+  EXPECT_EQ(d.starts[0].placement.nodes.size(), 8u);
 }
 
 TEST_F(SchedulerTest, AnElasticGangStartsWithTheGroupsItsUsersQuotaLeaves) {
