@@ -66,6 +66,17 @@ class SchedulerTest : public SmallClusterTest {
     ASSERT_TRUE(state_->SetLastCheckpoint(job.id, checkpoint).ok());
   }
 
+  // Bob's jobs on nodes 0-5 (expected to end at t=1000) and 8-11 (at t=5000): free now are
+  // nodes 6 and 7 (zone A) and 12-15 (zone B).
+  void RunTwoJobsWithExpectedEnds() {
+    JobRequest long_running = Job(10, 6, 3, "bob");
+    long_running.expected_runtime = 1000;
+    Run(long_running, {0, 1, 2, 3, 4, 5});
+    JobRequest other = Job(11, 4, 3, "bob");
+    other.expected_runtime = 5000;
+    Run(other, {8, 9, 10, 11});
+  }
+
   // Runs a 2-node job of bob's on the first two nodes of every leaf (ids from `id`); returns the
   // next free id.
   JobId BusyTwoNodesPerLeaf(JobId id) {
@@ -199,12 +210,7 @@ TEST_F(SchedulerTest, AnElasticGangStartsWithTheGroupsItsUsersQuotaLeaves) {
 }
 
 TEST_F(SchedulerTest, AnElasticGangBehindABlockedHeadKeepsOffItsReservation) {
-  JobRequest long_running = Job(10, 6, 3, "bob");
-  long_running.expected_runtime = 1000;
-  Run(long_running, {0, 1, 2, 3, 4, 5});
-  JobRequest other = Job(11, 4, 3, "bob");
-  other.expected_runtime = 5000;
-  Run(other, {8, 9, 10, 11});
+  RunTwoJobsWithExpectedEnds();
   // The head needs all of zone A, free at t=1000: it reserves nodes 0-7. Free now: 6 and 7 (zone
   // A), 12-15 (zone B). The elastic job (no expected run time) starts with two of its four
   // groups, in zone B, off the reservation.
@@ -220,12 +226,7 @@ TEST_F(SchedulerTest, AnElasticGangBehindABlockedHeadKeepsOffItsReservation) {
 }
 
 TEST_F(SchedulerTest, BackfillWhatEndsBeforeTheReservationOrKeepsOffItsNodes) {
-  JobRequest long_running = Job(10, 6, 3, "bob");
-  long_running.expected_runtime = 1000;
-  Run(long_running, {0, 1, 2, 3, 4, 5});
-  JobRequest other = Job(11, 4, 3, "bob");
-  other.expected_runtime = 5000;
-  Run(other, {8, 9, 10, 11});
+  RunTwoJobsWithExpectedEnds();
   // Free now: nodes 6 and 7 (zone A) and 12-15 (zone B). The head needs all of zone A (8 nodes),
   // free at t=1000: it reserves nodes 0-7.
   JobRequest head = Job(1, 8, 3);

@@ -311,6 +311,17 @@ def _submit_ft(cluster, out, worker_args, *hai_args):
                           *hai_args, "--", command)
 
 
+def _stop_after(out, more):
+    """Tells the groups of a train_on_platform job to stop `more` steps after group 0's last
+    (a step they all reach); returns it."""
+    with open(os.path.join(out, "step.0")) as f:
+        steps = int(f.read()) + more
+    with open(os.path.join(out, "stop_at.tmp"), "w") as f:
+        f.write(str(steps))
+    os.replace(os.path.join(out, "stop_at.tmp"), os.path.join(out, "stop_at"))
+    return steps
+
+
 def _explain(cluster, job):
     """What a failed wait prints: hai show, and each rank's log of the current run."""
     print(cluster.hai("show", str(job)))
@@ -361,11 +372,7 @@ def test_on_hai_platform_a_job_of_four_groups_survives_a_killed_group_and_a_lost
             with open(os.path.join(out, f"pid.2.{rank}")) as f:
                 assert _wait_dead(int(f.read()), 30), "the cut-off group outlived its node's return"
         # Twenty steps more with the four groups, then the end: a step the groups all reach.
-        with open(os.path.join(out, "step.0")) as f:
-            steps = int(f.read()) + 40
-        with open(os.path.join(out, "stop_at.tmp"), "w") as f:
-            f.write(str(steps))
-        os.replace(os.path.join(out, "stop_at.tmp"), os.path.join(out, "stop_at"))
+        steps = _stop_after(out, 40)
         final = cluster.wait_state(job, "SUCCEEDED", timeout=300)
         print(cluster.hai("show", str(job)))  # what hai show tells (pytest -s shows it)
         done = _platform_results(out)
@@ -431,11 +438,7 @@ def test_on_hai_platform_a_job_with_room_for_min_replicas_starts_and_its_last_gr
         except AssertionError:
             _explain(cluster, job)
             raise
-        with open(os.path.join(out, "step.0")) as f:
-            steps = int(f.read()) + 20
-        with open(os.path.join(out, "stop_at.tmp"), "w") as f:
-            f.write(str(steps))
-        os.replace(os.path.join(out, "stop_at.tmp"), os.path.join(out, "stop_at"))
+        steps = _stop_after(out, 20)
         final = cluster.wait_state(job, "SUCCEEDED", timeout=180)
         done = _platform_results(out)
     run = final["runs"][-1]
