@@ -487,6 +487,9 @@ TEST_F(PlatformTest, AnElasticFaultTolerantJobStartsWithTheGroupsThatFitAndGrows
   EXPECT_THAT(run["events"].dump(),
               HasSubstr("started with 2 of 3 replica groups (no room for more now, min_replicas "
                         "2); the others start as nodes free"));
+  EXPECT_THAT(Hai({"show", std::to_string(id)}, alice_).out,
+              HasSubstr("replica 2: not started yet (the run began without it; it starts as "
+                        "nodes free)"));
   ASSERT_TRUE(
       WaitUntil([&] { return Logs(id, alice_, 1).find("group=1 ") != std::string::npos; }, 20s));
   // A job queued meanwhile comes first when bob's node frees: the group is not needed to run.

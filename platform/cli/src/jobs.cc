@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "cli.h"
@@ -98,6 +99,18 @@ void PrintJob(const hai::Job& j) {
                   (Clock(g.start_ms()) +
                    (g.end_reason().empty() || g.finished() ? "" : " (" + g.end_reason() + ")"))
                       .c_str());
+    }
+    if (s.replicas() > 0 && r.end_ms() == 0) {  // an elastic start's replicas yet to come
+      std::set<int> started;
+      for (const hai::ReplicaGroup& g : r.groups())
+        started.insert(g.replica());
+      for (int replica = 0; replica < s.replicas(); ++replica) {
+        if (started.contains(replica)) continue;
+        std::printf(
+            "         replica %d: not started yet (the run began without it; it starts "
+            "as nodes free)\n",
+            replica);
+      }
     }
     for (const hai::RunEvent& e : r.events())
       std::printf("         %s  %s\n", Clock(e.time_ms()).c_str(), e.text().c_str());
