@@ -101,9 +101,7 @@ void PrintJob(const hai::Job& j) {
                       .c_str());
     }
     if (s.replicas() > 0 && r.end_ms() == 0) {  // an elastic start's replicas yet to come
-      std::set<int> started;
-      for (const hai::ReplicaGroup& g : r.groups())
-        started.insert(g.replica());
+      const std::set<int> started = StartedReplicas(r);
       for (int replica = 0; replica < s.replicas(); ++replica) {
         if (started.contains(replica)) continue;
         std::printf(

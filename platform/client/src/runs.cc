@@ -6,6 +6,13 @@ bool FaultTolerant(const hai::JobSpec& spec) {
   return spec.replicas() > 0;
 }
 
+std::set<int> StartedReplicas(const hai::Run& run) {
+  std::set<int> started;
+  for (const hai::ReplicaGroup& g : run.groups())
+    started.insert(g.replica());
+  return started;
+}
+
 int GroupOfNode(const hai::Run& run, const hai::JobSpec& spec, int node) {
   for (int g = 0; g < run.groups_size(); ++g) {
     const int first = run.groups(g).first_node();

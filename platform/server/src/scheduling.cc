@@ -265,13 +265,13 @@ void HaiServer::PlaceReplacements(ClusterState& state, ClusterState& usable,
     if (!job.runs(job.runs_size() - 1).end_reason().empty()) continue;
     // The replicas without a live group: lost ones (replaced unless `growth`), and those the run
     // started without (started only with `growth`).
-    std::set<int> missing, ever_started;
+    const std::set<int> ever_started = StartedReplicas(job.runs(job.runs_size() - 1));
+    std::set<int> missing;
     for (int r = 0; r < spec.replicas(); ++r)
       missing.insert(r);
     bool finished = false;
     for (const hai::ReplicaGroup& g : job.runs(job.runs_size() - 1).groups()) {
       if (g.end_reason().empty()) missing.erase(g.replica());
-      ever_started.insert(g.replica());
       finished |= g.finished();
     }
     std::erase_if(missing, [&](int r) { return ever_started.contains(r) == growth; });

@@ -2,6 +2,7 @@
 // (its accounting and the agents' tasks), `hai` and hai-web.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,5 +17,7 @@ int GroupOfNode(const hai::Run& run, const hai::JobSpec& spec, int node);
 // as the server knows: every slot of a gang; a fault-tolerant run's slots of groups not gone.
 std::vector<int> HeldNodeSlots(const hai::Job& job);
 std::vector<std::string> HeldNodes(const hai::Job& job);  // their nodes
+// The replicas that have had a group in `run` (an elastic start leaves some out until later).
+std::set<int> StartedReplicas(const hai::Run& run);
 
 }  // namespace ff::platform
