@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/rpc_status.h"
+#include "common/tls.h"
 #include "grpc_marks.h"
 
 namespace ff {
@@ -57,7 +58,17 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   if (int dscp = ProcessTraffic().Dscp(options.traffic); dscp != 0) {
     rpc_detail::MarkSockets(args, dscp);
   }
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (options.plain) {
+    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  }
+  Result<std::shared_ptr<grpc::ChannelCredentials>> credentials = ProcessChannelCredentials();
+  if (!credentials.ok()) {
+    // Fail closed: the process was told to run TLS and cannot (the error was logged where its
+    // files were read); its calls fail, naming why, and never go out in the clear.
+    return grpc::CreateCustomChannel("unix:/nonexistent/tls-setup-failed-see-the-log",
+                                     grpc::InsecureChannelCredentials(), args);
+  }
+  return grpc::CreateCustomChannel(address, *credentials, args);
 }
 
 // A follower of a replicated service (common/replicas.h) refused the call before doing anything:

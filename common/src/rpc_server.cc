@@ -9,6 +9,7 @@
 
 #include "common/config.h"
 #include "common/net.h"
+#include "common/tls.h"
 #include "grpc_marks.h"
 
 namespace ff {
@@ -57,9 +58,11 @@ Result<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& opti
   int requested_port = 0;
   FF_RETURN_IF_ERROR(SplitHostPort(options.listen, &host, &requested_port));
 
+  FF_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                      ProcessServerCredentials(options.client_certs));
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(options.listen, credentials, &bound_port);
   int max_bytes = static_cast<int>(options.max_message_mib * 1024 * 1024);
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
@@ -77,7 +80,7 @@ Result<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& opti
                        ": address in use or not available on this host");
   }
   std::string bound = JoinHostPort(host, bound_port);
-  spdlog::info("rpc server listening on {}", bound);
+  spdlog::info("rpc server listening on {}{}", bound, ProcessTlsEnabled() ? " (TLS)" : "");
   return std::unique_ptr<RpcServer>(new RpcServer(
       std::move(server), bound, bound_port, std::chrono::milliseconds(options.shutdown_grace_ms)));
 }

@@ -19,6 +19,7 @@
 #include <ctime>
 
 #include "common/rpc_client.h"
+#include "common/tls.h"
 #include "fs3/meta_client.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
 #include "fs3/replica_check.h"
@@ -121,6 +122,8 @@ int Main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // Where the cluster runs TLS: FF_TLS_CA_FILE, FF_TLS_CERT_FILE, FF_TLS_KEY_FILE (common/tls.h).
+  if (Status st = InitProcessTlsFromEnvironment(); !st.ok()) Die(st.message(), 2);
   if (*layout) {
     if (meta.empty() && std::getenv("FS3_META")) meta = std::getenv("FS3_META");
     if (meta.empty()) Die("no fs3-meta address: --meta or $FS3_META");

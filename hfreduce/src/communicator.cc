@@ -8,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "common/tls.h"
 #include "common/traffic.h"
 #include "engine/device_copy.h"
 #include "engine/node_engine.h"
@@ -326,6 +327,8 @@ Status CommunicatorImpl::Init(const CommunicatorOptions& options) {
   std::shared_ptr<Store> failure_store = options.store;
   std::shared_ptr<StoreServer> server;
   if (!shared) {
+    // Where the cluster runs TLS (FF_TLS_* from hai-agent: common/tls.h), a clear error first.
+    FF_RETURN_IF_ERROR(InitProcessTlsFromEnvironment());
     if (options.rank == 0 && options.rank0_hosts_store) {
       FF_ASSIGN_OR_RETURN(server, StoreServer::Start(options.store_address));
     }

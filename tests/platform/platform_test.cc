@@ -56,6 +56,9 @@ class PlatformTest : public ::testing::Test {
     return {"A-leaf-n00", "A-leaf-n01", "A-leaf-n02"};
   }
   int Nodes() const { return static_cast<int>(NodeNames().size()); }
+  // More config for the server ("server") or an agent (its node's name): SecurePlatformTest's
+  // [tls].
+  virtual std::string MoreConfig(const std::string& /*who*/) const { return ""; }
 
   void SetUp() override {
     test::WriteFile(dir_.File("cluster.toml"), ClusterToml());
@@ -64,7 +67,8 @@ class PlatformTest : public ::testing::Test {
                                  dir_.File("agent.token") + "\"\ncheckpoint_root = \"" +
                                  dir_.File("ckpt") +
                                  "\"\nheartbeat_timeout_ms = 2500\nheartbeat_interval_ms = 200\n"
-                                 "schedule_interval_ms = 200\nsuspend_grace_ms = 2000\n");
+                                 "schedule_interval_ms = 200\nsuspend_grace_ms = 2000\n" +
+                                 MoreConfig("server"));
     StartServer();
     server_address_ = daemons_.ReadyField("server", "rpc");
     admin_token_ = test::ReadFileOrEmpty(dir_.File("server/admin.token"));
@@ -101,25 +105,23 @@ class PlatformTest : public ::testing::Test {
 
   void StartAgent(int i) {
     const std::string name = "agent" + std::to_string(i);
-    daemons_.WriteRaw(name, "[server]\nlisten = \"" + AgentHost(i) +
-                                ":0\"\n[metrics]\nenabled = false\n[agent]\nnode = \"" +
-                                NodeNames()[i] + "\"\nserver = \"" + server_address_ +
-                                "\"\ntoken_file = \"" + dir_.File("agent.token") +
-                                "\"\nstate_dir = \"" + dir_.File(name) +
-                                "\"\ngpus = 2\nkill_grace_ms = 1000\n");
+    daemons_.WriteRaw(name,
+                      "[server]\nlisten = \"" + AgentHost(i) +
+                          ":0\"\n[metrics]\nenabled = false\n[agent]\nnode = \"" + NodeNames()[i] +
+                          "\"\nserver = \"" + server_address_ + "\"\ntoken_file = \"" +
+                          dir_.File("agent.token") + "\"\nstate_dir = \"" + dir_.File(name) +
+                          "\"\ngpus = 2\nkill_grace_ms = 1000\n" + MoreConfig(NodeNames()[i]));
     ASSERT_TRUE(daemons_.Start(name, FF_HAI_AGENT_PATH));
   }
 
   CliResult Hai(std::vector<std::string> args, const std::string& token,
                 const std::string& server = "") {
     args.insert(args.begin(), FF_HAI_PATH);
-    auto proc =
-        test::Subprocess::Start(args, {.env = {{"HAI_SERVER", server.empty()  ? server_address_
-                                                              : server == " " ? ""
-                                                                              : server},
-                                               {"HAI_TOKEN", token},
-                                               {"HOME", dir_.path()}},
-                                       .output_dir = dir_.path()});
+    std::map<std::string, std::string> env = cli_env_;
+    env["HAI_SERVER"] = server.empty() ? server_address_ : server == " " ? "" : server;
+    env["HAI_TOKEN"] = token;
+    env["HOME"] = dir_.path();
+    auto proc = test::Subprocess::Start(args, {.env = env, .output_dir = dir_.path()});
     EXPECT_TRUE(proc.ok()) << proc.status();
     if (!proc.ok()) return {};
     auto code = proc->Wait(60s);
@@ -186,6 +188,7 @@ class PlatformTest : public ::testing::Test {
 
   test::TempDir dir_;
   std::string server_address_;
+  std::map<std::string, std::string> cli_env_;  // for every `hai`
   test::Daemons daemons_{dir_};
   std::string admin_token_, alice_, bob_;
 };
@@ -697,6 +700,64 @@ TEST_F(PlatformTest, BadSubmissionsAreRefusedAndCreateNothing) {
     EXPECT_THAT(r.err, HasSubstr("user names are 1-32 of a-z")) << bad;
   }
   EXPECT_EQ(Hai({"admin", "user", "add", "c-3_po"}, admin_token_).code, 0);
+}
+
+// A cluster that runs TLS (common/tls.h), with the certificates deploy/make-certs.sh makes: each
+// node's daemons name its certificate in [tls]; users' `hai` has only the authority.
+class SecurePlatformTest : public PlatformTest {
+ protected:
+  void SetUp() override {
+    std::string nodes = "server=127.0.0.1";
+    for (int i = 0; i < Nodes(); ++i)
+      nodes += " " + NodeNames()[i] + "=" + AgentHost(i);
+    const std::string cmd = std::string(FF_SOURCE_DIR) + "/deploy/make-certs.sh " +
+                            dir_.File("tls") + " " + nodes + " > /dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    cli_env_["FF_TLS_CA_FILE"] = dir_.File("tls/ca.pem");
+    PlatformTest::SetUp();
+  }
+  std::string MoreConfig(const std::string& who) const override {
+    return "[tls]\nca_file = \"" + dir_.File("tls/ca.pem") + "\"\ncert_file = \"" +
+           dir_.File("tls/" + who + ".pem") + "\"\nkey_file = \"" +
+           dir_.File("tls/" + who + ".key") + "\"\n";
+  }
+};
+
+TEST_F(SecurePlatformTest, EveryCallIsOverTlsAndJobsTalkOverTheirNodesCertificates) {
+  // SetUp's nodes reported in over TLS (agents to hai-server), and `hai` reached it. A training
+  // job over HFReduce: rank 0 serves the rendezvous store with its node's certificate, rank 1
+  // calls it with its own (FF_TLS_* from its agent); `hai logs` comes from the agents through
+  // hai-server, which shows its certificate.
+  int64_t id = Submit(alice_, {"--nodes", "2", "--gpus-per-node", "2", "--",
+                               "echo cert=$FF_TLS_CERT_FILE; " FF_HAI_DEMO_TRAIN_PATH " 5 0.1"});
+  ASSERT_GT(id, 0);
+  ASSERT_TRUE(WaitForState(id, alice_, "SUCCEEDED", 60s));
+  const json run = Show(id, alice_)["runs"][0];
+  const std::string node1 = run["nodes"][1];
+  const std::string log1 = Logs(id, alice_, 1);
+  EXPECT_THAT(log1, HasSubstr("cert=" + dir_.File("tls/" + node1 + ".pem")));
+  const std::string log0 = Logs(id, alice_);
+  EXPECT_THAT(log0, HasSubstr("epoch 5: loss"));
+  // (rank 0's rendezvous store, from common/rpc_server.cc's line)
+  EXPECT_THAT(log0, testing::ContainsRegex("rpc server listening on [0-9.:]+ \\(TLS\\)"));
+  EXPECT_THAT(server().Stderr() + server().Stdout(), HasSubstr("(TLS)"));
+
+  // Without the authority, `hai` speaks plain gRPC, which the server does not answer; with a
+  // file that is not one, it says so and calls nothing.
+  cli_env_.erase("FF_TLS_CA_FILE");
+  CliResult plain = Hai({"ls"}, alice_);
+  EXPECT_NE(plain.code, 0);
+  EXPECT_THAT(plain.err, HasSubstr("cannot reach hai-server"));
+  cli_env_["FF_TLS_CA_FILE"] = dir_.File("tls/server.key");
+  CliResult bad = Hai({"ls"}, alice_);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("holds no PEM certificate"));
+  // Another cluster's authority does not vouch for this server.
+  const std::string other = std::string(FF_SOURCE_DIR) + "/deploy/make-certs.sh " +
+                            dir_.File("other") + " x=127.0.0.1 > /dev/null";
+  ASSERT_EQ(std::system(other.c_str()), 0);
+  cli_env_["FF_TLS_CA_FILE"] = dir_.File("other/ca.pem");
+  EXPECT_NE(Hai({"ls"}, alice_).code, 0);
 }
 
 // hai-server on a disk that fills up: what it cannot write durably it neither acknowledges nor

@@ -25,6 +25,7 @@
 #include "common/config.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/tls.h"
 #include "common/traffic.h"
 
 namespace ff {
@@ -95,7 +96,8 @@ int Fail(const std::string& name, int code, const Status& status);
 }  // namespace daemon_detail
 
 // Runs a daemon (see the file comment). Config must have a LogOptions member named `log`; a
-// TrafficOptions member named `traffic` (the [traffic] section) becomes the process's marks.
+// TrafficOptions member named `traffic` (the [traffic] section) becomes the process's marks, a
+// TlsOptions member named `tls` (the [tls] section) its TLS (common/tls.h).
 template <typename Config>
 int RunDaemon(int argc, char** argv, const DaemonSpec<Config>& spec) {
   daemon_detail::BlockShutdownSignals();
@@ -118,6 +120,11 @@ int RunDaemon(int argc, char** argv, const DaemonSpec<Config>& spec) {
     return daemon_detail::Fail(spec.name, kExitConfig, st);
   }
   if constexpr (requires(Config & c) { c.traffic; }) SetProcessTraffic(config->traffic);
+  if constexpr (requires(Config & c) { c.tls; }) {
+    if (Status st = SetProcessTls(config->tls); !st.ok()) {
+      return daemon_detail::Fail(spec.name, kExitConfig, st);
+    }
+  }
   DaemonContext context(spec.name, flags);
   if (Status st = spec.serve(*config, context); !st.ok()) {
     return daemon_detail::Fail(spec.name, kExitServeFailed, st);

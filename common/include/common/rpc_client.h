@@ -37,9 +37,13 @@ struct ChannelOptions {
   int64_t connect_timeout_ms = 5000;
   // The class the channel's connections are marked with (its DSCP from ProcessTraffic()).
   TrafficClass traffic = TrafficClass::kOther;
+  // Plain even where the process runs TLS (common/tls.h): for a service outside the cluster's
+  // authority (etcd).
+  bool plain = false;
 };
 
-// An insecure channel to `address` ("host:port"). Connection happens lazily on the first call.
+// A channel to `address` ("host:port"), over TLS where the process runs it (common/tls.h).
+// Connection happens lazily on the first call.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            const ChannelOptions& options = {});
 

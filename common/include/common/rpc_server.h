@@ -15,6 +15,7 @@
 
 #include "common/net.h"
 #include "common/result.h"
+#include "common/tls.h"
 #include "common/traffic.h"
 
 namespace grpc {
@@ -35,14 +36,19 @@ struct RpcServerOptions {
   // Not in the config: the daemon says which class its server carries; the class's DSCP comes
   // from the process's [traffic] marks (ProcessTraffic) and marks every accepted connection.
   TrafficClass traffic = TrafficClass::kOther;
+  // Not in the config: where the process runs TLS (common/tls.h), whether callers must show a
+  // certificate of the cluster's authority (only a service that authenticates its callers
+  // otherwise, hai-server's API with its tokens, takes callers without one).
+  ClientCerts client_certs = ClientCerts::kRequire;
 
   void Bind(ConfigSection& s);
 };
 
 class RpcServer {
  public:
-  // Starts serving `services` (not owned; they must outlive the server). Fails with
-  // kUnavailable when the address cannot be bound (in use, bad host).
+  // Starts serving `services` (not owned; they must outlive the server), over TLS where the
+  // process runs it (common/tls.h). Fails with kUnavailable when the address cannot be bound (in
+  // use, bad host), with the TLS setup's error when that cannot serve.
   static Result<std::unique_ptr<RpcServer>> Start(const RpcServerOptions& options,
                                                   const std::vector<grpc::Service*>& services);
 

@@ -24,11 +24,13 @@ struct FuseConfig {
   MetricsOptions metrics;
   LogOptions log;
   TrafficOptions traffic;  // chunk data to and from storage is marked as storage
+  TlsOptions tls;          // the channels to fs3's services (common/tls.h)
   void Bind(ConfigSection& s) {
     s.Section("fuse", fuse);
     s.Section("metrics", metrics);
     s.Section("log", log);
     s.Section("traffic", traffic);
+    s.Section("tls", tls);
   }
 };
 

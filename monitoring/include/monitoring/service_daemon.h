@@ -1,5 +1,5 @@
 // The common shape of a daemon that serves one gRPC service and /metrics, on top of the daemon
-// skeleton (common/daemon.h): config sections [server], [metrics], [log], [traffic] and the
+// skeleton (common/daemon.h): config sections [server], [metrics], [log], [traffic], [tls] and the
 // service's own section; build the service, serve metrics and RPCs, start its background work,
 // announce readiness, and on SIGTERM stop the work before the server.
 //
@@ -27,6 +27,7 @@ struct ServiceConfig {
   MetricsOptions metrics;
   LogOptions log;
   TrafficOptions traffic;
+  TlsOptions tls;
   Options options;
 
   void Bind(ConfigSection& s) {
@@ -34,6 +35,7 @@ struct ServiceConfig {
     s.Section("metrics", metrics);
     s.Section("log", log);
     s.Section("traffic", traffic);
+    s.Section("tls", tls);
     s.Section(Options::kSection, options);
   }
 };
@@ -47,6 +49,8 @@ struct ServiceDaemon {
   std::string description;
   // The traffic class of the service's own server: what its replies are marked with.
   TrafficClass traffic = TrafficClass::kOther;
+  // Where the cluster runs TLS, whether its callers must show a certificate (common/tls.h).
+  ClientCerts client_certs = ClientCerts::kRequire;
   std::function<Result<std::unique_ptr<Service>>(Options&, Metrics&)> make;
   std::function<void(Service&, const std::string& address)> start;  // optional
   std::function<void(Service&)> stop;                               // optional
@@ -69,6 +73,7 @@ struct ServiceDaemon {
       FF_ASSIGN_OR_RETURN(std::unique_ptr<Service> service, make(config.options, metrics));
       FF_RETURN_IF_ERROR(metrics.Serve(config.metrics));
       config.server.traffic = traffic;
+      config.server.client_certs = client_certs;
       FF_ASSIGN_OR_RETURN(auto server, RpcServer::Start(config.server, {service.get()}));
       if (start) start(*service, server->address());
       FF_RETURN_IF_ERROR(

@@ -18,6 +18,7 @@
 #include "common/rpc_client.h"
 #include "common/rpc_status.h"
 #include "common/subprocess.h"
+#include "common/tls.h"
 #include "platform/tokens.h"
 
 namespace ff::platform {
@@ -333,6 +334,13 @@ void Agent::StartTask(const Key& key, const hai::Task& t) {
 
   std::map<std::string, std::string> env(t.env().begin(), t.env().end());
   env["HAI_SUSPEND_FLAG"] = FlagPath(key);
+  // Where the cluster runs TLS, the job's gRPC (HFReduce's rendezvous and quorum stores, fs3's
+  // native client) uses the node's certificate, as this agent does (common/tls.h).
+  if (const TlsOptions tls = ProcessTlsOptions(); tls.enabled()) {
+    env["FF_TLS_CA_FILE"] = tls.ca_file;
+    env["FF_TLS_CERT_FILE"] = tls.cert_file;
+    env["FF_TLS_KEY_FILE"] = tls.key_file;
+  }
   // The job outlives this agent (a restarted agent adopts it), so it does not die with us.
   Result<pid_t> pid =
       Spawn({.argv = {"/bin/sh", "-c", kWrapper, "hai-task", t.command(), ExitPath(key)},

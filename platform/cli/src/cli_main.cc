@@ -7,7 +7,8 @@
 //   hai admin drain NODE --reason TEXT | hai admin undrain NODE
 //
 // Server and token come from --server / --token, else $HAI_SERVER / $HAI_TOKEN, else
-// ~/.hai/config.toml (server = "host:port", token = "..."). Human tables by default, --json for
+// ~/.hai/config.toml (server = "host:port", token = "..."); where the cluster runs TLS,
+// $FF_TLS_CA_FILE is its authority (common/tls.h). Human tables by default, --json for
 // scripts; exit code 0 only on success; errors are one line on stderr. Each subcommand is one
 // function: jobs.cc (submit, ls, show, stop, suspend, logs), cluster.cc (nodes, whoami, admin).
 #include <unistd.h>
@@ -16,6 +17,7 @@
 
 #include "cli.h"
 #include "common/config.h"
+#include "common/tls.h"
 
 namespace ff::platform::cli {
 namespace {
@@ -62,6 +64,9 @@ int Main(int argc, char** argv) {
     return app.exit(e);
   }
   ResolveGlobals(g);
+  // Where the cluster runs TLS: FF_TLS_CA_FILE, the authority hai-server's certificate is checked
+  // against (common/tls.h).
+  if (Status st = InitProcessTlsFromEnvironment(); !st.ok()) Die(st.message(), 2);
   Client client(g);
   for (const Command& c : commands) {
     if (c.app->parsed()) return c.run(g, client);

@@ -14,11 +14,13 @@ struct HealthConfig {
   ff::MetricsOptions metrics;
   ff::LogOptions log;
   ff::health::HealthOptions health;
+  ff::TlsOptions tls;  // its channels to hai-server and fs3 (common/tls.h)
 
   void Bind(ff::ConfigSection& s) {
     s.Section("metrics", metrics);
     s.Section("log", log);
     s.Section("health", health);
+    s.Section("tls", tls);
   }
 };
 

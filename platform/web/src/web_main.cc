@@ -12,11 +12,13 @@ struct WebConfig {
   ff::MetricsOptions metrics;
   ff::LogOptions log;
   ff::platform::web::WebOptions web;
+  ff::TlsOptions tls;  // its channel to hai-server and fs3-mgmtd (common/tls.h)
 
   void Bind(ff::ConfigSection& s) {
     s.Section("metrics", metrics);
     s.Section("log", log);
     s.Section("web", web);
+    s.Section("tls", tls);
   }
 };
 
