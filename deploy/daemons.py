@@ -23,6 +23,11 @@ import subprocess
 import time
 import urllib.request
 
+# The [tls] section every daemon of ours started from this process gets, unless its config has
+# one: {"ca_file": ..., "cert_file": ..., "key_file": ...} (common/tls.h), or None (plain). The
+# local cluster sets it when it runs TLS; a restart from disk keeps it (it is in the config).
+TLS = None
+
 
 def _value(v):
     if isinstance(v, bool):
@@ -130,6 +135,8 @@ class Daemon:
         """Starts it and (with `wait`) waits until it is ready; wait_ready() waits later (the
         members of an etcd cluster are ready only once a majority runs)."""
         os.makedirs(self.dir, exist_ok=True)
+        if self.config is not None and TLS and not self.health_url:
+            self.config.setdefault("tls", dict(TLS))
         if self.config is not None:
             with open(self.path("toml"), "w") as f:
                 f.write(toml(self.config))

@@ -9,7 +9,9 @@ its state under one folder; every daemon is started by deploy/daemons.py:
   Prometheus (Debian's `prometheus`) scraping every daemon's /metrics, with deploy/prometheus's
        alert rules loaded.
 Jobs see the stack's Python side (haiscale, hai_job, fs3client) and FS3_META / FS3_MGMTD /
-FS3_MOUNT without extra steps.
+FS3_MOUNT without extra steps. With TLS=1 (the config's default) every gRPC call is over mutual
+TLS (common/tls.h), with an authority and a certificate made in DIR/tls; DIR/env hands them to
+the CLIs (FF_TLS_*).
 
   deploy/local-cluster.sh up [DIR] [--config FILE] [--netlab NAME] [--ha]
                                                     # default DIR: /tmp/fireflyer-local
@@ -46,6 +48,7 @@ import time
 import tomllib
 import urllib.request
 
+import daemons
 import fs3_local
 from daemons import (Daemon, etcd_members, hai_agent, hai_health, hai_server, hai_web,
                      netlab_address, netlab_prefix, start_etcd, stop_all)
@@ -67,7 +70,7 @@ DEFAULTS = {"CLUSTER_TOML": "deploy/config/cluster-local.toml", "GPUS_PER_NODE":
 
 def read_config(path):
     """KEY=VALUE lines of a shell-syntax config (comments and blank lines ignored) over DEFAULTS;
-    the environment's FS3 and PROMETHEUS (0: leave out) apply over it."""
+    the environment's FS3, PROMETHEUS and TLS (0: leave out) apply over it."""
     values = dict(DEFAULTS)
     with open(path) as f:
         for n, line in enumerate(f, 1):
@@ -79,7 +82,7 @@ def read_config(path):
                 raise Fail(f"{path}:{n}: not KEY=VALUE: {line}", 78)
             words = shlex.split(m.group(2), comments=True)
             values[m.group(1)] = words[0] if words else ""
-    for key in ("FS3", "PROMETHEUS"):
+    for key in ("FS3", "PROMETHEUS", "TLS"):
         values[key] = os.environ.get(key, values.get(key, "1"))
     return values
 
@@ -139,8 +142,33 @@ class LocalCluster:
             self.down(purge=False)
             raise
 
+    def _tls(self, nodes):
+        """The cluster's TLS files (deploy/make-certs.sh): one authority and, the cluster being on
+        one machine, one certificate for every node's address; every daemon started from here on
+        gets them in its [tls] (daemons.TLS). The env files below hand them to the CLIs."""
+        tls_dir = os.path.join(self.dir, "tls")
+        addresses = ["127.0.0.1", "localhost"]
+        for n in nodes:
+            a = self.place(n)[1]
+            if a not in addresses:
+                addresses.append(a)
+        r = subprocess.run(["bash", os.path.join(ROOT, "deploy", "make-certs.sh"), tls_dir,
+                            "local=" + ",".join(addresses)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise Fail(f"deploy/make-certs.sh failed: {r.stderr.strip()}")
+        daemons.TLS = {"ca_file": os.path.join(tls_dir, "ca.pem"),
+                       "cert_file": os.path.join(tls_dir, "local.pem"),
+                       "key_file": os.path.join(tls_dir, "local.key")}
+        # And the CLIs this script runs (fs3 init, hai admin).
+        os.environ.update(FF_TLS_CA_FILE=daemons.TLS["ca_file"],
+                          FF_TLS_CERT_FILE=daemons.TLS["cert_file"],
+                          FF_TLS_KEY_FILE=daemons.TLS["key_file"])
+        say(f"TLS: every gRPC call over mutual TLS ({tls_dir}; TLS=0 runs plain)")
+
     def _up(self, c, cluster_toml, nodes, head_at, head):
         d = self.dir
+        if c["TLS"] != "0":
+            self._tls(nodes)
         fs3_env = {}
         checkpoints = os.path.join(d, "checkpoints")
         etcd = ""
@@ -230,6 +258,12 @@ class LocalCluster:
         env_lines = [f"export HAI_SERVER={server}", f"export HAI_TOKEN={token}",
                      f"export HAI_WEB_URL={web_url}"]
         env_lines += [f"export {k}={v}" for k, v in fs3_env.items()]
+        if daemons.TLS:
+            # `hai` needs only the authority; `fs3` and fs3's native client (which fs3's services
+            # ask for a certificate) the node's files too: on this one machine, every user has them.
+            env_lines += [f"export FF_TLS_CA_FILE={daemons.TLS['ca_file']}",
+                          f"export FF_TLS_CERT_FILE={daemons.TLS['cert_file']}",
+                          f"export FF_TLS_KEY_FILE={daemons.TLS['key_file']}"]
         if prom_url:
             env_lines.append(f"export PROMETHEUS_URL={prom_url}")
         env_lines.append(f"export PATH={self.build}/platform:{self.build}/fs3:$PATH")

@@ -53,6 +53,8 @@ def cluster(tmp_path_factory):
                 k, v = line[len("export "):].strip().split("=", 1)
                 values[k] = v
         env.update({k: v for k, v in values.items() if k != "PATH"})
+        # The cluster runs TLS (local-cluster.conf): fs3client in this process too needs the files.
+        os.environ.update({k: v for k, v in values.items() if k.startswith("FF_TLS_")})
         yield d, env
     finally:
         sh("bash", "deploy/local-cluster.sh", "down", d, "--purge", env=env, check=False)
@@ -87,6 +89,12 @@ def test_demo_training_job_preempted_resumed_through_a_storage_crash(cluster):
     wait_for("every node's first health report",
              lambda: all(n["health_report_ms"] != "0" for n in
                          json.loads(sh(hai, "nodes", "--json", env=env).stdout)["nodes"]), 30)
+
+    # Every gRPC server runs TLS (local-cluster.conf's TLS=1; common/tls.h), and fs3-meta keeps
+    # its plain frame transport off.
+    for log in ("hai-server.log", "fs3/mgmtd.log", "fs3/meta.log", "agent-A-leaf-n00.log"):
+        assert "(TLS)" in open(os.path.join(d, log)).read(), log
+    assert "no frame transport: the cluster runs TLS" in open(os.path.join(d, "fs3/meta.log")).read()
 
     # The dataset, written through fs3client.
     code = ("import numpy as np, fs3client\n"

@@ -97,7 +97,8 @@ int Fail(const std::string& name, int code, const Status& status);
 
 // Runs a daemon (see the file comment). Config must have a LogOptions member named `log`; a
 // TrafficOptions member named `traffic` (the [traffic] section) becomes the process's marks, a
-// TlsOptions member named `tls` (the [tls] section) its TLS (common/tls.h).
+// TlsOptions member named `tls` (the [tls] section, else FF_TLS_* from the environment) its TLS
+// (common/tls.h).
 template <typename Config>
 int RunDaemon(int argc, char** argv, const DaemonSpec<Config>& spec) {
   daemon_detail::BlockShutdownSignals();
@@ -121,7 +122,9 @@ int RunDaemon(int argc, char** argv, const DaemonSpec<Config>& spec) {
   }
   if constexpr (requires(Config & c) { c.traffic; }) SetProcessTraffic(config->traffic);
   if constexpr (requires(Config & c) { c.tls; }) {
-    if (Status st = SetProcessTls(config->tls); !st.ok()) {
+    const TlsOptions& tls = config->tls;
+    const bool configured = !tls.ca_file.empty() || !tls.cert_file.empty() || !tls.key_file.empty();
+    if (Status st = configured ? SetProcessTls(tls) : InitProcessTlsFromEnvironment(); !st.ok()) {
       return daemon_detail::Fail(spec.name, kExitConfig, st);
     }
   }

@@ -11,14 +11,16 @@
 //   - every channel checks the server's certificate against the authority (its name or address
 //     against the certificate's) and shows the node's certificate where the process has one.
 // Processes without a config (the `hai` and `fs3` tools, training processes: HFReduce's stores
-// and quorum calls, fs3's native client) read the same three paths from FF_TLS_CA_FILE,
-// FF_TLS_CERT_FILE and FF_TLS_KEY_FILE; hai-agent sets them for the jobs it starts. A user's
-// `hai` needs only FF_TLS_CA_FILE.
+// and quorum calls, fs3's native client), and daemons whose config has no [tls], read the same
+// three paths from FF_TLS_CA_FILE, FF_TLS_CERT_FILE and FF_TLS_KEY_FILE; hai-agent sets them for
+// the jobs it starts. A user's `hai` needs only FF_TLS_CA_FILE.
 //
-// Not covered: the bulk data paths (HFReduce's tree connections, fs3's chunk transfers over
-// frame RPC), which stay plain, as they are over RDMA; etcd's channels (etcd has TLS of its own);
-// hai-web's HTTP (put it behind an HTTPS proxy: platform/README.md). The files are read once, at
-// start: a rotated certificate takes a restart.
+// fs3's chunk data goes over gRPC, so over TLS too. Not covered: HFReduce's tree connections
+// between ranks (plain TCP, as they are over RDMA); fs3-meta's frame transport (plain TCP, and
+// so off by default where the cluster runs TLS: fs3-fuse's metadata calls then go over gRPC);
+// etcd's channels (etcd has TLS of its own); hai-web's HTTP (put it behind an HTTPS proxy:
+// platform/README.md). The files are read once, at start: a rotated certificate takes a
+// restart.
 #pragma once
 
 #include <grpcpp/security/credentials.h>

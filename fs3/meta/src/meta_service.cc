@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/rpc_status.h"
+#include "common/tls.h"
 #include "fs3/meta_frames.h"
 
 namespace ff::fs3 {
@@ -105,6 +106,14 @@ Result<fs3rpc::Inode> MetaService::Settle(uint64_t ino, uint64_t at_least) {
 
 void MetaService::Start(const std::string& rpc_address) {
   std::string listen = options_.frames_listen;
+  if (listen.empty() && ProcessTlsEnabled()) {
+    // Frames are plain TCP with no authentication: where the cluster runs TLS, metadata calls go
+    // over gRPC unless the config asks for frames.
+    spdlog::info(
+        "no frame transport: the cluster runs TLS and frames are plain (frames_listen "
+        "serves them anyway)");
+    listen = "off";
+  }
   if (listen.empty() && !rpc_address.empty()) {
     std::string host;
     int port = 0;

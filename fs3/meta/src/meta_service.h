@@ -44,8 +44,9 @@ struct MetaOptions {
   // third of that): a client silent that long is taken for dead and its sessions end.
   uint32_t client_lease_s = 30;
   // The frame transport (common/frame_rpc.h) clients use for metadata calls: "" listens on the
-  // gRPC address's host, any free port (clients learn it with Endpoints); "host:port"; or "off"
-  // (clients then use gRPC).
+  // gRPC address's host, any free port (clients learn it with Endpoints), except where the
+  // cluster runs TLS (frames are plain: common/tls.h); "host:port"; or "off" (clients then use
+  // gRPC).
   std::string frames_listen;
   void Bind(ConfigSection& s);
 };
