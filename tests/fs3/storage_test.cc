@@ -24,6 +24,7 @@
 #include "fs3/crc32c.h"
 #include "fs3/fs.h"
 #include "fs3/transport.h"
+#include "tests/support/faulty_transport.h"
 #include "tests/support/fs3_cluster.h"
 #include "tests/support/full_disk.h"
 #include "tests/support/http_get.h"
@@ -426,6 +427,46 @@ TEST_F(StorageTest, ResyncRemovesWhatThePredecessorNoLongerHas) {
     ASSERT_TRUE(ReadFrom(t.target(), 20, 1, 0, kChunk, &got).ok());
     EXPECT_TRUE(got == fresh) << t.target();
   }
+}
+
+TEST_F(StorageTest, ANativeWriteThatFailsAfterItsDataLandedLeavesNoDataPastTheFilesEnd) {
+  // The crash soak found a file whose data storage held while fs3-meta recorded a length of 0
+  // (fs3 fsck --data: "inode N holds 25901 bytes of data but records a length of 0"): a native
+  // write whose chunk landed but which failed before it extended the length. Here the chunk's
+  // answers are lost (the chain applied it) until the client gives up.
+  test::Daemons daemons(dir());
+  daemons.Write("meta", "[meta]\ndata_dir = \"" + dir().File("meta") + "\"\nmgmtd = \"" +
+                            mgmtd_address() + "\"\n");
+  ASSERT_TRUE(daemons.Start("meta", FF_FS3_META_PATH));
+  const std::string meta_address = daemons.ReadyField("meta", "rpc");
+  auto faults = std::make_shared<test::FaultyTransport>();
+  auto fs = FileSystem::Connect({.meta = meta_address,
+                                 .mgmtd = mgmtd_address(),
+                                 .caller = {},
+                                 .write_retry_timeout = std::chrono::seconds(2),
+                                 .transport = faults});
+  ASSERT_TRUE(fs.ok()) << fs.status();
+  auto f = (*fs)->Create("/f");
+  ASSERT_TRUE(f.ok()) << f.status();
+  const std::string data = RandomBytes(25901, 31);
+  faults->LoseWriteAnswers(1000000);
+  Status st = (*fs)->Write(*f, 0, data);
+  EXPECT_FALSE(st.ok());
+  EXPECT_GT(faults->writes_sent(), 0);
+  faults->LoseWriteAnswers(0);
+  // The length covers what storage holds; the file reads back whole; fsck finds nothing.
+  auto stat = (*fs)->Stat("/f");
+  ASSERT_TRUE(stat.ok()) << stat.status();
+  EXPECT_EQ(stat->size(), data.size());
+  std::string back(data.size(), '\0');
+  auto got = (*fs)->ReadBatch({{f->ino, 0, static_cast<uint32_t>(data.size()), back.data()}});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(back == data);
+  auto fsck = test::Subprocess::Start(
+      {FF_FS3_CLI_PATH, "--mgmtd", mgmtd_address(), "fsck", "--data", "--meta", meta_address},
+      {.env = {}, .output_dir = dir().path()});
+  ASSERT_TRUE(fsck.ok()) << fsck.status();
+  EXPECT_EQ(fsck->Wait(std::chrono::seconds(60)), 0) << fsck->Stdout() << fsck->Stderr();
 }
 
 TEST_F(StorageTest, NativeClientReadsFilesByPathInBatches) {

@@ -1,5 +1,6 @@
 #include "fs3/fs.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <random>
@@ -29,6 +30,8 @@ Result<std::unique_ptr<FileSystem>> FileSystem::Connect(const FsOptions& options
   ClientOptions co;
   co.mgmtd = options.mgmtd;
   co.max_inflight_read_bytes = options.max_inflight_read_bytes;
+  co.retry_timeout = options.write_retry_timeout;
+  co.transport = options.transport;
   FF_ASSIGN_OR_RETURN(auto data, StorageClient::Create(co));
   return std::unique_ptr<FileSystem>(new FileSystem(options, std::move(data)));
 }
@@ -139,17 +142,29 @@ Result<File> FileSystem::Open(const std::string& path) {
 }
 
 Status FileSystem::Write(File& file, uint64_t offset, std::string_view data) {
-  FF_RETURN_IF_ERROR(data_->Write(file.ino, offset, data, file.chains));
-  if (offset + data.size() > file.size) {
+  Status st = data_->Write(file.ino, offset, data, file.chains);
+  if (st.ok() && offset + data.size() > file.size) {
     fs3rpc::SetAttrRequest r;
     *r.mutable_cred() = Cred();
     r.set_ino(file.ino);
     r.set_size(offset + data.size());
     fs3rpc::Inode out;
-    FF_RETURN_IF_ERROR(meta_->SetAttr(r, &out));
-    file.size = offset + data.size();
+    st = meta_->SetAttr(r, &out);
+    if (st.ok()) file.size = offset + data.size();
   }
-  return Status::Ok();
+  if (!st.ok()) {
+    // Some of the data may be on storage (a chunk applied whose answer was lost, or the length's
+    // update refused after every chunk landed): fs3-meta settles the length from storage, so
+    // that it covers whatever landed (the failed range reads as old or new data, as POSIX allows
+    // after a failed write). Best effort: the write's own error is what the caller gets.
+    fs3rpc::CloseRequest settle;
+    settle.set_ino(file.ino);
+    settle.set_size(file.size);
+    settle.set_wrote(true);
+    fs3rpc::Inode out;
+    if (meta_->Sync(settle, &out).ok()) file.size = std::max(file.size, out.size());
+  }
+  return st;
 }
 
 Result<std::vector<DirEntry>> FileSystem::List(const std::string& path) {

@@ -28,6 +28,10 @@ struct FsOptions {
   std::string mgmtd;  // fs3-mgmtd host:port
   Caller caller;      // whose permissions apply
   uint64_t max_inflight_read_bytes = uint64_t{64} << 20;
+  // How long a chunk write is retried before it fails, and how chunk data travels (empty:
+  // gRPC): StorageClient's (ClientOptions).
+  std::chrono::milliseconds write_retry_timeout{std::chrono::seconds(60)};
+  std::shared_ptr<ChunkTransport> transport = nullptr;
 };
 
 struct File {
@@ -53,7 +57,10 @@ class FileSystem {
   // Creates (or truncates to nothing, when it exists and `exclusive` is false) a regular file.
   Result<File> Create(const std::string& path, uint32_t mode = 0644, bool exclusive = true);
   Result<File> Open(const std::string& path);
-  // Writes and extends the recorded length as needed.
+  // Writes and extends the recorded length as needed. A write that fails may still have put
+  // some of its data on storage (an answer lost, the length's update refused): the length is then
+  // settled from what storage holds, as a closing FUSE writer's is, so that no data lies past a
+  // file's end (fs3 fsck --data's check; a later extension would show it).
   Status Write(File& file, uint64_t offset, std::string_view data);
   Result<std::vector<DirEntry>> List(const std::string& path);
   Status Unlink(const std::string& path);
