@@ -136,6 +136,16 @@ for u in fs3-mgmtd.service fs3-meta.service fs3-storage.service hai-server.servi
   check "$u enabled" systemctl --root="$host" is-enabled --quiet "$u"
 done
 check "hai-agent is node A-leaf00-n00" grep -q 'node = "A-leaf00-n00"' "$host/etc/fireflyer/hai-agent.toml"
+# TLS (fireflyer_tls, on by default): the authority and the node's files, every daemon told.
+for d in fs3-mgmtd fs3-meta fs3-storage fs3-fuse hai-server hai-agent hai-health hai-web; do
+  check "$d runs TLS ([tls] in its config)" grep -qx '\[tls\]' "$host/etc/fireflyer/$d.toml"
+done
+check "the node's certificate verifies against the authority, for its address" \
+  openssl verify -CAfile "$host/etc/fireflyer/tls/ca.pem" -verify_ip 127.0.0.1 "$host/etc/fireflyer/tls/node.pem"
+check "the node's key is 0640 root:fireflyer-tls" sh -c "[ \"\$(chroot '$host' stat -c '%a %U %G' /etc/fireflyer/tls/node.key)\" = '640 root fireflyer-tls' ]"
+check "fs3 and hai may read it" sh -c "chroot '$host' id -nG fs3 | grep -qw fireflyer-tls && chroot '$host' id -nG hai | grep -qw fireflyer-tls"
+check "the authority's key stays on the controller" sh -c "[ ! -e '$host/etc/fireflyer/tls/ca.key' ] && [ -s '$work/inventory/secrets/tls/ca.key' ]"
+check "users' hai finds the authority" grep -q "FF_TLS_CA_FILE=/etc/fireflyer/tls/ca.pem" "$host/etc/profile.d/fireflyer-tls.sh"
 # The highly available control plane: etcd installed and configured, the replicas on it.
 check "etcd installed (Debian's etcd-server)" in_host etcd --version
 check "etcd's member settings" grep -q 'ETCD_INITIAL_CLUSTER="node1=http://127.0.0.1:2380"' "$host/etc/default/etcd"
@@ -157,8 +167,9 @@ check "jobs import haiscale's pieces and fs3client from there" test -f "$host/us
 check "they came as wheels (pip's metadata beside them)" sh -c "ls -d '$host'/usr/local/lib/fireflyer/python/haiscale-*.dist-info '$host'/usr/local/lib/fireflyer/python/fs3client-*.dist-info '$host'/usr/local/lib/fireflyer/python/hai_job-*.dist-info"
 check "haiscale's extension is in its wheel" sh -c "ls '$host'/usr/local/lib/fireflyer/python/haiscale/_C.*.so"
 
-# The installed daemons start from their installed configs (the generated cluster.toml included),
-# each alone in a network namespace, then stop on SIGTERM.
+# The installed daemons start from their installed configs (the generated cluster.toml included,
+# and the node's TLS files, which they read and check as they start), each alone in a network
+# namespace, then stop on SIGTERM.
 starts() {  # DAEMON [--set ...]
   local d=$1; shift
   rm -f "$host/tmp/$d.ready"
