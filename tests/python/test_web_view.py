@@ -324,6 +324,58 @@ def test_nothing_changes_state_through_the_view(stack):
     assert stack.hai.show(stack.running)["state"] == "RUNNING"
 
 
+def test_served_over_https_the_login_cookie_is_secure(stack, tmp_path):
+    """hai-web with https_cert_file: pages over TLS (checked against the certificate's
+    authority), the login cookie Secure, HSTS; plain HTTP on that port gets no page."""
+    import http.client
+    import ssl
+    certs = tmp_path / "tls"
+    subprocess.run(["bash", os.path.join(HERE, "..", "..", "deploy", "make-certs.sh"), str(certs),
+                    "web=127.0.0.1"], check=True, capture_output=True)
+    hai = stack.hai
+    web = hai_web(hai.bin, str(tmp_path), hai.address, name="web-https",
+                  https_cert_file=str(certs / "web.pem"), https_key_file=str(certs / "web.key"))
+    try:
+        url = web.start().ready["url"]
+        assert url.startswith("https://"), url
+        host, port = web.ready["http"].rsplit(":", 1)
+        context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+
+        def request(method, path, body=None, cookie=None):
+            c = http.client.HTTPSConnection(host, int(port), context=context, timeout=10)
+            headers = {"Content-Type": "application/x-www-form-urlencoded"} if body else {}
+            if cookie:
+                headers["Cookie"] = cookie
+            c.request(method, path, body=body, headers=headers)
+            r = c.getresponse()
+            return r.status, dict(r.getheaders()), r.read().decode()
+
+        status, headers, _ = request("GET", "/")
+        assert status == 303 and headers["Location"] == "/login", (status, headers)
+        assert headers["Strict-Transport-Security"].startswith("max-age=")
+        status, headers, _ = request("POST", "/login",
+                                     body=urllib.parse.urlencode({"token": hai.token}))
+        assert status == 303, status
+        cookie = headers["Set-Cookie"]
+        assert "; Secure" in cookie and "HttpOnly" in cookie, cookie
+        status, _, page = request("GET", "/", cookie=cookie.split(";")[0])
+        assert status == 200 and "lossy" in page, status
+        # Plain HTTP to the HTTPS port: no page.
+        try:
+            c = http.client.HTTPConnection(host, int(port), timeout=10)
+            c.request("GET", "/login")
+            plain = c.getresponse().status
+        except (OSError, http.client.HTTPException):
+            plain = None
+        assert plain != 200
+        # Another authority's client does not trust it.
+        with pytest.raises(ssl.SSLError):
+            other = ssl.create_default_context()
+            http.client.HTTPSConnection(host, int(port), context=other, timeout=10).request("GET", "/")
+    finally:
+        web.stop()
+
+
 def test_zz_metrics_count_what_was_served(stack):
     """(Runs last.) hai-web's /metrics counted the pages above by route, not by job id."""
     text = urllib.request.urlopen(stack.metrics, timeout=10).read().decode()

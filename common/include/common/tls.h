@@ -18,9 +18,9 @@
 // fs3's chunk data goes over gRPC, so over TLS too. Not covered: HFReduce's tree connections
 // between ranks (plain TCP, as they are over RDMA); fs3-meta's frame transport (plain TCP, and
 // so off by default where the cluster runs TLS: fs3-fuse's metadata calls then go over gRPC);
-// etcd's channels (etcd has TLS of its own); hai-web's HTTP (put it behind an HTTPS proxy:
-// platform/README.md). The files are read once, at start: a rotated certificate takes a
-// restart.
+// etcd's channels (etcd has TLS of its own); hai-web's HTTP (its own `https_cert_file`, or an
+// HTTPS proxy: platform/README.md). The files are read once, at start: a rotated certificate takes
+// a restart.
 #pragma once
 
 #include <grpcpp/security/credentials.h>

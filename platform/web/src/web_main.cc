@@ -37,9 +37,8 @@ int main(int argc, char** argv) {
     FF_ASSIGN_OR_RETURN(auto web, ff::platform::web::WebServer::Create(config.web, &metrics));
     FF_RETURN_IF_ERROR(metrics.Serve(config.metrics));
     FF_RETURN_IF_ERROR(web->Start());
-    FF_RETURN_IF_ERROR(context.Ready({{"http", web->address()},
-                                      {"url", "http://" + web->address() + "/"},
-                                      {"metrics", metrics.address()}}));
+    FF_RETURN_IF_ERROR(context.Ready(
+        {{"http", web->address()}, {"url", web->url()}, {"metrics", metrics.address()}}));
     context.WaitForShutdown();
     web->Stop();
     return ff::Status::Ok();

@@ -8,6 +8,7 @@
 #include <functional>
 #include <set>
 
+#include "common/files.h"
 #include "common/net.h"
 #include "common/rpc_client.h"
 #include "common/rpc_status.h"
@@ -110,6 +111,10 @@ void WebOptions::Bind(ConfigSection& s) {
   s.Check(log_tail_bytes > 0 && log_tail_bytes <= (64 << 20), "log_tail_bytes",
           "must be between 1 and 64 MiB");
   s.Optional("secure_cookie", secure_cookie);
+  s.Optional("https_cert_file", https_cert_file);
+  s.Optional("https_key_file", https_key_file);
+  s.Check(https_cert_file.empty() == https_key_file.empty(), "https_cert_file",
+          "and https_key_file go together (one is set, not the other)");
 }
 
 WebServer::WebServer(const WebOptions& options, Metrics* metrics)
@@ -150,7 +155,23 @@ Result<std::unique_ptr<WebServer>> WebServer::Create(const WebOptions& options, 
   }
   std::unique_ptr<WebServer> web(new WebServer(options, metrics));
   web->hai_servers_ = std::make_shared<HaiClient::Servers>(options.hai_server);
-  web->http_ = std::make_unique<httplib::Server>();
+  if (options.https()) {
+    // (httplib reads them without saying what is wrong: read them first for a clear error.)
+    FF_RETURN_IF_ERROR(
+        ReadWholeFile(options.https_cert_file, "cannot read web.https_cert_file").status());
+    FF_RETURN_IF_ERROR(
+        ReadWholeFile(options.https_key_file, "cannot read web.https_key_file").status());
+    auto https = std::make_unique<httplib::SSLServer>(options.https_cert_file.c_str(),
+                                                      options.https_key_file.c_str());
+    if (!https->is_valid()) {
+      return InvalidArgument("web.https_cert_file '" + options.https_cert_file +
+                             "' and web.https_key_file '" + options.https_key_file +
+                             "' are not a PEM certificate and its key");
+    }
+    web->http_ = std::move(https);
+  } else {
+    web->http_ = std::make_unique<httplib::Server>();
+  }
   web->Routes();
   return web;
 }
@@ -169,7 +190,7 @@ Status WebServer::Start() {
   }
   address_ = JoinHostPort(host, port);
   thread_ = std::thread([this] { http_->listen_after_bind(); });
-  spdlog::info("hai-web: http://{}/ (hai-server {}, fs3-mgmtd {})", address_, options_.hai_server,
+  spdlog::info("hai-web: {} (hai-server {}, fs3-mgmtd {})", url(), options_.hai_server,
                options_.fs3_mgmtd.empty() ? "not set" : options_.fs3_mgmtd);
   return Status::Ok();
 }
@@ -182,6 +203,11 @@ void WebServer::Stop() {
 void WebServer::Routes() {
   httplib::Server& s = *http_;
   s.set_payload_max_length(64 << 10);  // a login form; nothing else is posted
+  if (options_.https()) {              // browsers come back over HTTPS only, for a year
+    s.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
+      res.set_header("Strict-Transport-Security", "max-age=31536000");
+    });
+  }
 
   // Each page: who is asking (hai-server's WhoAmI on the cookie's token), then the page, fetched
   // with that token. No token, or one hai-server does not know: the login page.
@@ -250,9 +276,9 @@ void WebServer::Routes() {
       return;
     }
     spdlog::info("hai-web: {} logged in", user.name());
-    res.set_header("Set-Cookie", std::string(kCookie) + "=" + token +
-                                     "; Path=/; HttpOnly; SameSite=Strict" +
-                                     (options_.secure_cookie ? "; Secure" : ""));
+    res.set_header("Set-Cookie",
+                   std::string(kCookie) + "=" + token + "; Path=/; HttpOnly; SameSite=Strict" +
+                       (options_.secure_cookie || options_.https() ? "; Secure" : ""));
     Redirect(res, "/");
   });
 

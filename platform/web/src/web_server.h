@@ -38,6 +38,14 @@ struct WebOptions {
   int64_t log_tail_bytes = 16384;  // how much of rank 0's log a job page shows
   // Mark the login cookie Secure (the view is served through an HTTPS proxy).
   bool secure_cookie = false;
+  // Serve HTTPS with this certificate (PEM, chain after it) and key: one the users' browsers
+  // trust (the cluster's own authority, deploy/make-certs.sh, only where they import it). The
+  // cookie is then Secure and browsers are told to come back over HTTPS only (HSTS). Empty:
+  // plain HTTP.
+  std::string https_cert_file;
+  std::string https_key_file;
+
+  bool https() const { return !https_cert_file.empty(); }
 
   void Bind(ConfigSection& s);
 };
@@ -54,6 +62,8 @@ class WebServer {
   Status Start();
   void Stop();
   const std::string& address() const { return address_; }
+  // "http://" or "https://" + address() + "/".
+  std::string url() const { return (options_.https() ? "https://" : "http://") + address_ + "/"; }
 
  private:
   WebServer(const WebOptions& options, Metrics* metrics);
