@@ -75,6 +75,17 @@ class StorageTest : public ::testing::Test {
 
   test::TempDir& dir() { return cluster_->dir_; }
   const std::string& mgmtd_address() { return cluster_->mgmtd_address_; }
+  // fs3-meta beside the storage cluster, in `daemons`; its address ("" and a failure if it did
+  // not start).
+  std::string StartMeta(test::Daemons& daemons) {
+    daemons.Write("meta", "[meta]\ndata_dir = \"" + dir().File("meta") + "\"\nmgmtd = \"" +
+                              mgmtd_address() + "\"\n");
+    if (!daemons.Start("meta", FF_FS3_META_PATH)) {
+      ADD_FAILURE() << "fs3-meta did not start";
+      return "";
+    }
+    return daemons.ReadyField("meta", "rpc");
+  }
   test::Subprocess& storage(int i) { return cluster_->proc(test::Fs3Cluster::StorageName(i)); }
   std::string metrics(int i) {
     return cluster_->ReadyField(test::Fs3Cluster::StorageName(i), "metrics");
@@ -435,10 +446,8 @@ TEST_F(StorageTest, ANativeWriteThatFailsAfterItsDataLandedLeavesNoDataPastTheFi
   // write whose chunk landed but which failed before it extended the length. Here the chunk's
   // answers are lost (the chain applied it) until the client gives up.
   test::Daemons daemons(dir());
-  daemons.Write("meta", "[meta]\ndata_dir = \"" + dir().File("meta") + "\"\nmgmtd = \"" +
-                            mgmtd_address() + "\"\n");
-  ASSERT_TRUE(daemons.Start("meta", FF_FS3_META_PATH));
-  const std::string meta_address = daemons.ReadyField("meta", "rpc");
+  const std::string meta_address = StartMeta(daemons);
+  ASSERT_FALSE(meta_address.empty());
   auto faults = std::make_shared<test::FaultyTransport>();
   auto fs = FileSystem::Connect({.meta = meta_address,
                                  .mgmtd = mgmtd_address(),
@@ -470,12 +479,9 @@ TEST_F(StorageTest, ANativeWriteThatFailsAfterItsDataLandedLeavesNoDataPastTheFi
 }
 
 TEST_F(StorageTest, NativeClientReadsFilesByPathInBatches) {
-  // fs3-meta beside the storage cluster.
   test::Daemons daemons(dir());
-  daemons.Write("meta", "[meta]\ndata_dir = \"" + dir().File("meta") + "\"\nmgmtd = \"" +
-                            mgmtd_address() + "\"\n");
-  ASSERT_TRUE(daemons.Start("meta", FF_FS3_META_PATH));
-  const std::string meta_address = daemons.ReadyField("meta", "rpc");
+  const std::string meta_address = StartMeta(daemons);
+  ASSERT_FALSE(meta_address.empty());
   auto fs = FileSystem::Connect({.meta = meta_address, .mgmtd = mgmtd_address(), .caller = {}});
   ASSERT_TRUE(fs.ok()) << fs.status();
   ASSERT_TRUE((*fs)->Mkdir("/data").ok());

@@ -123,8 +123,7 @@ int RunDaemon(int argc, char** argv, const DaemonSpec<Config>& spec) {
   if constexpr (requires(Config & c) { c.traffic; }) SetProcessTraffic(config->traffic);
   if constexpr (requires(Config & c) { c.tls; }) {
     const TlsOptions& tls = config->tls;
-    const bool configured = !tls.ca_file.empty() || !tls.cert_file.empty() || !tls.key_file.empty();
-    if (Status st = configured ? SetProcessTls(tls) : InitProcessTlsFromEnvironment(); !st.ok()) {
+    if (Status st = tls.empty() ? InitProcessTlsFromEnvironment() : SetProcessTls(tls); !st.ok()) {
       return daemon_detail::Fail(spec.name, kExitConfig, st);
     }
   }

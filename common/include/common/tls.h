@@ -43,6 +43,7 @@ struct TlsOptions {
   std::string key_file;   // its private key (PEM)
 
   bool enabled() const { return !ca_file.empty(); }
+  bool empty() const { return ca_file.empty() && cert_file.empty() && key_file.empty(); }
   void Bind(ConfigSection& s);
 };
 
