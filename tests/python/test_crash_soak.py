@@ -67,6 +67,8 @@ class Workload:
         self.jobs = {}           # acknowledged submissions: id -> what was asked of it
         self.stats = {"fuse_writes": 0, "overwrites": 0, "native_writes": 0, "jobs": 0,
                       "failed_ops": 0}
+        self.failures = []       # the last failed operations: (what, error), for a failure's report
+        self.tried = {}          # every path written (acknowledged or not): path -> "fuse"/"native"
         self.running = threading.Event()
         self.running.set()
         self.stop = False
@@ -86,9 +88,10 @@ class Workload:
             self.idle[k].clear()
             try:
                 body()
-            except (OSError, RuntimeError, subprocess.SubprocessError, AssertionError):
+            except (OSError, RuntimeError, subprocess.SubprocessError, AssertionError) as e:
                 with self.lock:
                     self.stats["failed_ops"] += 1
+                    self.failures = (self.failures + [(["fuse", "native", "jobs"][k], repr(e))])[-30:]
                 time.sleep(0.2)
         self.idle[k].set()
 
@@ -101,6 +104,8 @@ class Workload:
             n[0] += 1
             path = os.path.join(base, f"f{n[0]}")
             data, digest = self.payload()
+            with self.lock:
+                self.tried[path] = "fuse"
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 os.write(fd, data)
@@ -183,6 +188,8 @@ class Workload:
             n[0] += 1
             path = f"/soak-native/n{n[0]}"
             data, digest = self.payload()
+            with self.lock:
+                self.tried[path] = "native"
             fs.write_file(path, data)
             with self.lock:
                 self.native[path] = digest
@@ -229,6 +236,29 @@ class Workload:
             e.clear()
         self.running.set()
 
+    def whose(self, report):
+        """The paths written (acknowledged or not) that hold the inodes a report names, and the
+        last failed operations: what a failure's report needs."""
+        import re
+        import fs3client
+        inodes = {int(i) for i in re.findall(r"inode (\d+)", report)}
+        fs = fs3client.FileSystem(self.env["FS3_META"], self.env["FS3_MGMTD"])
+        with self.lock:
+            tried, failures = dict(self.tried), list(self.failures)
+            acked = set(self.files) | set(self.native) | set(self.overwritten)
+            for path in self.overwritten:  # (written in place through the mount)
+                tried.setdefault(path, "fuse")
+        lines = []
+        for path, kind in tried.items():
+            try:
+                ino = os.stat(path).st_ino if kind == "fuse" else fs.open(path).ino
+            except OSError:
+                continue
+            if ino in inodes:
+                lines.append(f"inode {ino}: {kind} {path} ({'acknowledged' if path in acked else 'not acknowledged'})")
+        lines += [f"failed {what}: {err}" for what, err in failures]
+        return "\n".join(lines)
+
     def verify(self):
         """Every acknowledged operation is there; fsck is clean."""
         fsck = os.path.join(self.build, "fs3", "fs3")
@@ -247,7 +277,8 @@ class Workload:
             chains = subprocess.run([fsck, "--mgmtd", self.env["FS3_MGMTD"], "chains"],
                                     capture_output=True, text=True).stdout
             raise AssertionError(f"{e}; the last fsck said:\n{r and (r.stdout + r.stderr)[-3000:]}"
-                                 f"\nchains:\n{chains}") from None
+                                 f"\nchains:\n{chains}\n{self.whose(r.stdout + r.stderr if r else '')}"
+                                 ) from None
         with self.lock:
             files, removed, native, jobs = (dict(self.files), set(self.removed),
                                             dict(self.native), dict(self.jobs))
