@@ -7,10 +7,11 @@
 #   tests/fuzz/run.sh --only trace     # one target
 #
 # Builds build-fuzz/ (CC=clang CXX=clang++ -DFF_FUZZ=ON), runs each target from its seed corpus
-# (tests/fuzz/corpus/<target>, plus deploy/config for the TOML targets) and a scratch corpus, and
-# prints executions per target. A crash, hang (10 s), leak, sanitizer report or memory blow-up
-# fails the run; the input is kept under build-fuzz/findings/<target>/ with the command that
-# replays it. Fix the bug, then add the input to tests/fuzz/corpus/<target>/ as a regression case.
+# (tests/fuzz/corpus/<target>, plus deploy/config for the TOML targets) and a scratch corpus,
+# FF_JOBS targets at a time (default: the number of cores), and prints executions per target. A
+# crash, hang (10 s), leak, sanitizer report or memory blow-up fails the run; the input is kept
+# under build-fuzz/findings/<target>/ with the command that replays it. Fix the bug, then add the
+# input to tests/fuzz/corpus/<target>/ as a regression case.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -20,7 +21,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 64 ;;
   esac
 done
@@ -37,24 +38,35 @@ CC=clang CXX=clang++ cmake -G Ninja -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDeb
   { cat "$dir.configure.log"; echo "run.sh: cmake configure of $dir failed" >&2; exit 1; }
 cmake --build "$dir" -j "$jobs" --target "${targets[@]/#/fuzz_}"
 
+# The targets run $jobs at a time (each one is single-threaded), then report in order.
+run_target() {  # run_target TARGET: writes its log and exit status under $dir
+  local t="$1" seeds=("tests/fuzz/corpus/$1")
+  case "$t" in config|cluster) seeds+=(deploy/config) ;; esac
+  mkdir -p "$dir/corpus/$t" "$dir/findings/$t"
+  set +e
+  "$dir/tests/fuzz/fuzz_$t" "$dir/corpus/$t" "${seeds[@]}" -max_total_time="$seconds" -timeout=10 \
+    -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 -artifact_prefix="$dir/findings/$t/" \
+    >"$dir/fuzz-$t.log" 2>&1
+  echo $? >"$dir/fuzz-$t.rc"
+}
+running=0
+for t in "${targets[@]}"; do
+  rm -f "$dir/fuzz-$t.rc"
+  run_target "$t" &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then wait -n || true; running=$((running - 1)); fi
+done
+wait
+
 status=0
 total=0
 for t in "${targets[@]}"; do
-  seeds=("tests/fuzz/corpus/$t")
-  case "$t" in config|cluster) seeds+=(deploy/config) ;; esac
-  work="$dir/corpus/$t"
-  findings="$dir/findings/$t"
-  mkdir -p "$work" "$findings"
   log="$dir/fuzz-$t.log"
-  set +e
-  "$dir/tests/fuzz/fuzz_$t" "$work" "${seeds[@]}" -max_total_time="$seconds" -timeout=10 \
-    -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 -artifact_prefix="$findings/" \
-    >"$log" 2>&1
-  rc=$?
-  set -e
+  findings="$dir/findings/$t"
+  rc=$(cat "$dir/fuzz-$t.rc" 2>/dev/null || echo 1)
   execs=$(grep -oE "stat::number_of_executed_units: *[0-9]+" "$log" | grep -oE "[0-9]+$" || echo 0)
   total=$((total + execs))
-  if [ $rc -ne 0 ]; then
+  if [ "$rc" -ne 0 ]; then
     status=1
     echo "  $t: FAILED after $execs executions (exit $rc):" >&2
     grep -E "ERROR|SUMMARY|==[0-9]+==|Test unit written" "$log" | head -8 >&2
