@@ -373,6 +373,61 @@ TEST_F(FuseTest, AMountThatDiesLosesItsOpenFilesByLease) {
   EXPECT_TRUE(cluster_->Fsck().empty());
 }
 
+// A mount that dies (kill -9) in the middle of writing a file: the buffers it had already
+// written landed on storage, but the file's length is recorded at close or fsync, which never
+// came. When the dead mount's lease ends, fs3-meta settles the length from storage: the file
+// reads back what landed, and fsck finds no data past its end.
+TEST_F(FuseTest, AMountThatDiesMidWriteLeavesALengthThatCoversTheDataThatLanded) {
+  const std::string dying = cluster_->Mount("mnt-dies-writing");
+  const std::string dir =
+      dying + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  const std::string data = RandomBytes(3 * (4 << 20), 7);  // three of fs3-fuse's write buffers
+  int fd = open((dir + "/partial").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  ASSERT_EQ(write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  struct stat st {};
+  ASSERT_EQ(fstat(fd, &st), 0);
+  const uint64_t ino = st.st_ino;
+  ClientOptions o;
+  o.mgmtd = cluster_->mgmtd_address_;
+  auto storage = StorageClient::Create(o);
+  ASSERT_TRUE(storage.ok());
+  // The full buffers go to storage as they fill (the last one waits for a flush).
+  ASSERT_TRUE(WaitUntil([&] { return *(*storage)->StoredLength(ino) >= (8u << 20); }, 30s));
+  cluster_->Kill("fuse-mnt-dies-writing");
+  // The lease (3 s) ends, then the sweep settles the length.
+  uint64_t landed = 0;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        landed = *(*storage)->StoredLength(ino);
+        struct stat now {};
+        return stat(P("partial").c_str(), &now) == 0 &&
+               static_cast<uint64_t>(now.st_size) == landed;
+      },
+      30s))
+      << "the length of a file whose writer died does not cover the " << landed
+      << " bytes that landed";
+  EXPECT_THAT(cluster_->Fsck(), ::testing::IsEmpty());
+  // Each chunk holds what was written to it, or nothing (zeros) where the mount died before
+  // its chunk was sent: the buffers' chunks go out in parallel.
+  const std::string back = ReadAll(P("partial"));
+  ASSERT_EQ(back.size(), landed);
+  ASSERT_GE(landed, 8u << 20);
+  int written = 0;
+  for (uint64_t at = 0; at < landed; at += kChunk) {
+    const std::string got = back.substr(at, kChunk);
+    if (got == data.substr(at, got.size())) {
+      ++written;
+    } else {
+      EXPECT_TRUE(got == std::string(got.size(), '\0'))
+          << "the chunk at " << at << " holds neither what was written nor zeros";
+    }
+  }
+  EXPECT_GE(written, 1);
+  EXPECT_EQ(back.substr(landed - 1000), data.substr(landed - 1000, 1000)) << "the last chunk";
+  close(fd);  // on the dead mount: whatever it says
+}
+
 // A mount frozen (SIGSTOP) longer than its lease is taken for dead; thawed, it hears its lease
 // expired, registers again and opens its files' sessions again: a file it held open is still
 // read through the old descriptor and its session is back (an unlink elsewhere keeps the data

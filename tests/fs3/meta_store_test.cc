@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <ctime>
 #include <set>
 #include <thread>
 
@@ -250,6 +251,61 @@ TEST_P(MetaStoreTest, AClientsSessionsEndWithItsLease) {
   EXPECT_EQ(store_->Garbage()->size(), 2u);
   // A closing client whose session is already gone gets no error.
   EXPECT_TRUE(store_->CloseSession(f->ino(), std::nullopt, dying).ok());
+}
+
+// Settle marks. A client's session leaves one that its close takes away. A session that ends
+// with its client's lease (a mount killed mid-write) leaves it due: the sweep settles the file's
+// length from storage (fs3-meta's part; here what storage would say) and the mark becomes a
+// recheck for writes still in flight. fsck leaves a marked file's length alone until then, and
+// reports data past the end of a file no mark covers.
+TEST_P(MetaStoreTest, ASessionThatEndsWithoutItsCloseLeavesTheLengthToSettle) {
+  store_->set_client_lease_s(2);
+  const SessionId closes{101, 1}, dies{202, 1};
+  ASSERT_TRUE(store_->KeepClient(closes.client, /*first=*/true).ok());
+  ASSERT_TRUE(store_->KeepClient(dies.client, /*first=*/true).ok());
+  auto f = store_->Create(root_, kRootIno, "f", 0644, 0, fs3rpc::INODE_FILE, 0, /*open=*/true, {},
+                          closes);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_TRUE(store_->OpenSession(f->ino(), dies).ok());
+  auto h = store_->Create(root_, kRootIno, "h", 0644, 0, fs3rpc::INODE_FILE, 0);
+  ASSERT_TRUE(h.ok()) << h.status();
+  std::string next;
+  EXPECT_TRUE(store_->DueSettles("", 100, &next)->empty()) << "both sessions are open";
+  ASSERT_TRUE(store_->CloseSession(f->ino(), 0, closes).ok());
+  EXPECT_TRUE(store_->DueSettles("", 100, &next)->empty()) << "one closed, one open";
+  // Past the lease: the closing client renewed, the dying one did not.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until) {
+    ASSERT_TRUE(store_->KeepClient(closes.client, /*first=*/false).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  ASSERT_TRUE(store_->EndExpiredSessions().ok());
+  auto due = store_->DueSettles("", 100, &next);
+  ASSERT_TRUE(due.ok()) << due.status();
+  ASSERT_EQ(due->size(), 1u) << "the dead client's session, and only it";
+  EXPECT_EQ((*due)[0].ino, f->ino());
+  EXPECT_EQ((*due)[0].session.client, dies.client);
+  EXPECT_TRUE(store_->CheckData({{f->ino(), 5000}}, false)->empty()) << "settling";
+  // The sweep: the length from storage, then a recheck later.
+  ASSERT_TRUE(store_->SettleLength(f->ino(), 5000).ok());
+  const auto now_s = static_cast<uint64_t>(std::time(nullptr));
+  ASSERT_TRUE(store_->SettleDone((*due)[0], now_s + 1000).ok());
+  EXPECT_EQ(store_->GetAttr(f->ino())->size(), 5000u);
+  EXPECT_TRUE(store_->DueSettles("", 100, &next)->empty()) << "the recheck is not due yet";
+  EXPECT_TRUE(store_->CheckData({{f->ino(), 6000}}, false)->empty()) << "a recheck is pending";
+  // A failed write's recheck, due now: settled and dropped, fsck reports what no mark covers.
+  ASSERT_TRUE(store_->MarkRecheck(h->ino(), 1).ok());
+  due = store_->DueSettles("", 100, &next);
+  ASSERT_TRUE(due.ok()) << due.status();
+  ASSERT_EQ(due->size(), 1u);
+  EXPECT_EQ((*due)[0].ino, h->ino());
+  EXPECT_EQ((*due)[0].session.client, 0u);
+  ASSERT_TRUE(store_->SettleDone((*due)[0], 0).ok());
+  EXPECT_TRUE(store_->DueSettles("", 100, &next)->empty());
+  EXPECT_THAT(*store_->CheckData({{h->ino(), 10}}, false),
+              ElementsAre("inode " + std::to_string(h->ino()) +
+                          " holds 10 bytes of data but records a length of 0"));
+  EXPECT_TRUE(store_->Fsck(false)->empty());
 }
 
 TEST_P(MetaStoreTest, RmdirOnlyEmptyDirectories) {

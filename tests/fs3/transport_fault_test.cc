@@ -4,7 +4,8 @@
 // chunk files; the client and each service move chunk data through their own FaultyTransport.
 // What users rely on: a retried write is applied once, a write goes through a failing or slow
 // hop without an error, a replica that cannot store data fails the write with its reason and
-// leaves no half-written version, and reads go on past a failed transfer.
+// leaves no half-written version, reads go on past a failed transfer, and a write that commits
+// after its client gave up on it still gets its file's length.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +15,8 @@
 #include "common/rpc_server.h"
 #include "fs3/client.h"
 #include "fs3/crc32c.h"
+#include "fs3/fs.h"
+#include "meta_service.h"
 #include "mgmtd.h"
 #include "storage_service.h"
 #include "tests/support/faulty_transport.h"
@@ -237,6 +240,61 @@ TEST_F(TransportFaultTest, ReadsGoOnPastAFailedTransfer) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, data);
   EXPECT_EQ(client_faults_->faults(), 2);
+}
+
+// A write can commit after its client was told it failed: here the client's connection breaks
+// after each try went out, and the chain, slow at a hop, applies the write after the client gave
+// up and after fs3-meta settled the file's length from storage (which held nothing yet). fs3-meta
+// settles the length again once late writes are over (late_write_s): no data stays past the
+// file's end, and the file reads back whole, without a close.
+TEST_F(TransportFaultTest, AWriteThatCommitsAfterItsClientGaveUpStillGetsItsLength) {
+  MetaOptions mo;
+  mo.data_dir = dir_.File("meta");
+  mo.mgmtd = mgmtd_server_->address();
+  mo.chunk_size = kChunk;
+  mo.gc_interval_ms = 100;
+  mo.client_lease_s = 2;  // the sweep runs every quarter of it
+  mo.late_write_s = 4;
+  mo.frames_listen = "off";
+  auto meta = MetaService::Create(mo, nullptr);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  auto server = RpcServer::Start({}, {meta->get()});
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*meta)->Start((*server)->address());
+  struct Stop {
+    MetaService* meta;
+    ~Stop() { meta->Stop(); }
+  } stop{meta->get()};
+  auto fs = FileSystem::Connect({.meta = (*server)->address(),
+                                 .mgmtd = mgmtd_server_->address(),
+                                 .caller = {},
+                                 .write_retry_timeout = 1s,
+                                 .transport = client_faults_});
+  ASSERT_TRUE(fs.ok()) << fs.status();
+  auto f = (*fs)->Create("/f");
+  ASSERT_TRUE(f.ok()) << f.status();
+  const std::string data = test::RandomBytes(20000, 41);
+  faults_[head_]->DelayWrites(1, 3s);  // the head's forward to the tail
+  client_faults_->AbandonWrites(1000000);
+  EXPECT_FALSE((*fs)->Write(*f, 0, data).ok());
+  client_faults_->AbandonWrites(0);
+  EXPECT_EQ((*fs)->Stat("/f")->size(), 0u) << "the write was expected to commit late";
+  // The chain commits it...
+  ASSERT_TRUE(test::WaitUntil([&] { return *client_->StoredLength(f->ino) == data.size(); }, 20s));
+  // ...and the length follows.
+  EXPECT_TRUE(test::WaitUntil([&] { return (*fs)->Stat("/f")->size() == data.size(); }, 20s))
+      << "the file's length stays " << (*fs)->Stat("/f")->size() << " with " << data.size()
+      << " bytes on storage";
+  std::string back(data.size(), '\0');
+  auto got = (*fs)->ReadBatch({{f->ino, 0, static_cast<uint32_t>(data.size()), back.data()}});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(back == data);
+  auto stub = fs3rpc::Meta::NewStub(MakeChannel((*server)->address()));
+  fs3rpc::FsckRequest req;
+  fs3rpc::FsckReply reply;
+  grpc::ClientContext c;
+  ASSERT_TRUE(stub->Fsck(&c, req, &reply).ok());
+  EXPECT_THAT(reply.problems(), ::testing::IsEmpty());
 }
 
 }  // namespace

@@ -156,11 +156,13 @@ Status FileSystem::Write(File& file, uint64_t offset, std::string_view data) {
     // Some of the data may be on storage (a chunk applied whose answer was lost, or the length's
     // update refused after every chunk landed): fs3-meta settles the length from storage, so
     // that it covers whatever landed (the failed range reads as old or new data, as POSIX allows
-    // after a failed write). Best effort: the write's own error is what the caller gets.
+    // after a failed write), now and again once a chain's retries of it are over (`recheck`).
+    // Best effort: the write's own error is what the caller gets.
     fs3rpc::CloseRequest settle;
     settle.set_ino(file.ino);
     settle.set_size(file.size);
     settle.set_wrote(true);
+    settle.set_recheck(true);
     fs3rpc::Inode out;
     if (meta_->Sync(settle, &out).ok()) file.size = std::max(file.size, out.size());
   }

@@ -112,6 +112,7 @@ Status FuseFs::Sync(OpenFile& f, std::unique_lock<std::mutex>& lock, Handle* h) 
   r.set_ino(f.ino);
   r.set_size(f.size);
   r.set_wrote(true);
+  r.set_recheck(f.error_seq > 0);  // a failed write may still land
   fs3rpc::Inode out;
   FF_RETURN_IF_ERROR(meta_->Sync(r, &out));
   f.dirty = false;
@@ -119,11 +120,12 @@ Status FuseFs::Sync(OpenFile& f, std::unique_lock<std::mutex>& lock, Handle* h) 
 }
 
 Status FuseFs::CloseSession(uint64_t ino, uint64_t session, std::optional<uint64_t> size,
-                            bool wrote) {
+                            bool wrote, bool recheck) {
   fs3rpc::CloseRequest r;
   r.set_ino(ino);
   if (size) r.set_size(*size);
   r.set_wrote(wrote);
+  r.set_recheck(recheck);
   const OpenedSession s = lease_->Closing(session);
   r.set_client(s.client);
   r.set_handle(s.handle);
@@ -372,9 +374,10 @@ void FuseFs::Release(fuse_req_t req, fuse_file_info* fi) {
     wrote = f.dirty;
     f.dirty = false;
   }
+  const bool recheck = wrote && f.error_seq > 0;  // a failed write may still land
   const uint64_t ino = f.ino;
   lock.unlock();
-  Status closed = CloseSession(ino, h->session, size, wrote);
+  Status closed = CloseSession(ino, h->session, size, wrote, recheck);
   ReleaseFile(h->file);
   delete h;
   if (st.ok()) st = closed;

@@ -164,7 +164,9 @@ class FuseFs {
   Status WithSession(uint64_t ino, Req* r, OpenedSession* session,
                      const std::function<Status()>& call);
   // Ends a session at fs3-meta (`size`: the length the file has at least, when it was written).
-  Status CloseSession(uint64_t ino, uint64_t session, std::optional<uint64_t> size, bool wrote);
+  // `recheck`: a write of the file failed (fs3-meta settles its length again later).
+  Status CloseSession(uint64_t ino, uint64_t session, std::optional<uint64_t> size, bool wrote,
+                      bool recheck = false);
   std::atomic<uint64_t> next_request_;
   std::atomic<uint64_t> cache_used_{0};  // bytes of small files' blocks kept
   std::mutex files_mu_;

@@ -51,6 +51,8 @@ void MetaOptions::Bind(ConfigSection& s) {
   s.Check(client_lease_s >= 2 && client_lease_s <= 3600, "client_lease_s",
           "must be 2 to 3600 seconds");
   s.Check(gc_interval_ms >= 10, "gc_interval_ms", "must be at least 10");
+  s.Optional("late_write_s", late_write_s);
+  s.Check(late_write_s >= 1 && late_write_s <= 3600, "late_write_s", "must be 1 to 3600 seconds");
   s.Optional("frames_listen", frames_listen);
   if (s.mode() == ConfigSection::Mode::kRead && !frames_listen.empty() && frames_listen != "off") {
     std::string host;
@@ -102,6 +104,56 @@ Result<fs3rpc::Inode> MetaService::Settle(uint64_t ino, uint64_t at_least) {
     }
   }
   return store_->SettleLength(ino, length, /*written=*/true);
+}
+
+namespace {
+uint64_t UnixSeconds() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+}  // namespace
+
+Status MetaService::Recheck(uint64_t ino) {
+  return store_->MarkRecheck(ino, UnixSeconds() + options_.late_write_s);
+}
+
+Result<std::size_t> MetaService::SettleMarked() {
+  // Most marks belong to sessions still open: a sweep goes through up to 16 pages of them and
+  // the next goes on from there.
+  std::vector<MetaStore::SettleMark> due;
+  for (int page = 0; page < 16; ++page) {
+    std::string next;
+    FF_ASSIGN_OR_RETURN(auto some, store_->DueSettles(settle_cursor_, 512, &next));
+    settle_cursor_ = next;
+    for (auto& m : some)
+      due.push_back(std::move(m));
+    if (next.empty()) break;
+  }
+  const uint64_t now_s = UnixSeconds();
+  for (const MetaStore::SettleMark& mark : due) {
+    auto inode = store_->GetAttr(mark.ino);
+    if (!inode.ok() && inode.status().code() != StatusCode::kNotFound) return inode.status();
+    if (inode.ok() && inode->type() == fs3rpc::INODE_FILE && !options_.mgmtd.empty()) {
+      FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
+      FF_ASSIGN_OR_RETURN(uint64_t stored, storage->StoredLength(mark.ino));
+      FF_ASSIGN_OR_RETURN(
+          fs3rpc::Inode settled,
+          store_->SettleLength(mark.ino, stored, /*written=*/stored > inode->size()));
+      if (settled.size() > inode->size()) {
+        spdlog::info("inode {}: length settled from storage to {} (was {}) after {}", mark.ino,
+                     settled.size(), inode->size(),
+                     mark.session.client != 0 ? "client " + std::to_string(mark.session.client) +
+                                                    "'s session ended without its close"
+                                              : std::string("a failed write"));
+      }
+    }
+    // A session that ended without its close may have left writes in flight in the chains.
+    const bool recheck =
+        inode.ok() && inode->type() == fs3rpc::INODE_FILE && mark.session.client != 0;
+    FF_RETURN_IF_ERROR(store_->SettleDone(mark, recheck ? now_s + options_.late_write_s : 0));
+  }
+  return due.size();
 }
 
 void MetaService::Start(const std::string& rpc_address) {
@@ -181,6 +233,10 @@ Result<std::size_t> MetaService::CollectGarbage() {
   if (now >= next_sweep_) {
     FF_ASSIGN_OR_RETURN(std::size_t ended, store_->EndExpiredSessions());
     if (ended > 0) spdlog::info("ended {} sessions or files of clients whose lease expired", ended);
+    // Storage may be down: the next sweep settles what this one could not.
+    if (Status st = SettleMarked().status(); !st.ok()) {
+      spdlog::warn("settling the lengths of files whose writers went: {}", st.ToString());
+    }
     next_sweep_ = now + std::chrono::milliseconds(options_.client_lease_s * 1000 / 4);
   }
   FF_ASSIGN_OR_RETURN(auto garbage, store_->Garbage());
@@ -495,6 +551,7 @@ grpc::Status MetaService::Close(grpc::ServerContext*, const fs3rpc::CloseRequest
     std::optional<uint64_t> size;
     if (r->has_size()) size = r->size();
     if (r->wrote()) FF_RETURN_IF_ERROR(Settle(r->ino(), r->size()).status());
+    if (r->wrote() && r->recheck()) FF_RETURN_IF_ERROR(Recheck(r->ino()));
     return store_->CloseSession(r->ino(), size, {r->client(), r->handle()});
   });
 }
@@ -513,6 +570,7 @@ grpc::Status MetaService::Sync(grpc::ServerContext*, const fs3rpc::CloseRequest*
   return Serve("sync", [&]() -> Status {
     if (r->wrote()) {
       FF_ASSIGN_OR_RETURN(*out, Settle(r->ino(), r->size()));
+      if (r->recheck()) FF_RETURN_IF_ERROR(Recheck(r->ino()));
     } else {
       FF_ASSIGN_OR_RETURN(*out, store_->SettleLength(r->ino(), r->size()));
     }

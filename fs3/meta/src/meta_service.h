@@ -43,6 +43,11 @@ struct MetaOptions {
   // How long a client's lease on its open files' sessions lasts without renewal (it renews every
   // third of that): a client silent that long is taken for dead and its sessions end.
   uint32_t client_lease_s = 30;
+  // How long a chunk write may still commit in its chain after its client stopped waiting for it
+  // (the chain's forwarding retries, fs3-storage's forward_timeout_ms, 30 s by default, outlast
+  // the client's last try): the length of a file whose write failed, or whose writer went without
+  // closing, is settled from storage again after this.
+  uint32_t late_write_s = 60;
   // The frame transport (common/frame_rpc.h) clients use for metadata calls: "" listens on the
   // gRPC address's host, any free port (clients learn it with Endpoints), except where the
   // cluster runs TLS (frames are plain: common/tls.h); "host:port"; or "off" (clients then use
@@ -104,6 +109,10 @@ class MetaService final : public fs3rpc::Meta::Service {
   // After a write: grows the recorded length of `ino` to `at_least` and to what storage holds,
   // and moves mtime / ctime.
   Result<fs3rpc::Inode> Settle(uint64_t ino, uint64_t at_least);
+  // A write to `ino` failed: its length is settled again once late writes are over.
+  Status Recheck(uint64_t ino);
+  // The sweep's settling of lengths (MetaStore::DueSettles): returns how many marks it took.
+  Result<std::size_t> SettleMarked();
   grpc::Status Serve(const char* op, const std::function<Status()>& body);
   void ReportLog();  // the group commit's counters
   // Appends the attributes of directories `inos` (after a change in them) to `dirs`: as the
@@ -136,6 +145,8 @@ class MetaService final : public fs3rpc::Meta::Service {
   bool stopping_ = false;
   // When the collector (its thread alone) next prunes request ids and sweeps sessions.
   std::chrono::steady_clock::time_point next_prune_{}, next_sweep_{};
+  std::string settle_cursor_;  // where the sweep goes on through the settle marks
+
   std::thread gc_;
   std::unique_ptr<FrameServer> frames_;
 };

@@ -330,6 +330,76 @@ Result<Inode> MetaStore::SettleLength(uint64_t ino, uint64_t length, bool writte
   });
 }
 
+Status MetaStore::MarkRecheck(uint64_t ino, uint64_t at_unix_s) {
+  return Update([&](Txn& t) -> Status {
+    const std::string key = SettleKey(ino, {});
+    FF_ASSIGN_OR_RETURN(auto was, t.Read<fs3rpc::Counter>(key));
+    if (was && was->value() >= at_unix_s) return Status::Ok();
+    fs3rpc::Counter at;
+    at.set_value(at_unix_s);
+    t.PutKey(key, at.SerializeAsString());
+    return t.Commit();
+  });
+}
+
+Result<std::vector<MetaStore::SettleMark>> MetaStore::DueSettles(const std::string& after,
+                                                                 std::size_t max,
+                                                                 std::string* next) {
+  return Run([&](Txn& t) -> Result<std::vector<SettleMark>> {
+    FF_ASSIGN_OR_RETURN(auto rows, t.Scan("w/", after, max));
+    *next = rows.size() < max || rows.empty() ? "" : rows.back().first;
+    const auto now_s = static_cast<uint64_t>(NowNs() / 1000000000);
+    std::vector<SettleMark> marks;
+    std::vector<std::string> sessions;  // of the session marks, in order
+    for (const auto& [key, value] : rows) {
+      SettleMark m;
+      m.ino = ReadBE8(key, 2);
+      m.session = {ReadBE8(key, 10), ReadBE8(key, 18)};
+      m.key = key;
+      if (m.session.client == 0) {
+        fs3rpc::Counter at;
+        if (!at.ParseFromString(value)) return DataLoss("record " + key + " is corrupt");
+        m.at_unix_s = at.value();
+        if (m.at_unix_s > now_s) continue;
+      } else {
+        sessions.push_back(SessionKey(m.ino, m.session));
+      }
+      marks.push_back(std::move(m));
+    }
+    // A session mark is due once its session is gone without its close.
+    FF_ASSIGN_OR_RETURN(auto open, t.GetKeys(sessions));
+    std::vector<SettleMark> due;
+    std::size_t i = 0;
+    for (SettleMark& m : marks) {
+      if (m.session.client != 0 && open[i++]) continue;
+      due.push_back(std::move(m));
+    }
+    return due;
+  });
+}
+
+Status MetaStore::SettleDone(const SettleMark& mark, uint64_t recheck_at_unix_s) {
+  return Update([&](Txn& t) -> Status {
+    FF_ASSIGN_OR_RETURN(auto now, t.GetKeys({mark.key}));
+    if (!now[0]) return Status::Ok();
+    if (mark.session.client == 0) {  // a recheck asked for again meanwhile stays
+      fs3rpc::Counter at;
+      if (at.ParseFromString(*now[0]) && at.value() != mark.at_unix_s) return Status::Ok();
+    }
+    t.DeleteKey(mark.key);
+    if (recheck_at_unix_s != 0) {
+      const std::string key = SettleKey(mark.ino, {});
+      FF_ASSIGN_OR_RETURN(auto was, t.Read<fs3rpc::Counter>(key));
+      if (!was || was->value() < recheck_at_unix_s) {
+        fs3rpc::Counter at;
+        at.set_value(recheck_at_unix_s);
+        t.PutKey(key, at.SerializeAsString());
+      }
+    }
+    return t.Commit(/*durable=*/recheck_at_unix_s != 0);
+  });
+}
+
 Result<uint64_t> MetaStore::InodeCount() const {
   if (!kv_->serial()) return kv_->CountKeys("i/");
   return Run([&](Txn& t) -> Result<uint64_t> {

@@ -26,7 +26,12 @@ Result<std::vector<std::string>> MetaStore::CheckData(const std::map<uint64_t, u
         if (repair) t.AddGarbage(ino);
         continue;
       }
+      // An open file's length is settled by its close; one whose writer went without closing
+      // (or whose write failed) by fs3-meta's sweep (MetaStore::DueSettles).
       FF_ASSIGN_OR_RETURN(bool open, t.IsOpen(*inode));
+      if (!open && length > inode->size()) {
+        FF_ASSIGN_OR_RETURN(open, t.Settling(ino));
+      }
       if (inode->type() == fs3rpc::INODE_FILE && !open && length > inode->size()) {
         problems.push_back("inode " + std::to_string(ino) + " holds " + std::to_string(length) +
                            " bytes of data but records a length of " +

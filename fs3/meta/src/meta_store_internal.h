@@ -10,7 +10,9 @@
 // has reserved; "m/inodes" -> the live inode count (serial engine only); "s/" + ino + client +
 // handle -> an open file's session of a client (on etcd under the client's lease); "o/" + ino ->
 // an inode unlinked while open, whose data goes when its last session ends; "c/" + client -> the
-// client's etcd lease (etcd engine).
+// client's etcd lease (etcd engine); "w/" + ino + client + handle -> a session's settle mark (not
+// leased: it outlives a session that ends without its close), and "w/" + ino + 0 + 0 -> a length
+// to settle again once late writes are over (SettleMark).
 #pragma once
 
 #include <time.h>
@@ -54,6 +56,12 @@ inline std::string SessionPrefix(uint64_t ino) {
 }
 inline std::string SessionKey(uint64_t ino, const SessionId& s) {
   return SessionPrefix(ino) + BE8(s.client) + BE8(s.handle);
+}
+inline std::string SettlePrefix(uint64_t ino) {
+  return "w/" + BE8(ino);
+}
+inline std::string SettleKey(uint64_t ino, const SessionId& s) {
+  return SettlePrefix(ino) + BE8(s.client) + BE8(s.handle);
 }
 inline std::string OrphanKey(uint64_t ino) {
   return "o/" + BE8(ino);
@@ -186,11 +194,23 @@ class MetaStore::Txn {
     FF_ASSIGN_OR_RETURN(auto rows, kv_.Scan(SessionPrefix(inode.ino()), "", 1));
     return !rows.empty();
   }
-  // A client's session (`lease`: the client's etcd lease, 0 on the serial engine).
+  // A client's session (`lease`: the client's etcd lease, 0 on the serial engine), with its
+  // settle mark: a session that ends without its close (its lease expired) leaves the mark, and
+  // fs3-meta's sweep settles the file's length from storage (what the client wrote may have
+  // landed past the recorded length).
   void PutSession(uint64_t ino, const SessionId& s, int64_t lease) {
     kv_.PutLeased(SessionKey(ino, s), "", lease);
+    kv_.Put(SettleKey(ino, s), "");
   }
-  void DeleteSession(uint64_t ino, const SessionId& s) { kv_.Delete(SessionKey(ino, s)); }
+  void DeleteSession(uint64_t ino, const SessionId& s) {
+    kv_.Delete(SessionKey(ino, s));
+    kv_.Delete(SettleKey(ino, s));
+  }
+  // A settle mark under the inode: a length that the sweep has yet to settle.
+  Result<bool> Settling(uint64_t ino) {
+    FF_ASSIGN_OR_RETURN(auto rows, kv_.Scan(SettlePrefix(ino), "", 1));
+    return !rows.empty();
+  }
   // Marked as unlinked while open. `likely_not`: assumed not, unread, at first
   // (KvTxn::AssumeAbsent).
   Result<bool> Orphaned(uint64_t ino, bool likely_not = false) {
@@ -269,6 +289,11 @@ class MetaStore::Txn {
   }
   void RemoveGarbage(uint64_t ino) { kv_.Delete(GarbageKey(ino)); }
   void DeleteKey(const std::string& key) { kv_.Delete(key); }
+  void PutKey(const std::string& key, std::string value) { kv_.Put(key, std::move(value)); }
+  // Raw values of `keys` (one round trip on etcd); nullopt for a missing one.
+  Result<std::vector<std::optional<std::string>>> GetKeys(const std::vector<std::string>& keys) {
+    return kv_.GetMany(keys);
+  }
   void PutLeasedKey(const std::string& key, std::string value, int64_t lease) {
     kv_.PutLeased(key, std::move(value), lease);
   }

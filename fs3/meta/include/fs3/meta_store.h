@@ -167,6 +167,27 @@ class MetaStore {
   // A file's length as its data says (close, fsync): grows the recorded length to `length`;
   // `written` (data was written) moves mtime and ctime.
   Result<fs3rpc::Inode> SettleLength(uint64_t ino, uint64_t length, bool written = false);
+
+  // Lengths to settle from storage later. A client's session leaves a mark that its close
+  // removes; a session that ends otherwise (its client's lease expired: a mount killed, a
+  // process gone) leaves the mark behind, and what it wrote may lie past the recorded length.
+  // A write that failed may also still commit in its chain after its client gave up (a
+  // successor's retries outlast it): MarkRecheck asks for the length to be settled again at
+  // `at_unix_s`. fs3-meta's sweep takes the due marks (DueSettles), settles the files' lengths
+  // from storage and then drops each mark (SettleDone). fsck leaves a marked file's length alone.
+  struct SettleMark {
+    uint64_t ino = 0;
+    SessionId session;       // {0, 0}: a recheck
+    std::string key;         // as stored (SettleDone drops it only if unchanged)
+    uint64_t at_unix_s = 0;  // a recheck's time
+  };
+  Status MarkRecheck(uint64_t ino, uint64_t at_unix_s);
+  // Up to `max` due marks after the key `after` (a cursor: the last key of the previous call's
+  // page; "" from the start); `next` gets the cursor for the following call ("" at the end).
+  Result<std::vector<SettleMark>> DueSettles(const std::string& after, std::size_t max,
+                                             std::string* next);
+  // Drops `mark`, settled; a session's mark becomes a recheck at `recheck_at_unix_s` (0: none).
+  Status SettleDone(const SettleMark& mark, uint64_t recheck_at_unix_s);
   // Live inodes (statfs).
   Result<uint64_t> InodeCount() const;
 
