@@ -24,6 +24,16 @@ std::vector<std::string> Components(const std::string& path) {
   return out;
 }
 
+MetaClientOptions MetaOptionsFor(const FsOptions& options) {
+  // Every call is safe to retry (reads, or mutations with a request id): keep trying while
+  // fs3-meta restarts.
+  MetaClientOptions o{options.meta, true, CallOptions::Idempotent()};
+  o.call.max_attempts = 1 << 20;
+  o.call.max_backoff = std::chrono::milliseconds(500);
+  o.call.total_deadline = options.meta_retry_timeout;
+  return o;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<FileSystem>> FileSystem::Connect(const FsOptions& options) {
@@ -38,8 +48,7 @@ Result<std::unique_ptr<FileSystem>> FileSystem::Connect(const FsOptions& options
 
 FileSystem::FileSystem(const FsOptions& options, std::unique_ptr<StorageClient> data)
     : options_(options),
-      meta_(std::make_unique<MetaClient>(
-          MetaClientOptions{options.meta, true, CallOptions::Idempotent()})),
+      meta_(std::make_unique<MetaClient>(MetaOptionsFor(options))),
       data_(std::move(data)),
       next_request_(std::random_device{}() * uint64_t{0x100000000}) {}
 

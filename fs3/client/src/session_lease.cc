@@ -98,6 +98,38 @@ void SessionLease::Reopen(uint64_t client) {
   }
 }
 
+void SessionLease::CloseLater(const fs3rpc::CloseRequest& close) {
+  MutexLock lock(&mu_);
+  closes_.push_back(close);
+}
+
+std::size_t SessionLease::closes_pending() const {
+  MutexLock lock(&mu_);
+  return closes_.size();
+}
+
+void SessionLease::SendPendingCloses(uint64_t client) {
+  std::vector<fs3rpc::CloseRequest> pending;
+  {
+    MutexLock lock(&mu_);
+    pending.swap(closes_);
+  }
+  std::vector<fs3rpc::CloseRequest> again;
+  for (fs3rpc::CloseRequest& close : pending) {
+    if (close.client() != 0 && close.client() != client) continue;  // ended with its lease
+    fs3rpc::Empty out;
+    Status st = meta_->Close(close, &out);
+    if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
+      again.push_back(std::move(close));
+    } else if (!st.ok()) {
+      spdlog::warn("fs3: closing inode {} again: {}", close.ino(), st.ToString());
+    }
+  }
+  MutexLock lock(&mu_);
+  for (fs3rpc::CloseRequest& close : again)
+    closes_.push_back(std::move(close));
+}
+
 void SessionLease::Loop() {
   bool first = true;
   bool reopen = false;
@@ -123,6 +155,7 @@ void SessionLease::Loop() {
         MutexLock lock(&mu_);
         settled_ = true;
       }
+      SendPendingCloses(r.client());
       pause = std::chrono::milliseconds(std::max<uint32_t>(reply.lease_s(), 1) * 1000 / 3);
     } else if (st.code() == StatusCode::kNotFound) {  // our lease expired: a new number
       MutexLock lock(&mu_);

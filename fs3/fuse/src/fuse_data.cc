@@ -130,7 +130,15 @@ Status FuseFs::CloseSession(uint64_t ino, uint64_t session, std::optional<uint64
   r.set_client(s.client);
   r.set_handle(s.handle);
   fs3rpc::Empty out;
-  return meta_->Close(r, &out);
+  Status st = meta_->Close(r, &out);
+  // fs3-meta out of reach for longer than a call retries: the session would stay open there as
+  // long as this mount lives (an unlinked file's data kept, the length not settled).
+  if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
+    spdlog::warn("fs3-fuse: inode {}: close not taken ({}); sent again once fs3-meta answers", ino,
+                 st.ToString());
+    lease_->CloseLater(r);
+  }
+  return st;
 }
 
 template <typename Req>

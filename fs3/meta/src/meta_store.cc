@@ -367,7 +367,10 @@ Result<std::vector<MetaStore::SettleMark>> MetaStore::DueSettles(const std::stri
       marks.push_back(std::move(m));
     }
     // A session mark is due once its session is gone without its close.
-    FF_ASSIGN_OR_RETURN(auto open, t.GetKeys(sessions));
+    std::vector<std::optional<std::string>> open;
+    if (!sessions.empty()) {
+      FF_ASSIGN_OR_RETURN(open, t.GetKeys(sessions));
+    }
     std::vector<SettleMark> due;
     std::size_t i = 0;
     for (SettleMark& m : marks) {

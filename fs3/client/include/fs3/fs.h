@@ -31,6 +31,9 @@ struct FsOptions {
   // How long a chunk write is retried before it fails, and how chunk data travels (empty:
   // gRPC): StorageClient's (ClientOptions).
   std::chrono::milliseconds write_retry_timeout{std::chrono::seconds(60)};
+  // How long a metadata call keeps retrying while fs3-meta restarts or fails over (as a mount's
+  // calls do): a write whose data landed then extends the length instead of failing.
+  std::chrono::milliseconds meta_retry_timeout{std::chrono::seconds(60)};
   std::shared_ptr<ChunkTransport> transport = nullptr;
 };
 

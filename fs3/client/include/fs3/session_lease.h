@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <thread>
+#include <vector>
 
 #include "common/thread_annotations.h"
 #include "fs3/meta_client.h"
@@ -44,14 +45,22 @@ class SessionLease {
   // fs3-meta refused a session for this client's lease (it expired): renews now, registering
   // again under a new number when it is gone; returns when that is done (a few seconds at most).
   void Refresh() FF_EXCLUDES(mu_);
+  // A close fs3-meta did not take (cut off from it longer than a call retries): sent again after
+  // each renewal until it is taken, so that the session ends and the file's length is settled
+  // (an unlinked file's data goes). Dropped once the lease it was opened under has expired (the
+  // session ended with it), except an anonymous one's.
+  void CloseLater(const fs3rpc::CloseRequest& close) FF_EXCLUDES(mu_);
+  std::size_t closes_pending() const FF_EXCLUDES(mu_);
 
  private:
   void Loop() FF_EXCLUDES(mu_);
   // Opens again, under the new number, the sessions the expired lease held.
   void Reopen(uint64_t client) FF_EXCLUDES(mu_);
+  // Sends the closes CloseLater keeps (`client`: the number now registered).
+  void SendPendingCloses(uint64_t client) FF_EXCLUDES(mu_);
 
   MetaClient* const meta_;
-  Mutex mu_;
+  mutable Mutex mu_;
   CondVar cv_;
   bool stopping_ FF_GUARDED_BY(mu_) = false;
   bool settled_ FF_GUARDED_BY(mu_) = false;  // registered, or given up (anonymous sessions)
@@ -62,7 +71,8 @@ class SessionLease {
   struct Held {
     uint64_t ino, client;
   };
-  std::map<uint64_t, Held> open_ FF_GUARDED_BY(mu_);  // by handle
+  std::map<uint64_t, Held> open_ FF_GUARDED_BY(mu_);             // by handle
+  std::vector<fs3rpc::CloseRequest> closes_ FF_GUARDED_BY(mu_);  // to send again
   std::thread thread_;
 };
 
