@@ -103,11 +103,6 @@ void SessionLease::CloseLater(const fs3rpc::CloseRequest& close) {
   closes_.push_back(close);
 }
 
-std::size_t SessionLease::closes_pending() const {
-  MutexLock lock(&mu_);
-  return closes_.size();
-}
-
 void SessionLease::SendPendingCloses(uint64_t client) {
   std::vector<fs3rpc::CloseRequest> pending;
   {

@@ -50,7 +50,6 @@ class SessionLease {
   // (an unlinked file's data goes). Dropped once the lease it was opened under has expired (the
   // session ended with it), except an anonymous one's.
   void CloseLater(const fs3rpc::CloseRequest& close) FF_EXCLUDES(mu_);
-  std::size_t closes_pending() const FF_EXCLUDES(mu_);
 
  private:
   void Loop() FF_EXCLUDES(mu_);
@@ -60,7 +59,7 @@ class SessionLease {
   void SendPendingCloses(uint64_t client) FF_EXCLUDES(mu_);
 
   MetaClient* const meta_;
-  mutable Mutex mu_;
+  Mutex mu_;
   CondVar cv_;
   bool stopping_ FF_GUARDED_BY(mu_) = false;
   bool settled_ FF_GUARDED_BY(mu_) = false;  // registered, or given up (anonymous sessions)
