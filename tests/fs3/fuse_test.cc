@@ -127,6 +127,14 @@ class FuseTest : public ::testing::Test {
     ASSERT_EQ(mkdir(root_.c_str(), 0755), 0) << strerror(errno);
   }
   std::string P(const std::string& rel) const { return root_ + "/" + rel; }
+  // A storage client of the cluster (to see what the chains hold); null after a failure.
+  static std::unique_ptr<StorageClient> Storage() {
+    ClientOptions o;
+    o.mgmtd = cluster_->mgmtd_address_;
+    auto made = StorageClient::Create(o);
+    EXPECT_TRUE(made.ok()) << made.status();
+    return made.ok() ? std::move(*made) : nullptr;
+  }
 
   static Cluster* cluster_;
   std::string root_;
@@ -333,14 +341,12 @@ TEST_F(FuseTest, UnlinkedWhileOpenStaysReadableThenItsChunksGo) {
   EXPECT_EQ(buf, data);
   ASSERT_EQ(fstat(fd, &st), 0);
   EXPECT_EQ(st.st_nlink, 0u);
-  ClientOptions o;
-  o.mgmtd = cluster_->mgmtd_address_;
-  auto storage = StorageClient::Create(o);
-  ASSERT_TRUE(storage.ok());
-  EXPECT_EQ(*(*storage)->StoredLength(ino), data.size());  // still there while open
+  auto storage = Storage();
+  ASSERT_NE(storage, nullptr);
+  EXPECT_EQ(*storage->StoredLength(ino), data.size());  // still there while open
   ASSERT_EQ(close(fd), 0);
   // The garbage collector deletes the chunks once the last session closed.
-  EXPECT_TRUE(WaitUntil([&] { return *(*storage)->StoredLength(ino) == 0; }, 20s));
+  EXPECT_TRUE(WaitUntil([&] { return *storage->StoredLength(ino) == 0; }, 20s));
 }
 
 // A mount that dies (kill -9) holding a file open: its session ends with its lease, and the file,
@@ -358,17 +364,15 @@ TEST_F(FuseTest, AMountThatDiesLosesItsOpenFilesByLease) {
   int fd = open(held.c_str(), O_RDONLY);
   ASSERT_GE(fd, 0) << strerror(errno);
   ASSERT_EQ(unlink(P("held").c_str()), 0);
-  ClientOptions o;
-  o.mgmtd = cluster_->mgmtd_address_;
-  auto storage = StorageClient::Create(o);
-  ASSERT_TRUE(storage.ok());
+  auto storage = Storage();
+  ASSERT_NE(storage, nullptr);
   std::this_thread::sleep_for(5s);  // past the lease: the live mount renews it
-  EXPECT_EQ(*(*storage)->StoredLength(ino), data.size()) << "an open file's data went";
+  EXPECT_EQ(*storage->StoredLength(ino), data.size()) << "an open file's data went";
   std::string buf(data.size(), '\0');
   ASSERT_EQ(pread(fd, buf.data(), buf.size(), 0), static_cast<ssize_t>(data.size()));
   EXPECT_EQ(buf, data);
   cluster_->Kill("fuse-mnt-dying");
-  EXPECT_TRUE(WaitUntil([&] { return *(*storage)->StoredLength(ino) == 0; }, 30s))
+  EXPECT_TRUE(WaitUntil([&] { return *storage->StoredLength(ino) == 0; }, 30s))
       << "the dead mount's session did not end with its lease";
   close(fd);  // on the dead mount: whatever it says
   EXPECT_TRUE(cluster_->Fsck().empty());
@@ -389,18 +393,16 @@ TEST_F(FuseTest, AMountThatDiesMidWriteLeavesALengthThatCoversTheDataThatLanded)
   struct stat st {};
   ASSERT_EQ(fstat(fd, &st), 0);
   const uint64_t ino = st.st_ino;
-  ClientOptions o;
-  o.mgmtd = cluster_->mgmtd_address_;
-  auto storage = StorageClient::Create(o);
-  ASSERT_TRUE(storage.ok());
+  auto storage = Storage();
+  ASSERT_NE(storage, nullptr);
   // The full buffers go to storage as they fill (the last one waits for a flush).
-  ASSERT_TRUE(WaitUntil([&] { return *(*storage)->StoredLength(ino) >= (8u << 20); }, 30s));
+  ASSERT_TRUE(WaitUntil([&] { return *storage->StoredLength(ino) >= (8u << 20); }, 30s));
   cluster_->Kill("fuse-mnt-dies-writing");
   // The lease (3 s) ends, then the sweep settles the length.
   uint64_t landed = 0;
   EXPECT_TRUE(WaitUntil(
       [&] {
-        landed = *(*storage)->StoredLength(ino);
+        landed = *storage->StoredLength(ino);
         struct stat now {};
         return stat(P("partial").c_str(), &now) == 0 &&
                static_cast<uint64_t>(now.st_size) == landed;
@@ -453,10 +455,8 @@ TEST_F(FuseTest, AMountCutOffLongerThanItsLeaseRegistersAgain) {
   struct stat st {};
   ASSERT_EQ(fstat(fd, &st), 0);
   const uint64_t ino = st.st_ino;
-  ClientOptions o;
-  o.mgmtd = cluster_->mgmtd_address_;
-  auto storage = StorageClient::Create(o);
-  ASSERT_TRUE(storage.ok());
+  auto storage = Storage();
+  ASSERT_NE(storage, nullptr);
   EXPECT_TRUE(WaitUntil(
       [&] {
         return cluster_->Fsck().empty();  // the session reopened (no orphan, nothing dangling)
@@ -464,12 +464,12 @@ TEST_F(FuseTest, AMountCutOffLongerThanItsLeaseRegistersAgain) {
       10s));
   ASSERT_EQ(unlink(P("kept").c_str()), 0);
   std::this_thread::sleep_for(2s);
-  EXPECT_EQ(*(*storage)->StoredLength(ino), data.size()) << "a reopened session's file went";
+  EXPECT_EQ(*storage->StoredLength(ino), data.size()) << "a reopened session's file went";
   std::string buf(data.size(), '\0');
   ASSERT_EQ(pread(fd, buf.data(), buf.size(), 0), static_cast<ssize_t>(data.size()));
   EXPECT_EQ(buf, data);
   ASSERT_EQ(close(fd), 0);
-  EXPECT_TRUE(WaitUntil([&] { return *(*storage)->StoredLength(ino) == 0; }, 20s));
+  EXPECT_TRUE(WaitUntil([&] { return *storage->StoredLength(ino) == 0; }, 20s));
 }
 
 TEST_F(FuseTest, FsckChecksTheChunksAgainstTheNamespace) {
@@ -477,22 +477,20 @@ TEST_F(FuseTest, FsckChecksTheChunksAgainstTheNamespace) {
   ASSERT_TRUE(WriteAll(P("f"), "0123456789"));
   struct stat st {};
   ASSERT_EQ(stat(P("f").c_str(), &st), 0);
-  ClientOptions o;
-  o.mgmtd = cluster_->mgmtd_address_;
-  auto storage = StorageClient::Create(o);
-  ASSERT_TRUE(storage.ok());
+  auto storage = Storage();
+  ASSERT_NE(storage, nullptr);
   // Damage behind fs3-meta's back: chunks of an inode that does not exist, and data written past
   // a closed file's recorded length.
   const uint64_t ghost = uint64_t{1} << 40;
-  ASSERT_TRUE((*storage)->Write(ghost, 0, "ghost data").ok());
-  ASSERT_TRUE((*storage)->Write(st.st_ino, 10, "more").ok());
+  ASSERT_TRUE(storage->Write(ghost, 0, "ghost data").ok());
+  ASSERT_TRUE(storage->Write(st.st_ino, 10, "more").ok());
   auto found = cluster_->Fsck();
   ASSERT_EQ(found.size(), 2u) << ::testing::PrintToString(found);
   EXPECT_THAT(found, ::testing::Contains(::testing::HasSubstr("belong to no file")));
   EXPECT_THAT(found, ::testing::Contains(::testing::HasSubstr("records a length of 10")));
   EXPECT_EQ(cluster_->Fsck(/*repair=*/true).size(), 2u);
   // The orphan chunks are deleted by the garbage collector; the file keeps its data.
-  EXPECT_TRUE(WaitUntil([&] { return *(*storage)->StoredLength(ghost) == 0; }, 20s));
+  EXPECT_TRUE(WaitUntil([&] { return *storage->StoredLength(ghost) == 0; }, 20s));
   EXPECT_THAT(cluster_->Fsck(), ::testing::IsEmpty());
   EXPECT_EQ(ReadAll(P("f")), "0123456789more");
 }
@@ -978,15 +976,13 @@ TEST_F(FuseTest, ACloseThatFs3MetaMissedIsSentAgainWhenItIsBack) {
   ASSERT_EQ(fstat(fd, &st), 0);
   const uint64_t ino = st.st_ino;
   ASSERT_EQ(unlink(P("f").c_str()), 0);  // through the other mount: kept while open
-  ClientOptions o;
-  o.mgmtd = cluster_->mgmtd_address_;
-  auto storage = StorageClient::Create(o);
-  ASSERT_TRUE(storage.ok());
+  auto storage = Storage();
+  ASSERT_NE(storage, nullptr);
   cluster_->Kill("meta");
   close(fd);  // the release's close fails after 2 s
   std::this_thread::sleep_for(4s);
   ASSERT_TRUE(cluster_->StartMeta());
-  EXPECT_TRUE(WaitUntil([&] { return *(*storage)->StoredLength(ino) == 0; }, 30s))
+  EXPECT_TRUE(WaitUntil([&] { return *storage->StoredLength(ino) == 0; }, 30s))
       << "the session of a close fs3-meta missed stayed open: the unlinked file kept its data";
   EXPECT_THAT(cluster_->Fsck(), ::testing::IsEmpty());
 }
