@@ -16,6 +16,7 @@
 #include "fs3/client.h"
 #include "fs3/crc32c.h"
 #include "fs3/fs.h"
+#include "fs3/meta_client.h"
 #include "meta_service.h"
 #include "mgmtd.h"
 #include "storage_service.h"
@@ -289,11 +290,10 @@ TEST_F(TransportFaultTest, AWriteThatCommitsAfterItsClientGaveUpStillGetsItsLeng
   auto got = (*fs)->ReadBatch({{f->ino, 0, static_cast<uint32_t>(data.size()), back.data()}});
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(back == data);
-  auto stub = fs3rpc::Meta::NewStub(MakeChannel((*server)->address()));
-  fs3rpc::FsckRequest req;
+  MetaClient client(MetaClientOptions{.address = (*server)->address(), .frames = false});
   fs3rpc::FsckReply reply;
-  grpc::ClientContext c;
-  ASSERT_TRUE(stub->Fsck(&c, req, &reply).ok());
+  Status fsck = client.Fsck({}, &reply, 30s);
+  ASSERT_TRUE(fsck.ok()) << fsck;
   EXPECT_THAT(reply.problems(), ::testing::IsEmpty());
 }
 
