@@ -1016,6 +1016,94 @@ TEST_F(FuseTest, ANativeWriteRidesThroughAnFs3MetaRestart) {
   EXPECT_THAT(cluster_->Fsck(), ::testing::IsEmpty());
 }
 
+// Two native writers of one file, each at its own range (ranks writing their shards of one
+// checkpoint): a writer whose view of the length is older than the other's write still leaves
+// the length at the end of the file, and every acknowledged byte of both is there. (The length
+// only grows with a write: it used to be set to the end of each extending write, which cut off,
+// and dropped from storage, what the other had written past it.)
+TEST_F(FuseTest, TwoNativeWritersOfOneFileKeepEachOthersData) {
+  auto a = FileSystem::Connect(
+      {.meta = cluster_->meta_address_, .mgmtd = cluster_->mgmtd_address_, .caller = {}});
+  auto b = FileSystem::Connect(
+      {.meta = cluster_->meta_address_, .mgmtd = cluster_->mgmtd_address_, .caller = {}});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::string path =
+      std::string("/") + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/ckpt";
+  auto fa = (*a)->Create(path);
+  ASSERT_TRUE(fa.ok()) << fa.status();
+  auto fb = (*b)->Open(path);  // b sees a length of 0
+  ASSERT_TRUE(fb.ok()) << fb.status();
+  const std::string tail = RandomBytes(kChunk + 1000, 13), head = RandomBytes(kChunk, 14);
+  ASSERT_TRUE((*a)->Write(*fa, kChunk, tail).ok());
+  ASSERT_TRUE((*b)->Write(*fb, 0, head).ok());
+  auto stat = (*a)->Stat(path);
+  ASSERT_TRUE(stat.ok()) << stat.status();
+  EXPECT_EQ(stat->size(), 2 * kChunk + 1000);
+  const std::string back = ReadAll(P("ckpt"));
+  EXPECT_EQ(back.size(), head.size() + tail.size());
+  EXPECT_TRUE(back.substr(0, kChunk) == head) << "b's range does not read back as written";
+  EXPECT_TRUE(back.substr(kChunk) == tail) << "a's range does not read back as written";
+  EXPECT_THAT(cluster_->Fsck(), ::testing::IsEmpty());
+}
+
+// The native client refuses a write to a file its caller may only read, before anything is sent
+// (it used to send the data, have its length update refused, then settle the length from
+// storage: the file changed and grew).
+TEST_F(FuseTest, ANativeWriteWithoutWritePermissionChangesNothing) {
+  const std::string before = RandomBytes(1000, 16);
+  ASSERT_TRUE(WriteAll(P("roots"), before));  // root's, 0644
+  auto fs = FileSystem::Connect({.meta = cluster_->meta_address_,
+                                 .mgmtd = cluster_->mgmtd_address_,
+                                 .caller = {.uid = kNobody, .gid = kNogroup, .groups = {}}});
+  ASSERT_TRUE(fs.ok()) << fs.status();
+  const std::string path =
+      std::string("/") + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/roots";
+  auto f = (*fs)->Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ((*fs)->Write(*f, 0, RandomBytes(5000, 17)).code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(ReadAll(P("roots")) == before) << "a refused write changed the file";
+  auto storage = Storage();
+  ASSERT_NE(storage, nullptr);
+  EXPECT_EQ(*storage->StoredLength(f->ino), before.size());
+}
+
+// A native writer killed after its data landed and before the length was recorded (a job
+// preempted in the middle of a checkpoint): its write ran under a session at fs3-meta, which
+// ends with the writer's lease, and fs3-meta's sweep settles the length from storage. Before,
+// the data stayed past the file's end for good (fsck: "holds N bytes of data but records a
+// length of 0"; a later extension of the file would have shown it).
+TEST_F(FuseTest, ANativeWriterKilledBeforeItsLengthLeavesALengthThatCoversItsData) {
+  auto fs = FileSystem::Connect(
+      {.meta = cluster_->meta_address_, .mgmtd = cluster_->mgmtd_address_, .caller = {}});
+  ASSERT_TRUE(fs.ok()) << fs.status();
+  const std::string path =
+      std::string("/") + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/ckpt";
+  auto f = (*fs)->Create(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  const std::string data = RandomBytes(5000, 15);  // one chunk: one write to storage
+  test::TempDir tmp;
+  test::WriteFile(tmp.File("data"), data);
+  auto writer = test::Subprocess::Start({FF_NATIVE_WRITER_PATH, cluster_->meta_address_,
+                                         cluster_->mgmtd_address_, path, tmp.File("data")},
+                                        {.env = {}, .output_dir = tmp.path()});
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_EQ(writer->Wait(60s), 128 + SIGKILL) << writer->Stderr();
+  auto storage = Storage();
+  ASSERT_NE(storage, nullptr);
+  ASSERT_EQ(*storage->StoredLength(f->ino), data.size()) << "the data did not land";
+  // The writer's lease (3 s) ends, then the sweep settles the length.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        auto stat = (*fs)->Stat(path);
+        return stat.ok() && stat->size() == data.size();
+      },
+      30s))
+      << "the length of a file whose native writer died does not cover the data that landed";
+  EXPECT_TRUE(ReadAll(P("ckpt")) == data) << "the file does not read back as written";
+  EXPECT_THAT(cluster_->Fsck(), ::testing::IsEmpty());
+}
+
 TEST_F(FuseTest, SurvivesRestartsOfMetaAndOfAReplica) {
   const std::string data = RandomBytes(3 * kChunk, 9);
   ASSERT_TRUE(WriteAll(P("before"), data));

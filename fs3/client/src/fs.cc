@@ -138,7 +138,7 @@ Result<File> FileSystem::Create(const std::string& path, uint32_t mode, bool exc
   } else {
     FF_RETURN_IF_ERROR(st);
   }
-  return File{out.ino(), 0, {out.layout().chains().begin(), out.layout().chains().end()}};
+  return File{out.ino(), 0, {out.layout().chains().begin(), out.layout().chains().end()}, true};
 }
 
 Result<File> FileSystem::Open(const std::string& path) {
@@ -146,20 +146,75 @@ Result<File> FileSystem::Open(const std::string& path) {
   if (inode.type() == fs3rpc::INODE_DIR)
     return Status(StatusCode::kIsADirectory, path + " is a directory");
   if (!Permitted(options_.caller, inode, 4)) return PermissionDenied("cannot read " + path);
-  return File{
-      inode.ino(), inode.size(), {inode.layout().chains().begin(), inode.layout().chains().end()}};
+  return File{inode.ino(),
+              inode.size(),
+              {inode.layout().chains().begin(), inode.layout().chains().end()},
+              Permitted(options_.caller, inode, 2)};
+}
+
+Result<std::optional<OpenedSession>> FileSystem::OpenWriteSession(uint64_t ino) {
+  SessionLease* lease;
+  {
+    std::lock_guard lock(lease_mu_);
+    if (!lease_) lease_ = std::make_unique<SessionLease>(meta_.get());
+    lease = lease_.get();
+  }
+  for (int attempt = 0;; ++attempt) {
+    const OpenedSession s = lease->Open(ino);
+    if (s.client == 0) {
+      lease->Closing(s.handle);
+      return std::optional<OpenedSession>();
+    }
+    fs3rpc::InoRequest r;
+    r.set_ino(ino);
+    r.set_client(s.client);
+    r.set_handle(s.handle);
+    fs3rpc::Inode out;
+    Status st = meta_->Open(r, &out);
+    if (st.ok()) return std::optional<OpenedSession>(s);
+    lease->Closing(s.handle);
+    // This client's lease expired (cut off from fs3-meta longer than it): register again, once.
+    if (st.code() != StatusCode::kFailedPrecondition || attempt > 0) return st;
+    lease->Refresh();
+  }
+}
+
+Status FileSystem::CloseWriteSession(fs3rpc::CloseRequest& close, const OpenedSession& session) {
+  const OpenedSession s = lease_->Closing(session.handle);
+  close.set_client(s.client);
+  close.set_handle(s.handle);
+  fs3rpc::Empty out;
+  Status st = meta_->Close(close, &out);
+  if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
+    lease_->CloseLater(close);  // once fs3-meta answers; else its lease's end settles the length
+  }
+  return st;
 }
 
 Status FileSystem::Write(File& file, uint64_t offset, std::string_view data) {
+  if (!file.writable) {
+    return PermissionDenied("inode " + std::to_string(file.ino) + " was not opened for writing");
+  }
+  const uint64_t end = offset + data.size();
+  std::optional<OpenedSession> session;
+  if (end > file.size) {
+    FF_ASSIGN_OR_RETURN(session, OpenWriteSession(file.ino));
+  }
   Status st = data_->Write(file.ino, offset, data, file.chains);
-  if (st.ok() && offset + data.size() > file.size) {
-    fs3rpc::SetAttrRequest r;
-    *r.mutable_cred() = Cred();
-    r.set_ino(file.ino);
-    r.set_size(offset + data.size());
-    fs3rpc::Inode out;
-    st = meta_->SetAttr(r, &out);
-    if (st.ok()) file.size = offset + data.size();
+  if (st.ok() && end > file.size) {
+    // The length grows to the write's end, and never shrinks: another writer may have written
+    // past it since this one's Open.
+    fs3rpc::CloseRequest grow;
+    grow.set_ino(file.ino);
+    grow.set_size(end);
+    if (session) {
+      st = CloseWriteSession(grow, *session);
+      session.reset();
+    } else {
+      fs3rpc::Inode out;
+      st = meta_->Sync(grow, &out);
+    }
+    if (st.ok()) file.size = end;
   }
   if (!st.ok()) {
     // Some of the data may be on storage (a chunk applied whose answer was lost, or the length's
@@ -172,8 +227,12 @@ Status FileSystem::Write(File& file, uint64_t offset, std::string_view data) {
     settle.set_size(file.size);
     settle.set_wrote(true);
     settle.set_recheck(true);
-    fs3rpc::Inode out;
-    if (meta_->Sync(settle, &out).ok()) file.size = std::max(file.size, out.size());
+    if (session) {
+      (void)CloseWriteSession(settle, *session);
+    } else {
+      fs3rpc::Inode out;
+      if (meta_->Sync(settle, &out).ok()) file.size = std::max(file.size, out.size());
+    }
   }
   return st;
 }

@@ -13,6 +13,8 @@
 
 #include <future>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "fs3/meta_client.h"
 #include "fs3/permissions.h"
 #include "fs3/proto/meta.grpc.pb.h"
+#include "fs3/session_lease.h"
 
 namespace ff::fs3 {
 
@@ -41,6 +44,7 @@ struct File {
   uint64_t ino = 0;
   uint64_t size = 0;             // as of Open
   std::vector<uint32_t> chains;  // where its chunks are (its layout)
+  bool writable = false;         // the caller may write it (decided at Open, as open(2) does)
 };
 
 // One range of a batched read: `length` bytes at `offset` of file `ino` into `buffer`.
@@ -59,11 +63,16 @@ class FileSystem {
   Status Mkdir(const std::string& path, uint32_t mode = 0755);
   // Creates (or truncates to nothing, when it exists and `exclusive` is false) a regular file.
   Result<File> Create(const std::string& path, uint32_t mode = 0644, bool exclusive = true);
+  // Opens a file to read it, and to write it where the caller may.
   Result<File> Open(const std::string& path);
-  // Writes and extends the recorded length as needed. A write that fails may still have put
-  // some of its data on storage (an answer lost, the length's update refused): the length is then
-  // settled from what storage holds, as a closing FUSE writer's is, so that no data lies past a
-  // file's end (fs3 fsck --data's check; a later extension would show it).
+  // Writes `data` at `offset` (PERMISSION_DENIED, nothing sent, where `file` was opened without
+  // write permission). The recorded length grows to the write's end and never shrinks: another
+  // writer may have written past it. A write that extends the file runs under a session at
+  // fs3-meta (this client's lease): if the process dies before the length is recorded, the
+  // session ends with the lease and fs3-meta settles the length. A write that fails may still
+  // have put some of its data on storage (an answer lost, the length's update refused): the
+  // length is then settled from what storage holds, as a closing FUSE writer's is, so that no
+  // data lies past a file's end (fs3 fsck --data's check; a later extension would show it).
   Status Write(File& file, uint64_t offset, std::string_view data);
   Result<std::vector<DirEntry>> List(const std::string& path);
   Status Unlink(const std::string& path);
@@ -85,9 +94,16 @@ class FileSystem {
   // Makes the entry `path` (its parent resolved first) with a fresh request id.
   Status MakeAt(const std::string& path, uint32_t mode, fs3rpc::InodeType type, fs3rpc::Inode* out);
   fs3rpc::Credentials Cred() const;
+  // A session on `ino` for a write that extends it (none where fs3-meta grants no lease: an
+  // anonymous session would outlive a crash), and its end with `close` (the length it records
+  // or settles), sent again later when fs3-meta is out of reach.
+  Result<std::optional<OpenedSession>> OpenWriteSession(uint64_t ino);
+  Status CloseWriteSession(fs3rpc::CloseRequest& close, const OpenedSession& session);
 
   const FsOptions options_;
   std::unique_ptr<MetaClient> meta_;
+  std::mutex lease_mu_;
+  std::unique_ptr<SessionLease> lease_;  // made at the first extending write; ends before meta_
   std::unique_ptr<StorageClient> data_;
   std::atomic<uint64_t> next_request_;
 };
