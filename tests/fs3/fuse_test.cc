@@ -127,6 +127,19 @@ class FuseTest : public ::testing::Test {
     ASSERT_EQ(mkdir(root_.c_str(), 0755), 0) << strerror(errno);
   }
   std::string P(const std::string& rel) const { return root_ + "/" + rel; }
+  // `rel` in this test's directory as fs3 names it (the native client's path).
+  static std::string FsPath(const std::string& rel) {
+    return std::string("/") + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+           "/" + rel;
+  }
+  // A native client of the cluster acting as `caller`; null after a failure.
+  static std::unique_ptr<FileSystem> Native(Caller caller = {}) {
+    auto made = FileSystem::Connect({.meta = cluster_->meta_address_,
+                                     .mgmtd = cluster_->mgmtd_address_,
+                                     .caller = std::move(caller)});
+    EXPECT_TRUE(made.ok()) << made.status();
+    return made.ok() ? std::move(*made) : nullptr;
+  }
   // A storage client of the cluster (to see what the chains hold); null after a failure.
   static std::unique_ptr<StorageClient> Storage() {
     ClientOptions o;
@@ -359,8 +372,7 @@ TEST_F(FuseTest, AMountThatDiesLosesItsOpenFilesByLease) {
   ASSERT_EQ(stat(P("held").c_str(), &st), 0);
   const uint64_t ino = st.st_ino;
   const std::string other = cluster_->Mount("mnt-dying");
-  const std::string held =
-      other + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/held";
+  const std::string held = other + FsPath("held");
   int fd = open(held.c_str(), O_RDONLY);
   ASSERT_GE(fd, 0) << strerror(errno);
   ASSERT_EQ(unlink(P("held").c_str()), 0);
@@ -742,8 +754,7 @@ TEST_F(FuseTest, ReaddirOfTenThousandEntries) {
 // this mount shows at once, one on another mount within the attribute timeout (1 s).
 TEST_F(FuseTest, MissingXattrsAreCachedWithTheAttributesAndStayCorrect) {
   const std::string second = cluster_->Mount("mnt3");
-  const std::string rel =
-      std::string("/") + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/f";
+  const std::string rel = FsPath("f");
   const std::string here = cluster_->mount_ + rel, there = second + rel;
   ASSERT_TRUE(WriteAll(here, "x"));
   auto get = [](const std::string& path, const char* name) -> std::string {
@@ -793,8 +804,7 @@ TEST_F(FuseTest, ListingsBringAttributesAndDirectoryChangesNeedNoGetattr) {
     }
     return 0;
   };
-  const std::string rel =
-      std::string("/") + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/d";
+  const std::string rel = FsPath("d");
   const std::string dir = mnt + rel;
   ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
   struct stat before {};
@@ -933,8 +943,7 @@ TEST_F(FuseTest, StatfsReportsWhatFs3Holds) {
 // the error, and the fsync then said all was well about bytes that were never stored.)
 TEST_F(FuseTest, ABackgroundWriteThatFailedIsReportedByFsyncEvenAfterAReadFailed) {
   const std::string mnt = cluster_->Mount("short-retry", {"--set", "fuse.retry_timeout_s=2"});
-  const std::string path =
-      mnt + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/f";
+  const std::string path = mnt + FsPath("f");
   const std::string before = RandomBytes(64 << 10, 3);
   ASSERT_TRUE(WriteAll(path, before));
   int fd = open(path.c_str(), O_RDWR);
@@ -965,8 +974,7 @@ TEST_F(FuseTest, ABackgroundWriteThatFailedIsReportedByFsyncEvenAfterAReadFailed
 // long as the mount lived: the file here, unlinked while open, kept its data.
 TEST_F(FuseTest, ACloseThatFs3MetaMissedIsSentAgainWhenItIsBack) {
   const std::string mnt = cluster_->Mount("short-close", {"--set", "fuse.retry_timeout_s=2"});
-  const std::string path =
-      mnt + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/f";
+  const std::string path = mnt + FsPath("f");
   const std::string data = RandomBytes(kChunk + 100, 8);
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
   ASSERT_GE(fd, 0) << strerror(errno);
@@ -993,23 +1001,21 @@ TEST_F(FuseTest, ACloseThatFs3MetaMissedIsSentAgainWhenItIsBack) {
 // (after 5 attempts): ... Connection refused", then fsck's "holds 8010 bytes of data but records
 // a length of 0").
 TEST_F(FuseTest, ANativeWriteRidesThroughAnFs3MetaRestart) {
-  auto fs = FileSystem::Connect(
-      {.meta = cluster_->meta_address_, .mgmtd = cluster_->mgmtd_address_, .caller = {}});
-  ASSERT_TRUE(fs.ok()) << fs.status();
-  const std::string path =
-      std::string("/") + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/n";
-  auto f = (*fs)->Create(path);
+  auto fs = Native();
+  ASSERT_NE(fs, nullptr);
+  const std::string path = FsPath("n");
+  auto f = fs->Create(path);
   ASSERT_TRUE(f.ok()) << f.status();
   const std::string data = RandomBytes(8010, 12);
   cluster_->Kill("meta");
   Status st;
-  std::thread writer([&] { st = (*fs)->Write(*f, 0, data); });
+  std::thread writer([&] { st = fs->Write(*f, 0, data); });
   // (Restarted from this thread: a daemon dies with the thread that started it.)
   std::this_thread::sleep_for(3s);
   EXPECT_TRUE(cluster_->StartMeta());
   writer.join();
   EXPECT_TRUE(st.ok()) << st;
-  auto stat = (*fs)->Stat(path);
+  auto stat = fs->Stat(path);
   ASSERT_TRUE(stat.ok()) << stat.status();
   EXPECT_EQ(stat->size(), data.size());
   EXPECT_EQ(ReadAll(P("n")), data);
@@ -1022,22 +1028,18 @@ TEST_F(FuseTest, ANativeWriteRidesThroughAnFs3MetaRestart) {
 // only grows with a write: it used to be set to the end of each extending write, which cut off,
 // and dropped from storage, what the other had written past it.)
 TEST_F(FuseTest, TwoNativeWritersOfOneFileKeepEachOthersData) {
-  auto a = FileSystem::Connect(
-      {.meta = cluster_->meta_address_, .mgmtd = cluster_->mgmtd_address_, .caller = {}});
-  auto b = FileSystem::Connect(
-      {.meta = cluster_->meta_address_, .mgmtd = cluster_->mgmtd_address_, .caller = {}});
-  ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(b.ok()) << b.status();
-  const std::string path =
-      std::string("/") + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/ckpt";
-  auto fa = (*a)->Create(path);
+  auto a = Native(), b = Native();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const std::string path = FsPath("ckpt");
+  auto fa = a->Create(path);
   ASSERT_TRUE(fa.ok()) << fa.status();
-  auto fb = (*b)->Open(path);  // b sees a length of 0
+  auto fb = b->Open(path);  // b sees a length of 0
   ASSERT_TRUE(fb.ok()) << fb.status();
   const std::string tail = RandomBytes(kChunk + 1000, 13), head = RandomBytes(kChunk, 14);
-  ASSERT_TRUE((*a)->Write(*fa, kChunk, tail).ok());
-  ASSERT_TRUE((*b)->Write(*fb, 0, head).ok());
-  auto stat = (*a)->Stat(path);
+  ASSERT_TRUE(a->Write(*fa, kChunk, tail).ok());
+  ASSERT_TRUE(b->Write(*fb, 0, head).ok());
+  auto stat = a->Stat(path);
   ASSERT_TRUE(stat.ok()) << stat.status();
   EXPECT_EQ(stat->size(), 2 * kChunk + 1000);
   const std::string back = ReadAll(P("ckpt"));
@@ -1053,15 +1055,11 @@ TEST_F(FuseTest, TwoNativeWritersOfOneFileKeepEachOthersData) {
 TEST_F(FuseTest, ANativeWriteWithoutWritePermissionChangesNothing) {
   const std::string before = RandomBytes(1000, 16);
   ASSERT_TRUE(WriteAll(P("roots"), before));  // root's, 0644
-  auto fs = FileSystem::Connect({.meta = cluster_->meta_address_,
-                                 .mgmtd = cluster_->mgmtd_address_,
-                                 .caller = {.uid = kNobody, .gid = kNogroup, .groups = {}}});
-  ASSERT_TRUE(fs.ok()) << fs.status();
-  const std::string path =
-      std::string("/") + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/roots";
-  auto f = (*fs)->Open(path);
+  auto fs = Native({.uid = kNobody, .gid = kNogroup, .groups = {}});
+  ASSERT_NE(fs, nullptr);
+  auto f = fs->Open(FsPath("roots"));
   ASSERT_TRUE(f.ok()) << f.status();
-  EXPECT_EQ((*fs)->Write(*f, 0, RandomBytes(5000, 17)).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(fs->Write(*f, 0, RandomBytes(5000, 17)).code(), StatusCode::kPermissionDenied);
   EXPECT_TRUE(ReadAll(P("roots")) == before) << "a refused write changed the file";
   auto storage = Storage();
   ASSERT_NE(storage, nullptr);
@@ -1074,12 +1072,10 @@ TEST_F(FuseTest, ANativeWriteWithoutWritePermissionChangesNothing) {
 // the data stayed past the file's end for good (fsck: "holds N bytes of data but records a
 // length of 0"; a later extension of the file would have shown it).
 TEST_F(FuseTest, ANativeWriterKilledBeforeItsLengthLeavesALengthThatCoversItsData) {
-  auto fs = FileSystem::Connect(
-      {.meta = cluster_->meta_address_, .mgmtd = cluster_->mgmtd_address_, .caller = {}});
-  ASSERT_TRUE(fs.ok()) << fs.status();
-  const std::string path =
-      std::string("/") + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/ckpt";
-  auto f = (*fs)->Create(path);
+  auto fs = Native();
+  ASSERT_NE(fs, nullptr);
+  const std::string path = FsPath("ckpt");
+  auto f = fs->Create(path);
   ASSERT_TRUE(f.ok()) << f.status();
   const std::string data = RandomBytes(5000, 15);  // one chunk: one write to storage
   test::TempDir tmp;
@@ -1095,7 +1091,7 @@ TEST_F(FuseTest, ANativeWriterKilledBeforeItsLengthLeavesALengthThatCoversItsDat
   // The writer's lease (3 s) ends, then the sweep settles the length.
   EXPECT_TRUE(WaitUntil(
       [&] {
-        auto stat = (*fs)->Stat(path);
+        auto stat = fs->Stat(path);
         return stat.ok() && stat->size() == data.size();
       },
       30s))
