@@ -38,6 +38,49 @@ KILLS = int(os.environ.get("SOAK_KILLS", "20"))
 SEED = int(os.environ.get("SOAK_SEED", str(int(time.time()))))
 
 
+# The restarter's loop: one request per line, [directory, daemon, seconds down]; answers "ok" or
+# the error.
+_RESTARTER = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import daemons
+for line in sys.stdin:
+    directory, name, down_s = json.loads(line)
+    try:
+        d = daemons.Daemon.load(directory, name)
+        d.kill()
+        time.sleep(down_s)
+        d.start(timeout=60)
+        print("ok", flush=True)
+    except Exception as e:
+        print(repr(e).replace(chr(10), " "), flush=True)
+"""
+
+
+class Restarter:
+    """Kills and starts daemons from a process of its own, started before the workload opens any
+    file on the mount. A daemon started from this process would inherit the FUSE thread's open
+    files, and its child closes them before exec: a FUSE flush, which waits for fs3-meta. A
+    restart of fs3-meta from here waited for the mount's retry (60 s) that way, and fs3-meta stayed
+    down for minutes instead of the seconds asked."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _RESTARTER, os.path.join(ROOT, "deploy")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def kill_and_restart(self, directory, daemon, down_s):
+        self.proc.stdin.write(json.dumps([directory, daemon, down_s]) + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline().strip()
+        if answer != "ok":
+            raise RuntimeError(f"restarting {daemon} in {directory}: {answer or 'no answer'}")
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(30)
+
+
 class Victim:
     """A daemon of the local cluster (deploy/daemons.py's, as the cluster saved it): killed -9,
     then started again from its own config after a while."""
@@ -45,11 +88,9 @@ class Victim:
     def __init__(self, name, directory, daemon):
         self.name, self.dir, self.daemon = name, directory, daemon
 
-    def kill_and_restart(self, rng):
-        d = daemons.Daemon.load(self.dir, self.daemon)
-        d.kill()
-        time.sleep(rng.uniform(0, 2))  # down for a while, the workload running on
-        d.start(timeout=60)
+    def kill_and_restart(self, restarter, rng):
+        # Down for a while, the workload running on.
+        restarter.kill_and_restart(self.dir, self.daemon, rng.uniform(0, 2))
 
 
 class Workload:
@@ -351,6 +392,7 @@ def test_crash_soak(cluster):  # noqa: F811 (the fixture)
                Victim("hai-server", d, "hai-server")]
     victims += [Victim(f"fs3-storage {n[len('storage'):]}", fs3, n)
                 for n in daemons.Daemon.saved(fs3) if n.startswith("storage")]
+    restarter = Restarter()  # before the workload opens files on the mount
     w = Workload(env, d, rng)
     threads = [threading.Thread(target=t, daemon=True)
                for t in (w.fuse, w.native_writes, w.job_submissions)]
@@ -364,11 +406,14 @@ def test_crash_soak(cluster):  # noqa: F811 (the fixture)
             if not order:  # every daemon once per round, in a random order
                 order = rng.sample(victims, len(victims))
             victim = order.pop()
-            victim.kill_and_restart(rng)
+            down = time.monotonic()
+            victim.kill_and_restart(restarter, rng)
+            down = time.monotonic() - down
             killed[victim.name] = killed.get(victim.name, 0) + 1
             w.pause()
             w.verify()
-            print(f"crash soak: kill {k + 1}/{KILLS}: {victim.name}; acknowledged so far: "
+            print(f"crash soak: kill {k + 1}/{KILLS}: {victim.name} (down {down:.1f} s); "
+                  "acknowledged so far: "
                   f"{len(w.files)} files, {len(w.native)} native files, {len(w.jobs)} jobs",
                   file=sys.stderr)
             w.resume()
@@ -377,6 +422,7 @@ def test_crash_soak(cluster):  # noqa: F811 (the fixture)
         w.running.set()
         for t in threads:
             t.join(60)
+        restarter.close()
     # Every job ends: nothing is stuck after all those restarts.
     def ended():
         jobs = w.listed_jobs()
