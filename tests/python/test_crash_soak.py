@@ -1,17 +1,20 @@
 """Crash soak (label slow): the whole local cluster under a mixed workload while a random daemon is
 killed -9 at a random moment, again and again, and started again from its own command line.
 
-Workload, in three threads: files written through the FUSE mount (write, fsync, close; some renamed
+Workload, in four threads: files written through the FUSE mount (write, fsync, close; some renamed
 or removed afterwards; and a few files overwritten in place again and again: a header patched at
 offset 0, ranges rewritten and extended, overlapping pwrites, each fsync'd), files written with
-fs3's native client (fs3client; durable when write returns), and jobs submitted with `hai submit`,
-some suspended or stopped. Whatever returned success is recorded as acknowledged.
+fs3's native client (fs3client; durable when write returns), checkpoint writers (fs3client in
+processes of their own, killed -9 at a random moment, as preempted jobs are), and jobs submitted
+with `hai submit`, some suspended or stopped. Whatever returned success is recorded as
+acknowledged.
 
 Killed: fs3-mgmtd, fs3-meta, each fs3-storage, hai-server, each once per round in a random order,
 at a random moment. After each restart the workload pauses
 and the test checks: `fs3 fsck --data` is clean (the namespace, and every chunk's serving
 replicas equal); every acknowledged file reads back with its content (through the mount or the
-native client), renamed files under their new name, removed files are gone; each overwritten file
+native client), renamed files under their new name, removed files are gone, a killed writer's
+file holds what it had acknowledged (and no more than it meant to write); each overwritten file
 holds, byte for byte, what its acknowledged writes made of it (an overwritten range shows the last
 acknowledged write, never an older one); every acknowledged job is there. At the end every job has ended (succeeded or stopped).
 
@@ -38,43 +41,81 @@ KILLS = int(os.environ.get("SOAK_KILLS", "20"))
 SEED = int(os.environ.get("SOAK_SEED", str(int(time.time()))))
 
 
-# The restarter's loop: one request per line, [directory, daemon, seconds down]; answers "ok" or
-# the error.
-_RESTARTER = """
-import json, sys, time
+# A helper's loop: one JSON request per line, one JSON answer per line. ["restart", directory,
+# daemon, seconds] kills the daemon and starts it again that many seconds later; ["preempt", path,
+# pieces, bytes, seconds, seed] runs _WRITER and kills it (SIGKILL) after that many seconds.
+_HELPER = r"""
+import json, subprocess, sys, time
 sys.path.insert(0, sys.argv[1])
 import daemons
 for line in sys.stdin:
-    directory, name, down_s = json.loads(line)
+    req = json.loads(line)
     try:
-        d = daemons.Daemon.load(directory, name)
-        d.kill()
-        time.sleep(down_s)
-        d.start(timeout=60)
-        print("ok", flush=True)
+        if req[0] == "restart":
+            d = daemons.Daemon.load(req[1], req[2])
+            d.kill()
+            time.sleep(req[3])
+            d.start(timeout=60)
+            out = {"ok": True}
+        else:
+            path, pieces, size, seconds, seed = req[1:]
+            p = subprocess.Popen([sys.executable, "-c", sys.argv[2], path, str(pieces), str(size),
+                                  str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+            try:
+                p.wait(seconds)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            stdout, stderr = p.communicate()
+            out = {"ok": True, "acked": stdout.split(), "rc": p.returncode, "stderr": stderr[-500:]}
     except Exception as e:
-        print(repr(e).replace(chr(10), " "), flush=True)
+        out = {"ok": False, "error": repr(e)}
+    print(json.dumps(out), flush=True)
+"""
+
+# A checkpoint writer: creates the file and writes `pieces` pieces of `bytes` random bytes (from
+# `seed`) through fs3client, printing "END:SHA256" of what is acknowledged after each.
+_WRITER = r"""
+import hashlib, os, random, sys
+import fs3client
+path, pieces, size, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+fs = fs3client.FileSystem(os.environ["FS3_META"], os.environ["FS3_MGMTD"])
+try:
+    fs.makedirs(os.path.dirname(path))
+except OSError:
+    pass
+fs.create(path)
+rnd, h = random.Random(seed), hashlib.sha256()
+for k in range(pieces):
+    data = rnd.randbytes(size)
+    fs.write(path, k * size, data)
+    h.update(data)
+    print(f"{(k + 1) * size}:{h.hexdigest()}", flush=True)
 """
 
 
-class Restarter:
-    """Kills and starts daemons from a process of its own, started before the workload opens any
-    file on the mount. A daemon started from this process would inherit the FUSE thread's open
-    files, and its child closes them before exec: a FUSE flush, which waits for fs3-meta. A
-    restart of fs3-meta from here waited for the mount's retry (60 s) that way, and fs3-meta stayed
-    down for minutes instead of the seconds asked."""
+class Helper:
+    """Kills and starts daemons, and runs writers to kill, from a process of its own started
+    before the workload opens any file on the mount. A child of the test process would inherit
+    the FUSE thread's open files and close them before exec: a FUSE flush, which waits for
+    fs3-meta. A restart of fs3-meta from the test process waited for the mount's retry (60 s)
+    that way, and fs3-meta stayed down for minutes instead of the seconds asked."""
 
-    def __init__(self):
+    def __init__(self, env=None):
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _RESTARTER, os.path.join(ROOT, "deploy")],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            [sys.executable, "-c", _HELPER, os.path.join(ROOT, "deploy"), _WRITER],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
-    def kill_and_restart(self, directory, daemon, down_s):
-        self.proc.stdin.write(json.dumps([directory, daemon, down_s]) + "\n")
+    def ask(self, *request):
+        self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
-        answer = self.proc.stdout.readline().strip()
-        if answer != "ok":
-            raise RuntimeError(f"restarting {daemon} in {directory}: {answer or 'no answer'}")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the soak's helper died during {request}")
+        out = json.loads(line)
+        if not out["ok"]:
+            raise RuntimeError(f"{request}: {out['error']}")
+        return out
 
     def close(self):
         self.proc.stdin.close()
@@ -88,14 +129,14 @@ class Victim:
     def __init__(self, name, directory, daemon):
         self.name, self.dir, self.daemon = name, directory, daemon
 
-    def kill_and_restart(self, restarter, rng):
+    def kill_and_restart(self, helper, rng):
         # Down for a while, the workload running on.
-        restarter.kill_and_restart(self.dir, self.daemon, rng.uniform(0, 2))
+        helper.ask("restart", self.dir, self.daemon, rng.uniform(0, 2))
 
 
 class Workload:
-    def __init__(self, env, d, rng):
-        self.env, self.d, self.rng = env, d, rng
+    def __init__(self, env, d, rng, launcher):
+        self.env, self.d, self.rng, self.launcher = env, d, rng, launcher
         self.build = os.path.abspath(os.environ["FF_BUILD_DIR"])
         self.hai = os.path.join(self.build, "platform", "hai")
         self.mnt = env["FS3_MOUNT"]
@@ -106,14 +147,17 @@ class Workload:
         self.removed = set()     # acknowledged removals
         self.native = {}         # acknowledged native writes: fs3 path -> sha256
         self.jobs = {}           # acknowledged submissions: id -> what was asked of it
+        # Checkpoint writers' files (killed or not): fs3 path -> (bytes acknowledged, their
+        # sha256, bytes meant).
+        self.preempted = {}
         self.stats = {"fuse_writes": 0, "overwrites": 0, "native_writes": 0, "jobs": 0,
-                      "failed_ops": 0}
+                      "failed_ops": 0, "writers_killed": 0, "writers_done": 0}
         self.failures = []       # the last failed operations: (what, error), for a failure's report
         self.tried = {}          # every path written (acknowledged or not): path -> "fuse"/"native"
         self.running = threading.Event()
         self.running.set()
         self.stop = False
-        self.idle = [threading.Event() for _ in range(3)]
+        self.idle = [threading.Event() for _ in range(4)]
 
     def payload(self):
         data = os.urandom(self.rng.randint(1, 96 * 1024))
@@ -132,7 +176,8 @@ class Workload:
             except (OSError, RuntimeError, subprocess.SubprocessError, AssertionError) as e:
                 with self.lock:
                     self.stats["failed_ops"] += 1
-                    self.failures = (self.failures + [(["fuse", "native", "jobs"][k], repr(e))])[-30:]
+                    what = ["fuse", "native", "jobs", "preempted"][k]
+                    self.failures = (self.failures + [(what, repr(e))])[-30:]
                 time.sleep(0.2)
         self.idle[k].set()
 
@@ -267,6 +312,31 @@ class Workload:
 
         self.step(2, body)
 
+    def preempted_writers(self):
+        """Checkpoint writers (fs3client, in processes of their own) killed at a random moment, as
+        preempted jobs are: every piece a writer had acknowledged stays, and the length of its
+        file is settled once its lease ends (fsck after every restart finds no data past a
+        file's end)."""
+        pieces, size = 8, 128 * 1024
+        n = [0]
+
+        def body():
+            n[0] += 1
+            path = f"/soak-preempted/p{n[0]}"
+            with self.lock:
+                self.tried[path] = "native"
+            out = self.launcher.ask("preempt", path, pieces, size, self.rng.uniform(0.3, 1.2), n[0])
+            if out["acked"]:
+                end, digest = out["acked"][-1].split(":")
+                with self.lock:
+                    self.preempted[path] = (int(end), digest, pieces * size)
+            if out["rc"] not in (0, -9):
+                raise RuntimeError(f"writer of {path} exited {out['rc']}: {out['stderr']}")
+            with self.lock:
+                self.stats["writers_done" if out["rc"] == 0 else "writers_killed"] += 1
+
+        self.step(3, body)
+
     def pause(self):
         self.running.clear()
         for e in self.idle:
@@ -323,6 +393,7 @@ class Workload:
         with self.lock:
             files, removed, native, jobs = (dict(self.files), set(self.removed),
                                             dict(self.native), dict(self.jobs))
+            preempted = dict(self.preempted)
             overwritten = {p: bytes(b) for p, b in self.overwritten.items() if b is not None}
 
         def readable(path, digest):
@@ -365,6 +436,18 @@ class Workload:
                 return hashlib.sha256(data).hexdigest() == digest or "content differs"
             ok = wait_for(f"{path} readable (native)", native_ok, 90)
             assert ok is True, f"{path}: an acknowledged native write is lost or wrong"
+        for path, (acked, digest, meant) in preempted.items():
+            def prefix_ok():
+                try:
+                    f = fs.open(path)
+                    data = fs.read(f, 0, acked)
+                except (OSError, RuntimeError):
+                    return False
+                if not acked <= f.size <= meant:
+                    return f"a length of {f.size}: {acked} bytes were acknowledged of {meant}"
+                return hashlib.sha256(data).hexdigest() == digest or "content differs"
+            ok = wait_for(f"{path} readable (killed writer)", prefix_ok, 90)
+            assert ok is True, f"{path}: what a killed writer had acknowledged is lost: {ok}"
         fs.close()
         present = set(wait_for("hai ls", lambda: [self._try(self.listed_jobs)]
                                if self._try(self.listed_jobs) is not None else None, 60)[0])
@@ -392,10 +475,11 @@ def test_crash_soak(cluster):  # noqa: F811 (the fixture)
                Victim("hai-server", d, "hai-server")]
     victims += [Victim(f"fs3-storage {n[len('storage'):]}", fs3, n)
                 for n in daemons.Daemon.saved(fs3) if n.startswith("storage")]
-    restarter = Restarter()  # before the workload opens files on the mount
-    w = Workload(env, d, rng)
+    # (Both before the workload opens files on the mount.)
+    restarter, launcher = Helper(), Helper(env)
+    w = Workload(env, d, rng, launcher)
     threads = [threading.Thread(target=t, daemon=True)
-               for t in (w.fuse, w.native_writes, w.job_submissions)]
+               for t in (w.fuse, w.native_writes, w.job_submissions, w.preempted_writers)]
     for t in threads:
         t.start()
     killed = {}
@@ -414,7 +498,8 @@ def test_crash_soak(cluster):  # noqa: F811 (the fixture)
             w.verify()
             print(f"crash soak: kill {k + 1}/{KILLS}: {victim.name} (down {down:.1f} s); "
                   "acknowledged so far: "
-                  f"{len(w.files)} files, {len(w.native)} native files, {len(w.jobs)} jobs",
+                  f"{len(w.files)} files, {len(w.native)} native files, "
+                  f"{len(w.preempted)} checkpoint files, {len(w.jobs)} jobs",
                   file=sys.stderr)
             w.resume()
     finally:
@@ -423,6 +508,7 @@ def test_crash_soak(cluster):  # noqa: F811 (the fixture)
         for t in threads:
             t.join(60)
         restarter.close()
+        launcher.close()
     # Every job ends: nothing is stuck after all those restarts.
     def ended():
         jobs = w.listed_jobs()
@@ -431,7 +517,8 @@ def test_crash_soak(cluster):  # noqa: F811 (the fixture)
     stopped = sum(1 for i in w.jobs if jobs[i]["state"] == "STOPPED")
     print(f"crash soak: PASSED: {KILLS} kills ({', '.join(f'{n} x{c}' for n, c in sorted(killed.items()))}); "
           f"{w.stats['fuse_writes']} FUSE writes, {w.stats['overwrites']} rounds of overwrites "
-          f"in place, {w.stats['native_writes']} native writes, "
+          f"in place, {w.stats['native_writes']} native writes, {w.stats['writers_killed']} "
+          f"checkpoint writers killed mid-write ({w.stats['writers_done']} finished first), "
           f"{len(w.jobs)} jobs ({stopped} stopped), {w.stats['failed_ops']} operations refused "
           f"while a daemon was down; fsck clean and nothing acknowledged lost after every restart",
           file=sys.stderr)
