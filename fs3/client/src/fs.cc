@@ -152,13 +152,14 @@ Result<File> FileSystem::Open(const std::string& path) {
               Permitted(options_.caller, inode, 2)};
 }
 
+SessionLease* FileSystem::Lease() {
+  MutexLock lock(&lease_mu_);
+  if (!lease_) lease_ = std::make_unique<SessionLease>(meta_.get());
+  return lease_.get();
+}
+
 Result<std::optional<OpenedSession>> FileSystem::OpenWriteSession(uint64_t ino) {
-  SessionLease* lease;
-  {
-    std::lock_guard lock(lease_mu_);
-    if (!lease_) lease_ = std::make_unique<SessionLease>(meta_.get());
-    lease = lease_.get();
-  }
+  SessionLease* const lease = Lease();
   for (int attempt = 0;; ++attempt) {
     const OpenedSession s = lease->Open(ino);
     if (s.client == 0) {
@@ -180,13 +181,14 @@ Result<std::optional<OpenedSession>> FileSystem::OpenWriteSession(uint64_t ino) 
 }
 
 Status FileSystem::CloseWriteSession(fs3rpc::CloseRequest& close, const OpenedSession& session) {
-  const OpenedSession s = lease_->Closing(session.handle);
+  SessionLease* const lease = Lease();
+  const OpenedSession s = lease->Closing(session.handle);
   close.set_client(s.client);
   close.set_handle(s.handle);
   fs3rpc::Empty out;
   Status st = meta_->Close(close, &out);
   if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
-    lease_->CloseLater(close);  // once fs3-meta answers; else its lease's end settles the length
+    lease->CloseLater(close);  // once fs3-meta answers; else its lease's end settles the length
   }
   return st;
 }

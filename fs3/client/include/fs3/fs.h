@@ -13,11 +13,11 @@
 
 #include <future>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "fs3/client.h"
 #include "fs3/meta_client.h"
 #include "fs3/permissions.h"
@@ -98,12 +98,13 @@ class FileSystem {
   // anonymous session would outlive a crash), and its end with `close` (the length it records
   // or settles), sent again later when fs3-meta is out of reach.
   Result<std::optional<OpenedSession>> OpenWriteSession(uint64_t ino);
+  SessionLease* Lease() FF_EXCLUDES(lease_mu_);  // made at the first call
   Status CloseWriteSession(fs3rpc::CloseRequest& close, const OpenedSession& session);
 
   const FsOptions options_;
   std::unique_ptr<MetaClient> meta_;
-  std::mutex lease_mu_;
-  std::unique_ptr<SessionLease> lease_;  // made at the first extending write; ends before meta_
+  Mutex lease_mu_;
+  std::unique_ptr<SessionLease> lease_ FF_GUARDED_BY(lease_mu_);  // ends before meta_
   std::unique_ptr<StorageClient> data_;
   std::atomic<uint64_t> next_request_;
 };
