@@ -160,37 +160,21 @@ SessionLease* FileSystem::Lease() {
 
 Result<std::optional<OpenedSession>> FileSystem::OpenWriteSession(uint64_t ino) {
   SessionLease* const lease = Lease();
-  for (int attempt = 0;; ++attempt) {
-    const OpenedSession s = lease->Open(ino);
-    if (s.client == 0) {
-      lease->Closing(s.handle);
-      return std::optional<OpenedSession>();
-    }
-    fs3rpc::InoRequest r;
-    r.set_ino(ino);
-    r.set_client(s.client);
-    r.set_handle(s.handle);
-    fs3rpc::Inode out;
-    Status st = meta_->Open(r, &out);
-    if (st.ok()) return std::optional<OpenedSession>(s);
-    lease->Closing(s.handle);
-    // This client's lease expired (cut off from fs3-meta longer than it): register again, once.
-    if (st.code() != StatusCode::kFailedPrecondition || attempt > 0) return st;
-    lease->Refresh();
-  }
+  fs3rpc::InoRequest r;
+  r.set_ino(ino);
+  fs3rpc::Inode out;
+  OpenedSession session;
+  FF_RETURN_IF_ERROR(lease->OpenWith(ino, &r, &session, [&] { return meta_->Open(r, &out); }));
+  if (session.client != 0) return std::optional<OpenedSession>(session);
+  // Anonymous (fs3-meta grants no lease): such a session would outlive a crash, so none.
+  fs3rpc::CloseRequest close;
+  close.set_ino(ino);
+  (void)lease->End(session.handle, close);
+  return std::optional<OpenedSession>();
 }
 
 Status FileSystem::CloseWriteSession(fs3rpc::CloseRequest& close, const OpenedSession& session) {
-  SessionLease* const lease = Lease();
-  const OpenedSession s = lease->Closing(session.handle);
-  close.set_client(s.client);
-  close.set_handle(s.handle);
-  fs3rpc::Empty out;
-  Status st = meta_->Close(close, &out);
-  if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
-    lease->CloseLater(close);  // once fs3-meta answers; else its lease's end settles the length
-  }
-  return st;
+  return Lease()->End(session.handle, close);
 }
 
 Status FileSystem::Write(File& file, uint64_t offset, std::string_view data) {

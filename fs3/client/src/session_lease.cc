@@ -98,6 +98,22 @@ void SessionLease::Reopen(uint64_t client) {
   }
 }
 
+Status SessionLease::End(uint64_t handle, fs3rpc::CloseRequest& close) {
+  const OpenedSession s = Closing(handle);
+  close.set_client(s.client);
+  close.set_handle(s.handle);
+  fs3rpc::Empty out;
+  Status st = meta_->Close(close, &out);
+  // The session would stay open at fs3-meta as long as this client lives (an unlinked file's data
+  // kept, the length not settled).
+  if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
+    spdlog::warn("fs3: inode {}: close not taken ({}); sent again once fs3-meta answers",
+                 close.ino(), st.ToString());
+    CloseLater(close);
+  }
+  return st;
+}
+
 void SessionLease::CloseLater(const fs3rpc::CloseRequest& close) {
   MutexLock lock(&mu_);
   closes_.push_back(close);

@@ -126,37 +126,7 @@ Status FuseFs::CloseSession(uint64_t ino, uint64_t session, std::optional<uint64
   if (size) r.set_size(*size);
   r.set_wrote(wrote);
   r.set_recheck(recheck);
-  const OpenedSession s = lease_->Closing(session);
-  r.set_client(s.client);
-  r.set_handle(s.handle);
-  fs3rpc::Empty out;
-  Status st = meta_->Close(r, &out);
-  // fs3-meta out of reach for longer than a call retries: the session would stay open there as
-  // long as this mount lives (an unlinked file's data kept, the length not settled).
-  if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
-    spdlog::warn("fs3-fuse: inode {}: close not taken ({}); sent again once fs3-meta answers", ino,
-                 st.ToString());
-    lease_->CloseLater(r);
-  }
-  return st;
-}
-
-template <typename Req>
-Status FuseFs::WithSession(uint64_t ino, Req* r, OpenedSession* session,
-                           const std::function<Status()>& call) {
-  for (int attempt = 0;; ++attempt) {
-    *session = lease_->Open(ino);
-    r->set_client(session->client);
-    r->set_handle(session->handle);
-    Status st = call();
-    if (st.ok()) return st;
-    lease_->Closing(session->handle);
-    // This mount's lease expired (cut off from fs3-meta longer than it): register again, once.
-    if (st.code() != StatusCode::kFailedPrecondition || session->client == 0 || attempt > 0) {
-      return st;
-    }
-    lease_->Refresh();
-  }
+  return lease_->End(session, r);
 }
 
 void FuseFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -165,7 +135,7 @@ void FuseFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   r.set_ino(ino);
   fs3rpc::Inode inode;
   OpenedSession session;
-  Status st = WithSession(ino, &r, &session, [&] { return meta_->Open(r, &inode); });
+  Status st = lease_->OpenWith(ino, &r, &session, [&] { return meta_->Open(r, &inode); });
   if (!st.ok()) return ReplyErr(req, st);
   const int acc = fi->flags & O_ACCMODE;
   const uint32_t mask = (acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6);
@@ -204,7 +174,7 @@ void FuseFs::Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t 
   r.set_request_id(NextRequest());
   fs3rpc::Inode inode;
   OpenedSession session;
-  Status st = WithSession(0, &r, &session, [&] { return meta_->Make(r, &inode); });
+  Status st = lease_->OpenWith(0, &r, &session, [&] { return meta_->Make(r, &inode); });
   if (!st.ok()) return ReplyErr(req, st);
   lease_->Bind(session.handle, inode.ino());
   NoteDirs(inode.dirs());

@@ -156,13 +156,6 @@ class FuseFs {
   Metrics* metrics_;
   std::unique_ptr<MetaClient> meta_;
   std::unique_ptr<SessionLease> lease_;  // open files' sessions (after meta_: stops first)
-  // Runs `call` (an Open or a create's Make of `r`) with a new session of this mount on `ino` (0:
-  // the file being made) in `r`, registering the mount again and calling once more when fs3-meta
-  // refuses the session because the mount's lease expired. The session goes to `*session`; on
-  // failure it is forgotten.
-  template <typename Req>
-  Status WithSession(uint64_t ino, Req* r, OpenedSession* session,
-                     const std::function<Status()>& call);
   // Ends a session at fs3-meta (`size`: the length the file has at least, when it was written).
   // `recheck`: a write of the file failed (fs3-meta settles its length again later).
   Status CloseSession(uint64_t ino, uint64_t session, std::optional<uint64_t> size, bool wrote,

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <thread>
 #include <vector>
@@ -42,6 +43,15 @@ class SessionLease {
   // The session `handle` as it stands now (registering again moves it to the new number), for
   // the Close request; forgotten here.
   OpenedSession Closing(uint64_t handle) FF_EXCLUDES(mu_);
+  // Runs `call` (an Open or a create's Make of `request`) with a new session on `ino` set in
+  // `request`, registering again and calling once more when fs3-meta refuses the session because
+  // this client's lease expired. The session goes to `*session`; on failure it is forgotten.
+  template <typename Req>
+  Status OpenWith(uint64_t ino, Req* request, OpenedSession* session,
+                  const std::function<Status()>& call) FF_EXCLUDES(mu_);
+  // Ends the session `handle` at fs3-meta with `close` (its client and handle are set here); a
+  // close fs3-meta does not take (out of reach longer than a call retries) goes to CloseLater.
+  Status End(uint64_t handle, fs3rpc::CloseRequest& close) FF_EXCLUDES(mu_);
   // fs3-meta refused a session for this client's lease (it expired): renews now, registering
   // again under a new number when it is gone; returns when that is done (a few seconds at most).
   void Refresh() FF_EXCLUDES(mu_);
@@ -74,5 +84,22 @@ class SessionLease {
   std::vector<fs3rpc::CloseRequest> closes_ FF_GUARDED_BY(mu_);  // to send again
   std::thread thread_;
 };
+
+template <typename Req>
+Status SessionLease::OpenWith(uint64_t ino, Req* request, OpenedSession* session,
+                              const std::function<Status()>& call) {
+  for (int attempt = 0;; ++attempt) {
+    *session = Open(ino);
+    request->set_client(session->client);
+    request->set_handle(session->handle);
+    Status st = call();
+    if (st.ok()) return st;
+    Closing(session->handle);
+    if (st.code() != StatusCode::kFailedPrecondition || session->client == 0 || attempt > 0) {
+      return st;
+    }
+    Refresh();
+  }
+}
 
 }  // namespace ff::fs3
