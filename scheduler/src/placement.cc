@@ -197,17 +197,27 @@ class CongestionAware final : public PlacementPolicy {
     bool talks = job.comm != CommKind::kNone && job.traffic_gbps > 0;
     return job.Gang() && job.nodes > 1 && talks ? options_.locality_wait : 0;
   }
-  Seconds LocalityWait(const JobRequest& job, const ClusterState& state, const Placement& spread,
-                       Seconds now, int queued) const override {
+  LocalityBudget LocalityWait(const JobRequest& job, const ClusterState& state,
+                              const Placement& spread, Seconds now, int queued) const override {
     const Seconds cap = MaxLocalityWait(job);
-    if (cap <= 0) return 0;
+    if (cap <= 0) return {};
     const SpreadLoss loss =
         SpreadCost(state, job, spread, now, options_.model, options_.assumed_runtime);
     // The run time lost, and under load the capacity: GPU time lost to congestion is GPU time
     // the queued jobs wait for, each about lost GPU-seconds / the cluster's GPUs longer.
     const double cost = loss.seconds + static_cast<double>(queued) * loss.gpu_seconds /
                                            std::max(1, state.topology().total_gpus());
-    return static_cast<Seconds>(std::min(static_cast<double>(cap), std::ceil(cost)));
+    // And a job submitted long ago may wait a share of that time for a leaf: its completion
+    // comes that share later at most, where spread it would slow the uplinks' jobs for as long
+    // as it runs.
+    const double share = options_.locality_wait_share *
+                         static_cast<double>(std::max<Seconds>(0, now - job.submit_time));
+    LocalityBudget budget;
+    budget.spread_cost = static_cast<Seconds>(std::ceil(cost));
+    budget.from_share = share > cost;
+    budget.wait =
+        static_cast<Seconds>(std::min(static_cast<double>(cap), std::ceil(std::max(cost, share))));
+    return budget;
   }
   Placement Place(const JobRequest& job, const ClusterState& state,
                   std::string* why) const override {

@@ -26,6 +26,13 @@ std::string Plural(int n, const std::string& word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
 }
 
+// Why a job waits longer for a leaf than spreading would cost: the share of its time since
+// submission (PolicyOptions::locality_wait_share) that it may wait, `allowed`.
+std::string ShareClause(const JobRequest& job, Seconds allowed, Seconds now) {
+  return ", but it was submitted " + FormatDuration(std::max<Seconds>(0, now - job.submit_time)) +
+         " ago and may wait up to " + FormatDuration(allowed) + ", a share of that, for one leaf";
+}
+
 }  // namespace
 
 bool ComesBefore(const JobRequest& a, const JobRequest& b) {
@@ -304,51 +311,53 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
     Seconds until = -1;           // when the wait runs out
     Seconds leaf_expected = -1;   // when a leaf is expected to free for it
     Placement leaf_where;         // and where
+    // Whether `job`, which could start now on `across` (spread over leaves; `how`: "" or by
+    // suspending which jobs), holds out for one leaf this round instead.
+    auto hold_for_leaf = [&](const Placement& across, const std::string& how) {
+      const int queued = queued_for_gpus(index, job->TotalGpus());
+      const LocalityBudget budget = policy_->LocalityWait(*job, work, across, now, queued);
+      const Seconds allowed = budget.wait;
+      const Seconds waited = since >= 0 ? now - since : 0;
+      bool hold = waited < allowed;
+      if (hold) {
+        leaf_expected = EarliestStart(*job, work, now, /*one_leaf=*/true, &leaf_where);
+        hold = leaf_expected < 0 || leaf_expected - now <= allowed - waited;
+      }
+      if (!hold) return false;
+      one_leaf = true;
+      if (since < 0) {
+        since = now;
+        decision.locality_wait_started[job->id] = now;
+      }
+      until = since + allowed;
+      decision.recheck_at = decision.recheck_at < 0 ? until : std::min(decision.recheck_at, until);
+      const std::string spread = "; spread over leaves now" + how;
+      const std::string cost = FormatDuration(budget.from_share ? budget.spread_cost : allowed);
+      why += queued == 0 ? spread + ", it and the jobs sharing those uplinks would lose about " +
+                               cost + " of run time to congestion"
+                         : spread +
+                               ", the run time it and the jobs sharing those uplinks would lose "
+                               "to congestion, and the GPU time " +
+                               Plural(queued, "job") +
+                               " queued for GPUs would wait for, come to about " + cost;
+      if (budget.from_share) why += ShareClause(*job, allowed, now);
+      if (leaf_expected >= 0)
+        why += ", and a leaf is expected to free in " + FormatDuration(leaf_expected - now);
+      return true;
+    };
+    bool short_everywhere = false;  // it could not start on free nodes even across leaves
     if (placement.empty() && may_wait) {
       std::string across_why;
       Placement across = place(false, &across_why);
       if (across.empty()) {
-        // Short of nodes wherever they are: that is what it waits for first.
-        if (since >= 0) {
-          since = -1;
-          decision.locality_wait_started[job->id] = -1;
-        }
+        // Short of nodes wherever they are: that is what it waits for first (unless suspending
+        // others would start it, below).
+        short_everywhere = true;
         why = across_why + "; then, if its traffic would crowd the uplinks, it may wait up to " +
               FormatDuration(cap) + " for them under one leaf switch";
-      } else {
-        const int queued = queued_for_gpus(index, job->TotalGpus());
-        const Seconds allowed = policy_->LocalityWait(*job, work, across, now, queued);
-        const Seconds waited = since >= 0 ? now - since : 0;
-        bool hold = waited < allowed;
-        if (hold) {
-          leaf_expected = EarliestStart(*job, work, now, /*one_leaf=*/true, &leaf_where);
-          hold = leaf_expected < 0 || leaf_expected - now <= allowed - waited;
-        }
-        if (hold) {
-          one_leaf = true;
-          if (since < 0) {
-            since = now;
-            decision.locality_wait_started[job->id] = now;
-          }
-          until = since + allowed;
-          decision.recheck_at =
-              decision.recheck_at < 0 ? until : std::min(decision.recheck_at, until);
-          why += queued == 0
-                     ? "; spread over leaves now, it and the jobs sharing those uplinks would "
-                       "lose about " +
-                           FormatDuration(allowed) + " of run time to congestion"
-                     : "; spread over leaves now, the run time it and the jobs sharing those "
-                       "uplinks would lose to congestion, and the GPU time " +
-                           Plural(queued, "job") +
-                           " queued for GPUs would wait for, come to "
-                           "about " +
-                           FormatDuration(allowed);
-          if (leaf_expected >= 0)
-            why += ", and a leaf is expected to free in " + FormatDuration(leaf_expected - now);
-        } else {
-          placement = std::move(across);  // waiting would cost more than spreading
-          within_leaf = false;
-        }
+      } else if (!hold_for_leaf(across, "")) {
+        placement = std::move(across);  // waiting would cost more than spreading
+        within_leaf = false;
       }
     }
     if (!placement.empty() && head != nullptr) {
@@ -396,7 +405,26 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
     if (placement.empty() && whole && options_.preemption &&
         searches < options_.max_preemption_searches) {
       ++searches;
-      std::vector<JobId> victims = FindVictims(*job, work, now, one_leaf, &placement);
+      std::vector<JobId> victims;
+      if (may_wait && !one_leaf) {
+        // Suspending jobs is starting now too: under one leaf if that frees one, and across
+        // leaves only where the locality wait would spread it on free nodes.
+        victims = FindVictims(*job, work, now, /*one_leaf=*/true, &placement);
+        if (victims.empty()) {
+          Placement across;
+          std::vector<JobId> spread = FindVictims(*job, work, now, /*one_leaf=*/false, &across);
+          if (!spread.empty() &&
+              (!SpansLeaves(work.topology(), across) ||
+               !hold_for_leaf(across, " by suspending " +
+                                          Plural(static_cast<int>(spread.size()), "job") +
+                                          " of lower priority"))) {
+            victims = std::move(spread);
+            placement = std::move(across);
+          }
+        }
+      } else {
+        victims = FindVictims(*job, work, now, one_leaf, &placement);
+      }
       for (JobId v : victims) {
         decision.suspended_for[v] = job->id;
         const RunningJob& victim = *work.find(v);
@@ -407,6 +435,11 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
         decision.suspends.push_back(v);
       }
       if (!victims.empty()) failed.clear();
+    }
+    if (short_everywhere && !one_leaf && since >= 0) {
+      // It could not start anywhere this round: the wait ends unused.
+      since = -1;
+      decision.locality_wait_started[job->id] = -1;
     }
     // An elastic gang that cannot start whole, even by suspending others, starts with the most
     // whole steps that fit (down to min_nodes), spread as the policy places it (it does not
@@ -461,15 +494,19 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
             // would wait for the leaf once it could start across leaves.
             Placement in_leaf;
             const Seconds leaf_at = EarliestStart(*job, work, now, /*one_leaf=*/true, &in_leaf);
-            const Seconds allowed =
-                leaf_at < 0 ? 0
+            const LocalityBudget budget =
+                leaf_at < 0 ? LocalityBudget{}
                             : policy_->LocalityWait(*job, work, where, now,
                                                     queued_for_gpus(index, job->TotalGpus()));
+            const Seconds allowed = budget.wait;
             if (leaf_at >= 0 && leaf_at - reservation <= allowed) {
               why += "; it holds nodes under one leaf switch, expected to free " +
-                     FormatDuration(leaf_at - reservation) +
-                     " after any nodes would, less than spreading would cost (about " +
-                     FormatDuration(allowed) + ")";
+                     FormatDuration(leaf_at - reservation) + " after any nodes would, " +
+                     (budget.from_share ? "more than spreading would cost (about " +
+                                              FormatDuration(budget.spread_cost) + ")" +
+                                              ShareClause(*job, allowed, now)
+                                        : "less than spreading would cost (about " +
+                                              FormatDuration(allowed) + ")");
               reservation = leaf_at;
               where = std::move(in_leaf);
             }

@@ -80,6 +80,11 @@ int Main(int argc, char** argv) {
                  "one before it spreads over several (0: never waits)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--locality-wait-share", policy_options.locality_wait_share,
+                 "congestion-aware: the share of its time since submission a job may also wait "
+                 "for one leaf, however little spreading would cost")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

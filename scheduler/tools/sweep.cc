@@ -281,6 +281,11 @@ int SweepMain(int argc, char** argv) {
                  "congestion-aware: seconds a job that fits under one leaf waits for one")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--locality-wait-share", policy_options.locality_wait_share,
+                 "congestion-aware: the share of its time since submission a job may also wait "
+                 "for one leaf")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   std::string waits_arg;
   app.add_option("--try-locality-waits", waits_arg,
                  "Seconds, comma-separated: choose congestion-aware's locality wait among these "
@@ -404,10 +409,10 @@ int SweepMain(int argc, char** argv) {
   }
   std::printf(
       "hai-sim sweep on %s (%d GPUs): %zu traces held out%s%s, loads %s, seeds %s, locality wait "
-      "%s\n",
+      "%s, share %g\n",
       topology->name().c_str(), topology->total_gpus(), traces.size(),
       tuned.empty() ? "" : "; tuned on ", tuned_arg.c_str(), loads_arg.c_str(), seeds_arg.c_str(),
-      FormatDuration(policy_options.locality_wait).c_str());
+      FormatDuration(policy_options.locality_wait).c_str(), policy_options.locality_wait_share);
   std::printf(
       "waits in hours, mean / p95 (every wait of a job, after suspensions too); ours: "
       "congestion-aware; control: first-fit with each arrival moved by 0 or 1 s over first-fit, "

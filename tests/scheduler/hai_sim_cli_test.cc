@@ -99,8 +99,8 @@ TEST_F(HaiSimCliTest, SweepChoosesTheLocalityWaitOnTheTunedTraces) {
   EXPECT_THAT(r.out, ::testing::ContainsRegex("\n0s +[0-9.na/]+ +[0-9.na/]+ +[0-9.]+ +[0-9.]+\n"));
   EXPECT_THAT(r.out, ::testing::ContainsRegex("\n10m +[0-9.na/]+ +[0-9.na/]+ +[0-9.]+ +[0-9.]+\n"));
   EXPECT_THAT(r.out, ::testing::ContainsRegex("chosen: locality wait (0s|10m)\n"));
-  EXPECT_THAT(r.out,
-              ::testing::ContainsRegex("1 traces held out; tuned on .*, locality wait (0s|10m)\n"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex(
+                         "1 traces held out; tuned on .*, locality wait (0s|10m), share 0.05\n"));
   r = Command({"sweep", "--traces", dir_.File("trace.csv"), "--try-locality-waits", "600",
                "--cluster", small_});
   EXPECT_EQ(r.code, 1);

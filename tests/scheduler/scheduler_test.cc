@@ -86,6 +86,19 @@ class SchedulerTest : public SmallClusterTest {
     return id;
   }
 
+  // Two nodes busy in every leaf, by bob's jobs inside their leaves (the uplinks carry nothing),
+  // started at t=0: leaf 0's expected to end at `leaf0_ends`, the others' in 100,000 s. Replaces
+  // the cluster state.
+  void BusyTwoNodesInEveryLeaf(Seconds leaf0_ends) {
+    state_ = std::make_unique<ClusterState>(*topology_);
+    JobId id = 10;
+    for (int leaf = 0; leaf < 4; ++leaf) {
+      JobRequest busy = Job(id++, 2, 3, "bob");
+      busy.expected_runtime = leaf == 0 ? leaf0_ends : 100000;
+      Run(busy, {leaf * 4, leaf * 4 + 1});
+    }
+  }
+
   static std::vector<JobId> Started(const Decision& d) {
     std::vector<JobId> ids;
     for (const auto& s : d.starts)
@@ -300,19 +313,10 @@ TEST_F(SchedulerTest, SubNodeJobsShareNodes) {
 
 TEST_F(SchedulerTest, OnAQuietClusterASpreadableJobStartsAtOnce) {
   // Two nodes busy in every leaf, by jobs inside their leaves: the uplinks carry nothing. A
-  // 3-node allreduce job (5.5 h) fits only across leaves, where its traffic would take a quarter
-  // of the uplinks: spreading would cost it at most 0.3 x 0.25 of its run (25 min). No leaf is
-  // expected to free within that (the first in 1 h), so it starts now.
-  auto busy_leaves = [&](Seconds leaf0_ends) {
-    state_ = std::make_unique<ClusterState>(*topology_);
-    JobId id = 10;
-    for (int leaf = 0; leaf < 4; ++leaf) {
-      JobRequest busy = Job(id++, 2, 3, "bob");
-      busy.expected_runtime = leaf == 0 ? leaf0_ends : 100000;
-      Run(busy, {leaf * 4, leaf * 4 + 1});
-    }
-  };
-  busy_leaves(/*leaf0_ends=*/3700);
+  // 3-node allreduce job (5.5 h) fits only across leaves, where its traffic would take 37% of an
+  // uplink: spreading would cost it 0.3 x 0.37 of its run (37 min). No leaf is expected to free
+  // within that (the first in 1 h), so it starts now.
+  BusyTwoNodesInEveryLeaf(/*leaf0_ends=*/3700);
   JobRequest job = Job(1, 3);
   job.expected_runtime = 20000;
   Decision d = Decide({job}, /*now=*/100, NoPreemption());
@@ -325,10 +329,42 @@ TEST_F(SchedulerTest, OnAQuietClusterASpreadableJobStartsAtOnce) {
   EXPECT_EQ(leaves.size(), 2u);
 
   // A leaf expected to free in 10 minutes is worth those minutes: it waits for it.
-  busy_leaves(/*leaf0_ends=*/700);
+  BusyTwoNodesInEveryLeaf(/*leaf0_ends=*/700);
   d = Decide({job}, /*now=*/100, NoPreemption());
   EXPECT_THAT(Started(d), IsEmpty());
   EXPECT_THAT(d.pending.at(1), HasSubstr("a leaf is expected to free in 10m"));
+}
+
+TEST_F(SchedulerTest, AJobSubmittedLongAgoMayWaitAShareOfThatForALeaf) {
+  // The quiet cluster above at t=36,000 (10 h), leaf 0 expected to free in 50 min: spreading
+  // would cost the 3-node job 37 min. Submitted at t=0, it may wait that, or 5% of its 10 h (30
+  // min): it spreads now.
+  BusyTwoNodesInEveryLeaf(/*leaf0_ends=*/36000 + 3000);
+  JobRequest job = Job(1, 3);
+  job.submit_time = 0;
+  job.expected_runtime = 20000;
+  Decision d = Decide({job}, /*now=*/36000, NoPreemption());
+  ASSERT_THAT(Started(d), ElementsAre(1));
+  EXPECT_THAT(d.locality_wait_started, IsEmpty());
+
+  // At t=72,000 (20 h), with the leaf again 50 min away, it may wait 60 min (the cap of these
+  // tests): it waits for leaf 0, and says why.
+  BusyTwoNodesInEveryLeaf(/*leaf0_ends=*/72000 + 3000);
+  d = Decide({job}, /*now=*/72000, NoPreemption());
+  EXPECT_THAT(Started(d), IsEmpty());
+  EXPECT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, 72000}}));
+  EXPECT_THAT(d.pending.at(1),
+              HasSubstr("; spread over leaves now, it and the jobs sharing those uplinks would "
+                        "lose about 37m of run time to congestion, but it was submitted 20h ago "
+                        "and may wait up to 1h, a share of that, for one leaf, and a leaf is "
+                        "expected to free in 50m (after 1h more it takes any leaves)"));
+
+  // No share: only what spreading would cost.
+  PolicyOptions no_share;
+  no_share.locality_wait = 3600;
+  no_share.locality_wait_share = 0;
+  Scheduler cost_only(MakePlacementPolicy("congestion-aware", no_share), NoPreemption());
+  EXPECT_THAT(Started(cost_only.Decide(*state_, {job}, 72000)), ElementsAre(1));
 }
 
 TEST_F(SchedulerTest, UnderLoadASpreadWaitsForALeafWhenTheQueueWouldPayForIt) {
@@ -527,6 +563,60 @@ TEST_F(CongestedSchedulerTest, ALocalityWaitEndsUnusedWhenTheJobIsShortOfNodesAg
   EXPECT_THAT(Started(d), IsEmpty());
   EXPECT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, 300}}));
   EXPECT_THAT(d.pending.at(1), HasSubstr("(after 1h more it takes any leaves)"));
+}
+
+TEST_F(CongestedSchedulerTest, SuspendingOthersToStartAJobKeepsItUnderOneLeafAsFreeNodesWould) {
+  // The congested zone A, with free nodes 2 (leaf 0) and 6 (leaf 1) taken by two of carol's
+  // priority-1 jobs: the pair (priority 3) could start now only by suspending both, across
+  // leaves 0 and 1. That is starting across leaves as surely as on free nodes, and the locality
+  // wait judges it the same way: leaf 0 is expected to free in 8m20s, within what spreading
+  // would cost, so nothing is suspended and the pair holds out for leaf 0.
+  Congest(/*leaf_frees_at=*/600);
+  JobRequest low = Job(30, 1, 1, "carol");
+  low.comm = CommKind::kNone;
+  Run(low, {2});
+  low.id = 31;
+  Run(low, {6});
+  JobRequest job = Pair();
+  Decision d = Decide({job}, /*now=*/100);
+  EXPECT_THAT(d.suspends, IsEmpty());
+  EXPECT_THAT(Started(d), IsEmpty());
+  EXPECT_THAT(d.pending.at(1),
+              HasSubstr("; spread over leaves now by suspending 2 jobs of lower priority, it and "
+                        "the jobs sharing those uplinks would lose about 1h of run time to "
+                        "congestion, and a leaf is expected to free in 8m20s (after 1h more it "
+                        "takes any leaves)"));
+  EXPECT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, 100}}));
+
+  // Its wait runs out (1 h later, the leaf still busy): it suspends both and spreads.
+  ASSERT_TRUE(state_->Release(21).ok());
+  JobRequest ending = Job(21, 2, 3, "bob");
+  ending.expected_runtime = 100000;
+  Run(ending, {0, 1});
+  job.locality_wait_since = 100;
+  d = Decide({job}, /*now=*/100 + 3600);
+  EXPECT_THAT(d.suspends, UnorderedElementsAre(30, 31));
+  ASSERT_THAT(Started(d), ElementsAre(1));
+  EXPECT_NE(topology_->nodes()[d.starts[0].placement.nodes[0]].leaf,
+            topology_->nodes()[d.starts[0].placement.nodes[1]].leaf);
+
+  // Where suspending jobs under one leaf frees room there, it suspends those instead, though
+  // the two across leaves would lose less work: job 21 (leaf 0, now priority 1 too).
+  state_ = std::make_unique<ClusterState>(*topology_);
+  Congest(/*leaf_frees_at=*/100000);
+  ASSERT_TRUE(state_->Release(21).ok());
+  JobRequest leaf_job = Job(21, 2, 1, "carol");
+  leaf_job.comm = CommKind::kNone;
+  Run(leaf_job, {0, 1}, /*start=*/0, /*checkpoint=*/0);
+  low.id = 30;
+  Run(low, {2}, /*start=*/0, /*checkpoint=*/90);
+  low.id = 31;
+  Run(low, {6}, /*start=*/0, /*checkpoint=*/90);
+  d = Decide({Pair()}, /*now=*/100);
+  EXPECT_THAT(d.suspends, ElementsAre(21));
+  ASSERT_THAT(Started(d), ElementsAre(1));
+  EXPECT_EQ(topology_->nodes()[d.starts[0].placement.nodes[0]].leaf, 0);
+  EXPECT_EQ(topology_->nodes()[d.starts[0].placement.nodes[1]].leaf, 0);
 }
 
 TEST_F(SchedulerTest, WaitingForOneLeafStillBackfillsAroundIt) {

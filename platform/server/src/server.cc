@@ -52,6 +52,9 @@ void HaiOptions::Bind(ConfigSection& s) {
   s.OneOf("policy", policy, {"first-fit", "slurm-tree", "congestion-aware"});
   s.Optional("locality_wait_s", locality_wait_s);
   s.Check(locality_wait_s.value_or(0) >= 0, "locality_wait_s", "must not be negative");
+  s.Optional("locality_wait_share", locality_wait_share);
+  s.Check(locality_wait_share.value_or(0) >= 0 && locality_wait_share.value_or(0) <= 1,
+          "locality_wait_share", "must be between 0 and 1");
   s.Optional("preemption", preemption);
   s.Optional("backfill", backfill);
 }
@@ -59,6 +62,7 @@ void HaiOptions::Bind(ConfigSection& s) {
 scheduler::PolicyOptions PolicyOptionsOf(const HaiOptions& options) {
   scheduler::PolicyOptions policy;  // the library's defaults, unless the config sets one
   if (options.locality_wait_s) policy.locality_wait = *options.locality_wait_s;
+  if (options.locality_wait_share) policy.locality_wait_share = *options.locality_wait_share;
   return policy;
 }
 

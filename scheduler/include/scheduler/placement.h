@@ -25,11 +25,17 @@
 //   - how soon a leaf is expected to free for it: the running jobs' expected ends
 //     (Scheduler::EarliestStart, the estimate behind pending reasons);
 //   - how long it has waited already (JobRequest::locality_wait_since).
-// It waits while it has waited less than min(cost, max_locality_wait) and a leaf is expected to
-// free within what remains of that (or no estimate exists); otherwise it starts across leaves.
-// So a job never waits longer than spreading would have cost it, its neighbours and the queue,
-// nor longer than max_locality_wait; under load, with congested uplinks or a long queue and a
-// leaf about to free, it waits.
+// Its budget is the larger of that cost and a share (PolicyOptions::locality_wait_share, 5%) of the
+// time since it was submitted: a job queued 20 h may wait an hour more for a leaf, its completion
+// 5% later at most, while one that just arrived on a quiet cluster waits only what spreading
+// would cost. It waits while it has waited less than min(budget, max_locality_wait) and a leaf is
+// expected to free within what remains of that (or no estimate exists); otherwise it starts
+// across leaves. Suspending lower-priority jobs to start it is starting it too: it suspends jobs
+// under one leaf if that makes room there, and across leaves only when it would spread on free
+// nodes (Scheduler::Decide). So a job never waits longer than max_locality_wait, nor longer than
+// spreading would have cost it, its neighbours and the queue unless it has queued twenty times
+// as long; under load, with congested uplinks, a long queue or a long wait behind it, and a leaf
+// about to free, it waits.
 //
 // Sub-node jobs (JobRequest::gpus with nodes == 0) are packed: first-fit takes the first node with
 // room, slurm-tree and congestion-aware the node with the least room that fits.
@@ -44,6 +50,14 @@
 #include "scheduler/performance.h"
 
 namespace ff::scheduler {
+
+// How long a job may wait for one leaf rather than start across leaves now
+// (PlacementPolicy::LocalityWait).
+struct LocalityBudget {
+  Seconds wait = 0;         // in all, at most MaxLocalityWait (0: start it now)
+  Seconds spread_cost = 0;  // what spreading now would cost it, its neighbours and the queue
+  bool from_share = false;  // `wait` is the share of its time since submission, above the cost
+};
 
 class PlacementPolicy {
  public:
@@ -62,18 +76,26 @@ class PlacementPolicy {
   // How long, in all, `job` may wait for one leaf when it could start now on `spread` (across
   // leaves), with `queued` other jobs waiting for GPUs (Scheduler::Decide counts those left
   // waiting ahead of it in the round and those behind it beyond what would still be free): at
-  // most MaxLocalityWait, and for congestion-aware no longer than spreading would cost (see the
-  // locality wait above). 0: start it now.
-  virtual Seconds LocalityWait(const JobRequest& /*job*/, const ClusterState& /*state*/,
-                               const Placement& /*spread*/, Seconds /*now*/, int /*queued*/) const {
-    return 0;
+  // most MaxLocalityWait, and for congestion-aware no longer than spreading would cost or the
+  // share of its time since submission (see the locality wait above).
+  virtual LocalityBudget LocalityWait(const JobRequest& /*job*/, const ClusterState& /*state*/,
+                                      const Placement& /*spread*/, Seconds /*now*/,
+                                      int /*queued*/) const {
+    return {};
   }
 };
 
-// The scheduling knobs' one home: hai-server ([hai] locality_wait_s) and hai-sim set them here.
+// The scheduling knobs' one home: hai-server ([hai] locality_wait_s, locality_wait_share) and
+// hai-sim set them here.
 struct PolicyOptions {
-  // congestion-aware: the longest a communicating multi-node job waits for one leaf.
-  Seconds locality_wait = 7200;
+  // congestion-aware: the longest a communicating multi-node job waits for one leaf. A day: what
+  // bounds its wait is what spreading would cost and the share below; with a 2 h cap cluster04
+  // sent 0.20-0.37 of first-fit's cross-leaf traffic at loads 3-10, and at most 0.09 with this
+  // one, its mean JCT lower too (scheduler/README.md).
+  Seconds locality_wait = 86400;
+  // congestion-aware: the share of the time since its submission that a job may wait for one
+  // leaf, however little spreading would cost (0: only what spreading would cost).
+  double locality_wait_share = 0.05;
   // The performance model the policy judges placements by (hai-sim sets it to the replay's).
   PerformanceModel model;
   // The run time assumed for a job that gives none (hai submit --time), when costing a spread.

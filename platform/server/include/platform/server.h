@@ -66,6 +66,8 @@ struct HaiOptions {
   // Unset: the scheduler library's default (scheduler::PolicyOptions::locality_wait), the wait the
   // simulator measured; an admin may set another.
   std::optional<int64_t> locality_wait_s;
+  // Unset: the library's default (scheduler::PolicyOptions::locality_wait_share).
+  std::optional<double> locality_wait_share;
   bool preemption = true;
   bool backfill = true;
 
