@@ -369,17 +369,12 @@ TEST_F(SchedulerTest, AJobSubmittedLongAgoMayWaitAShareOfThatForALeaf) {
 
 TEST_F(SchedulerTest, UnderLoadASpreadWaitsForALeafWhenTheQueueWouldPayForIt) {
   // The quiet cluster above, leaf 0 expected to free in 1 h: alone, the 3-node job spreads at
-  // once (25 min of its run time lost against an hour's wait). Behind it, twenty 1-node jobs
-  // queue; after it, 40 GPUs would be free, so 15 of them wait for GPUs, and the 25 min x 24 GPUs
-  // it would lose is GPU time they wait for: 15 x 36,000 / 128 GPUs, 70 min more. Waiting the
-  // hour for leaf 0 is now the cheaper choice, and the 1-node jobs start meanwhile on the nodes
-  // its reservation (nodes 0-2, leaf 0) does not need.
-  JobId id = 10;
-  for (int leaf = 0; leaf < 4; ++leaf) {
-    JobRequest busy = Job(id++, 2, 3, "bob");
-    busy.expected_runtime = leaf == 0 ? 3700 : 100000;
-    Run(busy, {leaf * 4, leaf * 4 + 1});
-  }
+  // once (37 min of its run time lost against an hour's wait). Behind it, twenty 1-node jobs
+  // queue; after it, 40 GPUs would be free, so 15 of them wait for GPUs, and the 37 min x 24 GPUs
+  // it would lose is GPU time they wait for: 15 x 53,280 / 128 GPUs, 104 min more. Waiting the
+  // hour for leaf 0 (the cap of these tests) is now the cheaper choice, and the 1-node jobs start
+  // meanwhile on the nodes its reservation (nodes 0-2, leaf 0) does not need.
+  BusyTwoNodesInEveryLeaf(/*leaf0_ends=*/3700);
   JobRequest job = Job(1, 3);
   job.expected_runtime = 20000;
   std::vector<JobRequest> queue{job};
