@@ -305,7 +305,7 @@ TEST_F(PlatformTest, AnExpectedRunTimeGivesTheJobBehindAStartEstimate) {
       << reason;
   EXPECT_THAT(reason, ::testing::ContainsRegex(
                           "needs 3 nodes with 2 free GPUs; 0 are free; then, if its traffic "
-                          "would crowd the uplinks, it may wait up to 2h for them under one leaf "
+                          "would crowd the uplinks, it may wait up to 1d for them under one leaf "
                           "switch; expected to start in (59m|1h), when "
                           "running jobs reach their expected run times"));
   EXPECT_THAT(Hai({"show", std::to_string(next)}, bob_).out,
