@@ -60,8 +60,14 @@ def _sharded_digest(model):
 def train(store, replica_id, steps, out_dir, options=None):
     """options: step_s (sleep per step), replicas, min_replicas, quorum_timeout, pause_heal_s (a
     group that receives state first writes heal.<id> and sleeps this long: a window for the test
-    to lose another group during the join)."""
+    to lose another group during the join), start_after (a path: the process, torch imported,
+    waits for it to exist before it joins, so that a test can start a replacement the moment it
+    chooses rather than after an import that takes seconds on a loaded machine)."""
     options = options or {}
+    while options.get("start_after") and not os.path.exists(options["start_after"]):
+        if not os.path.isdir(out_dir):
+            raise RuntimeError("the test ended before it started this group")
+        time.sleep(0.01)
     store = store or os.environ["HAI_FT_STORE"]  # on HAI-Platform: hai-server's quorums
     with open(os.path.join(out_dir, f"pid.{replica_id}"), "w") as f:
         f.write(str(os.getpid()))

@@ -108,11 +108,19 @@ def test_a_killed_group_is_replaced_and_every_group_ends_identical(store):
     assert len({r["digest"] for r in baseline.values()}) == 1
     with tempfile.TemporaryDirectory() as out:
         groups = [Group(store, i, out) for i in range(3)]
+        # The platform's replacement, in the lost one's place. Started now and held until the
+        # survivors have gone on without group 1: started after the kill it still had to import
+        # torch, and on a loaded machine the survivors could finish their steps before it asked,
+        # leaving it alone to wait for a quorum that could not form (a full run here failed with
+        # "1 of at least 2 replica groups ... asked in time").
+        go = os.path.join(out, "go.1")
+        replacement = Group(store, 1, out, start_after=go)
         wait_for_step(out, 1, 15)
         killed_at = time.time()
         os.killpg(groups[1].proc.pid, signal.SIGKILL)
-        time.sleep(1.0)
-        replacement = Group(store, 1, out)  # the platform's replacement, in the lost one's place
+        with open(os.path.join(out, "step.0")) as f:
+            wait_for_step(out, 0, int(f.read()) + 2)  # two steps of two groups
+        open(go, "w").close()
         outputs = [groups[0].wait(), groups[2].wait(), replacement.wait()]
         for code, output in outputs:
             assert code == 0, output
