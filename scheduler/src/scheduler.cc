@@ -405,25 +405,21 @@ Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobReque
     if (placement.empty() && whole && options_.preemption &&
         searches < options_.max_preemption_searches) {
       ++searches;
-      std::vector<JobId> victims;
-      if (may_wait && !one_leaf) {
-        // Suspending jobs is starting now too: under one leaf if that frees one, and across
-        // leaves only where the locality wait would spread it on free nodes.
-        victims = FindVictims(*job, work, now, /*one_leaf=*/true, &placement);
-        if (victims.empty()) {
-          Placement across;
-          std::vector<JobId> spread = FindVictims(*job, work, now, /*one_leaf=*/false, &across);
-          if (!spread.empty() &&
-              (!SpansLeaves(work.topology(), across) ||
-               !hold_for_leaf(across, " by suspending " +
-                                          Plural(static_cast<int>(spread.size()), "job") +
-                                          " of lower priority"))) {
-            victims = std::move(spread);
-            placement = std::move(across);
-          }
+      // Suspending jobs is starting now too: a job that may wait for a leaf suspends jobs under
+      // one leaf if that frees one, and across leaves only where the locality wait would spread
+      // it on free nodes.
+      std::vector<JobId> victims = FindVictims(*job, work, now, may_wait, &placement);
+      if (victims.empty() && may_wait && !one_leaf) {
+        Placement across;
+        std::vector<JobId> spread = FindVictims(*job, work, now, /*one_leaf=*/false, &across);
+        if (!spread.empty() &&
+            (!SpansLeaves(work.topology(), across) ||
+             !hold_for_leaf(across, " by suspending " +
+                                        Plural(static_cast<int>(spread.size()), "job") +
+                                        " of lower priority"))) {
+          victims = std::move(spread);
+          placement = std::move(across);
         }
-      } else {
-        victims = FindVictims(*job, work, now, one_leaf, &placement);
       }
       for (JobId v : victims) {
         decision.suspended_for[v] = job->id;
