@@ -423,7 +423,7 @@ def etcd_members(directory, count, host="127.0.0.1", names=None, binary=None):
                 f"--initial-advertise-peer-urls=http://{h}:{peer}",
                 f"--initial-cluster={initial}", "--initial-cluster-state=new",
                 "--initial-cluster-token=fireflyer",
-                # fs3-meta's transactions (one operation's keys) and fsck repairs fit in one
+                # fs3-meta's transactions (one operation's keys, one fsck repair's) fit in one
                 "--max-txn-ops=1024",
                 # old revisions go after 10 minutes (the store grows with every write otherwise)
                 "--auto-compaction-mode=periodic", "--auto-compaction-retention=10m",

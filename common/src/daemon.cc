@@ -11,7 +11,8 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+
+#include "common/files.h"
 
 namespace ff {
 
@@ -54,18 +55,7 @@ Status DaemonContext::Ready(const nlohmann::json& endpoints) {
     spdlog::warn("{}: {}", name_, st.ToString());
   }
   if (flags_.ready_file.empty()) return Status::Ok();
-  std::string tmp = flags_.ready_file + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << endpoints.dump() << "\n";
-    if (!out.flush()) return Status::FromErrno(errno, "write ready file '" + tmp + "'");
-  }
-  if (std::rename(tmp.c_str(), flags_.ready_file.c_str()) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    return Status::FromErrno(err, "rename ready file to '" + flags_.ready_file + "'");
-  }
-  return Status::Ok();
+  return WriteFileAtomically(flags_.ready_file, endpoints.dump() + "\n").WithContext("ready file");
 }
 
 std::string DaemonContext::WaitForShutdown() {

@@ -16,7 +16,8 @@ class EtcdProtoDb : public ProtoDb {
 
   const char* engine() const override { return "etcd"; }
 
-  Status WriteRaw(const std::vector<RawWrite>& kvs) override {
+  using ProtoDb::WriteRaw;
+  Status WriteRaw(const std::vector<RawWrite>& kvs, SpaceUse) override {
     if (kvs.empty()) return Status::Ok();
     etcdserverpb::TxnRequest txn;
     if (fence_) *txn.add_compare() = fence_();

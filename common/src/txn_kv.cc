@@ -149,12 +149,40 @@ class SerialTxn : public KvTxn {
   std::unique_lock<std::mutex> lock_;  // one transaction at a time, held until destroyed
 };
 
+// A read-only transaction over a ProtoDb view (BeginSnapshot): no lock, nothing to commit.
+class ViewTxn : public KvTxn {
+ public:
+  explicit ViewTxn(std::unique_ptr<ProtoDb::View> view) : view_(std::move(view)) {}
+  Result<uint64_t> Commit() override {
+    if (writes_.empty()) return uint64_t{0};
+    return FailedPrecondition(
+        "a snapshot is read-only: its writes go in a transaction of their own");
+  }
+
+ protected:
+  Result<std::optional<std::string>> ReadCommitted(const std::string& key) override {
+    return view_->GetRaw(key);
+  }
+  Result<std::vector<std::pair<std::string, std::string>>> ScanCommitted(
+      const std::string& prefix, const std::string& after, std::size_t limit) override {
+    return view_->ScanKeys(prefix, after, limit);
+  }
+
+ private:
+  std::unique_ptr<ProtoDb::View> view_;
+};
+
 class SerialTxnKv : public TxnKv {
  public:
   explicit SerialTxnKv(std::unique_ptr<ProtoDb> db) : db_(std::move(db)) {}
   const char* engine() const override { return db_->engine(); }
   bool serial() const override { return true; }
   std::unique_ptr<KvTxn> Begin(bool) override { return std::make_unique<SerialTxn>(*db_, mu_); }
+  std::unique_ptr<KvTxn> BeginSnapshot() override {
+    auto view = db_->Snapshot();
+    if (!view) return Begin(false);  // a store without snapshots: under the lock
+    return std::make_unique<ViewTxn>(std::move(view));
+  }
   Status AwaitDurable(uint64_t token) override { return db_->AwaitDurable(token); }
   Result<uint64_t> CountKeys(const std::string& prefix) override {
     uint64_t n = 0;
@@ -470,6 +498,8 @@ class EtcdTxnKv : public TxnKv {
   std::unique_ptr<KvTxn> Begin(bool for_update) override {
     return std::make_unique<EtcdTxn>(*client_, committer_, prefix_, for_update);
   }
+  // A reading transaction already reads one revision and holds nothing back.
+  std::unique_ptr<KvTxn> BeginSnapshot() override { return Begin(false); }
   Status AwaitDurable(uint64_t) override { return Status::Ok(); }  // on a majority's disks
   uint64_t GroupedCommits() const override { return committer_.grouped(); }
   Result<uint64_t> CountKeys(const std::string& prefix) override {

@@ -15,13 +15,17 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "common/rpc_client.h"
 #include "common/tls.h"
 #include "fs3/meta_client.h"
 #include "fs3/proto/mgmtd.grpc.pb.h"
+#include "fs3/proto/storage.grpc.pb.h"
 #include "fs3/replica_check.h"
 #include "fs3/routing.h"
 
@@ -71,6 +75,42 @@ uint64_t ParseSize(const std::string& s) {
   return v * mult;
 }
 
+// Each target's disk, asked of its storage service (left out where it does not answer in time).
+std::map<uint64_t, fs3rpc::SpaceInfoResponse> TargetSpace(const fs3rpc::RoutingInfo& info) {
+  std::map<std::string, std::string> address_of;
+  for (const auto& n : info.nodes())
+    address_of[n.name()] = n.address();
+  std::map<uint64_t, fs3rpc::SpaceInfoResponse> out;
+  for (const auto& t : info.targets()) {
+    auto it = address_of.find(t.node());
+    if (it == address_of.end() || it->second.empty()) continue;
+    auto stub = fs3rpc::Storage::NewStub(MakeChannel(it->second));
+    fs3rpc::SpaceInfoRequest req;
+    req.set_target(t.id());
+    fs3rpc::SpaceInfoResponse resp;
+    CallOptions once = CallOptions::Idempotent(std::chrono::seconds(1));
+    once.max_attempts = 1;  // a service that is down shows "-", without holding the listing up
+    Status st = CallRpc("fs3-storage SpaceInfo", once,
+                        [&](grpc::ClientContext* c) { return stub->SpaceInfo(c, req, &resp); });
+    if (st.ok()) out[t.id()] = resp;
+  }
+  return out;
+}
+
+// 1536 -> "1.5K", as df -h prints sizes.
+std::string HumanBytes(uint64_t n) {
+  const char* units = "BKMGTP";
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f%c" : "%.1f%c", v, units[u]);
+  return buf;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app("fs3 administration", "fs3");
   app.require_subcommand(1);
@@ -109,6 +149,10 @@ int Main(int argc, char** argv) {
                  "checksum) and that their contents match their checksums (needs --mgmtd)");
   fsck->add_flag("--no-content", no_content,
                  "With --data: compare the replicas' records only, reading no chunk content");
+  double fsck_hours = 24;
+  fsck->add_option("--timeout-hours", fsck_hours,
+                   "Give up on fs3-meta's check after this long (it reports progress meanwhile)")
+      ->capture_default_str();
   auto* layout = app.add_subcommand(
       "layout", "Show a file's or directory's layout; --stripe sets a directory's");
   std::string layout_path;
@@ -185,7 +229,25 @@ int Main(int argc, char** argv) {
     fs3rpc::FsckRequest req;
     req.set_repair(repair);
     fs3rpc::FsckReply reply;
-    Status st = client.Fsck(req, &reply);
+    // Progress on stderr: a line per phase (and every 10 s), or one line kept current on a
+    // terminal.
+    const bool tty = isatty(STDERR_FILENO) != 0;
+    std::string last_phase;
+    auto last_line = std::chrono::steady_clock::now();
+    auto progress = [&](const fs3rpc::FsckReply& p) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!tty && p.phase() == last_phase && now - last_line < std::chrono::seconds(10)) return;
+      std::fprintf(stderr, "%sfs3 fsck: %s: %llu done, %llu problem(s) so far%s", tty ? "\r" : "",
+                   p.phase().c_str(), static_cast<unsigned long long>(p.phase_done()),
+                   static_cast<unsigned long long>(p.found()), tty ? "   " : "\n");
+      last_phase = p.phase();
+      last_line = now;
+    };
+    Status st = client.Fsck(
+        req, &reply,
+        std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, fsck_hours) * 3600e3)),
+        progress);
+    if (tty && !last_phase.empty()) std::fprintf(stderr, "\n");
     if (!st.ok()) {
       if (st.code() == StatusCode::kUnavailable) {
         Die("cannot reach fs3-meta at " + meta + " (" + st.message() + ")");
@@ -224,13 +286,21 @@ int Main(int argc, char** argv) {
         std::printf("%s\n", p.c_str());
       for (const std::string& p : replica_problems)
         std::printf("%s\n", p.c_str());
+      std::string outcome = !replica_problems.empty()
+                                ? "; --repair mends the namespace, not replicas"
+                            : !repair ? "; run with --repair to fix them"
+                                      : ", " + std::to_string(reply.repaired()) + " repaired";
+      if (repair && reply.left() > 0) {
+        outcome += ", " + std::to_string(reply.left()) +
+                   " left alone (changed while the check ran: run fsck again)";
+      }
       std::printf("fs3 fsck: %d problem(s)%s\n",
                   reply.problems_size() + static_cast<int>(replica_problems.size()),
-                  !replica_problems.empty() ? "; --repair mends the namespace, not replicas"
-                  : repair                  ? ", repaired"
-                                            : "; run with --repair to fix them");
+                  outcome.c_str());
     }
-    return replica_problems.empty() && (reply.problems().empty() || repair) ? 0 : 1;
+    return replica_problems.empty() && (reply.problems().empty() || (repair && reply.left() == 0))
+               ? 0
+               : 1;
   }
   if (mgmtd.empty() && std::getenv("FS3_MGMTD")) mgmtd = std::getenv("FS3_MGMTD");
   if (mgmtd.empty()) Die("no fs3-mgmtd address: --mgmtd or $FS3_MGMTD");
@@ -311,20 +381,34 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (*targets) {
+    const auto space = TargetSpace(info);
     if (json) {
-      std::printf("[");
-      for (int i = 0; i < info.targets_size(); ++i)
-        std::printf("%s%s", i ? "," : "", ToJson(info.targets(i)).c_str());
-      std::printf("]\n");
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& t : info.targets()) {
+        nlohmann::json j = nlohmann::json::parse(ToJson(t));
+        if (auto it = space.find(t.id()); it != space.end()) {
+          j["space"] = nlohmann::json::parse(ToJson(it->second));
+        }
+        out.push_back(std::move(j));
+      }
+      std::printf("%s\n", out.dump().c_str());
       return 0;
     }
-    std::printf("%-8s %-16s %-6s %-10s %-11s %s\n", "TARGET", "SERVICE", "CHAIN", "PUBLIC", "LOCAL",
-                "PATH");
+    // FREE: what writes may still take (the reserve kept for removals left out); "FULL" when
+    // nothing: writes to the target's chain fail with ENOSPC until files are deleted.
+    std::printf("%-8s %-16s %-6s %-10s %-11s %-7s %-7s %s\n", "TARGET", "SERVICE", "CHAIN",
+                "PUBLIC", "LOCAL", "FREE", "SIZE", "PATH");
     for (const auto& t : info.targets()) {
-      std::printf("%-8llu %-16s %-6s %-10s %-11s %s%s\n", static_cast<unsigned long long>(t.id()),
-                  t.node().c_str(), t.chain() ? std::to_string(t.chain()).c_str() : "-",
+      std::string free = "-", size = "-";
+      if (auto it = space.find(t.id()); it != space.end()) {
+        free = it->second.free_bytes() == 0 ? "FULL" : HumanBytes(it->second.free_bytes());
+        size = HumanBytes(it->second.capacity_bytes());
+      }
+      std::printf("%-8llu %-16s %-6s %-10s %-11s %-7s %-7s %s%s\n",
+                  static_cast<unsigned long long>(t.id()), t.node().c_str(),
+                  t.chain() ? std::to_string(t.chain()).c_str() : "-",
                   t.public_state().empty() ? "-" : t.public_state().c_str(),
-                  t.local_state().c_str(), t.path().c_str(),
+                  t.local_state().c_str(), free.c_str(), size.c_str(), t.path().c_str(),
                   t.admin_offline() ? "  (taken offline)" : "");
     }
     return 0;

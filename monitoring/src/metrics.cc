@@ -5,8 +5,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "common/config.h"
+#include "common/files.h"
 #include "common/rpc_server.h"
 
 namespace ff {
@@ -14,6 +16,8 @@ namespace ff {
 void MetricsOptions::Bind(ConfigSection& s) {
   s.Optional("enabled", enabled);
   s.Optional("listen", listen);
+  s.Optional("any_port_when_busy", any_port_when_busy);
+  s.Optional("targets_dir", targets_dir);
   if (s.mode() == ConfigSection::Mode::kRead) {
     std::string host;
     int port = 0;
@@ -32,7 +36,9 @@ Metrics::Metrics(std::string daemon)
       .Set(std::chrono::duration<double>(now).count());
 }
 
-Metrics::~Metrics() = default;
+Metrics::~Metrics() {
+  if (!target_file_.empty()) std::remove(target_file_.c_str());
+}
 
 prometheus::Counter& Metrics::Counter(const std::string& name, const std::string& help,
                                       const MetricLabels& labels) {
@@ -63,27 +69,82 @@ std::vector<double> Metrics::LatencyBuckets() {
   return buckets;
 }
 
-Status Metrics::Serve(const MetricsOptions& options) {
+namespace {
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// Prometheus' file_sd format: one target group.
+std::string TargetGroup(const std::string& address, const MetricLabels& labels) {
+  std::string out = "[{\"targets\": [" + JsonString(address) + "], \"labels\": {";
+  bool first = true;
+  for (const auto& [k, v] : labels) {
+    out += (first ? "" : ", ") + JsonString(k) + ": " + JsonString(v);
+    first = false;
+  }
+  return out + "}}]\n";
+}
+
+}  // namespace
+
+Status Metrics::Serve(const MetricsOptions& options, const MetricLabels& target_labels) {
   if (!options.enabled) return Status::Ok();
   if (exposer_) return FailedPrecondition("metrics endpoint already serving on " + address_);
   std::string host;
   int port = 0;
   FF_RETURN_IF_ERROR(SplitHostPort(options.listen, &host, &port));
-  try {
-    // civetweb takes "host:port"; IPv6 hosts keep their brackets.
-    exposer_ = std::make_unique<prometheus::Exposer>(options.listen, /*num_threads=*/2);
-  } catch (const std::exception& e) {
-    return Unavailable("cannot serve metrics on " + options.listen + ": " + e.what());
+  const std::string bracketed = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  auto bind = [&](const std::string& listen) -> Status {
+    try {
+      // civetweb takes "host:port"; IPv6 hosts keep their brackets.
+      exposer_ = std::make_unique<prometheus::Exposer>(listen, /*num_threads=*/2);
+    } catch (const std::exception& e) {
+      return Unavailable("cannot serve metrics on " + listen + ": " + e.what());
+    }
+    return Status::Ok();
+  };
+  Status bound = bind(options.listen);
+  if (!bound.ok() && options.any_port_when_busy && port != 0) {
+    spdlog::warn("{} is taken (another {} on this machine?): metrics on a free port instead",
+                 options.listen, daemon_);
+    bound = bind(bracketed + ":0");
   }
+  FF_RETURN_IF_ERROR(bound);
   std::vector<int> ports = exposer_->GetListeningPorts();
   if (ports.empty()) {
     exposer_.reset();
     return Unavailable("cannot serve metrics on " + options.listen + ": no listening port");
   }
   exposer_->RegisterCollectable(registry_);
-  address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-             std::to_string(ports.front());
+  address_ = bracketed + ":" + std::to_string(ports.front());
   spdlog::info("metrics at http://{}/metrics", address_);
+  if (!options.targets_dir.empty()) {
+    MetricLabels labels = target_labels;
+    labels["daemon"] = daemon_;
+    const std::string path =
+        options.targets_dir + "/" + daemon_ + "-" + std::to_string(ports.front()) + ".json";
+    Status written = WriteFileAtomically(path, TargetGroup(address_, labels));
+    if (!written.ok()) {
+      exposer_.reset();
+      address_.clear();
+      return written.WithContext("announcing the metrics endpoint in " + options.targets_dir);
+    }
+    target_file_ = path;
+  }
   return Status::Ok();
 }
 

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <ctime>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -20,6 +21,7 @@ namespace ff::fs3 {
 namespace {
 
 using ::testing::ElementsAre;
+using namespace std::chrono_literals;
 
 class MetaStoreTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -238,7 +240,7 @@ TEST_P(MetaStoreTest, AClientsSessionsEndWithItsLease) {
   ASSERT_TRUE(store_->CloseSession(f->ino(), std::nullopt, alive).ok());
   EXPECT_EQ(store_->GetAttr(f->ino())->nlink(), 0u) << "the dying client still holds it";
   EXPECT_TRUE(store_->Garbage()->empty());
-  EXPECT_TRUE(store_->Fsck(false)->empty());
+  EXPECT_TRUE(store_->Fsck(false)->problems.empty());
   // Past the lease: the live client renewed, the dying one did not.
   RenewFor(alive.client, std::chrono::seconds(5));
   ASSERT_FALSE(HasFatalFailure());
@@ -249,7 +251,7 @@ TEST_P(MetaStoreTest, AClientsSessionsEndWithItsLease) {
   EXPECT_EQ(store_->GetAttr(g->ino())->nlink(), 0u) << "the live client's session ended";
   EXPECT_EQ(Code(store_->KeepClient(dying.client, /*first=*/false)), StatusCode::kNotFound)
       << (etcd() ? "its lease expired" : "it was taken for dead");
-  EXPECT_TRUE(store_->Fsck(false)->empty());
+  EXPECT_TRUE(store_->Fsck(false)->problems.empty());
   // The live client closes: its file goes at once.
   ASSERT_TRUE(store_->CloseSession(g->ino(), 0, SessionId{alive.client, 2}).ok());
   EXPECT_EQ(Code(store_->GetAttr(g->ino())), StatusCode::kNotFound);
@@ -287,14 +289,15 @@ TEST_P(MetaStoreTest, ASessionThatEndsWithoutItsCloseLeavesTheLengthToSettle) {
   ASSERT_EQ(due->size(), 1u) << "the dead client's session, and only it";
   EXPECT_EQ((*due)[0].ino, f->ino());
   EXPECT_EQ((*due)[0].session.client, dies.client);
-  EXPECT_TRUE(store_->CheckData({{f->ino(), 5000}}, false)->empty()) << "settling";
+  EXPECT_TRUE(store_->CheckData({{f->ino(), 5000}}, false)->problems.empty()) << "settling";
   // The sweep: the length from storage, then a recheck later.
   ASSERT_TRUE(store_->SettleLength(f->ino(), 5000).ok());
   const auto now_s = static_cast<uint64_t>(std::time(nullptr));
   ASSERT_TRUE(store_->SettleDone((*due)[0], now_s + 1000).ok());
   EXPECT_EQ(store_->GetAttr(f->ino())->size(), 5000u);
   EXPECT_TRUE(store_->DueSettles("", 100, &next)->empty()) << "the recheck is not due yet";
-  EXPECT_TRUE(store_->CheckData({{f->ino(), 6000}}, false)->empty()) << "a recheck is pending";
+  EXPECT_TRUE(store_->CheckData({{f->ino(), 6000}}, false)->problems.empty())
+      << "a recheck is pending";
   // A failed write's recheck, due now: settled and dropped, fsck reports what no mark covers.
   ASSERT_TRUE(store_->MarkRecheck(h->ino(), 1).ok());
   due = store_->DueSettles("", 100, &next);
@@ -304,10 +307,10 @@ TEST_P(MetaStoreTest, ASessionThatEndsWithoutItsCloseLeavesTheLengthToSettle) {
   EXPECT_EQ((*due)[0].session.client, 0u);
   ASSERT_TRUE(store_->SettleDone((*due)[0], 0).ok());
   EXPECT_TRUE(store_->DueSettles("", 100, &next)->empty());
-  EXPECT_THAT(*store_->CheckData({{h->ino(), 10}}, false),
+  EXPECT_THAT(store_->CheckData({{h->ino(), 10}}, false)->problems,
               ElementsAre("inode " + std::to_string(h->ino()) +
                           " holds 10 bytes of data but records a length of 0"));
-  EXPECT_TRUE(store_->Fsck(false)->empty());
+  EXPECT_TRUE(store_->Fsck(false)->problems.empty());
 }
 
 TEST_P(MetaStoreTest, RmdirOnlyEmptyDirectories) {
@@ -590,7 +593,7 @@ TEST_P(MetaStoreTest, ConcurrentOperationsAllLand) {
   EXPECT_EQ(failures.load(), 0);
   Reopen();
   EXPECT_EQ(Names(kRootIno).size(), static_cast<size_t>(kThreads * kFiles / 2));
-  EXPECT_TRUE(store_->Fsck(false)->empty());
+  EXPECT_TRUE(store_->Fsck(false)->problems.empty());
 }
 
 TEST_P(MetaStoreTest, FsckFindsAndRepairsInconsistencies) {
@@ -598,7 +601,7 @@ TEST_P(MetaStoreTest, FsckFindsAndRepairsInconsistencies) {
   auto f = store_->Create(root_, d->ino(), "f", 0644);
   ASSERT_TRUE(store_->Link(root_, f->ino(), kRootIno, "f2").ok());
   ASSERT_TRUE(store_->Symlink(root_, kRootIno, "s", "d/f").ok());
-  EXPECT_TRUE(store_->Fsck(false)->empty());  // a clean namespace
+  EXPECT_TRUE(store_->Fsck(false)->problems.empty());  // a clean namespace
   // Damage it behind the store's back: a dangling entry, a wrong link count, an orphan.
   auto key = [](const std::string& prefix, uint64_t v) {
     std::string s = prefix;
@@ -622,11 +625,13 @@ TEST_P(MetaStoreTest, FsckFindsAndRepairsInconsistencies) {
   // + the inode counter is behind the orphan's number, + (RocksDB, which keeps a count) the inode
   // count misses the orphan.
   const std::size_t problems = etcd() ? 4 : 5;
-  EXPECT_EQ(found->size(), problems);
+  EXPECT_EQ(found->problems.size(), problems);
   auto repaired = store_->Fsck(true);
   ASSERT_TRUE(repaired.ok()) << repaired.status();
-  EXPECT_EQ(repaired->size(), problems);
-  EXPECT_TRUE(store_->Fsck(false)->empty());
+  EXPECT_EQ(repaired->problems.size(), problems);
+  EXPECT_EQ(repaired->repaired, problems);
+  EXPECT_EQ(repaired->left, 0u);
+  EXPECT_TRUE(store_->Fsck(false)->problems.empty());
   EXPECT_EQ(store_->GetAttr(f->ino())->nlink(), 2u);
   EXPECT_EQ(Code(store_->Lookup(root_, kRootIno, "ghost")), StatusCode::kNotFound);
   EXPECT_THAT(*store_->Garbage(), ElementsAre(900000u));
@@ -634,6 +639,53 @@ TEST_P(MetaStoreTest, FsckFindsAndRepairsInconsistencies) {
   EXPECT_GT(next->ino(), 900000u);
   // Live inodes: root, d, f, s, new (the orphan went to the garbage list).
   EXPECT_EQ(*store_->InodeCount(), 5u);
+}
+
+// fsck reads a snapshot without the store's lock: operations go on while it checks, and one that
+// changes what it found (a link that makes the orphan it is about to remove reachable again)
+// makes its repair leave that alone, for the next check, instead of deleting a linked file.
+TEST_P(MetaStoreTest, FsckRunsBesideLiveOperationsAndLeavesWhatTheyChanged) {
+  auto f = store_->Create(root_, kRootIno, "f", 0644);
+  ASSERT_TRUE(f.ok()) << f.status();
+  std::string key = "i/";
+  for (int i = 7; i >= 0; --i)
+    key += static_cast<char>((uint64_t{900000} >> (8 * i)) & 0xff);
+  fs3rpc::Inode orphan = *f;
+  orphan.set_ino(900000);
+  orphan.set_nlink(1);
+  RawPut(key, orphan.SerializeAsString());  // no entry, not open
+  Reopen();
+  bool injected = false, ran_meanwhile = false;
+  auto report = store_->Fsck(true, [&](const MetaStore::FsckProgress& p) {
+    if (p.phase != "checking" || injected) return;
+    injected = true;
+    // Another client, between the check's reading and its repairs: a create, and a link to the
+    // orphan. Neither waits for the check.
+    auto op = std::async(std::launch::async, [&] {
+      return store_->Create(root_, kRootIno, "during", 0644).ok() &&
+             store_->Link(root_, 900000, kRootIno, "adopted").ok();
+    });
+    ASSERT_EQ(op.wait_for(20s), std::future_status::ready) << "the check held the namespace";
+    ran_meanwhile = op.get();
+  });
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_TRUE(injected) << "the check never reported its checking phase";
+  EXPECT_TRUE(ran_meanwhile);
+  EXPECT_THAT(report->problems,
+              ::testing::Contains("inode 900000 is orphaned (no entry, not open)"));
+  EXPECT_EQ(report->left, 1u) << "the orphan changed under the check";
+  EXPECT_EQ(report->repaired + report->left, report->problems.size());
+  // The adopted file is still there, and its data is not queued for deletion.
+  ASSERT_TRUE(store_->Lookup(root_, kRootIno, "adopted").ok());
+  EXPECT_TRUE(store_->Garbage()->empty());
+  // The next check judges it as it is now (linked once, its count still says 2) and mends it.
+  auto next = store_->Fsck(true);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_THAT(next->problems, ElementsAre("inode 900000 has link count 2, entries say 1"));
+  EXPECT_TRUE(store_->Fsck(false)->problems.empty());
+  EXPECT_EQ(store_->GetAttr(900000)->nlink(), 1u);
+  // Live inodes: root, f, during, the adopted orphan.
+  EXPECT_EQ(*store_->InodeCount(), 4u);
 }
 
 // A repair of more problems than one etcd transaction holds (--max-txn-ops) is applied in passes:
@@ -653,13 +705,14 @@ TEST_P(MetaStoreTest, ARepairLargerThanOneTransactionIsAppliedInPasses) {
   Reopen();
   auto found = store_->Fsck(false);
   ASSERT_TRUE(found.ok()) << found.status();
-  EXPECT_EQ(found->size(), static_cast<std::size_t>(kGhosts));
+  EXPECT_EQ(found->problems.size(), static_cast<std::size_t>(kGhosts));
   auto repaired = store_->Fsck(true);
   ASSERT_TRUE(repaired.ok()) << repaired.status();
-  EXPECT_EQ(repaired->size(), static_cast<std::size_t>(kGhosts));
+  EXPECT_EQ(repaired->problems.size(), static_cast<std::size_t>(kGhosts));
   auto after = store_->Fsck(false);
   ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_TRUE(after->empty()) << after->size() << " problems left, first: " << after->front();
+  EXPECT_TRUE(after->problems.empty())
+      << after->problems.size() << " problems left, first: " << after->problems.front();
   EXPECT_TRUE(Names(kRootIno).empty());
 }
 
@@ -713,7 +766,7 @@ TEST_P(MetaStoreTest, RetriedMutationsAreAppliedOnceAcrossRestarts) {
   // A new request (another id) is judged afresh.
   EXPECT_EQ(Code(store_->Unlink(root_, kRootIno, "b", 79)), StatusCode::kNotFound);
   EXPECT_EQ(*store_->PruneRequests(3600), 0u);  // still fresh
-  EXPECT_TRUE(store_->Fsck(false)->empty());
+  EXPECT_TRUE(store_->Fsck(false)->problems.empty());
 }
 
 // A record that cannot be read is an error, never "no such entry": taken for a missing entry, a
@@ -749,7 +802,9 @@ TEST_P(MetaStoreTest, DataCheckStopsAtAnUnreadableInodeInsteadOfDeletingItsChunk
   Reopen();
   auto problems = store_->CheckData({{ino, 4096}}, /*repair=*/true);
   ASSERT_FALSE(problems.ok()) << "reported: "
-                              << (problems.ok() && !problems->empty() ? (*problems)[0] : "");
+                              << (problems.ok() && !problems->problems.empty()
+                                      ? problems->problems[0]
+                                      : "");
   EXPECT_EQ(problems.status().code(), StatusCode::kDataLoss) << problems.status();
   // Nothing was queued for deletion: a second check still stops at the same record.
   EXPECT_EQ(Code(store_->CheckData({{ino, 4096}}, /*repair=*/true)), StatusCode::kDataLoss);

@@ -267,14 +267,15 @@ TEST_F(StorageTest, TruncateAndRemoveReachEveryReplica) {
     if (n.name() == "s" + std::to_string(tail.target() / 10 - 1)) address = n.address();
   }
   auto stub = fs3rpc::Storage::NewStub(MakeChannel(address));
-  fs3rpc::LastChunkRequest lq;
+  fs3rpc::ExtentRequest lq;
   lq.set_target(tail.target());
   lq.set_inode(6);
-  fs3rpc::ChunkMetaRecord last;
+  fs3rpc::ExtentResponse extent;
   grpc::ClientContext c1;
-  ASSERT_TRUE(stub->LastChunk(&c1, lq, &last).ok());
-  EXPECT_EQ(last.id().index(), 4u);
-  EXPECT_EQ(last.length(), 13u);
+  ASSERT_TRUE(stub->Extent(&c1, lq, &extent).ok());
+  EXPECT_EQ(extent.last().id().index(), 4u);
+  EXPECT_EQ(extent.last().length(), 13u);
+  EXPECT_EQ(extent.stored_bytes(), 8192u) << "chunks 0 (3,000 bytes) and 4 (13): a block each";
   fs3rpc::SpaceInfoRequest sq;
   sq.set_target(tail.target());
   fs3rpc::SpaceInfoResponse space;

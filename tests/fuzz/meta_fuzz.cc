@@ -237,9 +237,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   fs3rpc::FsckRequest fr;
   fs3rpc::FsckReply problems;
-  grpc::Status st = m.Fsck(nullptr, &fr, &problems);
+  ff::Status st = m.RunFsck(fr, &problems);
   if (!st.ok() || problems.problems_size() > 0) {
-    std::fprintf(stderr, "fsck after the sequence: %s\n", st.error_message().c_str());
+    std::fprintf(stderr, "fsck after the sequence: %s\n", st.ToString().c_str());
     for (const auto& p : problems.problems())
       std::fprintf(stderr, "  %s\n", p.c_str());
     std::abort();

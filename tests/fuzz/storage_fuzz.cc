@@ -1,5 +1,5 @@
 // Fuzz target: fs3-storage's request handlers (Write, WriteStream, Read, ReadStream,
-// QueryVersion, DumpMeta, SyncDone, LastChunk, SpaceInfo) as raw request bytes through the real
+// QueryVersion, DumpMeta, SyncDone, Extent, SpaceInfo) as raw request bytes through the real
 // gRPC server (grpc_fuzz.h gives the input format). The cluster is real and in this process: an
 // fs3-mgmtd and two storage services on loopback, one target each, in one chain of two (16 KiB
 // chunks), so writes are forwarded from head to tail as in production. A call's flags pick the
@@ -32,7 +32,7 @@ constexpr int kServices = 2;
 const std::vector<std::string> kMethods = {
     "/fs3rpc.Storage/Write",      "/fs3rpc.Storage/WriteStream",  "/fs3rpc.Storage/Read",
     "/fs3rpc.Storage/ReadStream", "/fs3rpc.Storage/QueryVersion", "/fs3rpc.Storage/DumpMeta",
-    "/fs3rpc.Storage/SyncDone",   "/fs3rpc.Storage/LastChunk",    "/fs3rpc.Storage/SpaceInfo"};
+    "/fs3rpc.Storage/SyncDone",   "/fs3rpc.Storage/Extent",       "/fs3rpc.Storage/SpaceInfo"};
 
 uint64_t TargetOf(int service) {
   return 11 + 10 * service;
@@ -226,7 +226,7 @@ extern "C" void FuzzWriteSeeds(const char* dir) {
   fs3rpc::QueryVersionRequest q;
   q.set_target(tail);
   q.mutable_chunk()->set_inode(7);
-  fs3rpc::LastChunkRequest last;
+  fs3rpc::ExtentRequest last;
   last.set_target(head);
   last.set_inode(7);
   fs3rpc::SpaceInfoRequest space;

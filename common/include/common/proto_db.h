@@ -4,9 +4,13 @@
 //   RocksDB (Open): embedded, on the daemon's own disk; the default for one machine. Every write
 //   is synced before it returns, so what a daemon acknowledged survives a crash; several records
 //   can go in one atomic, synced batch. Writes are refused (kResourceExhausted, "No space left on
-//   device") while the file system has less free than a reserve (64 MiB, or a twentieth of a
-//   smaller file system): RocksDB needs room to flush and compact, and Debian's build aborts the
-//   process on a write that hits a full disk.
+//   device") while the file system has less free than a reserve (ReserveFor: 64 MiB, or a
+//   twentieth of a smaller file system): RocksDB needs room to flush and compact, and Debian's
+//   build aborts the process on a write that hits a full disk. The reserve is there for what frees
+//   space: a batch of deletions only, or one written with SpaceUse::kFrees, goes through below it,
+//   so that removing data always works on a full disk. The database is sized for its file system
+//   (memtable, and so the write-ahead log RocksDB preallocates, and the manifest's preallocation
+//   scale down on small disks), so that a small disk is not half taken by preallocation.
 //
 //   etcd (OpenEtcd): the records live under a key prefix in an etcd cluster (Raft: a write
 //   returns once a majority has it on disk), so a replica on another machine reads what this one
@@ -55,6 +59,17 @@ class ProtoDb {
   virtual ~ProtoDb() = default;
 
   static constexpr uint64_t kMaxReserveBytes = 64ull << 20;
+  // The free space a file system of `capacity` bytes keeps for deletions and the database's own
+  // work: a twentieth of it, at most kMaxReserveBytes. Other stores on the same disk (a storage
+  // target's chunk files) stop at the same line.
+  static uint64_t ReserveFor(uint64_t capacity) {
+    return capacity / 20 < kMaxReserveBytes ? capacity / 20 : kMaxReserveBytes;
+  }
+
+  // What a write does to the disk's free space. kGrows: refused below the reserve. kFrees: it
+  // removes data, or records what already holds its space (a chunk's commit, whose content is
+  // on disk): it may use the reserve. A batch of deletions only is always kFrees.
+  enum class SpaceUse { kGrows, kFrees };
 
   // "rocksdb" or "etcd" (logs, metrics).
   virtual const char* engine() const = 0;
@@ -67,12 +82,15 @@ class ProtoDb {
   // A record's bytes, or a null value to delete its key.
   using RawWrite = std::pair<std::string, std::optional<std::string>>;
 
-  Status Put(const std::string& key, const google::protobuf::Message& value);
+  Status Put(const std::string& key, const google::protobuf::Message& value,
+             SpaceUse use = SpaceUse::kGrows);
   // All of them or none; a null value deletes its key.
-  Status PutBatch(const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs);
+  Status PutBatch(const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs,
+                  SpaceUse use = SpaceUse::kGrows);
   Status Delete(const std::string& key);
   // PutBatch of bytes (txn_kv.h's engine over this store).
-  virtual Status WriteRaw(const std::vector<RawWrite>& kvs) = 0;
+  Status WriteRaw(const std::vector<RawWrite>& kvs) { return WriteRaw(kvs, SpaceUse::kGrows); }
+  virtual Status WriteRaw(const std::vector<RawWrite>& kvs, SpaceUse use) = 0;
 
   // Group commit, for a daemon that serialises its own read-modify-write operations under a lock
   // and would otherwise hold that lock through one disk sync per operation. PutBatchLogged applies
@@ -100,6 +118,19 @@ class ProtoDb {
   // `after` ("" from the first), in key order.
   virtual Result<std::vector<std::pair<std::string, std::string>>> ScanKeys(
       const std::string& prefix, const std::string& after, std::size_t limit) const = 0;
+
+  // A consistent view of the store as it is now, for long reads beside live writes (fsck): reads
+  // through it see none of the writes made after it was taken, and hold back no writer. RocksDB
+  // keeps a snapshot for it until it is destroyed; the etcd engine has none (null: read the
+  // store, one call at a time). The view must not outlive its store.
+  class View {
+   public:
+    virtual ~View() = default;
+    virtual Result<std::optional<std::string>> GetRaw(const std::string& key) const = 0;
+    virtual Result<std::vector<std::pair<std::string, std::string>>> ScanKeys(
+        const std::string& prefix, const std::string& after, std::size_t limit) const = 0;
+  };
+  virtual std::unique_ptr<View> Snapshot() const { return nullptr; }
 
   // Every record whose key starts with `prefix`, in key order.
   template <typename T>

@@ -134,6 +134,12 @@ class TxnKv {
 
   // `for_update`: see "Reads" above (the serial engine has one way of reading).
   virtual std::unique_ptr<KvTxn> Begin(bool for_update = false) = 0;
+  // A read-only transaction over one consistent state that holds back no other transaction, for
+  // long reads beside live traffic (fsck): the serial engine reads a RocksDB snapshot without
+  // taking its lock (ProtoDb::Snapshot), the optimistic engine one etcd revision (a revision
+  // compacted away meanwhile fails its reads with kAborted). Committing writes through it fails:
+  // changes go in transactions of their own, which re-check what they change.
+  virtual std::unique_ptr<KvTxn> BeginSnapshot() = 0;
   // How many keys start with `prefix` (committed state; the serial engine reads them all).
   virtual Result<uint64_t> CountKeys(const std::string& prefix) = 0;
   // Returns once what the transaction that gave `token` committed is durable (see above).

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 
+#include "fs3/errors.h"
 #include "fs3/fs.h"
 
 struct fs3_fs {
@@ -29,7 +30,7 @@ int FailWith(int e, const std::string& message, char* err, size_t err_len) {
 }
 
 int Fail(const ff::Status& st, char* err, size_t err_len) {
-  const int e = ff::StatusCodeToErrno(st.code());
+  const int e = ff::fs3::FsErrno(st);
   return FailWith(e > 0 ? e : EIO, st.message(), err, err_len);
 }
 

@@ -320,38 +320,45 @@ std::vector<std::pair<uint64_t, std::string>> StorageClient::ChainTails() {
   return out;
 }
 
-Result<uint64_t> StorageClient::StoredLength(uint64_t inode) {
+Result<StorageClient::Extent> StorageClient::StoredExtent(uint64_t inode) {
   const uint64_t size = chunk_size();
   const auto deadline = Clock::now() + options_.retry_timeout;
   for (int attempt = 0;; ++attempt) {
-    uint64_t length = 0;
+    Extent extent;
     Status last = Status::Ok();
     for (const auto& [target, address] : ChainTails()) {
       if (target == 0) {
         last = Unavailable("a chain has no serving target");
         break;
       }
-      fs3rpc::LastChunkRequest req;
+      fs3rpc::ExtentRequest req;
       req.set_target(target);
       req.set_inode(inode);
-      fs3rpc::ChunkMetaRecord rec;
+      fs3rpc::ExtentResponse resp;
       auto* stub = stubs_.Get(address);
-      Status st = CallRpc("fs3-storage LastChunk", CallOptions::Idempotent(options_.rpc_timeout),
-                          [&](grpc::ClientContext* c) { return stub->LastChunk(c, req, &rec); });
+      Status st = CallRpc("fs3-storage Extent", CallOptions::Idempotent(options_.rpc_timeout),
+                          [&](grpc::ClientContext* c) { return stub->Extent(c, req, &resp); });
       if (!st.ok()) {
         last = st;
         break;
       }
-      if (!rec.has_id()) continue;  // no chunks of the file on this chain
-      length = std::max(length, uint64_t{rec.id().index()} * size + rec.length());
+      extent.stored_bytes += resp.stored_bytes();
+      if (!resp.has_last()) continue;  // no chunks of the file on this chain
+      const fs3rpc::ChunkMetaRecord& rec = resp.last();
+      extent.length = std::max(extent.length, uint64_t{rec.id().index()} * size + rec.length());
     }
-    if (last.ok()) return length;
+    if (last.ok()) return extent;
     if (!Retryable(last) || Clock::now() > deadline) {
       return Unavailable("length of inode " + std::to_string(inode) + ": " + last.message());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(500, 20 * (attempt + 1))));
     (void)RefreshRouting();
   }
+}
+
+Result<uint64_t> StorageClient::StoredLength(uint64_t inode) {
+  FF_ASSIGN_OR_RETURN(Extent extent, StoredExtent(inode));
+  return extent.length;
 }
 
 Result<std::map<uint64_t, uint64_t>> StorageClient::StoredLengths() {

@@ -130,14 +130,30 @@ Status MetaClient::Call(const char* what, uint16_t id, Method method, const Req&
 }
 
 Status MetaClient::Fsck(const fs3rpc::FsckRequest& request, fs3rpc::FsckReply* reply,
-                        std::chrono::milliseconds attempt) {
+                        std::chrono::milliseconds attempt,
+                        const std::function<void(const fs3rpc::FsckReply&)>& progress) {
   CallOptions call = options_.call;
   call.deadline = attempt;
   call.total_deadline = std::max(call.total_deadline, attempt);
   return CallRpc("fs3-meta Fsck", call, [&](grpc::ClientContext* c) {
     Server& server = Pick();
-    grpc::Status st = server.stub->Fsck(c, request, reply);
+    std::unique_ptr<grpc::ClientReader<fs3rpc::FsckReply>> stream = server.stub->Fsck(c, request);
+    fs3rpc::FsckReply message;
+    bool done = false;
+    while (stream->Read(&message)) {
+      if (message.done()) {
+        done = true;
+        *reply = std::move(message);
+      } else if (progress) {
+        progress(message);
+      }
+    }
+    grpc::Status st = stream->Finish();
     if (!st.ok() && !IsHandlerStatus(st)) MarkDown(server);
+    if (st.ok() && !done) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the check's stream ended before its report");
+    }
     return st;
   });
 }

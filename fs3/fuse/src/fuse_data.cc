@@ -29,10 +29,12 @@ std::shared_ptr<FuseFs::OpenFile> FuseFs::Acquire(const fs3rpc::Inode& inode) {
   std::lock_guard flock(f->mu);
   if (f->handles++ == 0) {
     f->size = inode.size();
+    f->landed_size = inode.size();
     f->chains.assign(inode.layout().chains().begin(), inode.layout().chains().end());
     DropBlocks(*f);
   } else {
     f->size = std::max(f->size, inode.size());
+    f->landed_size = std::max(f->landed_size, inode.size());
   }
   return f;
 }
@@ -52,6 +54,17 @@ void FuseFs::NoteError(OpenFile& f, const Status& st) {
   ++f.error_seq;
 }
 
+void FuseFs::NoteWritten(OpenFile& f, uint64_t end, const Status& st) {
+  if (st.ok()) f.landed_size = std::max(f.landed_size, end);
+  NoteError(f, st);
+}
+
+uint64_t FuseFs::SizeToReport(OpenFile& f) {
+  // Every write has finished (FlushData): what landed is the file, here too.
+  if (f.error_seq > 0) f.size = f.landed_size;
+  return f.size;
+}
+
 uint64_t FuseFs::SeenErrors(OpenFile& f) {
   std::lock_guard lock(f.mu);
   return f.error_seq;  // a handle opened now is not told of earlier failures
@@ -68,8 +81,9 @@ void FuseFs::StartFlush(OpenFile& f, std::unique_lock<std::mutex>&) {
          (!f.inflight.empty() &&
           f.inflight.front().done.wait_for(std::chrono::seconds(0)) == std::future_status::ready)) {
     Status st = f.inflight.front().done.get();
+    const uint64_t end = f.inflight.front().end;
     f.inflight.pop_front();
-    NoteError(f, st);
+    NoteWritten(f, end, st);
   }
   if (f.wb.empty()) return;
   std::string data = std::move(f.wb);
@@ -95,7 +109,7 @@ void FuseFs::StartFlush(OpenFile& f, std::unique_lock<std::mutex>&) {
 void FuseFs::FlushData(OpenFile& f, std::unique_lock<std::mutex>& lock) {
   StartFlush(f, lock);
   for (; !f.inflight.empty(); f.inflight.pop_front())
-    NoteError(f, f.inflight.front().done.get());
+    NoteWritten(f, f.inflight.front().end, f.inflight.front().done.get());
 }
 
 Status FuseFs::TakeError(OpenFile& f, Handle* h) {
@@ -106,11 +120,12 @@ Status FuseFs::TakeError(OpenFile& f, Handle* h) {
 
 Status FuseFs::Sync(OpenFile& f, std::unique_lock<std::mutex>& lock, Handle* h) {
   FlushData(f, lock);
+  if (f.error_seq > 0) (void)SizeToReport(f);  // a failed write does not extend the file
   FF_RETURN_IF_ERROR(TakeError(f, h));
   if (!f.dirty) return Status::Ok();
   fs3rpc::CloseRequest r;
   r.set_ino(f.ino);
-  r.set_size(f.size);
+  r.set_size(SizeToReport(f));
   r.set_wrote(true);
   r.set_recheck(f.error_seq > 0);  // a failed write may still land
   fs3rpc::Inode out;
@@ -300,6 +315,7 @@ void FuseFs::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off
     Status st = storage_->Write(f.ino, offset, std::string_view(buf, size), chains);
     if (!st.ok()) return ReplyErr(req, st);
     lock.lock();
+    f.landed_size = std::max<uint64_t>(f.landed_size, offset + size);
   } else {
     const bool follows = !f.wb.empty() && offset == f.wb_offset + f.wb.size();
     if (!follows || f.wb.size() + size > options_.write_buffer_bytes) {
@@ -325,7 +341,7 @@ void FuseFs::Flush(fuse_req_t req, fuse_file_info* fi) {
   std::unique_lock lock(h->file->mu);
   Status st = Sync(*h->file, lock, h);
   lock.unlock();
-  fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
+  fuse_reply_err(req, FsErrno(st));
 }
 
 void FuseFs::Fsync(fuse_req_t req, fuse_file_info* fi) {
@@ -348,7 +364,7 @@ void FuseFs::Release(fuse_req_t req, fuse_file_info* fi) {
   std::optional<uint64_t> size;
   bool wrote = false;
   if (h->wrote) {
-    size = f.size;
+    size = SizeToReport(f);
     wrote = f.dirty;
     f.dirty = false;
   }
@@ -359,7 +375,7 @@ void FuseFs::Release(fuse_req_t req, fuse_file_info* fi) {
   ReleaseFile(h->file);
   delete h;
   if (st.ok()) st = closed;
-  fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
+  fuse_reply_err(req, FsErrno(st));
 }
 
 }  // namespace ff::fs3

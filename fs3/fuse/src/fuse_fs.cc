@@ -196,7 +196,14 @@ struct stat FuseFs::ToStat(const fs3rpc::Inode& inode) {
   }
   st.st_size = static_cast<off_t>(size);
   st.st_blksize = 1 << 20;
-  st.st_blocks = static_cast<blkcnt_t>((size + 511) / 512);
+  // What the data stores, holes left out (as storage said at the last settle; a length cut since
+  // caps it, and what this mount appended since counts as data); unknown: the length.
+  uint64_t stored = size;
+  if (inode.has_stored_bytes()) {
+    stored = std::min<uint64_t>(inode.stored_bytes(), (inode.size() + 4095) / 4096 * 4096) +
+             (size - inode.size());
+  }
+  st.st_blocks = static_cast<blkcnt_t>((stored + 511) / 512);
   st.st_atim = Ts(inode.atime_ns());
   st.st_mtim = Ts(inode.mtime_ns());
   st.st_ctim = Ts(inode.ctime_ns());
@@ -214,7 +221,7 @@ void FuseFs::ReplyEntry(fuse_req_t req, const fs3rpc::Inode& inode) {
 }
 
 void FuseFs::ReplyErr(fuse_req_t req, const Status& st) {
-  int err = st.ToErrno();
+  int err = FsErrno(st);
   fuse_reply_err(req, err == 0 ? EIO : err);
 }
 
@@ -295,6 +302,7 @@ void FuseFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_s
   if (!st.ok()) return ReplyErr(req, st);
   if (f) {
     f->size = out.size();
+    f->landed_size = out.size();
     DropBlocks(*f);
     lock.unlock();
   }
@@ -338,7 +346,7 @@ void FuseFs::Remove(fuse_req_t req, fuse_ino_t parent, const char* name, bool di
   fs3rpc::DirsReply out;
   Status st = dir ? meta_->Rmdir(r, &out) : meta_->Unlink(r, &out);
   if (st.ok()) NoteDirs(out.dirs());
-  fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
+  fuse_reply_err(req, FsErrno(st));
 }
 
 void FuseFs::Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
@@ -361,7 +369,7 @@ void FuseFs::Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_in
   fs3rpc::DirsReply out;
   Status st = meta_->Rename(r, &out);
   if (st.ok()) NoteDirs(out.dirs());
-  fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
+  fuse_reply_err(req, FsErrno(st));
 }
 
 void FuseFs::Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
@@ -520,7 +528,7 @@ void FuseFs::SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const ch
   ForgetXattrNames(ino);
   Status st = meta_->SetXattr(r, &out);
   ForgetXattrNames(ino);  // also what a getattr meanwhile brought back
-  fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
+  fuse_reply_err(req, FsErrno(st));
 }
 
 void FuseFs::GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
@@ -589,7 +597,7 @@ void FuseFs::RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   ForgetDirAttrs(ino);
   Status st = meta_->RemoveXattr(r, &out);
   ForgetXattrNames(ino);
-  fuse_reply_err(req, st.ok() ? 0 : st.ToErrno());
+  fuse_reply_err(req, FsErrno(st));
 }
 
 void FuseFs::Access(fuse_req_t req, fuse_ino_t ino, int mask) {

@@ -44,6 +44,7 @@
 
 #include "common/config.h"
 #include "fs3/client.h"
+#include "fs3/errors.h"
 #include "fs3/meta_client.h"
 #include "fs3/permissions.h"
 #include "fs3/proto/meta.grpc.pb.h"
@@ -101,6 +102,11 @@ class FuseFs {
   std::shared_ptr<OpenFile> Find(uint64_t ino);
   // Records a background write's failure (nothing for Ok); f->mu held.
   static void NoteError(OpenFile& f, const Status& st);
+  // A write of [.., end) finished with `st`: acknowledged ones move OpenFile::landed_size; f->mu.
+  static void NoteWritten(OpenFile& f, uint64_t end, const Status& st);
+  // The length a flush or close reports to fs3-meta, once every write has finished: after a
+  // failed write, what landed (OpenFile::landed_size), which the mount then takes too; f->mu held.
+  static uint64_t SizeToReport(OpenFile& f);
   static uint64_t SeenErrors(OpenFile& f);  // the failures so far (takes f->mu)
   // Forgets a file's read blocks (returning their bytes to the read cache); f->mu held.
   void DropBlocks(OpenFile& f);

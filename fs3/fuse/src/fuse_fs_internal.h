@@ -83,6 +83,10 @@ struct FuseFs::OpenFile {
   std::mutex mu;
   int handles = 0;
   uint64_t size = 0;  // as this mount knows it (fs3-meta's at open, then writes and truncates)
+  // The length without the writes that failed: fs3-meta's at open, then truncates and writes
+  // acknowledged by storage. After a failed write, this is the length a flush or close reports
+  // (a write refused for space leaves the file as it was, not extended with zeros).
+  uint64_t landed_size = 0;
   std::vector<uint32_t> chains;  // where its chunks are (the layout's chains)
   bool dirty = false;            // written since the length was last settled at fs3-meta
   // Write gathering: `wb` holds the bytes for [wb_offset, wb_offset + wb.size()).

@@ -21,7 +21,13 @@ namespace {
 
 struct FuseConfig {
   FuseOptions fuse;
-  MetricsOptions metrics;
+  // A machine may mount fs3 several times from one config (a job's private mount, a read-only
+  // one): each mount after the first serves its metrics on a free port.
+  MetricsOptions metrics = [] {
+    MetricsOptions m;
+    m.any_port_when_busy = true;
+    return m;
+  }();
   LogOptions log;
   TrafficOptions traffic;  // chunk data to and from storage is marked as storage
   TlsOptions tls;          // the channels to fs3's services (common/tls.h)
@@ -87,7 +93,7 @@ Status Serve(FuseConfig& config, DaemonContext& context) {
   auto storage = StorageClient::Create(co);
   if (!storage.ok()) return storage.status().WithContext("fs3 cluster at " + o.mgmtd);
   FuseFs fs(o, std::move(*storage), &metrics);
-  FF_RETURN_IF_ERROR(metrics.Serve(config.metrics));
+  FF_RETURN_IF_ERROR(metrics.Serve(config.metrics, {{"mountpoint", o.mountpoint}}));
 
   std::vector<std::string> argv = {"fs3-fuse", "-o", "fsname=fs3,subtype=fs3"};
   if (!o.mount_options.empty()) {

@@ -95,15 +95,17 @@ Result<StorageClient*> MetaService::Storage() {
 
 Result<fs3rpc::Inode> MetaService::Settle(uint64_t ino, uint64_t at_least) {
   uint64_t length = at_least;
+  std::optional<uint64_t> stored_bytes;
   if (!options_.mgmtd.empty()) {
     FF_ASSIGN_OR_RETURN(fs3rpc::Inode inode, store_->GetAttr(ino));
     if (inode.type() == fs3rpc::INODE_FILE) {
       FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
-      FF_ASSIGN_OR_RETURN(uint64_t stored, storage->StoredLength(ino));
-      length = std::max(length, stored);
+      FF_ASSIGN_OR_RETURN(StorageClient::Extent stored, storage->StoredExtent(ino));
+      length = std::max(length, stored.length);
+      stored_bytes = stored.stored_bytes;
     }
   }
-  return store_->SettleLength(ino, length, /*written=*/true);
+  return store_->SettleLength(ino, length, /*written=*/true, stored_bytes);
 }
 
 namespace {
@@ -136,10 +138,12 @@ Result<std::size_t> MetaService::SettleMarked() {
     if (!inode.ok() && inode.status().code() != StatusCode::kNotFound) return inode.status();
     if (inode.ok() && inode->type() == fs3rpc::INODE_FILE && !options_.mgmtd.empty()) {
       FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
-      FF_ASSIGN_OR_RETURN(uint64_t stored, storage->StoredLength(mark.ino));
+      FF_ASSIGN_OR_RETURN(StorageClient::Extent extent, storage->StoredExtent(mark.ino));
+      const uint64_t stored = extent.length;
       FF_ASSIGN_OR_RETURN(
           fs3rpc::Inode settled,
-          store_->SettleLength(mark.ino, stored, /*written=*/stored > inode->size()));
+          store_->SettleLength(mark.ino, stored,
+                               /*written=*/stored > inode->size(), extent.stored_bytes));
       if (settled.size() > inode->size()) {
         spdlog::info("inode {}: length settled from storage to {} (was {}) after {}", mark.ino,
                      settled.size(), inode->size(),
@@ -605,18 +609,50 @@ grpc::Status MetaService::SetLayout(grpc::ServerContext*, const fs3rpc::SetLayou
   });
 }
 
+Status MetaService::RunFsck(const fs3rpc::FsckRequest& r, fs3rpc::FsckReply* out,
+                            const std::function<void(const fs3rpc::FsckReply&)>& progress) {
+  // Progress about once a second, so that the caller sees the check move however long it runs.
+  auto last = std::chrono::steady_clock::now();
+  uint64_t found_before = 0;  // the namespace's problems, while the data's are counted
+  MetaStore::FsckObserver observe;
+  if (progress) {
+    observe = [&](const MetaStore::FsckProgress& p) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last < std::chrono::seconds(1)) return;
+      last = now;
+      fs3rpc::FsckReply message;
+      message.set_phase(p.phase);
+      message.set_phase_done(p.done);
+      message.set_found(found_before + p.found);
+      progress(message);
+    };
+  }
+  FF_ASSIGN_OR_RETURN(MetaStore::FsckReport report, store_->Fsck(r.repair(), observe));
+  if (!options_.mgmtd.empty()) {  // the namespace against the chunks on storage
+    found_before = report.problems.size();
+    FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
+    FF_ASSIGN_OR_RETURN(auto stored, storage->StoredLengths());
+    FF_ASSIGN_OR_RETURN(MetaStore::FsckReport data, store_->CheckData(stored, r.repair(), observe));
+    report.problems.insert(report.problems.end(), data.problems.begin(), data.problems.end());
+    report.repaired += data.repaired;
+    report.left += data.left;
+  }
+  out->Clear();
+  for (std::string& p : report.problems)
+    out->add_problems(std::move(p));
+  out->set_repaired(report.repaired);
+  out->set_left(report.left);
+  out->set_done(true);
+  return Status::Ok();
+}
+
 grpc::Status MetaService::Fsck(grpc::ServerContext*, const fs3rpc::FsckRequest* r,
-                               fs3rpc::FsckReply* out) {
+                               grpc::ServerWriter<fs3rpc::FsckReply>* out) {
   return Serve("fsck", [&]() -> Status {
-    FF_ASSIGN_OR_RETURN(auto problems, store_->Fsck(r->repair()));
-    if (!options_.mgmtd.empty()) {  // the namespace against the chunks on storage
-      FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
-      FF_ASSIGN_OR_RETURN(auto stored, storage->StoredLengths());
-      FF_ASSIGN_OR_RETURN(auto data_problems, store_->CheckData(stored, r->repair()));
-      problems.insert(problems.end(), data_problems.begin(), data_problems.end());
-    }
-    for (std::string& p : problems)
-      out->add_problems(std::move(p));
+    fs3rpc::FsckReply end;
+    // A caller that left: the check goes on to its end all the same (its repairs re-check).
+    FF_RETURN_IF_ERROR(RunFsck(*r, &end, [&](const fs3rpc::FsckReply& p) { out->Write(p); }));
+    if (!out->Write(end)) return Status(StatusCode::kCancelled, "the caller went away");
     return Status::Ok();
   });
 }

@@ -8,6 +8,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,7 +91,12 @@ class MetaService final : public fs3rpc::Meta::Service {
   grpc::Status Statfs(grpc::ServerContext*, const fs3rpc::Empty*, fs3rpc::StatfsReply*) override;
   grpc::Status SetLayout(grpc::ServerContext*, const fs3rpc::SetLayoutRequest*,
                          fs3rpc::Inode*) override;
-  grpc::Status Fsck(grpc::ServerContext*, const fs3rpc::FsckRequest*, fs3rpc::FsckReply*) override;
+  grpc::Status Fsck(grpc::ServerContext*, const fs3rpc::FsckRequest*,
+                    grpc::ServerWriter<fs3rpc::FsckReply>*) override;
+  // The check Fsck streams: `out` gets the final message (done set); `progress`, when given,
+  // progress messages about once a second.
+  Status RunFsck(const fs3rpc::FsckRequest& r, fs3rpc::FsckReply* out,
+                 const std::function<void(const fs3rpc::FsckReply&)>& progress = nullptr);
   grpc::Status Endpoints(grpc::ServerContext*, const fs3rpc::Empty*,
                          fs3rpc::EndpointsReply*) override;
 

@@ -313,12 +313,16 @@ Result<std::size_t> MetaStore::EndExpiredSessions() {
   return ended;
 }
 
-Result<Inode> MetaStore::SettleLength(uint64_t ino, uint64_t length, bool written) {
+Result<Inode> MetaStore::SettleLength(uint64_t ino, uint64_t length, bool written,
+                                      std::optional<uint64_t> stored_bytes) {
   return Update([&](Txn& t) -> Result<Inode> {
     FF_ASSIGN_OR_RETURN(Inode inode, t.GetInode(ino));
     if (inode.type() != fs3rpc::INODE_FILE) return inode;
-    if (length > inode.size() || written) {
+    const bool new_stored =
+        stored_bytes && (!inode.has_stored_bytes() || inode.stored_bytes() != *stored_bytes);
+    if (length > inode.size() || written || new_stored) {
       inode.set_size(std::max(length, inode.size()));
+      if (stored_bytes) inode.set_stored_bytes(*stored_bytes);
       if (written) {  // data changed: mtime and ctime move (POSIX: on write)
         inode.set_mtime_ns(NowNs());
         inode.set_ctime_ns(inode.mtime_ns());

@@ -1,6 +1,8 @@
 #include "fs3/chunk_store.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <new>
+#include <set>
 
 #include "common/files.h"
 #include "fs3/crc32c.h"
@@ -36,12 +39,41 @@ std::size_t AlignUp(std::size_t n) {
   return (n + kAlign - 1) / kAlign * kAlign;
 }
 
-// Writes `content` to `path` through a temporary file, synced, then renamed into place. With
-// `direct`, the data goes from `content` to the disk without a copy into the page cache (O_DIRECT,
-// as 3FS writes chunks): `content` must then start on a 4 KiB boundary and have zeros after its
-// end up to the next one (the file is cut back to the content's length). A filesystem that
+bool AllZero(const char* p, std::size_t n) {
+  return n == 0 || (p[0] == 0 && std::memcmp(p, p + 1, n - 1) == 0);
+}
+
+// The ranges of `content` that hold data: runs of 4 KiB blocks with anything but zeros. The rest
+// are holes in the chunk's file (read back as zeros, stored as nothing).
+std::vector<std::pair<std::size_t, std::size_t>> DataRuns(std::string_view content) {
+  std::vector<std::pair<std::size_t, std::size_t>> runs;
+  for (std::size_t off = 0; off < content.size(); off += kBlockSize) {
+    const std::size_t n = std::min<std::size_t>(kBlockSize, content.size() - off);
+    if (AllZero(content.data() + off, n)) continue;
+    if (!runs.empty() && runs.back().first + runs.back().second == off) {
+      runs.back().second += n;
+    } else {
+      runs.emplace_back(off, n);
+    }
+  }
+  return runs;
+}
+
+uint32_t RunBytes(const std::vector<std::pair<std::size_t, std::size_t>>& runs) {
+  std::size_t n = 0;
+  for (const auto& [off, len] : runs)
+    n += (len + kBlockSize - 1) / kBlockSize * kBlockSize;
+  return static_cast<uint32_t>(n);
+}
+
+// Writes `content` to `path` through a temporary file, synced, then renamed into place: only its
+// `runs` (DataRuns), the rest left as holes, so that a chunk written sparsely stays sparse on the
+// disk. With `direct`, the data goes from `content` to the disk without a copy into the page cache
+// (O_DIRECT, as 3FS writes chunks): `content` must then start on a 4 KiB boundary and have zeros
+// after its end up to the next one (the file is cut to the content's length). A filesystem that
 // refuses O_DIRECT (tmpfs) clears `direct` and gets a buffered write.
 Status WriteFileSynced(const std::string& path, std::string_view content,
+                       const std::vector<std::pair<std::size_t, std::size_t>>& runs,
                        std::atomic<bool>& direct) {
   const std::string tmp = path + ".tmp";
   const bool use_direct = direct.load(std::memory_order_relaxed);
@@ -49,7 +81,7 @@ Status WriteFileSynced(const std::string& path, std::string_view content,
                 0644);
   if (fd < 0 && use_direct && errno == EINVAL) {
     direct = false;
-    return WriteFileSynced(path, content, direct);
+    return WriteFileSynced(path, content, runs, direct);
   }
   if (fd < 0) return Status::FromErrno(errno, "create " + tmp);
   auto fail = [&](const std::string& what) {
@@ -58,22 +90,26 @@ Status WriteFileSynced(const std::string& path, std::string_view content,
     unlink(tmp.c_str());  // a full disk keeps none of what did not fit
     return Status::FromErrno(e, what + " " + tmp);
   };
-  const std::size_t length = use_direct ? AlignUp(content.size()) : content.size();
-  std::size_t done = 0;
-  while (done < length) {
-    ssize_t n = write(fd, content.data() + done, length - done);
-    if (n < 0 && use_direct && errno == EINVAL && done == 0) {  // refused only at the first write
-      close(fd);
-      unlink(tmp.c_str());
-      direct = false;
-      return WriteFileSynced(path, content, direct);
+  bool first = true;
+  for (const auto& [start, run] : runs) {
+    const std::size_t length = use_direct ? AlignUp(run) : run;
+    std::size_t done = 0;
+    while (done < length) {
+      ssize_t n = pwrite(fd, content.data() + start + done, length - done,
+                         static_cast<off_t>(start + done));
+      if (n < 0 && use_direct && errno == EINVAL && first) {  // refused only at the first write
+        close(fd);
+        unlink(tmp.c_str());
+        direct = false;
+        return WriteFileSynced(path, content, runs, direct);
+      }
+      if (n < 0) return fail("write");
+      first = false;
+      done += static_cast<std::size_t>(n);
     }
-    if (n < 0) return fail("write");
-    done += static_cast<std::size_t>(n);
   }
-  if (length != content.size() && ftruncate(fd, static_cast<off_t>(content.size())) != 0) {
-    return fail("truncate");
-  }
+  // The length (holes after the last run included; an aligned direct write cut back).
+  if (ftruncate(fd, static_cast<off_t>(content.size())) != 0) return fail("truncate");
   if (fdatasync(fd) != 0) return fail("sync");
   close(fd);
   if (rename(tmp.c_str(), path.c_str()) != 0) return Status::FromErrno(errno, "rename " + tmp);
@@ -86,7 +122,8 @@ bool Exists(const fs3rpc::ChunkMetaRecord& m) {
 
 // Both files of a chunk are on disk until Commit renames the pending one over the committed one.
 int64_t HeldBytes(const fs3rpc::ChunkMetaRecord& m) {
-  return int64_t{m.length()} + int64_t{m.pending_length()};
+  return int64_t{ChunkStore::StoredBytes(m)} +
+         int64_t{m.has_pending_stored_bytes() ? m.pending_stored_bytes() : m.pending_length()};
 }
 
 std::string IdName(const fs3rpc::ChunkId& id) {
@@ -105,9 +142,64 @@ Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(const std::string& dir) {
   FF_ASSIGN_OR_RETURN(auto db, ProtoDb::Open(dir + "/meta"));
   std::unique_ptr<ChunkStore> store(new ChunkStore(dir, std::move(db)));
   FF_ASSIGN_OR_RETURN(auto chunks, store->List());
-  for (const auto& m : chunks)
+  std::set<std::string> named;  // the files of chunks with records
+  for (const auto& m : chunks) {
     store->Account(nullptr, &m);
+    named.insert(IdName(m.id()));
+  }
+  store->RemoveLeftovers(named);
   return store;
+}
+
+void ChunkStore::RemoveLeftovers(const std::set<std::string>& named) {
+  // A write's temporary file (the process died before the rename), and the files of a chunk whose
+  // record went (Remove drops the record first: a crash before the unlink leaks them, never a
+  // record without its file).
+  std::error_code ec;
+  uint64_t bytes = 0, files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_ + "/chunks", ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::size_t dot = name.find('.');
+    const bool tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+    if (!tmp && dot != std::string::npos && named.contains(name.substr(0, dot))) continue;
+    std::error_code size_ec;
+    const auto size = entry.file_size(size_ec);
+    if (std::filesystem::remove(entry.path(), size_ec)) {
+      bytes += size_ec ? 0 : size;
+      ++files;
+    }
+  }
+  if (files > 0) {
+    spdlog::info(
+        "target {}: removed {} leftover chunk files ({} bytes) of writes or removals "
+        "that a crash interrupted",
+        dir_, files, bytes);
+  }
+}
+
+uint32_t ChunkStore::StoredBytes(const fs3rpc::ChunkMetaRecord& m) {
+  return m.has_stored_bytes() ? m.stored_bytes() : m.length();
+}
+
+Result<ChunkStore::Space> ChunkStore::DiskSpace() const {
+  struct statvfs fs {};
+  if (statvfs(dir_.c_str(), &fs) != 0) return Status::FromErrno(errno, "statvfs " + dir_);
+  Space space;
+  space.capacity = uint64_t{fs.f_blocks} * fs.f_frsize;
+  space.reserve = ProtoDb::ReserveFor(space.capacity);
+  const uint64_t free = uint64_t{fs.f_bavail} * fs.f_frsize;
+  space.available = free > space.reserve ? free - space.reserve : 0;
+  return space;
+}
+
+Status ChunkStore::CheckRoom(uint64_t bytes) const {
+  FF_ASSIGN_OR_RETURN(Space space, DiskSpace());
+  if (bytes <= space.available) return Status::Ok();
+  return ResourceExhausted("No space left on device: target " + dir_ + " has " +
+                           std::to_string((space.available + space.reserve) >> 10) +
+                           " KiB free, and writes stop at the " +
+                           std::to_string(space.reserve >> 10) +
+                           " KiB kept for removals and the target's database");
 }
 
 void ChunkStore::Account(const fs3rpc::ChunkMetaRecord* before,
@@ -208,7 +300,8 @@ Result<fs3rpc::ChunkMetaRecord> ChunkStore::Prepare(const fs3rpc::ChunkId& id, u
     std::memcpy(p + offset, data.data(), data.size());
   }
   std::memset(p + size, 0, AlignUp(size) - size);
-  auto result = StorePending(std::move(meta), version, std::string_view(p, size), chain_version);
+  auto result = StorePending(std::move(meta), version, std::string_view(p, size), chain_version,
+                             ProtoDb::SpaceUse::kGrows);
   GiveBack(std::move(buf));
   return result;
 }
@@ -223,22 +316,35 @@ Result<fs3rpc::ChunkMetaRecord> ChunkStore::PrepareTruncate(const fs3rpc::ChunkI
   const std::size_t kept = std::min<std::size_t>(base.size(), length);
   std::memcpy(p, base.data(), kept);
   std::memset(p + kept, 0, AlignUp(length) - kept);
-  auto result = StorePending(std::move(meta), version, std::string_view(p, length), chain_version);
+  // A cut frees space (once committed): it may use the reserve, as a removal does.
+  const auto use = length <= meta.length() ? ProtoDb::SpaceUse::kFrees : ProtoDb::SpaceUse::kGrows;
+  auto result =
+      StorePending(std::move(meta), version, std::string_view(p, length), chain_version, use);
   GiveBack(std::move(buf));
   return result;
 }
 
 Result<fs3rpc::ChunkMetaRecord> ChunkStore::StorePending(fs3rpc::ChunkMetaRecord meta,
                                                          uint64_t version, std::string_view content,
-                                                         uint64_t chain_version) {
+                                                         uint64_t chain_version,
+                                                         ProtoDb::SpaceUse use) {
   const fs3rpc::ChunkId id = meta.id();
   const fs3rpc::ChunkMetaRecord before = meta;
-  FF_RETURN_IF_ERROR(WriteFileSynced(Path(id, true), content, direct_io_));
+  const auto runs = DataRuns(content);
+  const uint32_t stored = RunBytes(runs);
+  // The new version's blocks, and a little for its record: never into the reserve, but for what
+  // frees space.
+  if (use == ProtoDb::SpaceUse::kGrows)
+    FF_RETURN_IF_ERROR(CheckRoom(uint64_t{stored} + kBlockSize));
+  FF_RETURN_IF_ERROR(WriteFileSynced(Path(id, true), content, runs, direct_io_));
   meta.set_pending_version(version);
   meta.set_pending_length(static_cast<uint32_t>(content.size()));
+  meta.set_pending_stored_bytes(stored);
   Checksum(content, &meta);
   meta.set_chain_version(chain_version);
-  FF_RETURN_IF_ERROR(db_->Put(Key(id), meta));
+  // Its space was taken above: the record may use the reserve (a write that got its room is not
+  // failed half-way by the line moving under it).
+  FF_RETURN_IF_ERROR(db_->Put(Key(id), meta, ProtoDb::SpaceUse::kFrees));
   Account(&before, &meta);
   return meta;
 }
@@ -259,20 +365,35 @@ Status ChunkStore::Commit(const fs3rpc::ChunkId& id, uint64_t version) {
   meta.set_length(meta.pending_length());
   meta.set_crc32c(meta.pending_crc32c());
   *meta.mutable_block_crcs() = meta.pending_block_crcs();
+  if (meta.has_pending_stored_bytes()) {
+    meta.set_stored_bytes(meta.pending_stored_bytes());
+  } else {
+    meta.clear_stored_bytes();
+  }
   meta.set_pending_version(0);
   meta.set_pending_length(0);
   meta.set_pending_crc32c(0);
   meta.clear_pending_block_crcs();
-  FF_RETURN_IF_ERROR(db_->Put(Key(id), meta));
+  meta.clear_pending_stored_bytes();
+  // A commit frees the version it replaces: never refused for space.
+  FF_RETURN_IF_ERROR(db_->Put(Key(id), meta, ProtoDb::SpaceUse::kFrees));
   Account(&before, &meta);
   return Status::Ok();
 }
 
 Status ChunkStore::Remove(const fs3rpc::ChunkId& id) {
   auto before = Meta(id);  // unreadable: removed all the same, and not counted
-  unlink(Path(id, true).c_str());
-  unlink(Path(id, false).c_str());
+  // The record first (a deletion: it goes through on a full disk), then the files: a crash
+  // between leaves files without a record, which the next Open removes; never a record whose
+  // file is gone.
   FF_RETURN_IF_ERROR(db_->Delete(Key(id)));
+  for (bool pending : {true, false}) {
+    const std::string path = Path(id, pending);
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+      spdlog::warn("target {}: cannot remove {} ({}); it goes at the next start", dir_, path,
+                   std::strerror(errno));
+    }
+  }
   if (before.ok()) Account(&*before, nullptr);
   return Status::Ok();
 }
@@ -319,13 +440,17 @@ Result<std::vector<fs3rpc::ChunkMetaRecord>> ChunkStore::List() const {
   return db_->Scan<fs3rpc::ChunkMetaRecord>("c/");
 }
 
-Result<std::optional<fs3rpc::ChunkMetaRecord>> ChunkStore::LastChunk(uint64_t inode) const {
+Result<ChunkStore::InodeExtent> ChunkStore::Extent(uint64_t inode) const {
   fs3rpc::ChunkId id;
   id.set_inode(inode);
   std::string prefix = Key(id).substr(0, 10);  // "c/" + the inode
   FF_ASSIGN_OR_RETURN(auto chunks, db_->Scan<fs3rpc::ChunkMetaRecord>(prefix));
-  if (chunks.empty()) return std::optional<fs3rpc::ChunkMetaRecord>();
-  return std::optional<fs3rpc::ChunkMetaRecord>(chunks.back());
+  InodeExtent extent;
+  for (const auto& c : chunks) {
+    if (c.committed_version() != 0) extent.stored_bytes += StoredBytes(c);
+  }
+  if (!chunks.empty()) extent.last = std::move(chunks.back());
+  return extent;
 }
 
 }  // namespace ff::fs3

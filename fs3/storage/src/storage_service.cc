@@ -193,8 +193,67 @@ void StorageService::HeartbeatLoop() {
       }
     }
     if (!st.ok()) spdlog::warn("{}", st.message());
+    WatchSpace();
     std::this_thread::sleep_for(
         std::chrono::milliseconds(std::clamp<int64_t>(lease / 5, 20, 1000)));
+  }
+}
+
+void StorageService::WatchSpace() {
+  const auto now = Clock::now();
+  if (now - space_watched_ < std::chrono::seconds(1)) return;
+  space_watched_ = now;
+  uint64_t chunk_size;
+  {
+    MutexLock lock(&mu_);
+    chunk_size = routing_.chunk_size();
+  }
+  if (chunk_size == 0) chunk_size = uint64_t{4} << 20;
+  for (const auto& [id, store] : stores_) {
+    auto space = store->DiskSpace();
+    if (!space.ok()) {
+      spdlog::warn("target {}: {}", id, space.status().message());
+      continue;
+    }
+    // Full: not even one chunk's write fits; nearly full: less than a twentieth of the disk left.
+    const int level = space->available < chunk_size             ? 2
+                      : space->available < space->capacity / 20 ? 1
+                                                                : 0;
+    const std::string target = std::to_string(id);
+    if (metrics_) {
+      metrics_
+          ->Gauge("fs3_storage_target_capacity_bytes", "Size of the target's disk",
+                  {{"target", target}})
+          .Set(static_cast<double>(space->capacity));
+      metrics_
+          ->Gauge("fs3_storage_target_free_bytes",
+                  "What writes may still take on the target's disk (its free space less the "
+                  "reserve)",
+                  {{"target", target}})
+          .Set(static_cast<double>(space->available));
+      metrics_
+          ->Gauge("fs3_storage_target_reserve_bytes",
+                  "Free space the target keeps for removals and its database", {{"target", target}})
+          .Set(static_cast<double>(space->reserve));
+      metrics_
+          ->Gauge("fs3_storage_target_full",
+                  "1 when less than one chunk is left for writes on the target's disk",
+                  {{"target", target}})
+          .Set(level == 2 ? 1 : 0);
+    }
+    int& was = space_level_[id];
+    if (level == was) continue;
+    const char* what[] = {"has room again", "is nearly full",
+                          "is full: writes of a chunk are refused"};
+    const std::string line =
+        fmt::format("target {} ({}) {}: {} KiB left for writes of {} MiB", id, store->dir(),
+                    what[level], space->available >> 10, space->capacity >> 20);
+    if (level > was) {
+      spdlog::warn("{}{}", line, level == 2 ? "; deleting files makes room" : "");
+    } else {
+      spdlog::info("{}", line);
+    }
+    was = level;
   }
 }
 
@@ -430,13 +489,14 @@ grpc::Status StorageService::SyncDone(grpc::ServerContext*, const fs3rpc::SyncDo
   });
 }
 
-grpc::Status StorageService::LastChunk(grpc::ServerContext*, const fs3rpc::LastChunkRequest* req,
-                                       fs3rpc::ChunkMetaRecord* resp) {
-  return ServeRpc("LastChunk", [&]() -> Status {
+grpc::Status StorageService::Extent(grpc::ServerContext*, const fs3rpc::ExtentRequest* req,
+                                    fs3rpc::ExtentResponse* resp) {
+  return ServeRpc("Extent", [&]() -> Status {
     auto it = stores_.find(req->target());
     if (it == stores_.end()) return NotFound("no target " + std::to_string(req->target()));
-    FF_ASSIGN_OR_RETURN(auto last, it->second->LastChunk(req->inode()));
-    if (last) *resp = std::move(*last);  // none: an empty record (no id)
+    FF_ASSIGN_OR_RETURN(auto extent, it->second->Extent(req->inode()));
+    if (extent.last) *resp->mutable_last() = std::move(*extent.last);
+    resp->set_stored_bytes(extent.stored_bytes);
     return Status::Ok();
   });
 }
@@ -446,12 +506,10 @@ grpc::Status StorageService::SpaceInfo(grpc::ServerContext*, const fs3rpc::Space
   return ServeRpc("SpaceInfo", [&]() -> Status {
     auto it = stores_.find(req->target());
     if (it == stores_.end()) return NotFound("no target " + std::to_string(req->target()));
-    struct statvfs vfs {};
-    if (statvfs(it->second->dir().c_str(), &vfs) != 0) {
-      return Status::FromErrno(errno, "statvfs " + it->second->dir());
-    }
-    resp->set_capacity_bytes(uint64_t{vfs.f_blocks} * vfs.f_frsize);
-    resp->set_free_bytes(uint64_t{vfs.f_bavail} * vfs.f_frsize);
+    FF_ASSIGN_OR_RETURN(ChunkStore::Space space, it->second->DiskSpace());
+    resp->set_capacity_bytes(space.capacity);
+    resp->set_free_bytes(space.available);
+    resp->set_reserve_bytes(space.reserve);
     const ChunkStore::Usage usage = it->second->usage();
     resp->set_chunks(usage.chunks);
     resp->set_used_bytes(usage.bytes);

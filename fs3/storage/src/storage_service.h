@@ -158,8 +158,8 @@ class StorageService final : public fs3rpc::Storage::Service {
                         fs3rpc::DumpMetaResponse*) override;
   grpc::Status SyncDone(grpc::ServerContext*, const fs3rpc::SyncDoneRequest*,
                         fs3rpc::SyncDoneResponse*) override;
-  grpc::Status LastChunk(grpc::ServerContext*, const fs3rpc::LastChunkRequest*,
-                         fs3rpc::ChunkMetaRecord*) override;
+  grpc::Status Extent(grpc::ServerContext*, const fs3rpc::ExtentRequest*,
+                      fs3rpc::ExtentResponse*) override;
   grpc::Status SpaceInfo(grpc::ServerContext*, const fs3rpc::SpaceInfoRequest*,
                          fs3rpc::SpaceInfoResponse*) override;
 
@@ -198,6 +198,10 @@ class StorageService final : public fs3rpc::Storage::Service {
   fs3rpc::Storage::Stub* Peer(const std::string& address);
   Status RefreshRouting(bool wait, uint64_t known);
   void HeartbeatLoop();
+  // Each target's free space into fs3_storage_target_{capacity,free,reserve}_bytes, and a log line
+  // when a target crosses into or out of "nearly full" or "full" (at most once a second; from the
+  // heartbeat thread).
+  void WatchSpace();
   void RoutingLoop();
   void SyncLoop();
   Status SyncSuccessor(uint64_t target, const Position& pos);
@@ -229,6 +233,10 @@ class StorageService final : public fs3rpc::Storage::Service {
   LeaseRouting lease_ FF_GUARDED_BY(mu_);
   bool registered_ FF_GUARDED_BY(mu_) = false;
   bool fetched_ FF_GUARDED_BY(mu_) = false;  // the routing table was fetched at least once
+
+  // WatchSpace's: each target's last level (0 room, 1 nearly full, 2 full), and when it last ran.
+  std::map<uint64_t, int> space_level_;
+  std::chrono::steady_clock::time_point space_watched_{};
 
   std::array<std::mutex, 1024> chunk_locks_;
   std::atomic<bool> stopping_{false};

@@ -37,6 +37,15 @@ class ConfigSection;
 struct MetricsOptions {
   bool enabled = true;
   std::string listen = "127.0.0.1:0";  // host:port of the /metrics endpoint; port 0: any free port
+  // When `listen`'s port is taken, serve on a free port of the same host instead of failing (the
+  // address is logged, put in the ready file and announced in `targets_dir`). For a daemon that
+  // runs several times on one machine from one config (fs3-fuse: one per mount). Default false:
+  // a second daemon on a taken port is a mistake, said at once.
+  bool any_port_when_busy = false;
+  // A folder where the endpoint is announced for Prometheus' file-based service discovery
+  // (file_sd_configs): <daemon>-<port>.json with the address and the daemon's labels, written once
+  // serving and removed at exit. Default "": not announced (Prometheus scrapes `listen`).
+  std::string targets_dir;
 
   void Bind(ConfigSection& s);
 };
@@ -62,8 +71,10 @@ class Metrics {
   static std::vector<double> LatencyBuckets();
 
   // Starts the HTTP endpoint (no-op when !options.enabled). Fails with kUnavailable when the
-  // address cannot be bound; calling it twice is kFailedPrecondition.
-  Status Serve(const MetricsOptions& options);
+  // address cannot be bound (and options.any_port_when_busy found no other); calling it twice is
+  // kFailedPrecondition. `target_labels` go with the announcement in options.targets_dir (the
+  // daemon's name is always among them).
+  Status Serve(const MetricsOptions& options, const MetricLabels& target_labels = {});
   // "host:port" of the endpoint, empty when not serving.
   const std::string& address() const { return address_; }
 
@@ -74,6 +85,7 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::string address_;
+  std::string target_file_;  // the announcement in targets_dir, removed by the destructor
 };
 
 }  // namespace ff

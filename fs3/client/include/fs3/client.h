@@ -70,8 +70,15 @@ class StorageClient {
   // Many reads at once (issued concurrently); results in order.
   Result<std::vector<std::string>> ReadBatch(const std::vector<ReadOp>& ops);
 
-  // The length the data of `inode` on storage implies: the end of its last committed chunk,
-  // asked of every chain's tail (0 when it has no chunks).
+  // What the data of `inode` on storage implies, asked of every chain's tail: the length (the end
+  // of its last committed chunk; 0 when it has no chunks) and the bytes one copy of it stores
+  // (holes left out: a file's st_blocks).
+  struct Extent {
+    uint64_t length = 0;
+    uint64_t stored_bytes = 0;
+  };
+  Result<Extent> StoredExtent(uint64_t inode);
+  // StoredExtent's length.
   Result<uint64_t> StoredLength(uint64_t inode);
   // Cuts the data of `inode` to `length`: removes the chunks past it (up to `old_length`, which
   // the caller takes as at least the stored length) and shortens the one it ends in.
@@ -86,7 +93,7 @@ class StorageClient {
   // Over all serving targets, divided by the replication: what one copy of the data takes.
   struct Space {
     uint64_t used_bytes = 0;      // chunk contents held
-    uint64_t free_bytes = 0;      // left on the targets' disks
+    uint64_t free_bytes = 0;      // left for writes on the targets' disks (reserves left out)
     uint64_t capacity_bytes = 0;  // used + free
   };
   Result<Space> SpaceInfo();

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,10 +42,13 @@ class MetaClient {
   FS3_META_FRAME_METHODS(FS3_META_CLIENT_METHOD)
 #undef FS3_META_CLIENT_METHOD
 
-  // The namespace check (an administrator's long call, over gRPC only): each attempt may take
-  // `attempt` (fs3-meta walks every inode, and with storage every chunk).
+  // The namespace check (an administrator's long call, over gRPC only; fs3-meta reads every
+  // record, and with storage every chunk): `reply` gets the final message (done set, with the
+  // problems); `progress`, when given, each progress message on the way. An attempt may take
+  // `attempt`; a check that ends without its final message is kUnavailable (tried again).
   Status Fsck(const fs3rpc::FsckRequest& request, fs3rpc::FsckReply* reply,
-              std::chrono::milliseconds attempt = std::chrono::seconds(120));
+              std::chrono::milliseconds attempt = std::chrono::hours(24),
+              const std::function<void(const fs3rpc::FsckReply&)>& progress = nullptr);
 
   // The frame transport's address in use, "" while calls go over gRPC (tests, diagnostics).
   std::string FramesAddress();

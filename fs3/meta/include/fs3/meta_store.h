@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -165,8 +166,10 @@ class MetaStore {
   Result<std::size_t> EndExpiredSessions();
 
   // A file's length as its data says (close, fsync): grows the recorded length to `length`;
-  // `written` (data was written) moves mtime and ctime.
-  Result<fs3rpc::Inode> SettleLength(uint64_t ino, uint64_t length, bool written = false);
+  // `written` (data was written) moves mtime and ctime; `stored_bytes`, when storage was asked,
+  // records what the data stores (Inode.stored_bytes).
+  Result<fs3rpc::Inode> SettleLength(uint64_t ino, uint64_t length, bool written = false,
+                                     std::optional<uint64_t> stored_bytes = std::nullopt);
 
   // Lengths to settle from storage later. A client's session leaves a mark that its close
   // removes; a session that ends otherwise (its client's lease expired: a mount killed, a
@@ -197,20 +200,36 @@ class MetaStore {
   Result<fs3rpc::Layout> GarbageLayout(uint64_t ino) const;
   Status Forget(uint64_t ino);
 
-  // fsck: checks that directory entries, inodes, link counts, parents, sessions and the inode
-  // counter agree; returns one line per problem found. With `repair`, fixes what it finds
-  // (dangling entries removed, link counts and entry types corrected, unreachable or orphaned
-  // inodes queued for deletion) in one batch.
-  // (On etcd a repair of many problems is applied in passes, kRepairsPerPass problems each.)
-  Result<std::vector<std::string>> Fsck(bool repair);
-  static constexpr std::size_t kRepairsPerPass = 300;
+  // fsck. The check reads one snapshot of the namespace (TxnKv::BeginSnapshot: it holds no lock,
+  // so every other operation runs as usual meanwhile, on either engine), one pass over each kind
+  // of record. Each repair is a transaction of its own that first reads again what it mends and
+  // goes ahead only while that is still as the snapshot showed it; a record changed since is left
+  // alone (`left`), for the next check to judge: a change made during the check is never
+  // "repaired". `observe`, when given, hears of the check's progress (on the calling thread).
+  struct FsckProgress {
+    std::string phase;   // "inodes", "entries", "sessions", "checking", "repairing", "data"
+    uint64_t done = 0;   // records read (or repairs tried) in this phase so far
+    uint64_t found = 0;  // problems found so far
+  };
+  using FsckObserver = std::function<void(const FsckProgress&)>;
+  struct FsckReport {
+    std::vector<std::string> problems;  // one line per problem found
+    uint64_t repaired = 0;              // with repair: problems mended
+    uint64_t left = 0;  // with repair: problems whose records changed during the check
+  };
+  // Checks that directory entries, inodes, link counts, parents, sessions, orphan marks and the
+  // inode counters agree; with `repair`, mends what it finds (dangling entries removed, link
+  // counts, parents and entry types corrected, unreachable or orphaned inodes removed and their
+  // data queued for deletion, counters set).
+  Result<FsckReport> Fsck(bool repair, const FsckObserver& observe = nullptr);
 
-  // fsck against storage: `stored` maps each inode with chunks to the length they imply. Chunks
-  // of no file (and not awaiting deletion) are reported, and with `repair` queued for deletion;
-  // a closed file whose chunks reach past its recorded length is reported, and with `repair`
-  // given that length (the data is kept).
-  Result<std::vector<std::string>> CheckData(const std::map<uint64_t, uint64_t>& stored,
-                                             bool repair);
+  // fsck against storage: `stored` maps each inode with chunks to the length they imply (asked of
+  // storage before this is called). Chunks of no file (and not awaiting deletion) are reported,
+  // and with `repair` queued for deletion; a closed file (no session, no length being settled)
+  // whose chunks reach past its recorded length is reported, and with `repair` given that length
+  // (the data is kept). The same snapshot and repairs as Fsck.
+  Result<FsckReport> CheckData(const std::map<uint64_t, uint64_t>& stored, bool repair,
+                               const FsckObserver& observe = nullptr);
 
  private:
   class Txn;
@@ -237,8 +256,23 @@ class MetaStore {
   // One link to `inode` is gone: with none left (and no open session) the inode goes, and a
   // file's data is queued for deletion.
   static Status DropLink(Txn& t, fs3rpc::Inode inode, int64_t now);
-  // One pass of Fsck: `*deferred` set when repairs were left for another pass.
-  Result<std::vector<std::string>> FsckPass(bool repair, bool* deferred);
+  // fsck (meta_store_fsck.cc): a problem found in the snapshot, and its repair: a transaction
+  // body that re-checks and mends (true), or finds the records changed and leaves them (false).
+  struct FsckFinding {
+    std::string problem;
+    std::function<Result<bool>(Txn&)> repair;
+  };
+  struct FsckSnapshot;
+  // Reads the namespace's records at one snapshot; ...Again starts over (up to three times) when
+  // the snapshot went under it (an etcd revision compacted away).
+  Result<FsckSnapshot> ReadFsckSnapshot(const FsckObserver& observe) const;
+  Result<FsckSnapshot> ReadFsckSnapshotAgain(const FsckObserver& observe) const;
+  // The problems in `snap`, in the order the check reports them (their repairs read `snap`: they
+  // must not outlive it).
+  static std::vector<FsckFinding> FindProblems(const FsckSnapshot& snap, bool serial);
+  // Reports `findings` into a report and, with `repair`, runs each one's repair.
+  Result<FsckReport> Mend(std::vector<FsckFinding> findings, bool repair,
+                          const FsckObserver& observe);
   // A new entry `name` in directory `parent` with a fresh inode (mkdir, create, mknod, symlink).
   Result<fs3rpc::Inode> MakeEntry(const Caller& c, uint64_t parent, const std::string& name,
                                   fs3rpc::InodeType type, uint32_t mode, uint64_t request_id,
