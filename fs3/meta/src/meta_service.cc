@@ -198,13 +198,29 @@ void MetaService::Start(const std::string& rpc_address) {
     gc_election_->Start();
   }
   gc_ = std::thread([this] {
+    // A failure that lasts (a full or unreachable target) is logged when it starts, when its
+    // reason changes and once a minute, not every round; its end is logged too.
+    std::string failing;
+    auto said = std::chrono::steady_clock::time_point{};
     std::unique_lock lock(gc_mu_);
     while (!stopping_) {
       gc_cv_.wait_for(lock, std::chrono::milliseconds(options_.gc_interval_ms));
       if (stopping_) break;
       lock.unlock();
       auto n = CollectGarbage();
-      if (!n.ok()) spdlog::warn("garbage collection: {}", n.status().message());
+      const auto now = std::chrono::steady_clock::now();
+      if (!n.ok()) {
+        const std::string why = n.status().message();
+        if (why != failing || now - said > std::chrono::minutes(1)) {
+          spdlog::warn("garbage collection: {} (tried again every {} ms)", why,
+                       options_.gc_interval_ms);
+          said = now;
+        }
+        failing = why;
+      } else if (!failing.empty()) {
+        spdlog::info("garbage collection works again ({} files' data deleted)", *n);
+        failing.clear();
+      }
       lock.lock();
     }
   });
