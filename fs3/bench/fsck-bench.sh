@@ -10,7 +10,7 @@
 #   fs3/bench/fsck-bench.sh [--files 10000] [--opens 10] [--ops 3000] [--dir /var/tmp]
 #                           [--engine rocksdb|etcd]
 #
-# Needs root (the mount), a built tree (build/). Last line:
+# Needs root (the mount), a built tree (FF_BUILD_DIR, default build). Last line:
 #   fsck bench: N files, M opens behind them, fsck K s from the CLI (R runs); create+stat+unlink
 #   p99 X ms during fsck, Y ms without (Z x)
 set -euo pipefail
@@ -40,16 +40,17 @@ esac
 # shellcheck source=fs3/bench/lib.sh
 source fs3/bench/lib.sh
 bench_prereqs fusermount3
-[ -x build/fs3/fs3-fuse ] && [ -x build/fs3/fs3 ] || { say "build the tree first (cmake --build build)"; exit 1; }
+build=$(realpath "${FF_BUILD_DIR:-build}")
+[ -x "$build/fs3/fs3-fuse" ] && [ -x "$build/fs3/fs3" ] || { say "build the tree first (cmake --build build)"; exit 1; }
 
 work=$(mktemp -d "$base/fsck-bench.XXXXXX")
 cleanup() {
-  deploy/fs3-local.sh stop "$work/fs3" >/dev/null 2>&1 || true
+  FF_BUILD_DIR=$build deploy/fs3-local.sh stop "$work/fs3" >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-FS3_HA=$ha FS3_REPLICATION=1 FS3_DATA="$work/data" FS3_MOUNT="$work/mnt" \
+FF_BUILD_DIR=$build FS3_HA=$ha FS3_REPLICATION=1 FS3_DATA="$work/data" FS3_MOUNT="$work/mnt" \
   deploy/fs3-local.sh start "$work/fs3" 2>/dev/null
 # shellcheck disable=SC1091
 source "$work/fs3/env"
@@ -105,10 +106,10 @@ say "calls without fsck"
 base_json=$(/usr/bin/python3 "$work/calls.py" "$work/mnt/calls" "$ops")
 say "calls while fs3 fsck runs, again and again"
 fsck_json=$(/usr/bin/python3 "$work/calls.py" "$work/mnt/calls" "$ops" \
-  build/fs3/fs3 fsck --meta "$FS3_META")
+  "$build/fs3/fs3" fsck --meta "$FS3_META")
 # One more check alone, from the CLI, for its own time and its verdict.
 start=$(date +%s%N)
-build/fs3/fs3 fsck --meta "$FS3_META" >"$work/fsck.out" 2>"$work/fsck.err" ||
+"$build/fs3/fs3" fsck --meta "$FS3_META" >"$work/fsck.out" 2>"$work/fsck.err" ||
   { say "fs3 fsck failed: $(tail -n 2 "$work/fsck.out" "$work/fsck.err")"; exit 1; }
 alone=$(( ($(date +%s%N) - start) / 1000000 ))
 

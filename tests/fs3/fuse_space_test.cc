@@ -87,12 +87,10 @@ void RequireRootAndFuse() {
 class FullDiskTest : public ::testing::Test {
  protected:
   static test::Fs3ClusterOptions Options() {
-    test::Fs3ClusterOptions o;
+    test::Fs3ClusterOptions o = test::FuseSuiteOptions(kChunk);
     o.services = 1;
     o.replication = 1;
-    o.chunk_size = kChunk;
     o.metrics = true;
-    o.meta_keys = "gc_interval_ms = 200\nclient_lease_s = 3\n";
     return o;
   }
   void SetUp() override {
@@ -199,21 +197,9 @@ TEST_F(FullDiskTest, DeletingFilesOnAFullTargetGivesTheSpaceBack) {
 
 // ---- one shared cluster: holes, outages, two mounts -------------------------------------------
 
-class Cluster : public test::Fs3Cluster {
+class Cluster : public test::MountedFs3Cluster {
  public:
-  Cluster() : Fs3Cluster(Options()) {
-    Start();
-    mount_ = Mount("mnt");
-  }
-  std::string mount_;
-
- private:
-  static test::Fs3ClusterOptions Options() {
-    test::Fs3ClusterOptions o;
-    o.chunk_size = kChunk;
-    o.meta_keys = "gc_interval_ms = 200\nclient_lease_s = 3\n";
-    return o;
-  }
+  Cluster() : MountedFs3Cluster(test::FuseSuiteOptions(kChunk)) {}
 };
 
 class MountTest : public ::testing::Test {

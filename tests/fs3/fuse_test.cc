@@ -90,21 +90,9 @@ bool WriteAll(const std::string& path, const std::string& data, int flags = O_TR
 
 // One fs3 cluster for the whole suite (each test works in its own directory): the shared test
 // fabric with two storage services in chains of two, fs3-meta and a mount.
-class Cluster : public test::Fs3Cluster {
+class Cluster : public test::MountedFs3Cluster {
  public:
-  Cluster() : Fs3Cluster(Options()) {
-    Start();
-    mount_ = Mount("mnt");
-  }
-  std::string mount_;
-
- private:
-  static test::Fs3ClusterOptions Options() {
-    test::Fs3ClusterOptions o;
-    o.chunk_size = kChunk;
-    o.meta_keys = "gc_interval_ms = 200\nclient_lease_s = 3\n";  // a dead mount's lease: 3 s
-    return o;
-  }
+  Cluster() : MountedFs3Cluster(test::FuseSuiteOptions(kChunk)) {}
 };
 
 class FuseTest : public ::testing::Test {

@@ -264,4 +264,26 @@ class Fs3Cluster {
   std::vector<std::string> mounts_;
 };
 
+#ifdef FF_FS3_FUSE_PATH
+// A cluster started with one mount at <dir>/mnt (mount_), for a FUSE suite that shares it across
+// its tests (each working in its own folder). ASSERTs inside: check HasFatalFailure() after it.
+class MountedFs3Cluster : public Fs3Cluster {
+ public:
+  explicit MountedFs3Cluster(Fs3ClusterOptions options) : Fs3Cluster(std::move(options)) {
+    Start();
+    mount_ = Mount("mnt");
+  }
+  std::string mount_;
+};
+
+// What the FUSE suites run on: chunks of `chunk_size`, a collector every 200 ms, and a dead
+// mount's lease over in 3 s.
+inline Fs3ClusterOptions FuseSuiteOptions(uint64_t chunk_size) {
+  Fs3ClusterOptions o;
+  o.chunk_size = chunk_size;
+  o.meta_keys = "gc_interval_ms = 200\nclient_lease_s = 3\n";
+  return o;
+}
+#endif
+
 }  // namespace ff::test

@@ -118,6 +118,16 @@ std::vector<MetaStore::FsckFinding> MetaStore::FindProblems(const FsckSnapshot& 
   auto inode_as_seen = [bytes_of](Txn& t, uint64_t ino) {
     return Unchanged(t, InodeKey(ino), bytes_of(ino));
   };
+  // A repair that makes `change` while the inode is as the snapshot had it.
+  auto if_inode_as_seen = [inode_as_seen](uint64_t ino, std::function<void(Txn&)> change) {
+    return [=](Txn& t) -> Result<bool> {
+      FF_ASSIGN_OR_RETURN(bool same, inode_as_seen(t, ino));
+      if (!same) return false;
+      change(t);
+      FF_RETURN_IF_ERROR(t.Commit());
+      return true;
+    };
+  };
   auto name_of = [](uint64_t parent, const std::string& name) {
     return "entry '" + name + "' in directory " + std::to_string(parent);
   };
@@ -183,13 +193,7 @@ std::vector<MetaStore::FsckFinding> MetaStore::FindProblems(const FsckSnapshot& 
     if (inode.type() == fs3rpc::INODE_DIR) {
       if (ino != kRootIno && n == 0) {
         found("directory inode " + std::to_string(ino) + " is unreachable",
-              [=](Txn& t) -> Result<bool> {
-                FF_ASSIGN_OR_RETURN(bool same, inode_as_seen(t, ino));
-                if (!same) return false;
-                t.DeleteInode(ino);
-                FF_RETURN_IF_ERROR(t.Commit());
-                return true;
-              });
+              if_inode_as_seen(ino, [ino](Txn& t) { t.DeleteInode(ino); }));
         continue;
       }
       const uint32_t want = 2 + (subdirs.count(ino) ? subdirs.at(ino) : 0);
@@ -209,13 +213,7 @@ std::vector<MetaStore::FsckFinding> MetaStore::FindProblems(const FsckSnapshot& 
                    ("directory inode " + std::to_string(ino) + " records the wrong parent");
         fixed.set_parent(parent);
       }
-      found(problem, [=](Txn& t) -> Result<bool> {
-        FF_ASSIGN_OR_RETURN(bool same, inode_as_seen(t, ino));
-        if (!same) return false;
-        t.PutInode(fixed);
-        FF_RETURN_IF_ERROR(t.Commit());
-        return true;
-      });
+      found(problem, if_inode_as_seen(ino, [fixed](Txn& t) { t.PutInode(fixed); }));
       continue;
     }
     const bool open = inode.sessions() > 0 || snap.open_inos.count(ino) > 0;
@@ -254,13 +252,7 @@ std::vector<MetaStore::FsckFinding> MetaStore::FindProblems(const FsckSnapshot& 
       fixed.set_nlink(n);
       found("inode " + std::to_string(ino) + " has link count " + std::to_string(inode.nlink()) +
                 ", entries say " + std::to_string(n),
-            [=](Txn& t) -> Result<bool> {
-              FF_ASSIGN_OR_RETURN(bool same, inode_as_seen(t, ino));
-              if (!same) return false;
-              t.PutInode(fixed);
-              FF_RETURN_IF_ERROR(t.Commit());
-              return true;
-            });
+            if_inode_as_seen(ino, [fixed](Txn& t) { t.PutInode(fixed); }));
     }
   }
   for (uint64_t ino : snap.marked) {
@@ -268,13 +260,7 @@ std::vector<MetaStore::FsckFinding> MetaStore::FindProblems(const FsckSnapshot& 
     if (it != snap.inodes.end() && links[ino] == 0) continue;
     found("inode " + std::to_string(ino) + " is marked unlinked but " +
               (it == snap.inodes.end() ? "is gone" : "has entries"),
-          [=](Txn& t) -> Result<bool> {
-            FF_ASSIGN_OR_RETURN(bool same, inode_as_seen(t, ino));
-            if (!same) return false;
-            t.UnmarkOrphan(ino);
-            FF_RETURN_IF_ERROR(t.Commit());
-            return true;
-          });
+          if_inode_as_seen(ino, [ino](Txn& t) { t.UnmarkOrphan(ino); }));
   }
   if (serial && snap.inode_count && *snap.inode_count != snap.inodes.size()) {
     // The count is kept by the serial engine alone, in the transactions that add and remove
