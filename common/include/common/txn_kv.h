@@ -29,6 +29,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -154,8 +155,11 @@ class TxnKv {
   virtual uint64_t GroupedCommits() const { return 0; }
 
   // Runs `op` (KvTxn& -> Status or Result<T>) in a transaction and commits it, again from the
-  // start on a conflict (up to `max_attempts`); `op` returning an error ends it without
-  // committing (kAborted: run again). The token of the commit goes to `*token` when given.
+  // start on a conflict, until it has tried `max_attempts` times and for kConflictPatience (each
+  // conflict is another operation's progress: on a loaded machine a hot directory's operations
+  // may lose many rounds in a row, and a count alone gave up on them); `op` returning an error
+  // ends it without committing (kAborted: run again). The token of the commit goes to `*token`
+  // when given.
   template <typename F>
   auto Run(F&& op, uint64_t* token = nullptr, int max_attempts = 64)
       -> decltype(op(std::declval<KvTxn&>())) {
@@ -169,12 +173,16 @@ class TxnKv {
   }
 
  protected:
+  static constexpr std::chrono::seconds kConflictPatience{10};
+
   template <typename F>
   auto RunAs(bool for_update, F&& op, uint64_t* token, int max_attempts)
       -> decltype(op(std::declval<KvTxn&>())) {
     Status last;
     bool stale_ok = for_update && !serial();
-    for (int attempt = 0; attempt < max_attempts; ++attempt) {
+    const auto patience = std::chrono::steady_clock::now() + kConflictPatience;
+    int attempt = 0;
+    for (; attempt < max_attempts || std::chrono::steady_clock::now() < patience; ++attempt) {
       std::unique_ptr<KvTxn> txn = Begin(stale_ok);
       txn->set_attempt(attempt);
       auto r = op(*txn);
@@ -205,7 +213,7 @@ class TxnKv {
       last = committed.status();
       BackOff(attempt);
     }
-    return Status(StatusCode::kAborted, "gave up after " + std::to_string(max_attempts) +
+    return Status(StatusCode::kAborted, "gave up after " + std::to_string(attempt) +
                                             " conflicting attempts: " + last.message());
   }
 
