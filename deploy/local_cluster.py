@@ -45,7 +45,6 @@ import signal
 import subprocess
 import sys
 import time
-import tomllib
 import urllib.request
 
 import daemons
@@ -87,12 +86,18 @@ def read_config(path):
     return values
 
 
-def node_names(cluster_toml):
-    """The nodes of a cluster.toml: each leaf's name with -n00, -n01, ..."""
-    with open(cluster_toml, "rb") as f:
-        cluster = tomllib.load(f)
-    return [f"{leaf['name']}-n{i:02d}" for zone in cluster.get("zones", [])
-            for leaf in zone.get("leaves", []) for i in range(int(leaf.get("nodes", 0)))]
+def node_names(cluster_toml, hai_sim):
+    """The nodes of a cluster.toml as hai-server names them: the scheduler's own reading of the
+    file (`hai-sim topology --json`: `count` leaves alike, `node_names`), not a second parser."""
+    if not os.access(hai_sim, os.X_OK):
+        raise Fail(f"{hai_sim} is missing: build first")
+    r = subprocess.run([hai_sim, "topology", "--cluster", cluster_toml, "--json"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise Fail(r.stderr.strip() or f"hai-sim topology could not read {cluster_toml}", 78)
+    topology = json.loads(r.stdout)
+    return [node["name"] for zone in topology["zones"] for leaf in zone["leaves"]
+            for node in leaf["nodes"]]
 
 
 class LocalCluster:
@@ -127,7 +132,7 @@ class LocalCluster:
             raise Fail(f"{self.dir} holds an earlier cluster's state: 'down --purge' it, or choose "
                        "another folder")
         cluster_toml = os.path.join(ROOT, c["CLUSTER_TOML"])
-        nodes = node_names(cluster_toml)
+        nodes = node_names(cluster_toml, self.bin("scheduler", "hai-sim"))
         if not nodes:
             raise Fail(f"{cluster_toml} has no nodes", 78)
         head_at, head = self.place(nodes[0])

@@ -13,6 +13,8 @@
 //   hai-sim generate --out FILE ... (sweep.cc): a synthetic trace that loads any cluster.
 //   hai-sim place --cluster FILE --job N ... (place.cc): each policy's placement of a few jobs and
 //     the performance model's prediction for them (the network lab's placement experiment).
+//   hai-sim topology --cluster FILE [--json] (topology_main.cc): the cluster as the scheduler reads
+//     it, for deploy's tools (one reader of cluster.toml).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -304,5 +306,7 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::string(argv[1]) == "place")
     return ff::scheduler::PlaceMain(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "topology")
+    return ff::scheduler::TopologyMain(argc - 1, argv + 1);
   return ff::scheduler::Main(argc, argv);
 }

@@ -62,3 +62,24 @@ def test_another_process_finds_kills_and_restarts_a_daemon(tmp_path):
         assert again.stop() == 0
     finally:
         mgmtd.kill()
+
+
+def test_local_cluster_names_the_nodes_hai_server_has(tmp_path):
+    """local-cluster's nodes come from the scheduler's own reading of cluster.toml (hai-sim
+    topology), as hai-server's do: leaves alike (`count`) and listed `node_names` included. Its
+    own parser named cluster-lab.toml's nodes L-n00..L-n03 where hai-server has L00-n00..L01-n03."""
+    from local_cluster import node_names
+
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    hai_sim = os.path.join(os.environ.get("FF_BUILD_DIR", ""), "scheduler", "hai-sim")
+    lab = node_names(os.path.join(root, "deploy", "config", "cluster-lab.toml"), hai_sim)
+    assert lab == [f"L0{leaf}-n0{n}" for leaf in range(2) for n in range(4)]
+    listed = tmp_path / "listed.toml"
+    listed.write_text('name = "x"\n[[zones]]\nname = "A"\n  [[zones.leaves]]\n  name = "a"\n'
+                      '  node_names = ["gpu7", "gpu9"]\n  gpus_per_node = 8\n')
+    assert node_names(str(listed), hai_sim) == ["gpu7", "gpu9"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\n[[zones]]\nname = "A"\n  [[zones.leaves]]\n  name = "a"\n'
+                   '  count = 2\n  node_names = ["n1"]\n')
+    with pytest.raises(Exception, match="node_names needs count = 1"):
+        node_names(str(bad), hai_sim)
