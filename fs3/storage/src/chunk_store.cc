@@ -20,19 +20,6 @@
 namespace ff::fs3 {
 namespace {
 
-// The chunk's checksums in one pass: each 4 KiB block's, and the whole content's (continued over
-// each block while it is in the cache).
-void Checksum(std::string_view content, fs3rpc::ChunkMetaRecord* meta) {
-  uint32_t whole = 0;
-  meta->clear_pending_block_crcs();
-  for (std::size_t off = 0; off < content.size(); off += kBlockSize) {
-    const std::string_view block = content.substr(off, kBlockSize);
-    meta->add_pending_block_crcs(Crc32c(block));
-    whole = Crc32c(block, whole);
-  }
-  meta->set_pending_crc32c(whole);
-}
-
 constexpr std::size_t kAlign = 4096;  // O_DIRECT: buffer, length and offset on this boundary
 
 std::size_t AlignUp(std::size_t n) {
@@ -43,23 +30,32 @@ bool AllZero(const char* p, std::size_t n) {
   return n == 0 || (p[0] == 0 && std::memcmp(p, p + 1, n - 1) == 0);
 }
 
-// The ranges of `content` that hold data: runs of 4 KiB blocks with anything but zeros. The rest
-// are holes in the chunk's file (read back as zeros, stored as nothing).
-std::vector<std::pair<std::size_t, std::size_t>> DataRuns(std::string_view content) {
-  std::vector<std::pair<std::size_t, std::size_t>> runs;
+using Runs = std::vector<std::pair<std::size_t, std::size_t>>;
+
+// One pass over the chunk, each 4 KiB block while it is in the cache: its checksum (and the whole
+// content's, continued over each block) into `meta`'s pending fields, and the ranges of blocks
+// that hold anything but zeros. The rest are holes in the chunk's file (read back as zeros,
+// stored as nothing).
+Runs ChecksumAndRuns(std::string_view content, fs3rpc::ChunkMetaRecord* meta) {
+  uint32_t whole = 0;
+  Runs runs;
+  meta->clear_pending_block_crcs();
   for (std::size_t off = 0; off < content.size(); off += kBlockSize) {
-    const std::size_t n = std::min<std::size_t>(kBlockSize, content.size() - off);
-    if (AllZero(content.data() + off, n)) continue;
+    const std::string_view block = content.substr(off, kBlockSize);
+    meta->add_pending_block_crcs(Crc32c(block));
+    whole = Crc32c(block, whole);
+    if (AllZero(block.data(), block.size())) continue;
     if (!runs.empty() && runs.back().first + runs.back().second == off) {
-      runs.back().second += n;
+      runs.back().second += block.size();
     } else {
-      runs.emplace_back(off, n);
+      runs.emplace_back(off, block.size());
     }
   }
+  meta->set_pending_crc32c(whole);
   return runs;
 }
 
-uint32_t RunBytes(const std::vector<std::pair<std::size_t, std::size_t>>& runs) {
+uint32_t RunBytes(const Runs& runs) {
   std::size_t n = 0;
   for (const auto& [off, len] : runs)
     n += (len + kBlockSize - 1) / kBlockSize * kBlockSize;
@@ -67,13 +63,12 @@ uint32_t RunBytes(const std::vector<std::pair<std::size_t, std::size_t>>& runs) 
 }
 
 // Writes `content` to `path` through a temporary file, synced, then renamed into place: only its
-// `runs` (DataRuns), the rest left as holes, so that a chunk written sparsely stays sparse on the
-// disk. With `direct`, the data goes from `content` to the disk without a copy into the page cache
-// (O_DIRECT, as 3FS writes chunks): `content` must then start on a 4 KiB boundary and have zeros
-// after its end up to the next one (the file is cut to the content's length). A filesystem that
-// refuses O_DIRECT (tmpfs) clears `direct` and gets a buffered write.
-Status WriteFileSynced(const std::string& path, std::string_view content,
-                       const std::vector<std::pair<std::size_t, std::size_t>>& runs,
+// `runs` (ChecksumAndRuns), the rest left as holes, so that a chunk written sparsely stays sparse
+// on the disk. With `direct`, the data goes from `content` to the disk without a copy into the page
+// cache (O_DIRECT, as 3FS writes chunks): `content` must then start on a 4 KiB boundary and have
+// zeros after its end up to the next one (the file is cut to the content's length). A filesystem
+// that refuses O_DIRECT (tmpfs) clears `direct` and gets a buffered write.
+Status WriteFileSynced(const std::string& path, std::string_view content, const Runs& runs,
                        std::atomic<bool>& direct) {
   const std::string tmp = path + ".tmp";
   const bool use_direct = direct.load(std::memory_order_relaxed);
@@ -330,7 +325,7 @@ Result<fs3rpc::ChunkMetaRecord> ChunkStore::StorePending(fs3rpc::ChunkMetaRecord
                                                          ProtoDb::SpaceUse use) {
   const fs3rpc::ChunkId id = meta.id();
   const fs3rpc::ChunkMetaRecord before = meta;
-  const auto runs = DataRuns(content);
+  const Runs runs = ChecksumAndRuns(content, &meta);
   const uint32_t stored = RunBytes(runs);
   // The new version's blocks, and a little for its record: never into the reserve, but for what
   // frees space.
@@ -340,7 +335,6 @@ Result<fs3rpc::ChunkMetaRecord> ChunkStore::StorePending(fs3rpc::ChunkMetaRecord
   meta.set_pending_version(version);
   meta.set_pending_length(static_cast<uint32_t>(content.size()));
   meta.set_pending_stored_bytes(stored);
-  Checksum(content, &meta);
   meta.set_chain_version(chain_version);
   // Its space was taken above: the record may use the reserve (a write that got its room is not
   // failed half-way by the line moving under it).
