@@ -183,6 +183,65 @@ Status ClusterState::SetLastCheckpoint(JobId id, Seconds when) {
   return Status::Ok();
 }
 
+Status ClusterState::Grow(JobId id, const std::vector<int>& nodes) {
+  const std::size_t i = Slot(id);
+  if (i >= running_.size() || running_[i]->job.request.id != id) {
+    return NotFound("job " + std::to_string(id) + " is not running");
+  }
+  Entry grown = *running_[i];  // shared with copies of this state: replace, do not modify
+  Placement& p = grown.job.placement;
+  for (int node : nodes) {
+    if (node < 0 || node >= static_cast<int>(free_gpus_.size())) {
+      return FailedPrecondition("job " + std::to_string(id) + ": no node " + std::to_string(node));
+    }
+    if (std::find(p.nodes.begin(), p.nodes.end(), node) != p.nodes.end()) {
+      return FailedPrecondition("job " + std::to_string(id) + ": node " +
+                                topology_->nodes()[node].name + " listed twice");
+    }
+    if (drained_[node] || free_gpus_[node] < p.gpus_per_node) {
+      return FailedPrecondition("job " + std::to_string(id) + ": node " +
+                                topology_->nodes()[node].name + " lacks " +
+                                std::to_string(p.gpus_per_node) + " free GPUs");
+    }
+    p.nodes.push_back(node);
+  }
+  for (int node : nodes) {
+    if (node_free(node)) --leaf_free_nodes_[topology_->nodes()[node].leaf];
+    free_gpus_[node] -= p.gpus_per_node;
+  }
+  AddLoad(grown.load, -1);
+  grown.load = EstimateTraffic(*topology_, grown.job.request, p);
+  AddLoad(grown.load, +1);
+  running_[i] = std::make_shared<const Entry>(std::move(grown));
+  return Status::Ok();
+}
+
+Status ClusterState::Shrink(JobId id, const std::vector<int>& nodes) {
+  const std::size_t i = Slot(id);
+  if (i >= running_.size() || running_[i]->job.request.id != id) {
+    return NotFound("job " + std::to_string(id) + " is not running");
+  }
+  Entry shrunk = *running_[i];
+  Placement& p = shrunk.job.placement;
+  for (int node : nodes) {
+    auto it = std::find(p.nodes.begin(), p.nodes.end(), node);
+    if (it == p.nodes.end()) {
+      return NotFound("job " + std::to_string(id) + " does not hold node " + std::to_string(node));
+    }
+    p.nodes.erase(it);
+  }
+  if (p.nodes.empty()) return Release(id);
+  for (int node : nodes) {
+    free_gpus_[node] += p.gpus_per_node;
+    if (node_free(node)) ++leaf_free_nodes_[topology_->nodes()[node].leaf];
+  }
+  AddLoad(shrunk.load, -1);
+  shrunk.load = EstimateTraffic(*topology_, shrunk.job.request, p);
+  AddLoad(shrunk.load, +1);
+  running_[i] = std::make_shared<const Entry>(std::move(shrunk));
+  return Status::Ok();
+}
+
 void ClusterState::SetDrained(int node, bool drained) {
   if (drained_[node] == drained) return;
   bool was_free = node_free(node);

@@ -171,371 +171,609 @@ Seconds Scheduler::EarliestStart(const JobRequest& job, const ClusterState& stat
   return ends[lo - 1].first;
 }
 
-Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobRequest>& queue,
-                           Seconds now) const {
-  Decision decision;
-  ClusterState work = state;
-  std::vector<const JobRequest*> order;
-  for (const JobRequest& j : queue)
-    order.push_back(&j);
-  std::sort(order.begin(), order.end(),
-            [](const JobRequest* a, const JobRequest* b) { return ComesBefore(*a, *b); });
+// One Decide: the state a round builds up as it goes down the queue, and the stages each queued
+// job goes through (Consider): its user's quota, where it starts whole (with the locality wait),
+// whether it may pass the blocked head (backfill), whom it suspends (victims), an elastic gang's
+// start in part, and else why it waits (the head's reservation). Running fault-tolerant jobs'
+// missing groups go through StartGroups.
+class Scheduler::Round {
+ public:
+  Round(const Scheduler& scheduler, const ClusterState& state, const std::vector<JobRequest>& queue,
+        Seconds now);
+  Decision Run();
 
-  std::map<std::string, int> held;
-  for (const RunningJob& r : work.running())
-    held[r.request.user] += NodesHeld(r);
-
-  // Many queued jobs ask for the same shape. While nothing starts, a shape that did not fit
-  // still does not, for the same reason: remember failures until the cluster state changes.
+ private:
+  // What the stages know of the queued job being considered.
+  struct Candidate {
+    Candidate(const JobRequest& j, std::size_t i) : job(j), index(i) {}
+    const JobRequest& job;
+    std::size_t index;       // in order_
+    int most_nodes = 0;      // what its user's quota leaves it (an elastic gang may start with
+    std::string over_quota;  // less)
+    bool whole = true;       // it may start whole
+    Seconds cap = 0;         // the policy's longest locality wait for it
+    bool may_wait = false;   // it may wait for one leaf
+    Seconds since = -1;      // its locality wait began
+    std::string why;         // why it does not start (so far)
+    Placement placement;
+    bool within_leaf = false;       // how `placement` was chosen
+    bool one_leaf = false;          // held for one leaf this round
+    Seconds until = -1;             // when the locality wait runs out
+    Seconds leaf_expected = -1;     // when a leaf is expected to free for it
+    Placement leaf_where;           // and where
+    bool short_everywhere = false;  // it could not start on free nodes even across leaves
+  };
+  // A line of the round's order: a queued job, or a running job's missing groups of one kind.
+  enum class Ask : uint8_t { kJob, kReplacements, kGrowth };
+  struct Entry {
+    const JobRequest* job;
+    Ask ask;
+  };
   // nodes, GPUs per node or GPUs, comm, spans zones, must stay under one leaf, must keep off the
   // head's reserved nodes
   using Shape = std::tuple<int, int, int, bool, bool, bool>;
-  std::map<Shape, std::string> failed;
-  auto shape_of = [](const JobRequest& j, bool one_leaf, bool off_reserved) {
-    return Shape{j.nodes,
-                 j.Gang() ? j.gpus_per_node : j.gpus,
-                 static_cast<int>(j.comm),
-                 j.may_span_zones,
-                 one_leaf,
-                 off_reserved};
-  };
 
-  const JobRequest* head = nullptr;  // the first job that could not start
-  Seconds reservation = -1;
-  // The nodes the head is expected to start on at `reservation`: a job behind it that would
-  // still run then may start now on other nodes (EASY backfill's "extra nodes"), never on these.
-  std::vector<int> reserved;
-  auto touches_reserved = [&](const Placement& p) {
-    for (int n : p.nodes) {
-      if (std::find(reserved.begin(), reserved.end(), n) != reserved.end()) return true;
+  void Consider(std::size_t index);
+  bool WithinQuota(Candidate& c);
+  void PlaceWhole(Candidate& c);
+  bool HoldForLeaf(Candidate& c, const Placement& across, const std::string& how);
+  bool PassesHead(Candidate& c);
+  void Preempt(Candidate& c);
+  void PlaceInPart(Candidate& c);
+  void Block(Candidate& c);
+  void Start(const JobRequest& job, Placement placement);
+  void StartGroups(const JobRequest& job, bool lost);
+  bool StartGroup(const JobRequest& job, const MissingGroup& group, const std::string& waits);
+  void Suspend(const std::vector<JobId>& victims, JobId for_job);
+  void Wait(const JobRequest& job, std::string reason);
+
+  Placement PlaceAs(const JobRequest& request, bool within_leaf, std::string* reason,
+                    bool off_reserved);
+  int QueuedForGpus(std::size_t index, int taking) const;
+  bool TouchesReserved(const Placement& p) const;
+  std::string Head() const;  // "job 3 (priority 5, 4 nodes)"
+
+  const Scheduler& scheduler_;
+  const SchedulerOptions& options_;
+  const PlacementPolicy& policy_;
+  const Seconds now_;
+  Decision decision_;
+  ClusterState work_;
+  std::vector<Entry> order_;
+  std::map<std::string, int> held_;  // nodes each user's running jobs hold
+  // Many queued jobs ask for the same shape. While nothing starts, a shape that did not fit
+  // still does not, for the same reason: failures are remembered until the cluster state changes.
+  std::map<Shape, std::string> failed_;
+  const JobRequest* head_ = nullptr;  // the first job that could not start
+  Seconds reservation_ = -1;
+  // The nodes the head is expected to start on at reservation_: a job behind it that would still
+  // run then may start now on other nodes (EASY backfill's "extra nodes"), never on these.
+  std::vector<int> reserved_;
+  std::map<int, int> waiting_by_priority_;
+  int searches_ = 0;  // preemption searches so far
+  // Jobs that wait for GPUs if more GPUs go to the entry at order_[i]: those left waiting ahead
+  // of it, and those behind it beyond what would still be free (demand_[k]: the GPUs the first k
+  // entries ask for).
+  long free_gpus_ = 0;
+  std::vector<long> demand_;
+};
+
+Scheduler::Round::Round(const Scheduler& scheduler, const ClusterState& state,
+                        const std::vector<JobRequest>& queue, Seconds now)
+    : scheduler_(scheduler),
+      options_(scheduler.options_),
+      policy_(*scheduler.policy_),
+      now_(now),
+      work_(state) {
+  for (const JobRequest& j : queue) {
+    if (!j.AsksForGroups()) {
+      order_.push_back({&j, Ask::kJob});
+      continue;
     }
-    return false;
-  };
-  std::map<int, int> waiting_by_priority;
-  int searches = 0;
-
-  // Jobs that wait for GPUs if `taking` more GPUs go to the job at order[i]: those left waiting
-  // ahead of it this round, and those behind it beyond what would still be free (demand[k]: the
-  // GPUs the first k jobs in order ask for).
-  long free_gpus = 0;
-  for (std::size_t n = 0; n < work.topology().nodes().size(); ++n) {
-    if (!work.drained(static_cast<int>(n))) free_gpus += work.free_gpus(static_cast<int>(n));
+    if (!j.Gang() || j.node_step <= 0) continue;  // (not a fault-tolerant job: nothing to ask)
+    const auto& groups = j.missing_groups;
+    if (std::any_of(groups.begin(), groups.end(), [](const MissingGroup& g) { return g.lost; }))
+      order_.push_back({&j, Ask::kReplacements});
+    if (std::any_of(groups.begin(), groups.end(), [](const MissingGroup& g) { return !g.lost; }))
+      order_.push_back({&j, Ask::kGrowth});
   }
-  std::vector<long> demand(order.size() + 1, 0);
-  for (std::size_t k = 0; k < order.size(); ++k)
-    demand[k + 1] = demand[k] + order[k]->TotalGpus();
-  auto queued_for_gpus = [&](std::size_t i, int taking) {
-    const long beyond = demand[i + 1] + free_gpus - taking;  // behind it, what still fits
-    const auto first_left =
-        std::upper_bound(demand.begin() + static_cast<std::ptrdiff_t>(i) + 2, demand.end(), beyond);
-    return static_cast<int>(decision.pending.size()) +
-           static_cast<int>(std::distance(first_left, demand.end()));
-  };
-
-  for (std::size_t index = 0; index < order.size(); ++index) {
-    const JobRequest* job = order[index];
-    int ahead = 0;
-    for (const auto& [priority, count] : waiting_by_priority) {
-      if (priority > job->priority) ahead += count;
+  // Groups a run began without come after everything else; the rest by ComesBefore.
+  std::stable_sort(order_.begin(), order_.end(), [](const Entry& a, const Entry& b) {
+    const bool a_later = a.ask == Ask::kGrowth, b_later = b.ask == Ask::kGrowth;
+    if (a_later != b_later) return b_later;
+    return ComesBefore(*a.job, *b.job);
+  });
+  for (const RunningJob& r : work_.running())
+    held_[r.request.user] += NodesHeld(r);
+  for (std::size_t n = 0; n < work_.topology().nodes().size(); ++n) {
+    if (!work_.drained(static_cast<int>(n))) free_gpus_ += work_.free_gpus(static_cast<int>(n));
+  }
+  demand_.assign(order_.size() + 1, 0);
+  for (std::size_t k = 0; k < order_.size(); ++k) {
+    const Entry& e = order_[k];
+    long asks = e.job->TotalGpus();
+    if (e.ask != Ask::kJob) {
+      const auto wanted = std::count_if(
+          e.job->missing_groups.begin(), e.job->missing_groups.end(),
+          [&](const MissingGroup& g) { return g.lost == (e.ask == Ask::kReplacements); });
+      asks = static_cast<long>(wanted) * e.job->node_step * e.job->gpus_per_node;
     }
-    auto wait = [&](std::string reason) {
-      if (job->preempted_by != 0) {
-        reason = "preempted " + FormatDuration(std::max<Seconds>(0, now - job->preempted_at)) +
-                 " ago for job " + std::to_string(job->preempted_by) + " (priority " +
-                 std::to_string(job->preempted_by_priority) + "), it waits to resume: " + reason;
-      }
-      if (ahead > 0)
-        reason += "; " + Plural(ahead, "job") + " with higher priority " +
-                  (ahead == 1 ? "is" : "are") + " ahead";
-      decision.pending[job->id] = std::move(reason);
-      ++waiting_by_priority[job->priority];
-    };
+    demand_[k + 1] = demand_[k] + asks;
+  }
+}
 
-    const int needs = NodesHeld(*job);
-    int most_nodes = job->nodes;  // what its user's quota leaves it (an elastic gang may start
-    std::string over_quota;       // with less)
-    if (auto q = options_.node_quota.find(job->user); q != options_.node_quota.end()) {
-      int has = held[job->user];
-      if (has + needs > q->second) {
-        over_quota = "user " + job->user + " may hold " + Plural(q->second, "node") +
-                     " and holds " + std::to_string(has) + "; this job needs " +
-                     std::to_string(needs) + " more";
-        if (!job->Elastic() || has + job->min_nodes > q->second) {
-          wait(over_quota);
-          continue;
-        }
-        most_nodes = q->second - has;
-      }
+Decision Scheduler::Round::Run() {
+  for (std::size_t index = 0; index < order_.size(); ++index) {
+    const Entry& e = order_[index];
+    if (e.ask == Ask::kJob) {
+      Consider(index);
+    } else {
+      StartGroups(*e.job, e.ask == Ask::kReplacements);
     }
-    const bool whole = most_nodes >= job->nodes;  // it may start whole
+  }
+  decision_.reserved = std::move(reserved_);
+  return std::move(decision_);
+}
 
-    // The locality wait (placement.h): a job that fits under one leaf is tried there first; one
-    // that could start now only across leaves waits for a leaf while that is the cheaper choice
-    // (the policy's LocalityWait, from what spreading would cost) and a leaf is expected to free
-    // in time. The wait begins in the first round the job could start across leaves, and ends
-    // unused in a round where it could not start anywhere: waiting behind other jobs for capacity
-    // does not use it up, so a job is never spread the moment nodes free after hours short of
-    // them.
-    const Seconds cap = policy_->MaxLocalityWait(*job);
-    const bool may_wait = whole && cap > 0 && job->nodes <= work.topology().max_leaf_nodes();
-    Seconds since = job->locality_wait_since;
-    auto place_as = [&](const JobRequest& request, bool within_leaf, std::string* reason,
-                        bool off_reserved) {
-      const Shape shape = shape_of(request, within_leaf, off_reserved);
-      if (auto known = failed.find(shape); known != failed.end()) {
-        *reason = known->second;
-        return Placement{};
+// A queued job through the stages: it starts, or waits with its reason.
+void Scheduler::Round::Consider(std::size_t index) {
+  Candidate c(*order_[index].job, index);
+  if (!WithinQuota(c)) return;
+  PlaceWhole(c);
+  if (!c.placement.empty() && head_ != nullptr && !PassesHead(c)) return;
+  if (c.placement.empty() && c.whole) Preempt(c);
+  if (c.short_everywhere && !c.one_leaf && c.since >= 0) {
+    // It could not start anywhere this round: the wait ends unused.
+    c.since = -1;
+    decision_.locality_wait_started[c.job.id] = -1;
+  }
+  if (c.placement.empty()) PlaceInPart(c);
+  if (c.placement.empty() && !c.whole) {  // not even in part: its user's quota it waits for
+    Wait(c.job, c.over_quota);
+    return;
+  }
+  if (c.placement.empty()) {
+    Block(c);
+    return;
+  }
+  Start(c.job, std::move(c.placement));
+}
+
+// Order: the nodes its user's quota leaves it. False (it waits) when that is too few.
+bool Scheduler::Round::WithinQuota(Candidate& c) {
+  const JobRequest& job = c.job;
+  c.most_nodes = job.nodes;
+  if (auto q = options_.node_quota.find(job.user); q != options_.node_quota.end()) {
+    const int has = held_[job.user], needs = NodesHeld(job);
+    if (has + needs > q->second) {
+      c.over_quota = "user " + job.user + " may hold " + Plural(q->second, "node") + " and holds " +
+                     std::to_string(has) + "; this job needs " + std::to_string(needs) + " more";
+      if (!job.Elastic() || has + job.min_nodes > q->second) {
+        Wait(job, c.over_quota);
+        return false;
       }
-      // Off the reservation: the reserved nodes count as drained while the policy chooses.
-      std::vector<int> hidden;
-      if (off_reserved) {
-        for (int n : reserved) {
-          if (work.drained(n)) continue;
-          work.SetDrained(n, true);
-          hidden.push_back(n);
-        }
-      }
-      Placement p = PlaceJob(request, work, within_leaf, reason);
-      for (int n : hidden)
-        work.SetDrained(n, false);
-      if (p.empty()) failed[shape] = *reason;
-      return p;
-    };
-    auto place = [&](bool within_leaf, std::string* reason, bool off_reserved = false) {
-      return place_as(*job, within_leaf, reason, off_reserved);
-    };
-    std::string why = over_quota;
-    Placement placement = whole ? place(may_wait, &why) : Placement{};
-    bool within_leaf = may_wait;  // how `placement` was chosen
-    bool one_leaf = false;        // held for one leaf this round
-    Seconds until = -1;           // when the wait runs out
-    Seconds leaf_expected = -1;   // when a leaf is expected to free for it
-    Placement leaf_where;         // and where
-    // Whether `job`, which could start now on `across` (spread over leaves; `how`: "" or by
-    // suspending which jobs), holds out for one leaf this round instead.
-    auto hold_for_leaf = [&](const Placement& across, const std::string& how) {
-      const int queued = queued_for_gpus(index, job->TotalGpus());
-      const LocalityBudget budget = policy_->LocalityWait(*job, work, across, now, queued);
-      const Seconds allowed = budget.wait;
-      const Seconds waited = since >= 0 ? now - since : 0;
-      bool hold = waited < allowed;
-      if (hold) {
-        leaf_expected = EarliestStart(*job, work, now, /*one_leaf=*/true, &leaf_where);
-        hold = leaf_expected < 0 || leaf_expected - now <= allowed - waited;
-      }
-      if (!hold) return false;
-      one_leaf = true;
-      if (since < 0) {
-        since = now;
-        decision.locality_wait_started[job->id] = now;
-      }
-      until = since + allowed;
-      decision.recheck_at = decision.recheck_at < 0 ? until : std::min(decision.recheck_at, until);
-      const std::string spread = "; spread over leaves now" + how;
-      const std::string cost = FormatDuration(budget.from_share ? budget.spread_cost : allowed);
-      why += queued == 0 ? spread + ", it and the jobs sharing those uplinks would lose about " +
-                               cost + " of run time to congestion"
-                         : spread +
-                               ", the run time it and the jobs sharing those uplinks would lose "
-                               "to congestion, and the GPU time " +
-                               Plural(queued, "job") +
-                               " queued for GPUs would wait for, come to about " + cost;
-      if (budget.from_share) why += ShareClause(*job, allowed, now);
-      if (leaf_expected >= 0)
-        why += ", and a leaf is expected to free in " + FormatDuration(leaf_expected - now);
+      c.most_nodes = q->second - has;
+    }
+  }
+  c.whole = c.most_nodes >= job.nodes;
+  return true;
+}
+
+// Shape: where it starts whole on free nodes now, if anywhere. The locality wait (placement.h):
+// a job that fits under one leaf is tried there first; one that could start now only across
+// leaves waits for a leaf while that is the cheaper choice (the policy's LocalityWait, from what
+// spreading would cost) and a leaf is expected to free in time. The wait begins in the first
+// round the job could start across leaves, and ends unused in a round where it could not start
+// anywhere: waiting behind other jobs for capacity does not use it up, so a job is never spread
+// the moment nodes free after hours short of them.
+void Scheduler::Round::PlaceWhole(Candidate& c) {
+  const JobRequest& job = c.job;
+  c.cap = policy_.MaxLocalityWait(job);
+  c.may_wait = c.whole && c.cap > 0 && job.nodes <= work_.topology().max_leaf_nodes();
+  c.since = job.locality_wait_since;
+  c.why = c.over_quota;
+  c.within_leaf = c.may_wait;
+  if (c.whole) c.placement = PlaceAs(job, c.may_wait, &c.why, /*off_reserved=*/false);
+  if (!c.placement.empty() || !c.may_wait) return;
+  std::string across_why;
+  Placement across = PlaceAs(job, /*within_leaf=*/false, &across_why, /*off_reserved=*/false);
+  if (across.empty()) {
+    // Short of nodes wherever they are: that is what it waits for first (unless suspending
+    // others would start it).
+    c.short_everywhere = true;
+    c.why = across_why + "; then, if its traffic would crowd the uplinks, it may wait up to " +
+            FormatDuration(c.cap) + " for them under one leaf switch";
+  } else if (!HoldForLeaf(c, across, "")) {
+    c.placement = std::move(across);  // waiting would cost more than spreading
+    c.within_leaf = false;
+  }
+}
+
+// Whether the job, which could start now on `across` (spread over leaves; `how`: "" or by
+// suspending which jobs), holds out for one leaf this round instead.
+bool Scheduler::Round::HoldForLeaf(Candidate& c, const Placement& across, const std::string& how) {
+  const JobRequest& job = c.job;
+  const int queued = QueuedForGpus(c.index, job.TotalGpus());
+  const LocalityBudget budget = policy_.LocalityWait(job, work_, across, now_, queued);
+  const Seconds allowed = budget.wait;
+  const Seconds waited = c.since >= 0 ? now_ - c.since : 0;
+  bool hold = waited < allowed;
+  if (hold) {
+    c.leaf_expected = scheduler_.EarliestStart(job, work_, now_, /*one_leaf=*/true, &c.leaf_where);
+    hold = c.leaf_expected < 0 || c.leaf_expected - now_ <= allowed - waited;
+  }
+  if (!hold) return false;
+  c.one_leaf = true;
+  if (c.since < 0) {
+    c.since = now_;
+    decision_.locality_wait_started[job.id] = now_;
+  }
+  c.until = c.since + allowed;
+  decision_.recheck_at =
+      decision_.recheck_at < 0 ? c.until : std::min(decision_.recheck_at, c.until);
+  const std::string spread = "; spread over leaves now" + how;
+  const std::string cost = FormatDuration(budget.from_share ? budget.spread_cost : allowed);
+  c.why += queued == 0 ? spread + ", it and the jobs sharing those uplinks would lose about " +
+                             cost + " of run time to congestion"
+                       : spread +
+                             ", the run time it and the jobs sharing those uplinks would lose "
+                             "to congestion, and the GPU time " +
+                             Plural(queued, "job") +
+                             " queued for GPUs would wait for, come to about " + cost;
+  if (budget.from_share) c.why += ShareClause(job, allowed, now_);
+  if (c.leaf_expected >= 0)
+    c.why += ", and a leaf is expected to free in " + FormatDuration(c.leaf_expected - now_);
+  return true;
+}
+
+// Backfill: a job that fits now starts ahead of the blocked head only if it is done before the
+// head's reservation, or on nodes the reservation does not need. False: it waits.
+bool Scheduler::Round::PassesHead(Candidate& c) {
+  const JobRequest& job = c.job;
+  const bool ends_in_time = options_.backfill && job.expected_runtime > 0 && reservation_ >= 0 &&
+                            now_ + job.expected_runtime <= reservation_;
+  if (ends_in_time) return true;
+  if (options_.backfill && reservation_ >= 0) {
+    if (!TouchesReserved(c.placement)) return true;
+    std::string ignored;
+    Placement elsewhere = PlaceAs(job, c.within_leaf, &ignored, /*off_reserved=*/true);
+    if (!elsewhere.empty()) {
+      c.placement = std::move(elsewhere);
       return true;
-    };
-    bool short_everywhere = false;  // it could not start on free nodes even across leaves
-    if (placement.empty() && may_wait) {
-      std::string across_why;
-      Placement across = place(false, &across_why);
-      if (across.empty()) {
-        // Short of nodes wherever they are: that is what it waits for first (unless suspending
-        // others would start it, below).
-        short_everywhere = true;
-        why = across_why + "; then, if its traffic would crowd the uplinks, it may wait up to " +
-              FormatDuration(cap) + " for them under one leaf switch";
-      } else if (!hold_for_leaf(across, "")) {
-        placement = std::move(across);  // waiting would cost more than spreading
-        within_leaf = false;
+    }
+  }
+  std::string reason = "it fits now, but " + Head() + " is ahead and ";
+  if (reservation_ < 0) {
+    reason += "no running job has an expected end, so nothing can start ahead of it";
+  } else if (!options_.backfill) {
+    reason +=
+        "holds a reservation in " + FormatDuration(reservation_ - now_) + " (backfill is off)";
+  } else if (job.expected_runtime <= 0) {
+    reason += "holds a reservation in " + FormatDuration(reservation_ - now_) +
+              " on the nodes this job fits on; this job gives no expected run time, so it "
+              "cannot be backfilled there (one of at most " +
+              FormatDuration(reservation_ - now_) + " would start now)";
+  } else {
+    reason += "holds a reservation in " + FormatDuration(reservation_ - now_) +
+              " on the nodes this job fits on, before this job would end (expected run time " +
+              FormatDuration(job.expected_runtime) + "); one of at most " +
+              FormatDuration(reservation_ - now_) + " would start now";
+  }
+  Wait(job, reason);
+  return false;
+}
+
+// Victims: running jobs of lower priority to suspend so that it starts whole. Suspending jobs is
+// starting now too: a job that may wait for a leaf suspends jobs under one leaf if that frees
+// one, and across leaves only where the locality wait would spread it on free nodes.
+void Scheduler::Round::Preempt(Candidate& c) {
+  if (!options_.preemption || searches_ >= options_.max_preemption_searches) return;
+  ++searches_;
+  const JobRequest& job = c.job;
+  std::vector<JobId> victims = scheduler_.FindVictims(job, work_, now_, c.may_wait, &c.placement);
+  if (victims.empty() && c.may_wait && !c.one_leaf) {
+    Placement across;
+    std::vector<JobId> spread = scheduler_.FindVictims(job, work_, now_, false, &across);
+    if (!spread.empty() &&
+        (!SpansLeaves(work_.topology(), across) ||
+         !HoldForLeaf(c, across,
+                      " by suspending " + Plural(static_cast<int>(spread.size()), "job") +
+                          " of lower priority"))) {
+      victims = std::move(spread);
+      c.placement = std::move(across);
+    }
+  }
+  Suspend(victims, job.id);
+}
+
+// An elastic gang that cannot start whole, even by suspending others, starts with the most whole
+// groups that fit (down to min_nodes), spread as the policy places it (it does not wait for a
+// leaf then): behind a blocked head only as a backfill would, ending before the head's
+// reservation or off its nodes.
+void Scheduler::Round::PlaceInPart(Candidate& c) {
+  const JobRequest& job = c.job;
+  if (!job.Elastic() || c.one_leaf) return;
+  if (head_ != nullptr && !(options_.backfill && reservation_ >= 0)) return;
+  const bool ends_in_time =
+      head_ == nullptr || (job.expected_runtime > 0 && now_ + job.expected_runtime <= reservation_);
+  // Sizes min_nodes + i * node_step for i in 0..most; where one fits, every smaller one does:
+  // bisect (a job of a thousand groups costs a round a dozen placements, not a thousand).
+  JobRequest part = job;
+  auto fit = [&](int i) {
+    part.nodes = job.min_nodes + i * job.node_step;
+    std::string ignored;
+    return PlaceAs(part, /*within_leaf=*/false, &ignored, !ends_in_time);
+  };
+  int lo = 0, hi = (std::min(c.most_nodes, job.nodes - 1) - job.min_nodes) / job.node_step;
+  c.placement = fit(lo);
+  while (!c.placement.empty() && lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (Placement more = fit(mid); !more.empty()) {
+      c.placement = std::move(more);
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+}
+
+// It waits. The first job that waits becomes the head and holds a reservation: when and where it
+// is expected to start as running jobs reach their expected run times.
+void Scheduler::Round::Block(Candidate& c) {
+  const JobRequest& job = c.job;
+  const bool is_head = head_ == nullptr;
+  if (is_head) {
+    head_ = &job;
+    Placement where;
+    if (!options_.backfill) {
+      reservation_ = -1;
+    } else if (c.leaf_expected >= 0) {
+      reservation_ = c.leaf_expected;
+      where = std::move(c.leaf_where);
+    } else {
+      reservation_ = scheduler_.EarliestStart(job, work_, now_, c.one_leaf, &where);
+      if (c.may_wait && !c.one_leaf && reservation_ >= 0 && SpansLeaves(work_.topology(), where)) {
+        // Short of nodes anywhere, it would start across leaves when they free. Where a leaf
+        // frees for it later by less than spreading then would cost, it holds that leaf's nodes
+        // instead (backfill keeps off them, so the leaf frees when expected), as it would wait
+        // for the leaf once it could start across leaves.
+        Placement in_leaf;
+        const Seconds leaf_at =
+            scheduler_.EarliestStart(job, work_, now_, /*one_leaf=*/true, &in_leaf);
+        const LocalityBudget budget =
+            leaf_at < 0 ? LocalityBudget{}
+                        : policy_.LocalityWait(job, work_, where, now_,
+                                               QueuedForGpus(c.index, job.TotalGpus()));
+        const Seconds allowed = budget.wait;
+        if (leaf_at >= 0 && leaf_at - reservation_ <= allowed) {
+          c.why +=
+              "; it holds nodes under one leaf switch, expected to free " +
+              FormatDuration(leaf_at - reservation_) + " after any nodes would, " +
+              (budget.from_share
+                   ? "more than spreading would cost (about " + FormatDuration(budget.spread_cost) +
+                         ")" + ShareClause(job, allowed, now_)
+                   : "less than spreading would cost (about " + FormatDuration(allowed) + ")");
+          reservation_ = leaf_at;
+          where = std::move(in_leaf);
+        }
       }
     }
-    if (!placement.empty() && head != nullptr) {
-      // Backfill: start ahead of the blocked head only if done before its reservation, or on
-      // nodes its reservation does not need.
-      bool ends_in_time = options_.backfill && job->expected_runtime > 0 && reservation >= 0 &&
-                          now + job->expected_runtime <= reservation;
-      bool off_reserved = false;  // it leaves the head's nodes alone, however long it runs
-      if (!ends_in_time && options_.backfill && reservation >= 0) {
-        off_reserved = !touches_reserved(placement);
-        if (!off_reserved) {
-          std::string ignored;
-          Placement elsewhere = place(within_leaf, &ignored, /*off_reserved=*/true);
-          if (!elsewhere.empty()) {
-            placement = std::move(elsewhere);
-            off_reserved = true;
-          }
-        }
-      }
-      if (!ends_in_time && !off_reserved) {
-        std::string reason = "it fits now, but job " + std::to_string(head->id) + " (priority " +
-                             std::to_string(head->priority) + ", " +
-                             Plural(NodesHeld(*head), "node") + ") is ahead and ";
-        if (reservation < 0) {
-          reason += "no running job has an expected end, so nothing can start ahead of it";
-        } else if (!options_.backfill) {
-          reason +=
-              "holds a reservation in " + FormatDuration(reservation - now) + " (backfill is off)";
-        } else if (job->expected_runtime <= 0) {
-          reason += "holds a reservation in " + FormatDuration(reservation - now) +
-                    " on the nodes this job fits on; this job gives no expected run time, so it "
-                    "cannot be backfilled there (one of at most " +
-                    FormatDuration(reservation - now) + " would start now)";
-        } else {
-          reason += "holds a reservation in " + FormatDuration(reservation - now) +
-                    " on the nodes this job fits on, before this job would end (expected run "
-                    "time " +
-                    FormatDuration(job->expected_runtime) + "); one of at most " +
-                    FormatDuration(reservation - now) + " would start now";
-        }
-        wait(reason);
+    reserved_ = std::move(where.nodes);
+  }
+  if (c.until >= 0)
+    c.why += " (after " + FormatDuration(c.until - now_) + " more it takes any leaves)";
+  if (is_head && reservation_ >= 0) {
+    c.why += "; expected to start in " + FormatDuration(reservation_ - now_) +
+             ", when running jobs reach their expected run times (nothing that would delay it "
+             "starts meanwhile)";
+  } else if (is_head && options_.backfill) {
+    int unknown = 0;
+    for (const RunningJob& r : work_.running())
+      unknown += r.request.expected_runtime <= 0;
+    c.why += unknown > 0 ? "; no start time can be estimated: " + Plural(unknown, "running job") +
+                               (unknown == 1 ? " gives" : " give") + " no expected run time"
+                         : "; it would not fit even with every running job ended (drained "
+                           "nodes, or a rule it cannot meet)";
+  }
+  Wait(job, std::move(c.why));
+}
+
+void Scheduler::Round::Start(const JobRequest& job, Placement placement) {
+  (void)work_.Allocate(job, placement, now_);
+  free_gpus_ -= static_cast<long>(placement.nodes.size()) * placement.gpus_per_node;
+  failed_.clear();
+  held_[job.user] += job.Gang() ? static_cast<int>(placement.nodes.size()) : 1;
+  decision_.starts.push_back({job.id, std::move(placement)});
+}
+
+// A running job's missing groups of one kind (lost ones, or those its run began without), each
+// as a gang of node_step nodes at the job's priority.
+void Scheduler::Round::StartGroups(const JobRequest& job, bool lost) {
+  const ReplacementPolicy& policy = options_.replacements;
+  const int most =
+      job.max_replacements > 0 ? job.max_replacements : policy.per_replica * job.Replicas();
+  int placed = job.replacements_placed;
+  for (const MissingGroup& group : job.missing_groups) {
+    if (group.lost != lost) continue;
+    const std::string replica = "replica " + std::to_string(group.replica);
+    const std::string waits =
+        replica + (lost ? " is not replaced: " : " waits to start (the run started without it): ");
+    std::string& reason = decision_.groups_waiting[job.id][group.replica];
+    if (lost && placed >= most) {
+      reason = waits + "the run has placed " + Plural(placed, "replacement") +
+               ", its most (max_restarts per replica)";
+      continue;
+    }
+    if (lost) {
+      // Replacements that failed at once, and the wait they earn.
+      int quick = 0;
+      for (const auto& [start, end] : group.ended_replacements)
+        quick += end - start < policy.quick_failure;
+      Seconds backoff = policy.first_backoff;
+      for (int i = 1; i < quick && backoff < policy.max_backoff; ++i)
+        backoff = std::min(policy.max_backoff, backoff * 2);
+      if (quick > 0 && now_ - group.last_end < backoff) {
+        reason = replica + " is not replaced yet: " + std::to_string(quick) +
+                 " of its replacements failed within " + FormatDuration(policy.quick_failure) +
+                 " of starting; the next in " + std::to_string(backoff) + " s";
         continue;
       }
     }
-    if (placement.empty() && whole && options_.preemption &&
-        searches < options_.max_preemption_searches) {
-      ++searches;
-      // Suspending jobs is starting now too: a job that may wait for a leaf suspends jobs under
-      // one leaf if that frees one, and across leaves only where the locality wait would spread
-      // it on free nodes.
-      std::vector<JobId> victims = FindVictims(*job, work, now, may_wait, &placement);
-      if (victims.empty() && may_wait && !one_leaf) {
-        Placement across;
-        std::vector<JobId> spread = FindVictims(*job, work, now, /*one_leaf=*/false, &across);
-        if (!spread.empty() &&
-            (!SpansLeaves(work.topology(), across) ||
-             !hold_for_leaf(across, " by suspending " +
-                                        Plural(static_cast<int>(spread.size()), "job") +
-                                        " of lower priority"))) {
-          victims = std::move(spread);
-          placement = std::move(across);
-        }
-      }
-      for (JobId v : victims) {
-        decision.suspended_for[v] = job->id;
-        const RunningJob& victim = *work.find(v);
-        held[victim.request.user] -= NodesHeld(victim);
-        free_gpus +=
-            static_cast<long>(victim.placement.nodes.size()) * victim.placement.gpus_per_node;
-        (void)work.Release(v);
-        decision.suspends.push_back(v);
-      }
-      if (!victims.empty()) failed.clear();
-    }
-    if (short_everywhere && !one_leaf && since >= 0) {
-      // It could not start anywhere this round: the wait ends unused.
-      since = -1;
-      decision.locality_wait_started[job->id] = -1;
-    }
-    // An elastic gang that cannot start whole, even by suspending others, starts with the most
-    // whole steps that fit (down to min_nodes), spread as the policy places it (it does not
-    // wait for a leaf then): behind a blocked head only as a backfill would, ending before the
-    // head's reservation or off its nodes.
-    if (placement.empty() && job->Elastic() && !one_leaf &&
-        (head == nullptr || (options_.backfill && reservation >= 0))) {
-      const bool ends_in_time = head == nullptr || (job->expected_runtime > 0 &&
-                                                    now + job->expected_runtime <= reservation);
-      // Sizes min_nodes + i * node_step for i in 0..most; where one fits, every smaller one
-      // does: bisect (a job of a thousand groups costs a round a dozen placements, not a
-      // thousand).
-      JobRequest part = *job;
-      auto fit = [&](int i) {
-        part.nodes = job->min_nodes + i * job->node_step;
-        std::string ignored;
-        return place_as(part, /*within_leaf=*/false, &ignored, !ends_in_time);
-      };
-      int lo = 0, hi = (std::min(most_nodes, job->nodes - 1) - job->min_nodes) / job->node_step;
-      placement = fit(lo);
-      while (!placement.empty() && lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (Placement more = fit(mid); !more.empty()) {
-          placement = std::move(more);
-          lo = mid;
-        } else {
-          hi = mid - 1;
-        }
-      }
-    }
-    if (placement.empty() && !whole) {  // not even in part: its user's quota is what it waits for
-      wait(over_quota);
-      continue;
-    }
-    if (placement.empty()) {
-      bool is_head = false;
-      if (head == nullptr) {
-        head = job;
-        is_head = true;
-        Placement where;
-        if (!options_.backfill) {
-          reservation = -1;
-        } else if (leaf_expected >= 0) {
-          reservation = leaf_expected;
-          where = std::move(leaf_where);
-        } else {
-          reservation = EarliestStart(*job, work, now, one_leaf, &where);
-          if (may_wait && !one_leaf && reservation >= 0 && SpansLeaves(work.topology(), where)) {
-            // Short of nodes anywhere, it would start across leaves when they free. Where a leaf
-            // frees for it later by less than spreading then would cost, it holds that leaf's
-            // nodes instead (backfill keeps off them, so the leaf frees when expected), as it
-            // would wait for the leaf once it could start across leaves.
-            Placement in_leaf;
-            const Seconds leaf_at = EarliestStart(*job, work, now, /*one_leaf=*/true, &in_leaf);
-            const LocalityBudget budget =
-                leaf_at < 0 ? LocalityBudget{}
-                            : policy_->LocalityWait(*job, work, where, now,
-                                                    queued_for_gpus(index, job->TotalGpus()));
-            const Seconds allowed = budget.wait;
-            if (leaf_at >= 0 && leaf_at - reservation <= allowed) {
-              why += "; it holds nodes under one leaf switch, expected to free " +
-                     FormatDuration(leaf_at - reservation) + " after any nodes would, " +
-                     (budget.from_share ? "more than spreading would cost (about " +
-                                              FormatDuration(budget.spread_cost) + ")" +
-                                              ShareClause(*job, allowed, now)
-                                        : "less than spreading would cost (about " +
-                                              FormatDuration(allowed) + ")");
-              reservation = leaf_at;
-              where = std::move(in_leaf);
-            }
-          }
-        }
-        reserved = std::move(where.nodes);
-      }
-      if (until >= 0)
-        why += " (after " + FormatDuration(until - now) + " more it takes any leaves)";
-      if (is_head && reservation >= 0) {
-        why += "; expected to start in " + FormatDuration(reservation - now) +
-               ", when running jobs reach their expected run times (nothing that would delay it "
-               "starts meanwhile)";
-      } else if (is_head && options_.backfill) {
-        int unknown = 0;
-        for (const RunningJob& r : work.running())
-          unknown += r.request.expected_runtime <= 0;
-        why += unknown > 0 ? "; no start time can be estimated: " + Plural(unknown, "running job") +
-                                 (unknown == 1 ? " gives" : " give") + " no expected run time"
-                           : "; it would not fit even with every running job ended (drained "
-                             "nodes, or a rule it cannot meet)";
-      }
-      wait(why);
-      continue;
-    }
-    (void)work.Allocate(*job, placement, now);
-    free_gpus -= static_cast<long>(placement.nodes.size()) * placement.gpus_per_node;
-    failed.clear();
-    held[job->user] += job->Gang() ? static_cast<int>(placement.nodes.size()) : 1;
-    decision.starts.push_back({job->id, std::move(placement)});
+    if (!StartGroup(job, group, waits)) continue;
+    decision_.groups_waiting[job.id].erase(group.replica);
+    placed += lost;
   }
-  decision.reserved = std::move(reserved);
-  return decision;
+  if (auto w = decision_.groups_waiting.find(job.id);
+      w != decision_.groups_waiting.end() && w->second.empty()) {
+    decision_.groups_waiting.erase(w);
+  }
+}
+
+// One group, under its user's quota, behind the head as a backfill; a replacement suspends jobs
+// of lower priority where nothing ahead is blocked. False (with its reason) when it does not
+// start.
+bool Scheduler::Round::StartGroup(const JobRequest& job, const MissingGroup& group,
+                                  const std::string& waits) {
+  std::string& reason = decision_.groups_waiting[job.id][group.replica];
+  if (auto f = decision_.suspended_for.find(job.id); f != decision_.suspended_for.end()) {
+    reason = waits + "the job is suspended for job " + std::to_string(f->second);
+    return false;
+  }
+  if (auto q = options_.node_quota.find(job.user); q != options_.node_quota.end()) {
+    if (held_[job.user] + job.node_step > q->second) {
+      reason = waits + "user " + job.user + " may hold " + Plural(q->second, "node") +
+               " and holds " + std::to_string(held_[job.user]) + "; a group needs " +
+               std::to_string(job.node_step) + " more";
+      return false;
+    }
+  }
+  const RunningJob* running = work_.find(job.id);
+  const Seconds ends = running != nullptr && running->request.expected_runtime > 0
+                           ? running->start_time + running->request.expected_runtime
+                           : -1;
+  const bool ends_in_time = head_ == nullptr || (options_.backfill && reservation_ >= 0 &&
+                                                 ends >= 0 && ends <= reservation_);
+  if (head_ != nullptr && !(options_.backfill && reservation_ >= 0)) {
+    reason = waits + Head() + " is ahead and nothing may start ahead of it" +
+             (options_.backfill ? " (no running job has an expected end)" : " (backfill is off)");
+    return false;
+  }
+  JobRequest part = job;
+  part.nodes = job.node_step;
+  part.min_nodes = 0;
+  part.missing_groups.clear();
+  std::string why;
+  Placement placement = PlaceAs(part, /*within_leaf=*/false, &why, !ends_in_time);
+  // A replacement may suspend jobs of lower priority (none of them started this round: it comes
+  // in its job's place in the order); a group the run began without does not.
+  if (placement.empty() && group.lost && head_ == nullptr && options_.preemption &&
+      searches_ < options_.max_preemption_searches) {
+    ++searches_;
+    std::vector<JobId> victims = scheduler_.FindVictims(part, work_, now_, false, &placement);
+    Suspend(victims, job.id);
+  }
+  if (placement.empty()) {
+    reason = waits + "it " + why;
+    if (!ends_in_time) {
+      reason += " off the nodes reserved for " + Head() +
+                ", which is ahead and expected to start in " + FormatDuration(reservation_ - now_);
+    }
+    return false;
+  }
+  if (running != nullptr) {
+    (void)work_.Grow(job.id, placement.nodes);
+  } else {
+    (void)work_.Allocate(job, placement, now_);
+  }
+  free_gpus_ -= static_cast<long>(placement.nodes.size()) * placement.gpus_per_node;
+  failed_.clear();
+  held_[job.user] += job.node_step;
+  decision_.group_starts.push_back({job.id, group.replica, group.lost, std::move(placement)});
+  return true;
+}
+
+void Scheduler::Round::Suspend(const std::vector<JobId>& victims, JobId for_job) {
+  for (JobId v : victims) {
+    decision_.suspended_for[v] = for_job;
+    const RunningJob& victim = *work_.find(v);
+    held_[victim.request.user] -= NodesHeld(victim);
+    free_gpus_ += static_cast<long>(victim.placement.nodes.size()) * victim.placement.gpus_per_node;
+    (void)work_.Release(v);
+    decision_.suspends.push_back(v);
+  }
+  if (!victims.empty()) failed_.clear();
+}
+
+void Scheduler::Round::Wait(const JobRequest& job, std::string reason) {
+  int ahead = 0;
+  for (const auto& [priority, count] : waiting_by_priority_) {
+    if (priority > job.priority) ahead += count;
+  }
+  if (job.preempted_by != 0) {
+    reason = "preempted " + FormatDuration(std::max<Seconds>(0, now_ - job.preempted_at)) +
+             " ago for job " + std::to_string(job.preempted_by) + " (priority " +
+             std::to_string(job.preempted_by_priority) + "), it waits to resume: " + reason;
+  }
+  if (ahead > 0) {
+    reason += "; " + Plural(ahead, "job") + " with higher priority " + (ahead == 1 ? "is" : "are") +
+              " ahead";
+  }
+  decision_.pending[job.id] = std::move(reason);
+  ++waiting_by_priority_[job.priority];
+}
+
+// The policy's placement of `request` on the nodes left (with `within_leaf`, under one leaf;
+// with `off_reserved`, off the head's reserved nodes), remembering failures by shape.
+Placement Scheduler::Round::PlaceAs(const JobRequest& request, bool within_leaf,
+                                    std::string* reason, bool off_reserved) {
+  const Shape shape{request.nodes,
+                    request.Gang() ? request.gpus_per_node : request.gpus,
+                    static_cast<int>(request.comm),
+                    request.may_span_zones,
+                    within_leaf,
+                    off_reserved};
+  if (auto known = failed_.find(shape); known != failed_.end()) {
+    *reason = known->second;
+    return Placement{};
+  }
+  // Off the reservation: the reserved nodes count as drained while the policy chooses.
+  std::vector<int> hidden;
+  if (off_reserved) {
+    for (int n : reserved_) {
+      if (work_.drained(n)) continue;
+      work_.SetDrained(n, true);
+      hidden.push_back(n);
+    }
+  }
+  Placement p = scheduler_.PlaceJob(request, work_, within_leaf, reason);
+  for (int n : hidden)
+    work_.SetDrained(n, false);
+  if (p.empty()) failed_[shape] = *reason;
+  return p;
+}
+
+int Scheduler::Round::QueuedForGpus(std::size_t index, int taking) const {
+  const long beyond = demand_[index + 1] + free_gpus_ - taking;  // behind it, what still fits
+  const auto first_left = std::upper_bound(demand_.begin() + static_cast<std::ptrdiff_t>(index) + 2,
+                                           demand_.end(), beyond);
+  return static_cast<int>(decision_.pending.size()) +
+         static_cast<int>(std::distance(first_left, demand_.end()));
+}
+
+bool Scheduler::Round::TouchesReserved(const Placement& p) const {
+  return std::any_of(p.nodes.begin(), p.nodes.end(), [&](int n) {
+    return std::find(reserved_.begin(), reserved_.end(), n) != reserved_.end();
+  });
+}
+
+std::string Scheduler::Round::Head() const {
+  return "job " + std::to_string(head_->id) + " (priority " + std::to_string(head_->priority) +
+         ", " + Plural(NodesHeld(*head_), "node") + ")";
+}
+
+Decision Scheduler::Decide(const ClusterState& state, const std::vector<JobRequest>& queue,
+                           Seconds now) const {
+  return Round(*this, state, queue, now).Run();
 }
 
 }  // namespace ff::scheduler

@@ -685,7 +685,24 @@ RandomCase MakeRandomCase(uint64_t seed) {
     j.expected_runtime = pick(0, 1) ? pick(10, 5000) : 0;
     std::string why;
     Placement p = first_fit->Place(j, *c.state, &why);
-    if (!p.empty()) (void)c.state->Allocate(j, p, pick(0, 50));
+    if (p.empty()) continue;
+    if (pick(0, 2) == 0) {
+      // A fault-tolerant job of one-node groups, some of them missing (lost, or not started):
+      // it asks the round for those.
+      const int missing = pick(1, 3);
+      j.nodes += missing;
+      j.node_step = 1;
+      j.min_nodes = 1;
+      JobRequest asks = j;
+      for (int r = 0; r < missing; ++r) {
+        MissingGroup g;
+        g.replica = static_cast<int>(p.nodes.size()) + r;
+        g.lost = pick(0, 1) == 1;
+        asks.missing_groups.push_back(g);
+      }
+      c.queue.push_back(asks);
+    }
+    (void)c.state->Allocate(j, p, pick(0, 50));
   }
   for (int i = 0; i < pick(0, 2); ++i)
     c.state->SetDrained(pick(0, nodes - 1), true);
@@ -725,10 +742,18 @@ TEST(SchedulerPropertyTest, DecisionsAreSoundOnRandomClusters) {
       // Applying the decision never over-allocates: every suspend and start succeeds in order.
       ClusterState after = *c.state;
       for (JobId v : d.suspends)
-        ASSERT_TRUE(after.Release(v).ok()) << seed << " " << policy;
+        ASSERT_TRUE(after.Release(v).ok()) << seed << " " << policy << " victim " << v;
       std::map<JobId, const JobRequest*> by_id;
       for (const JobRequest& j : c.queue)
         by_id[j.id] = &j;
+      for (const auto& g : d.group_starts) {
+        const JobRequest& j = *by_id.at(g.job);
+        ASSERT_TRUE(j.AsksForGroups());
+        ASSERT_EQ(static_cast<int>(g.placement.nodes.size()), j.node_step);
+        ASSERT_TRUE(after.find(g.job) != nullptr) << "a suspended job's group never starts";
+        Status grown = after.Grow(g.job, g.placement.nodes);
+        ASSERT_TRUE(grown.ok()) << seed << " " << policy << ": " << grown.message();
+      }
       for (const auto& s : d.starts) {
         const JobRequest& j = *by_id.at(s.job);
         // Gangs are all or nothing (an elastic one: whole groups, at least its minimum);
@@ -761,7 +786,8 @@ TEST(SchedulerPropertyTest, DecisionsAreSoundOnRandomClusters) {
       }
       int user0_before = 0;
       for (const RunningJob& r : c.state->running()) {
-        if (r.request.user == "user0") user0_before += r.request.Gang() ? r.request.nodes : 1;
+        if (r.request.user == "user0")
+          user0_before += r.request.Gang() ? static_cast<int>(r.placement.nodes.size()) : 1;
       }
       ASSERT_LE(user0, std::max(3, user0_before)) << seed << " " << policy;
       // Suspended jobs always had lower priority than some started job.
@@ -770,14 +796,198 @@ TEST(SchedulerPropertyTest, DecisionsAreSoundOnRandomClusters) {
         bool justified = false;
         for (const auto& s : d.starts)
           justified |= by_id.at(s.job)->priority > victim_priority;
+        for (const auto& g : d.group_starts)
+          justified |= by_id.at(g.job)->priority > victim_priority;
         ASSERT_TRUE(justified) << seed << " " << policy;
       }
-      // Every queued job is either started or explained.
-      ASSERT_EQ(d.starts.size() + d.pending.size(), c.queue.size()) << seed << " " << policy;
+      // Every queued job is either started or explained; so is every missing group.
+      std::size_t asking = 0, groups = 0, groups_explained = 0;
+      for (const JobRequest& j : c.queue) {
+        asking += j.AsksForGroups();
+        groups += j.missing_groups.size();
+      }
+      for (const auto& [id, waiting] : d.groups_waiting) {
+        groups_explained += waiting.size();
+        for (const auto& [replica, why] : waiting)
+          ASSERT_FALSE(why.empty());
+      }
+      ASSERT_EQ(d.starts.size() + d.pending.size(), c.queue.size() - asking)
+          << seed << " " << policy;
+      ASSERT_EQ(d.group_starts.size() + groups_explained, groups) << seed << " " << policy;
       for (const auto& [id, why] : d.pending)
         ASSERT_FALSE(why.empty());
     }
   }
+}
+
+// ---- running fault-tolerant jobs' replica groups ---------------------------------------------
+
+// Alice's fault-tolerant job 5: three replica groups of 2 nodes (min 2), running replicas 0 and 1
+// on nodes 12-15 (zone B), asking for replica 2 (lost, or never started with `lost` false).
+JobRequest RunningReplicas(int priority = 3, bool lost = true) {
+  JobRequest j = Elastic(5, 3, 2, 2);
+  j.priority = priority;
+  MissingGroup group;
+  group.replica = 2;
+  group.lost = lost;
+  j.missing_groups.push_back(group);
+  return j;
+}
+
+std::vector<std::pair<JobId, int>> GroupsStarted(const Decision& d) {
+  std::vector<std::pair<JobId, int>> started;
+  for (const auto& g : d.group_starts)
+    started.emplace_back(g.job, g.replica);
+  return started;
+}
+
+TEST_F(SchedulerTest, ALostReplicaGroupIsReplacedByTheRound) {
+  JobRequest ft = RunningReplicas();
+  Run(ft, {12, 13, 14, 15});
+  state_->SetDrained(6, true);  // where the lost group ran
+  Decision d = Decide({ft}, 100, NoPreemption());
+  ASSERT_THAT(GroupsStarted(d), ElementsAre(std::pair<JobId, int>(5, 2)));
+  EXPECT_TRUE(d.group_starts[0].replacement);
+  EXPECT_EQ(d.group_starts[0].placement.nodes.size(), 2u);
+  for (int n : d.group_starts[0].placement.nodes) {
+    EXPECT_NE(n, 6);
+    EXPECT_EQ(n < 12 || n > 15, true) << "not on the job's own nodes";
+  }
+  // It asked for a group, not to start: nothing else is said of it.
+  EXPECT_THAT(d.starts, IsEmpty());
+  EXPECT_THAT(d.pending, IsEmpty());
+  EXPECT_THAT(d.groups_waiting, IsEmpty());
+}
+
+TEST_F(SchedulerTest, AReplacementComesInItsJobsPlaceInTheOrder) {
+  // Free: nodes 6 and 7 only. A queued job of higher priority takes them; one of lower priority
+  // waits behind the replacement.
+  JobRequest ft = RunningReplicas();
+  Run(ft, {12, 13, 14, 15});
+  Run(Job(10, 6, 3, "bob"), {0, 1, 2, 3, 4, 5});
+  Run(Job(11, 4, 3, "bob"), {8, 9, 10, 11});
+  Decision d = Decide({ft, Job(1, 2, /*priority=*/5, "carol")}, 100, NoPreemption());
+  EXPECT_THAT(Started(d), ElementsAre(1));
+  EXPECT_THAT(d.group_starts, IsEmpty());
+  EXPECT_EQ(d.groups_waiting.at(5).at(2),
+            "replica 2 is not replaced: it needs 2 nodes with 8 free GPUs; 0 are free");
+  d = Decide({ft, Job(1, 2, /*priority=*/1, "carol")}, 100, NoPreemption());
+  EXPECT_THAT(GroupsStarted(d), ElementsAre(std::pair<JobId, int>(5, 2)));
+  EXPECT_THAT(d.group_starts[0].placement.nodes, UnorderedElementsAre(6, 7));
+  EXPECT_THAT(Started(d), IsEmpty());
+}
+
+TEST_F(SchedulerTest, AReplacementBehindABlockedJobOfHigherPriorityKeepsOffItsReservation) {
+  // Bob's jobs end at t=1000 (nodes 0-5) and t=5000 (8-11); free: 6 and 7. Job 1 (priority 5)
+  // needs all of zone A: it reserves nodes 0-7 for t=1000. The replacement (its job gives no
+  // expected end) may not take 6 and 7.
+  JobRequest ft = RunningReplicas();
+  Run(ft, {12, 13, 14, 15});
+  RunTwoJobsWithExpectedEnds();
+  Decision d = Decide({ft, Job(1, 8, /*priority=*/5, "carol")}, 100, NoPreemption());
+  EXPECT_THAT(d.group_starts, IsEmpty());
+  EXPECT_THAT(d.reserved, UnorderedElementsAre(0, 1, 2, 3, 4, 5, 6, 7));
+  EXPECT_THAT(
+      d.groups_waiting.at(5).at(2),
+      HasSubstr("replica 2 is not replaced: it needs 2 nodes with 8 free GPUs; 0 are "
+                "free off the nodes reserved for job 1 (priority 5, 8 nodes), which is ahead and "
+                "expected to start in 15m"));
+  // A job that ends before the reservation may take them (a backfill).
+  ft.expected_runtime = 500;
+  state_ = std::make_unique<ClusterState>(*topology_);
+  Run(ft, {12, 13, 14, 15});
+  RunTwoJobsWithExpectedEnds();
+  d = Decide({ft, Job(1, 8, /*priority=*/5, "carol")}, 100, NoPreemption());
+  EXPECT_THAT(GroupsStarted(d), ElementsAre(std::pair<JobId, int>(5, 2)));
+}
+
+TEST_F(SchedulerTest, AReplacementMaySuspendJobsOfLowerPriority) {
+  JobRequest ft = RunningReplicas(/*priority=*/5);
+  Run(ft, {12, 13, 14, 15});
+  Run(Job(10, 8, 3, "bob"), {0, 1, 2, 3, 4, 5, 6, 7}, 0, 50);
+  Run(Job(11, 2, 3, "bob"), {8, 9}, 0, 90);  // loses the least work
+  Run(Job(12, 2, 3, "bob"), {10, 11}, 0, 20);
+  Decision d = Decide({ft}, 100);
+  EXPECT_THAT(d.suspends, ElementsAre(11));
+  EXPECT_EQ(d.suspended_for.at(11), 5);
+  ASSERT_THAT(GroupsStarted(d), ElementsAre(std::pair<JobId, int>(5, 2)));
+  EXPECT_THAT(d.group_starts[0].placement.nodes, UnorderedElementsAre(8, 9));
+  // Of the same priority: it waits.
+  ft.priority = 3;
+  d = Decide({ft}, 100);
+  EXPECT_THAT(d.suspends, IsEmpty());
+  EXPECT_THAT(d.group_starts, IsEmpty());
+}
+
+TEST_F(SchedulerTest, AReplacementKeepsToItsUsersQuota) {
+  JobRequest ft = RunningReplicas();
+  Run(ft, {12, 13, 14, 15});
+  SchedulerOptions options = NoPreemption();
+  options.node_quota["alice"] = 6;
+  EXPECT_THAT(GroupsStarted(Decide({ft}, 100, options)), ElementsAre(std::pair<JobId, int>(5, 2)));
+  Run(Job(10, 1, 3, "alice"), {0});
+  Decision d = Decide({ft}, 100, options);
+  EXPECT_THAT(d.group_starts, IsEmpty());
+  EXPECT_EQ(d.groups_waiting.at(5).at(2),
+            "replica 2 is not replaced: user alice may hold 6 nodes and holds 5; a group needs 2 "
+            "more");
+}
+
+TEST_F(SchedulerTest, ReplacementsThatFailAtOnceWaitLongerAndARunPlacesAtMostItsBudget) {
+  JobRequest ft = RunningReplicas();
+  Run(ft, {12, 13, 14, 15});
+  // One replacement that lived 10 s: the next waits 1 s after it ended; two, 2 s.
+  ft.missing_groups[0].ended_replacements = {{100, 110}};
+  ft.missing_groups[0].last_end = 110;
+  Decision d = Decide({ft}, 110, NoPreemption());
+  EXPECT_THAT(d.group_starts, IsEmpty());
+  EXPECT_EQ(d.groups_waiting.at(5).at(2),
+            "replica 2 is not replaced yet: 1 of its replacements failed within 1m of starting; "
+            "the next in 1 s");
+  EXPECT_THAT(Decide({ft}, 111, NoPreemption()).group_starts, Not(IsEmpty()));
+  ft.missing_groups[0].ended_replacements.push_back({105, 110});
+  EXPECT_THAT(Decide({ft}, 111, NoPreemption()).group_starts, IsEmpty());
+  EXPECT_THAT(Decide({ft}, 112, NoPreemption()).group_starts, Not(IsEmpty()));
+  // One that ran for an hour is no quick failure.
+  ft.missing_groups[0].ended_replacements = {{100, 3700}};
+  ft.missing_groups[0].last_end = 3700;
+  EXPECT_THAT(Decide({ft}, 3700, NoPreemption()).group_starts, Not(IsEmpty()));
+  // The policy sets the waits.
+  SchedulerOptions slow = NoPreemption();
+  slow.replacements.quick_failure = 7200;
+  slow.replacements.first_backoff = 30;
+  EXPECT_THAT(Decide({ft}, 3720, slow).group_starts, IsEmpty());
+  EXPECT_THAT(Decide({ft}, 3730, slow).group_starts, Not(IsEmpty()));
+  // The run's budget: its own most, else per_replica per replica.
+  ft.replacements_placed = 2;
+  ft.max_replacements = 2;
+  d = Decide({ft}, 5000, NoPreemption());
+  EXPECT_THAT(d.group_starts, IsEmpty());
+  EXPECT_EQ(d.groups_waiting.at(5).at(2),
+            "replica 2 is not replaced: the run has placed 2 replacements, its most "
+            "(max_restarts per replica)");
+  ft.max_replacements = 0;
+  EXPECT_THAT(Decide({ft}, 5000, NoPreemption()).group_starts, Not(IsEmpty()));  // 3 x 3
+  ft.replacements_placed = 9;
+  EXPECT_THAT(Decide({ft}, 5000, NoPreemption()).group_starts, IsEmpty());
+}
+
+TEST_F(SchedulerTest, GroupsARunBeganWithoutComeAfterTheQueuedJobs) {
+  // Free: nodes 6 and 7. A job queued behind the fault-tolerant one (same priority, submitted
+  // later) takes them first: the run does not need the group to go on.
+  JobRequest ft = RunningReplicas(3, /*lost=*/false);
+  Run(ft, {12, 13, 14, 15});
+  Run(Job(10, 6, 3, "bob"), {0, 1, 2, 3, 4, 5});
+  Run(Job(11, 4, 3, "bob"), {8, 9, 10, 11});
+  Decision d = Decide({ft, Job(20, 2, 3, "carol")}, 100, NoPreemption());
+  EXPECT_THAT(Started(d), ElementsAre(20));
+  EXPECT_THAT(d.group_starts, IsEmpty());
+  EXPECT_THAT(d.groups_waiting.at(5).at(2),
+              HasSubstr("replica 2 waits to start (the run started without it): it needs 2 "
+                        "nodes"));
+  d = Decide({ft}, 100, NoPreemption());
+  ASSERT_THAT(GroupsStarted(d), ElementsAre(std::pair<JobId, int>(5, 2)));
+  EXPECT_FALSE(d.group_starts[0].replacement);
 }
 
 }  // namespace

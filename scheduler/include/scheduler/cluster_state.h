@@ -59,6 +59,12 @@ class ClusterState {
   // Stops every job in `ids` in one pass (cheaper than one Release each). kNotFound, changing
   // nothing, when one of them is not running or is listed twice.
   Status ReleaseAll(std::vector<JobId> ids);
+  // Adds `nodes` to a running job (a fault-tolerant job's new replica group), keeping its start
+  // and last checkpoint. kNotFound or kFailedPrecondition (as Allocate), changing nothing.
+  Status Grow(JobId id, const std::vector<int>& nodes);
+  // Takes `nodes` from a running job (a lost replica group); it stops when none are left.
+  // kNotFound, changing nothing, when it is not running or does not hold one of them.
+  Status Shrink(JobId id, const std::vector<int>& nodes);
   void SetDrained(int node, bool drained);
   // Records a checkpoint of a running job (work before it survives a suspension).
   // kNotFound when it is not running.

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ff::scheduler {
@@ -17,6 +18,20 @@ enum class CommKind : uint8_t {
   kAllreduce,  // data parallel: a double binary tree over the nodes, heavy traffic
   kPipeline,   // pipeline stages: a chain over the nodes, may span zones
   kNone,       // no inter-node traffic
+};
+
+// A running fault-tolerant job's replica without a live group: one for the scheduler to start
+// (JobRequest::missing_groups).
+struct MissingGroup {
+  int replica = 0;
+  // It had a group in this run, which was lost: a replacement restores it. Otherwise the run
+  // began without it (an elastic start) and it joins as nodes free.
+  bool lost = false;
+  // When its last group ended (0: none did), and the start and end of each of its replacements
+  // that ended: replacements that keep failing soon after they start are retried after a growing
+  // wait (ReplacementPolicy).
+  Seconds last_end = 0;
+  std::vector<std::pair<Seconds, Seconds>> ended_replacements;
 };
 
 struct JobRequest {
@@ -44,15 +59,23 @@ struct JobRequest {
   // The wait counts from then, not from submission, so a job that queued for hours behind others
   // still gets its chance of one leaf once its turn comes.
   Seconds locality_wait_since = -1;
-  // An elastic gang (a fault-tolerant job's replica groups of `node_step` nodes each): when all
-  // `nodes` cannot be had, it starts with as many as fit in whole steps, down to `min_nodes`, and
-  // its caller adds the rest as nodes free (Scheduler::Decide). 0: all or nothing.
+  // A fault-tolerant job: `nodes` / `node_step` replica groups of `node_step` nodes each, of
+  // which it runs with at least `min_nodes` / `node_step`. When all `nodes` cannot be had, it
+  // starts with as many groups as fit, down to `min_nodes` (an elastic gang), and later rounds
+  // start the others as nodes free (Scheduler::Decide). node_step 0: one gang, all or nothing.
   int min_nodes = 0;
   int node_step = 0;
+  // A running fault-tolerant job in a round's queue asks for these groups only (its run goes on
+  // meanwhile): lost ones to replace, and those its run began without.
+  std::vector<MissingGroup> missing_groups;
+  int replacements_placed = 0;  // in its current run
+  int max_replacements = 0;     // a run's most; 0: ReplacementPolicy::per_replica per replica
 
   int TotalGpus() const { return nodes > 0 ? nodes * gpus_per_node : gpus; }
   bool Gang() const { return nodes > 0; }
   bool Elastic() const { return Gang() && node_step > 0 && min_nodes > 0 && min_nodes < nodes; }
+  int Replicas() const { return node_step > 0 ? nodes / node_step : 0; }
+  bool AsksForGroups() const { return !missing_groups.empty(); }
 };
 
 // Where a job runs: its nodes in rank order (rank r on nodes[r]) and GPUs used on each.

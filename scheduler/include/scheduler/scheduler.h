@@ -28,6 +28,19 @@
 //     its min_nodes (and within its user's quota), as a backfill would behind a blocked head; its
 //     caller adds the other groups as nodes free, off the head's reserved nodes
 //     (Decision::reserved), the way torchelastic's min:max nodes start a job.
+//   - A running fault-tolerant job without some of its replica groups is in the queue for those
+//     groups (JobRequest::missing_groups), and a round starts them as it starts jobs, under the
+//     same quotas, preemption and backfill:
+//       - lost groups are replaced in the job's place in the order: a job of higher priority, or
+//         submitted first, comes before them, and a replacement behind a blocked job ends before
+//         its reservation or keeps off its nodes. A replacement may suspend jobs of lower
+//         priority, unless a job ahead of it is blocked (those nodes are better given to it).
+//         A run places at most its max_replacements, and a replica whose replacements keep
+//         failing soon after they start waits longer each time (ReplacementPolicy);
+//       - groups the run began without come after every queued job, and suspend no job: the
+//         job runs without them.
+//     A group that cannot start does not block others (its job runs): it holds no reservation.
+//     Decision::groups_waiting says why each waits.
 //
 // Decide is pure and deterministic: the same state, queue and time give the same decision.
 #pragma once
@@ -42,6 +55,17 @@
 
 namespace ff::scheduler {
 
+// How lost replica groups are replaced.
+struct ReplacementPolicy {
+  int per_replica = 3;  // a run's replacements, per replica, when the job gives no most
+  // A replacement that ends sooner than this after it started failed at once: the replica's next
+  // waits first_backoff, doubling with each such failure up to max_backoff (a bug that hits one
+  // shard, a broken node image: not replaced in a tight loop).
+  Seconds quick_failure = 60;
+  Seconds first_backoff = 1;
+  Seconds max_backoff = 64;
+};
+
 struct SchedulerOptions {
   // Most nodes a user's running jobs may hold (a sub-node job counts as one node); users not
   // listed are unlimited.
@@ -50,6 +74,7 @@ struct SchedulerOptions {
   bool preemption = true;
   // Blocked jobs per round that may search for jobs to suspend (bounds the round's cost).
   int max_preemption_searches = 8;
+  ReplacementPolicy replacements;
 };
 
 struct Decision {
@@ -60,6 +85,16 @@ struct Decision {
   std::vector<JobId> suspends;           // suspend these first; their nodes go to `starts`
   std::map<JobId, JobId> suspended_for;  // each suspended job -> the job it makes room for
   std::vector<Start> starts;             // in the order decided
+  struct GroupStart {
+    JobId job;
+    int replica;
+    bool replacement;  // of a lost group (else one its run began without)
+    Placement placement;
+  };
+  std::vector<GroupStart> group_starts;  // running jobs' replica groups, in the order decided
+  // Why each missing group of a running job (JobRequest::missing_groups) did not start: job ->
+  // replica -> reason.
+  std::map<JobId, std::map<int, std::string>> groups_waiting;
   // Every queued job left waiting, and why: what it waits for and what would change it (an
   // estimated start where running jobs' expected run times give one; how short a job would have
   // to be to backfill; the flag that relaxes a placement rule; who preempted it).
@@ -81,10 +116,13 @@ class Scheduler {
   Scheduler(std::unique_ptr<PlacementPolicy> policy, SchedulerOptions options = {});
 
   const PlacementPolicy& policy() const { return *policy_; }
+  const SchedulerOptions& options() const { return options_; }
   Decision Decide(const ClusterState& state, const std::vector<JobRequest>& queue,
                   Seconds now) const;
 
  private:
+  class Round;  // one Decide: its state and stages (scheduler.cc)
+
   // Running jobs whose suspension lets `job` start, and where it would run; empty if none.
   std::vector<JobId> FindVictims(const JobRequest& job, const ClusterState& state, Seconds now,
                                  bool one_leaf, Placement* placement) const;
