@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 
 namespace ff::scheduler {
 namespace {
@@ -14,6 +15,24 @@ struct JobRun {
   Seconds started = 0;   // of the current run
   Seconds queued = 0;    // when it last joined the queue (submitted, or suspended)
   JobOutcome outcome;
+  // A fault-tolerant job's replica groups in its current run: each one's nodes (empty while
+  // missing), whether a missing one was lost (else the run began without it), since when it is
+  // missing, and the replacements placed.
+  std::vector<std::vector<int>> groups;
+  std::vector<bool> lost;
+  std::vector<double> missing_since;
+  int replacements = 0;
+
+  int LiveGroups() const {
+    return static_cast<int>(std::count_if(groups.begin(), groups.end(),
+                                          [](const std::vector<int>& g) { return !g.empty(); }));
+  }
+  bool MissesGroups() const { return LiveGroups() < static_cast<int>(groups.size()); }
+  // The share of full speed its groups give it (1 for a gang).
+  double GroupShare() const {
+    return groups.empty() ? 1.0
+                          : static_cast<double>(LiveGroups()) / static_cast<double>(groups.size());
+  }
 };
 
 double Percentile(std::vector<double> v, double p) {
@@ -94,8 +113,10 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
 
   auto busy_gpus = [&] {
     int busy = 0;
-    for (std::size_t i : running)
-      busy += runs[i].request.TotalGpus();
+    for (std::size_t i : running) {
+      const RunningJob* r = state.find(runs[i].request.id);
+      busy += static_cast<int>(r->placement.nodes.size()) * r->placement.gpus_per_node;
+    }
     return busy;
   };
   auto fragmentation = [&] {
@@ -109,7 +130,72 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
   };
   auto update_rates = [&] {
     for (std::size_t i : running)
-      runs[i].rate = ProgressRate(state, runs[i].request, model);
+      runs[i].rate = ProgressRate(state, runs[i].request, model) * runs[i].GroupShare();
+  };
+  // Lost groups stop being missing (replaced, or their run ends): the hours they were.
+  auto settle_lost = [&](JobRun& r, std::size_t g) {
+    if (r.groups[g].empty() && r.lost[g])
+      result.lost_group_hours += (now - r.missing_since[g]) / 3600;
+  };
+  // A running job leaves its nodes and waits in the queue again, losing the work since its last
+  // checkpoint; returns that work in GPU-seconds.
+  auto requeue = [&](std::size_t i, Seconds now_s) {
+    JobRun& r = runs[i];
+    const double ran = now - static_cast<double>(r.started);
+    const double lost = std::fmod(ran, static_cast<double>(options.checkpoint_interval)) * r.rate;
+    r.remaining += lost;
+    (void)state.Release(r.request.id);
+    for (std::size_t g = 0; g < r.groups.size(); ++g)
+      settle_lost(r, g);
+    r.groups.clear();
+    r.queued = now_s;  // it waits again
+    running.erase(std::find(running.begin(), running.end(), i));
+    queue.push_back(i);
+    return lost * r.request.TotalGpus();
+  };
+
+  // Failures: when each node fails next, and when a failed one is back (infinity: not pending).
+  const double never = std::numeric_limits<double>::infinity();
+  const std::size_t node_count = topology.nodes().size();
+  std::vector<double> fails_at(node_count, never), back_at(node_count, never);
+  std::mt19937_64 failure_rng(options.failure_seed);
+  std::exponential_distribution<double> lifetime(
+      options.node_mtbf > 0 ? 1.0 / static_cast<double>(options.node_mtbf) : 1.0);
+  if (options.node_mtbf > 0) {
+    for (double& t : fails_at)
+      t = now + lifetime(failure_rng);
+  }
+  // Node `n` fails: the jobs on it lose it (a fault-tolerant job the group there), and it is out
+  // until repaired.
+  auto fail_node = [&](int n, Seconds now_s) {
+    ++result.node_failures;
+    for (std::size_t k = 0; k < running.size();) {
+      const std::size_t i = running[k];
+      JobRun& r = runs[i];
+      const std::vector<int>& nodes = state.find(r.request.id)->placement.nodes;
+      if (std::find(nodes.begin(), nodes.end(), n) == nodes.end()) {
+        ++k;
+        continue;
+      }
+      if (!r.groups.empty()) {
+        for (std::size_t g = 0; g < r.groups.size(); ++g) {
+          if (std::find(r.groups[g].begin(), r.groups[g].end(), n) == r.groups[g].end()) continue;
+          (void)state.Shrink(r.request.id, r.groups[g]);
+          r.groups[g].clear();
+          r.lost[g] = true;
+          r.missing_since[g] = now;
+        }
+        if (r.LiveGroups() * r.request.node_step >= r.request.min_nodes) {
+          ++k;  // it runs on
+          continue;
+        }
+      }
+      ++result.failure_requeues;
+      result.failure_lost_gpu_hours += requeue(i, now_s) / 3600;  // (running[k] is another now)
+    }
+    state.SetDrained(n, true);
+    fails_at[static_cast<std::size_t>(n)] = never;
+    back_at[static_cast<std::size_t>(n)] = now + static_cast<double>(options.node_repair);
   };
 
   while (finished < jobs.size()) {
@@ -121,6 +207,10 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
     for (std::size_t i : running)
       t_next = std::min(t_next, now + runs[i].remaining / runs[i].rate);
     if (!queue.empty() && recheck > now) t_next = std::min(t_next, recheck);
+    if (options.node_mtbf > 0) {
+      for (std::size_t n = 0; n < node_count; ++n)
+        t_next = std::min({t_next, fails_at[n], back_at[n]});
+    }
     if (!std::isfinite(t_next)) {
       return Internal("simulation stalled with " + std::to_string(queue.size()) +
                       " jobs queued and nothing running");
@@ -157,6 +247,8 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
       JobRun& r = runs[running[k]];
       if (r.remaining <= 1e-6) {
         (void)state.Release(r.request.id);
+        for (std::size_t g = 0; g < r.groups.size(); ++g)
+          settle_lost(r, g);
         r.outcome.finish = now_s;
         ++finished;
         if (options.on_progress && finished % progress_step == 0) {
@@ -168,22 +260,47 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
         ++k;
       }
     }
+    // Repairs, then failures.
+    for (std::size_t n = 0; n < node_count; ++n) {
+      if (back_at[n] > now) continue;
+      state.SetDrained(static_cast<int>(n), false);
+      back_at[n] = never;
+      fails_at[n] = now + lifetime(failure_rng);
+    }
+    for (std::size_t n = 0; n < node_count; ++n) {
+      if (fails_at[n] <= now) fail_node(static_cast<int>(n), now_s);
+    }
     // Arrivals.
     while (next_arrival < arrival_order.size() &&
            static_cast<double>(jobs[arrival_order[next_arrival]].submit_time) <= now) {
       queue.push_back(arrival_order[next_arrival++]);
     }
-    if (queue.empty()) {
-      update_rates();
-      continue;
-    }
-    // A scheduling round.
+    // A scheduling round: the queue, and running fault-tolerant jobs' missing groups.
     std::vector<JobRequest> waiting;
     waiting.reserve(queue.size());
     for (std::size_t i : queue) {
       JobRequest j = runs[i].request;
       j.expected_runtime = static_cast<Seconds>(std::ceil(runs[i].remaining));
       waiting.push_back(std::move(j));
+    }
+    for (std::size_t i : running) {
+      const JobRun& r = runs[i];
+      if (!r.MissesGroups()) continue;
+      JobRequest j = r.request;
+      for (std::size_t g = 0; g < r.groups.size(); ++g) {
+        if (!r.groups[g].empty()) continue;
+        MissingGroup missing;
+        missing.replica = static_cast<int>(g);
+        missing.lost = r.lost[g];
+        missing.last_end = static_cast<Seconds>(r.missing_since[g]);
+        j.missing_groups.push_back(missing);
+      }
+      j.replacements_placed = r.replacements;
+      waiting.push_back(std::move(j));
+    }
+    if (waiting.empty()) {
+      update_rates();
+      continue;
     }
     Decision d = scheduler.Decide(state, waiting, now_s);
     recheck = d.recheck_at >= 0 ? static_cast<double>(d.recheck_at)
@@ -216,16 +333,9 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
                          std::to_string(r.request.preempted_by_priority) + ")";
         result.pending_history.push_back({now_s, v, last_reason[i]});
       }
-      // Work since the last checkpoint is lost.
-      double ran = now - static_cast<double>(r.started);
-      double lost = std::fmod(ran, static_cast<double>(options.checkpoint_interval));
-      r.remaining += lost * r.rate;
-      (void)state.Release(v);
+      (void)requeue(i, now_s);  // work since the last checkpoint is lost
       ++r.outcome.preemptions;
       ++result.preemptions;
-      r.queued = now_s;  // it waits again
-      running.erase(std::find(running.begin(), running.end(), i));
-      queue.push_back(i);
     }
     for (const Decision::Start& s : d.starts) {
       std::size_t i = index_of.at(s.job);
@@ -233,6 +343,19 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
       Status st = state.Allocate(r.request, s.placement, now_s);
       if (!st.ok()) return Internal("simulator: the scheduler's decision failed: " + st.message());
       r.started = now_s;
+      if (r.request.node_step > 0) {  // replica groups: those it starts with, the rest missing
+        const std::size_t replicas = static_cast<std::size_t>(r.request.Replicas());
+        r.groups.assign(replicas, {});
+        r.lost.assign(replicas, false);
+        r.missing_since.assign(replicas, now);
+        r.replacements = 0;
+        const auto step = static_cast<std::size_t>(r.request.node_step);
+        for (std::size_t g = 0; g * step < s.placement.nodes.size(); ++g) {
+          r.groups[g].assign(
+              s.placement.nodes.begin() + static_cast<std::ptrdiff_t>(g * step),
+              s.placement.nodes.begin() + static_cast<std::ptrdiff_t>((g + 1) * step));
+        }
+      }
       r.request.preempted_by = 0;
       r.request.locality_wait_since = -1;  // if it is suspended, it waits afresh
       if (r.outcome.first_start < 0) {
@@ -242,6 +365,19 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
       r.outcome.waited += now_s - r.queued;
       running.push_back(i);
       queue.erase(std::find(queue.begin(), queue.end(), i));
+    }
+    for (const Decision::GroupStart& g : d.group_starts) {
+      JobRun& r = runs[index_of.at(g.job)];
+      Status st = state.Grow(g.job, g.placement.nodes);
+      if (!st.ok())
+        return Internal("simulator: the scheduler's group start failed: " + st.message());
+      const auto replica = static_cast<std::size_t>(g.replica);
+      settle_lost(r, replica);
+      r.groups[replica] = g.placement.nodes;
+      if (g.replacement) {
+        ++r.replacements;
+        ++result.replacements_placed;
+      }
     }
     update_rates();
   }

@@ -137,6 +137,18 @@ std::vector<JobRequest> MakeWorkload(const std::vector<TraceJob>& trace,
     } else {
       j.comm = CommKind::kNone;
     }
+    if (j.nodes > 1 && rules.ft_share > 0 &&
+        static_cast<double>(rng() % 1000) < rules.ft_share * 1000) {
+      int replicas = j.nodes;
+      for (int r : {8, 4, 2}) {
+        if (j.nodes % r == 0) {
+          replicas = r;
+          break;
+        }
+      }
+      j.node_step = j.nodes / replicas;
+      j.min_nodes = std::max(1, replicas / 2) * j.node_step;
+    }
     jobs.push_back(std::move(j));
   }
   return jobs;

@@ -87,6 +87,21 @@ int Main(int argc, char** argv) {
                  "for one leaf, however little spreading would cost")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  double mtbf_hours = 0, repair_hours = 4;
+  app.add_option("--node-mtbf-hours", mtbf_hours,
+                 "Node failures: mean hours between one node's failures (0: none). A failed "
+                 "node's jobs lose the work since their checkpoint and queue again; a "
+                 "fault-tolerant job loses the group there and the scheduler replaces it")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--node-repair-hours", repair_hours, "How long a failed node is out")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ft-share", rules.ft_share,
+                 "Share of multi-node jobs that run as replica groups (fault tolerant: 8, 4 or 2 "
+                 "groups, half of them needed)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -164,6 +179,9 @@ int Main(int argc, char** argv) {
     SimulationOptions options;
     options.policy = policy_options;
     options.record_reasons = reasons && !out_dir.empty();
+    options.node_mtbf = static_cast<Seconds>(mtbf_hours * 3600);
+    options.node_repair = std::max<Seconds>(1, static_cast<Seconds>(repair_hours * 3600));
+    options.failure_seed = rules.seed;
     int last_shown = -1;
     options.on_progress = [&](double share) {
       int pct = static_cast<int>(share * 100);
@@ -196,16 +214,38 @@ int Main(int argc, char** argv) {
   }
   std::printf(
       "(wait: every wait of a job, after suspensions too; util: over the span jobs arrive in)\n");
+  if (mtbf_hours > 0) {
+    int ft_jobs = 0;
+    for (const JobRequest& j : jobs)
+      ft_jobs += j.node_step > 0;
+    std::printf("\nfailures: a node fails every %gh on average, out %gh; %d fault-tolerant jobs\n",
+                mtbf_hours, repair_hours, ft_jobs);
+    std::printf("%-17s %9s %9s %14s %12s %15s\n", "policy", "failures", "requeued", "lost work",
+                "replacements", "lost group-h");
+    for (const SimulationResult& r : results) {
+      std::printf("%-17s %9d %9d %12.1fh %12d %14.1fh\n", r.policy.c_str(), r.node_failures,
+                  r.failure_requeues, r.failure_lost_gpu_hours, r.replacements_placed,
+                  r.lost_group_hours);
+    }
+    std::printf(
+        "(requeued: jobs a failure sent back to the queue; lost work: their GPU-hours since the "
+        "last checkpoint; lost group-h: hours replica groups were missing before a replacement "
+        "started)\n");
+  }
 
   if (!out_dir.empty()) {
     std::ofstream csv(fs::path(out_dir) / "results.csv");
     csv << "policy,mean_jct_s,median_jct_s,p99_jct_s,mean_wait_s,median_wait_s,p95_wait_s,"
-           "p99_wait_s,gpu_utilisation,fragmentation,cross_leaf_tb,cross_zone_tb,preemptions\n";
+           "p99_wait_s,gpu_utilisation,fragmentation,cross_leaf_tb,cross_zone_tb,preemptions,"
+           "node_failures,failure_requeues,failure_lost_gpu_hours,replacements_placed,"
+           "lost_group_hours\n";
     for (const SimulationResult& r : results) {
       csv << r.policy << "," << r.mean_jct << "," << r.median_jct << "," << r.p99_jct << ","
           << r.mean_wait << "," << r.median_wait << "," << r.p95_wait << "," << r.p99_wait << ","
           << r.gpu_utilisation << "," << r.fragmentation << "," << r.cross_leaf_tb << ","
-          << r.cross_zone_tb << "," << r.preemptions << "\n";
+          << r.cross_zone_tb << "," << r.preemptions << "," << r.node_failures << ","
+          << r.failure_requeues << "," << r.failure_lost_gpu_hours << "," << r.replacements_placed
+          << "," << r.lost_group_hours << "\n";
       if (reasons) {
         std::ofstream why(fs::path(out_dir) / ("reasons-" + r.policy + ".csv"));
         why << "time,job,reason\n";

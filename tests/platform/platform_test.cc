@@ -506,6 +506,9 @@ TEST_F(PlatformTest, AnElasticFaultTolerantJobStartsWithTheGroupsThatFitAndGrows
   // Then replica 2 starts on the node bob's second job leaves, as itself (group "2"), with the
   // run's next ranks.
   ASSERT_EQ(Hai({"stop", std::to_string(second)}, bob_).code, 0);
+  // (Rank 2 has no logs to ask for until its group starts.)
+  ASSERT_TRUE(WaitUntil([&] { return Show(id, alice_)["runs"][0]["groups"].size() == 3u; }, 30s))
+      << Show(id, alice_).dump();
   ASSERT_TRUE(
       WaitUntil([&] { return Logs(id, alice_, 2).find("group=2 ") != std::string::npos; }, 30s))
       << Show(id, alice_).dump();

@@ -237,5 +237,30 @@ TEST_F(HaiSimCliTest, AGoodOutFolderGetsTheResults) {
   EXPECT_FALSE(std::filesystem::exists(dir_.File("results/run1/.hai-sim-write-test")));
 }
 
+// Fault-tolerant jobs and failing nodes: the failures table, and its columns in results.csv.
+TEST_F(HaiSimCliTest, FailuresAndReplacementsAreReportedPerPolicy) {
+  std::string trace = "job_id,submission_time,duration,num_gpu\n";
+  for (int i = 0; i < 40; ++i) {
+    trace += "j" + std::to_string(i) + "," + std::to_string(i * 600) + "," +
+             std::to_string(20000 + i * 500) + "," + std::to_string(i % 2 ? 32 : 16) + "\n";
+  }
+  test::WriteFile(dir_.File("ft.csv"), trace);
+  Run r =
+      Command({"--trace", dir_.File("ft.csv"), "--cluster", small_, "--out", dir_.File("ft-out"),
+               "--ft-share", "1", "--node-mtbf-hours", "50", "--node-repair-hours", "2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("failures: a node fails every 50h on average, out 2h; 40 "
+                               "fault-tolerant jobs"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("congestion-aware +[1-9][0-9]* +[0-9]+ +[0-9.]+h +"
+                                              "[1-9][0-9]* +[0-9.]+h"));
+  const std::string csv = test::ReadFileOrEmpty(dir_.File("ft-out/results.csv"));
+  EXPECT_THAT(csv, HasSubstr(",node_failures,failure_requeues,failure_lost_gpu_hours,"
+                             "replacements_placed,lost_group_hours\n"));
+  // Without --node-mtbf-hours there is no failures table.
+  r = Command({"--trace", dir_.File("ft.csv"), "--cluster", small_, "--ft-share", "1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("failures:")));
+}
+
 }  // namespace
 }  // namespace ff

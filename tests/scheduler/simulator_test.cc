@@ -197,5 +197,71 @@ TEST_F(SimulatorTest, RejectsJobsThatCanNeverFitAndUnknownPolicies) {
             StatusCode::kInvalidArgument);
 }
 
+// Failing nodes: a gang on a failed node queues again and loses the work since its checkpoint; a
+// fault-tolerant job loses the group there, runs on with the others and gets a replacement from
+// the scheduler; the same seed gives the same failures.
+TEST_F(SimulatorTest, FailedNodesRequeueGangsAndFaultTolerantJobsGetReplacements) {
+  std::vector<JobRequest> jobs;
+  for (int i = 0; i < 6; ++i) {
+    JobRequest j = Job(i + 1, 2, i * 100, 40000 + i * 1000);
+    if (i % 2 == 0) {  // two groups of one node, one needed
+      j.node_step = 1;
+      j.min_nodes = 1;
+    }
+    jobs.push_back(j);
+  }
+  SimulationOptions options;
+  options.node_mtbf = 60000;  // 16 nodes: a failure every hour or so
+  options.node_repair = 3600;
+  options.failure_seed = 7;
+  auto a = Simulate(*topology_, jobs, "congestion-aware", options);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_GT(a->node_failures, 5);
+  EXPECT_GT(a->failure_requeues, 0);
+  EXPECT_GT(a->failure_lost_gpu_hours, 0);
+  EXPECT_GT(a->replacements_placed, 0);
+  // Free nodes are plenty: each replacement starts in the round of the failure.
+  EXPECT_EQ(a->lost_group_hours, 0);
+  for (const JobOutcome& j : a->jobs)
+    EXPECT_GT(j.finish, j.first_start);
+  auto b = Simulate(*topology_, jobs, "congestion-aware", options);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(a->node_failures, b->node_failures);
+  EXPECT_EQ(a->replacements_placed, b->replacements_placed);
+  EXPECT_EQ(a->mean_jct, b->mean_jct);
+  // Without failures, nothing of the kind.
+  SimulationResult quiet = Run(jobs, "congestion-aware");
+  EXPECT_EQ(quiet.node_failures, 0);
+  EXPECT_EQ(quiet.replacements_placed, 0);
+  EXPECT_EQ(quiet.lost_group_hours, 0);
+}
+
+// With no free node, a lost group waits for one (its node's repair): the hours it is missing
+// count, and the job runs at the speed of the groups it has meanwhile.
+TEST_F(SimulatorTest, ALostGroupWaitsForANodeAndItsJobRunsSlowerMeanwhile) {
+  JobRequest ft = Job(1, 16, 0, 100000);  // the whole cluster: 16 groups of a node, 8 needed
+  ft.node_step = 1;
+  ft.min_nodes = 8;
+  ft.comm = CommKind::kNone;
+  SimulationOptions options;
+  options.node_mtbf = 400000;  // a failure every 25000 s or so
+  options.node_repair = 20000;
+  options.failure_seed = 3;
+  auto r = Simulate(*topology_, {ft}, "first-fit", options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_GT(r->node_failures, 1);
+  EXPECT_EQ(r->failure_requeues, 0);
+  // Each replaced once its node is back, unless the job ended first.
+  EXPECT_GT(r->replacements_placed, 0);
+  EXPECT_LE(r->replacements_placed, r->node_failures);
+  // Up to 20000 s each (less for a failure near the job's end).
+  EXPECT_GT(r->lost_group_hours, 2);
+  EXPECT_LE(r->lost_group_hours, r->node_failures * 20000.0 / 3600 + 1e-9);
+  const JobOutcome& job = r->jobs[0];
+  // Work of group-seconds missing is made up at the end by all 16 groups.
+  EXPECT_NEAR(static_cast<double>(job.finish - job.first_start),
+              100000 + r->lost_group_hours * 3600 / 16, 2);
+}
+
 }  // namespace
 }  // namespace ff::scheduler

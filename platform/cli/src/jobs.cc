@@ -35,8 +35,8 @@ void PrintJobs(const std::vector<hai::Job>& jobs, bool show_user) {
         show_user
             ? (j.user() + std::string(11 - std::min<std::size_t>(11, j.user().size()), ' ')).c_str()
             : "",
-        StateName(j.state()).c_str(), j.spec().nodes() * std::max(1, j.spec().replicas()),
-        j.spec().gpus_per_node(), j.spec().priority(), Ago(j.submit_ms()).c_str(), where.c_str());
+        StateName(j.state()).c_str(), NodesAsked(j.spec()), j.spec().gpus_per_node(),
+        j.spec().priority(), Ago(j.submit_ms()).c_str(), where.c_str());
   }
 }
 
@@ -88,17 +88,15 @@ void PrintJob(const hai::Job& j) {
       std::string where;
       for (int i = g.first_node(); i < g.first_node() + s.nodes() && i < r.nodes_size(); ++i)
         where += (where.empty() ? "" : ",") + r.nodes(i);
-      std::printf("         replica %d%s: ranks %d-%d on %s, master %s:%d, %s%s\n", g.replica(),
-                  g.incarnation() > 0
-                      ? (" (replacement " + std::to_string(g.incarnation()) + ")").c_str()
-                      : "",
-                  g.first_node() * procs, (g.first_node() + s.nodes()) * procs - 1, where.c_str(),
-                  g.master_addr().c_str(), g.master_port(),
-                  g.end_reason().empty() ? "running since "
-                                         : (g.finished() ? "finished, started " : "lost, started "),
-                  (Clock(g.start_ms()) +
-                   (g.end_reason().empty() || g.finished() ? "" : " (" + g.end_reason() + ")"))
-                      .c_str());
+      std::printf(
+          "         replica %d%s: ranks %d-%d on %s, master %s:%d, %s%s\n", g.replica(),
+          g.incarnation() > 0 ? (" (replacement " + std::to_string(g.incarnation()) + ")").c_str()
+                              : "",
+          g.first_node() * procs, (g.first_node() + s.nodes()) * procs - 1, where.c_str(),
+          g.master_addr().c_str(), g.master_port(),
+          Live(g) ? "running since " : (g.finished() ? "finished, started " : "lost, started "),
+          (Clock(g.start_ms()) + (Live(g) || g.finished() ? "" : " (" + g.end_reason() + ")"))
+              .c_str());
     }
     if (s.replicas() > 0 && r.end_ms() == 0) {  // an elastic start's replicas yet to come
       const std::set<int> started = StartedReplicas(r);

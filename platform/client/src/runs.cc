@@ -6,6 +6,20 @@ bool FaultTolerant(const hai::JobSpec& spec) {
   return spec.replicas() > 0;
 }
 
+int NodesAsked(const hai::JobSpec& spec) {
+  return spec.nodes() * (FaultTolerant(spec) ? spec.replicas() : 1);
+}
+
+bool RunEnding(const hai::Run& run) {
+  return !run.end_reason().empty();
+}
+
+GroupState StateOf(const hai::ReplicaGroup& group) {
+  if (group.finished()) return GroupState::kFinished;
+  if (group.end_reason().empty()) return GroupState::kRunning;
+  return group.end_ms() == 0 ? GroupState::kLeaving : GroupState::kLost;
+}
+
 std::set<int> StartedReplicas(const hai::Run& run) {
   std::set<int> started;
   for (const hai::ReplicaGroup& g : run.groups())

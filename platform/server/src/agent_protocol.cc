@@ -135,7 +135,7 @@ std::vector<hai::Task> HaiServer::TasksFor(const std::string& node) const {
     // A stopped job, or a run that is ending (a rank failed, a node was lost): its remaining
     // ranks are killed, and listed until their exits are known, so that an agent that never
     // started one says so instead of leaving the run waiting.
-    const bool kill = job.stop_requested() || !run.end_reason().empty();
+    const bool kill = job.stop_requested() || RunEnding(run);
     const hai::JobSpec& spec = job.spec();
     const int procs = ProcsPerNode(spec);
     for (int i : HeldNodeSlots(job)) {
@@ -159,9 +159,9 @@ std::vector<hai::Task> HaiServer::TasksFor(const std::string& node) const {
         t.set_rank(rank);
         t.set_command(spec.command());
         t.set_workdir(spec.workdir().empty() ? "/" : spec.workdir());
-        t.set_action(kill || (group && !group->end_reason().empty()) ? hai::TASK_KILL
-                     : job.state() == hai::SUSPENDING                ? hai::TASK_SUSPEND
-                                                                     : hai::TASK_RUN);
+        t.set_action(kill || (group && !Live(*group)) ? hai::TASK_KILL
+                     : job.state() == hai::SUSPENDING ? hai::TASK_SUSPEND
+                                                      : hai::TASK_RUN);
         t.set_grace_ms(options_.suspend_grace_ms);
         auto& env = *t.mutable_env();
         for (const auto& [k, v] : spec.env())

@@ -89,7 +89,7 @@ std::string ReplicaName(const hai::ReplicaGroup& g) {
 // Whether the current run is going on as it should: no end decided, not stopping or suspending.
 bool RunGoesOn(const hai::Job& job) {
   const hai::Run& run = job.runs(job.runs_size() - 1);
-  return job.state() == hai::RUNNING && !job.stop_requested() && run.end_reason().empty();
+  return job.state() == hai::RUNNING && !job.stop_requested() && !RunEnding(run);
 }
 
 // Once every rank of group `g` is accounted for: when it was gone, and whether it finished.
@@ -104,7 +104,7 @@ void SettleGroup(hai::Run& run, const hai::JobSpec& spec, int g, int64_t now_ms)
     all_zero = all_zero && it->second == 0;
   }
   group.set_end_ms(now_ms);
-  if (group.end_reason().empty() && all_zero) {
+  if (Live(group) && all_zero) {
     group.set_finished(true);
     group.set_end_reason("exited");
     AddRunEvent(run, now_ms, ReplicaName(group) + " finished: every rank exited with 0");
@@ -264,7 +264,7 @@ struct Visitor {
     if (FaultTolerant(spec)) {
       const int g = GroupOfNode(run, spec, e.rank / procs);
       if (g >= 0) {
-        if (e.code != 0 && run.groups(g).end_reason().empty() && RunGoesOn(job)) {
+        if (e.code != 0 && Live(run.groups(g)) && RunGoesOn(job)) {
           LoseGroup(t, g, why, hai::RUN_RANK_FAILED, now_ms);
           exit_line = t.log;
         }
@@ -303,7 +303,7 @@ struct Visitor {
       if (!FaultTolerant(spec)) continue;
       const int g = GroupOfNode(run, spec, i);
       if (g < 0) continue;
-      if (goes_on && run.groups(g).end_reason().empty()) {
+      if (goes_on && Live(run.groups(g))) {
         LoseGroup(t, g, "node " + e.node + " lost", hai::RUN_NODE_LOST, now_ms);
         lost_line = t.log;
       }
@@ -332,7 +332,7 @@ struct Visitor {
       const hai::Run& run = job.runs(job.runs_size() - 1);
       if (run.nodes(i) != e.node) continue;
       const int g = GroupOfNode(run, spec, i);
-      if (g < 0 || !run.groups(g).end_reason().empty()) continue;
+      if (g < 0 || !Live(run.groups(g))) continue;
       if (LiveGroups(run) - 1 < MinReplicas(spec)) {
         t.log = JobName(job) + ": node " + e.node + " is drained, but its " +
                 ReplicaName(run.groups(g)) + " stays: without it fewer than min_replicas " +
@@ -363,7 +363,7 @@ struct Visitor {
                              " node(s), got " + std::to_string(e.nodes.size()));
     }
     for (const hai::ReplicaGroup& g : run.groups()) {
-      if (g.finished() || (g.replica() == replica && g.end_reason().empty())) {
+      if (g.finished() || (g.replica() == replica && Live(g))) {
         return FailedPrecondition(
             JobName(job) + ": replica " + std::to_string(replica) +
             (g.finished() ? " cannot be replaced: the training is over" : " is alive"));
@@ -433,7 +433,7 @@ int ProcsPerNode(const hai::JobSpec& spec) {
 }
 
 int WorldSize(const hai::JobSpec& spec) {
-  return spec.nodes() * ProcsPerNode(spec) * (FaultTolerant(spec) ? spec.replicas() : 1);
+  return NodesAsked(spec) * ProcsPerNode(spec);
 }
 
 int MinReplicas(const hai::JobSpec& spec) {
@@ -445,9 +445,8 @@ int MaxReplacements(const hai::JobSpec& spec) {
 }
 
 int LiveGroups(const hai::Run& run) {
-  return static_cast<int>(
-      std::count_if(run.groups().begin(), run.groups().end(),
-                    [](const hai::ReplicaGroup& g) { return g.end_reason().empty(); }));
+  return static_cast<int>(std::count_if(run.groups().begin(), run.groups().end(),
+                                        [](const hai::ReplicaGroup& g) { return Live(g); }));
 }
 
 void AddRunEvent(hai::Run& run, int64_t now_ms, const std::string& text) {

@@ -20,23 +20,19 @@ using scheduler::JobRequest;
 using scheduler::Placement;
 using server_internal::HostOf;
 
-namespace {
-// A replacement group that ends sooner than this after its start failed "at once"
-// (PlaceReplacements backs off).
-constexpr int64_t kQuickFailureMs = 60'000;
-}  // namespace
-
 JobRequest HaiServer::RequestOf(const hai::Job& job) const {
   const hai::JobSpec& spec = job.spec();
   JobRequest r;
   r.id = job.id();
   r.user = job.user();
   r.priority = spec.priority();
-  r.nodes = spec.nodes() * (FaultTolerant(spec) ? spec.replicas() : 1);
-  if (FaultTolerant(spec) && MinReplicas(spec) < spec.replicas()) {
-    // It may start with min_replicas groups; the others start as nodes free (PlaceReplacements).
+  r.nodes = NodesAsked(spec);
+  if (FaultTolerant(spec)) {
+    // Replica groups: it may start with min_replicas of them; the others, and replacements of
+    // lost ones, start in later rounds (GroupsAskedFor).
     r.node_step = spec.nodes();
     r.min_nodes = MinReplicas(spec) * spec.nodes();
+    r.max_replacements = MaxReplacements(spec);
   }
   r.gpus_per_node = spec.gpus_per_node();
   r.comm = spec.comm() == hai::PIPELINE ? scheduler::CommKind::kPipeline
@@ -173,27 +169,20 @@ void HaiServer::ScheduleRound() {
     }
   }
   InUse in_use = ComputeInUse();
-  {
-    // Lost replica groups of running jobs are replaced before the queue is served: they are
-    // part of jobs that run.
-    ClusterState usable = state;
-    for (int i : unusable)
-      usable.SetDrained(i, true);
-    PlaceReplacements(state, usable, leaving, in_use, apply, /*growth=*/false);
-  }
   for (int i : unusable)
     state.SetDrained(i, true);
+  // The queue: queued and suspended jobs, and running fault-tolerant jobs' missing groups.
   std::vector<JobRequest> queue;
   for (const auto& [id, job] : jobs_) {
     if ((job.state() == hai::QUEUED || job.state() == hai::SUSPENDED) && !job.stop_requested()) {
       queue.push_back(RequestOf(job));
+    } else if (std::optional<JobRequest> groups = GroupsAskedFor(job)) {
+      queue.push_back(std::move(*groups));
     }
   }
   scheduler::Decision d;
   if (!queue.empty()) {
-    scheduler::SchedulerOptions sched;
-    sched.preemption = options_.preemption;
-    sched.backfill = options_.backfill;
+    scheduler::SchedulerOptions sched = SchedulerOptionsOf(options_);
     for (const auto& [name, u] : users_) {
       if (u.node_quota() > 0) sched.node_quota[name] = u.node_quota();
     }
@@ -217,34 +206,45 @@ void HaiServer::ScheduleRound() {
     job.set_locality_wait_since_ms(since < 0 ? 0 : since * 1000);  // 0: not begun
     changed.push_back(&job);
   }
+  // Nodes a suspending job still holds: what is placed there starts in a later round.
+  auto blocker_of = [&](const Placement& p) -> int64_t {
+    for (int n : p.nodes) {
+      if (auto it = leaving.find(n); it != leaving.end()) return it->second;
+    }
+    return -1;
+  };
   for (const scheduler::Decision::Start& s : d.starts) {
     hai::Job& job = jobs_.at(s.job);
-    int64_t blocker = -1;
-    for (int n : s.placement.nodes) {
-      if (auto it = leaving.find(n); it != leaving.end()) blocker = it->second;
-    }
-    if (blocker >= 0) {
+    if (const int64_t blocker = blocker_of(s.placement); blocker >= 0) {
       d.pending[s.job] = "placed; starts once job " + std::to_string(blocker) +
                          " (suspending) has checkpointed and left its nodes";
       continue;
     }
     hai::Run run = PlaceRun(job.spec(), s.placement, in_use);
     if (FaultTolerant(job.spec())) run.set_ft_store(quorum_address_);
-    if (!apply(job, Started{std::move(run)})) continue;
-    if (Status st = state.Allocate(RequestOf(job), s.placement, now_ms / 1000); !st.ok()) {
-      spdlog::error("job {}: cannot account its start: {}", s.job, st.message());
-    }
+    (void)apply(job, Started{std::move(run)});
   }
-  {
-    // The groups that elastic fault-tolerant jobs started without, after the queue (whose jobs
-    // come first: the groups are not needed for the jobs to run) and off the nodes reserved for
-    // the first job left waiting.
-    ClusterState usable = state;
-    for (int i : unusable)
-      usable.SetDrained(i, true);
-    for (int i : d.reserved)
-      usable.SetDrained(i, true);
-    PlaceReplacements(state, usable, leaving, in_use, apply, /*growth=*/true);
+  for (const scheduler::Decision::GroupStart& g : d.group_starts) {
+    if (blocker_of(g.placement) >= 0) continue;  // next round
+    StartGroup(jobs_.at(g.job), g, in_use, apply);
+  }
+  // Why missing groups wait, into their runs' events (once, not every round). Not while a lost
+  // group's own ranks are still leaving: their nodes are the likely place, and waiting for them
+  // is not news.
+  for (const auto& [id, waiting] : d.groups_waiting) {
+    hai::Job& job = jobs_.at(id);
+    hai::Run& run = *job.mutable_runs(job.runs_size() - 1);
+    if (std::any_of(run.groups().begin(), run.groups().end(), [](const hai::ReplicaGroup& g) {
+          return StateOf(g) == GroupState::kLeaving;
+        })) {
+      continue;
+    }
+    for (const auto& [replica, text] : waiting) {
+      if (run.events_size() > 0 && run.events(run.events_size() - 1).text() == text) continue;
+      AddRunEvent(run, now_ms, text);
+      spdlog::info("job {}: {}", id, text);
+      changed.push_back(&job);
+    }
   }
   if (changed.empty() && d.pending.empty()) return;
   // The round's decisions in one synced write.
@@ -253,117 +253,53 @@ void HaiServer::ScheduleRound() {
     RecordPending(jobs_.at(id), now_ms, reason);
 }
 
-void HaiServer::PlaceReplacements(ClusterState& state, ClusterState& usable,
-                                  const std::map<int, int64_t>& leaving, InUse& in_use,
-                                  const std::function<bool(hai::Job&, const JobEvent&)>& apply,
-                                  bool growth) {
-  for (auto& entry : jobs_) {
-    const int64_t id = entry.first;  // (named, not bound: the lambdas below capture them)
-    hai::Job& job = entry.second;
-    const hai::JobSpec& spec = job.spec();
-    if (!FaultTolerant(spec) || job.state() != hai::RUNNING || job.stop_requested()) continue;
-    if (!job.runs(job.runs_size() - 1).end_reason().empty()) continue;
-    // The replicas without a live group: lost ones (replaced unless `growth`), and those the run
-    // started without (started only with `growth`).
-    const std::set<int> ever_started = StartedReplicas(job.runs(job.runs_size() - 1));
-    std::set<int> missing;
-    for (int r = 0; r < spec.replicas(); ++r)
-      missing.insert(r);
-    bool finished = false;
-    for (const hai::ReplicaGroup& g : job.runs(job.runs_size() - 1).groups()) {
-      if (g.end_reason().empty()) missing.erase(g.replica());
-      finished |= g.finished();
-    }
-    std::erase_if(missing, [&](int r) { return ever_started.contains(r) == growth; });
-    if (missing.empty() || finished) continue;
-    for (int replica : missing) {
-      const hai::Run& current = job.runs(job.runs_size() - 1);
-      // Replacements placed so far (the groups the run started without are not replacements).
-      const int replaced = current.groups_size() - static_cast<int>(ever_started.size());
-      const std::string waiting =
-          "replica " + std::to_string(replica) +
-          (growth ? " waits to start (the run started without it): " : " is not replaced: ");
-      auto note = [&](const std::string& text) {  // once, not every round
-        hai::Run& r = *job.mutable_runs(job.runs_size() - 1);
-        if (r.events_size() > 0 && r.events(r.events_size() - 1).text() == text) return;
-        AddRunEvent(r, NowMs(), text);
-        spdlog::info("job {}: {}", id, text);
-      };
-      if (!growth && replaced >= MaxReplacements(spec)) {
-        note(waiting + "the run has placed " + std::to_string(replaced) +
-             " replacements, its most (max_restarts per replica)");
-        break;
-      }
-      // A replica whose replacements keep failing soon after they start (a bug that hits one
-      // shard, a broken node image) is replaced after a wait that doubles with each such
-      // failure, 1 s up to 64 s, rather than in a tight loop.
-      int quick_failures = 0;
-      int64_t last_end_ms = 0;
-      for (const hai::ReplicaGroup& g : current.groups()) {
-        if (g.replica() != replica || g.end_ms() == 0) continue;
-        last_end_ms = std::max(last_end_ms, g.end_ms());
-        if (g.incarnation() > 0 && g.end_ms() - g.start_ms() < kQuickFailureMs) ++quick_failures;
-      }
-      if (quick_failures > 0) {
-        const int64_t wait_ms = int64_t{1000} << std::min(quick_failures - 1, 6);
-        if (NowMs() - last_end_ms < wait_ms) {
-          note("replica " + std::to_string(replica) +
-               " is not replaced yet: " + std::to_string(quick_failures) +
-               " of its replacements failed within a minute of starting; the next in " +
-               std::to_string(wait_ms / 1000) + " s");
-          continue;
-        }
-      }
-      JobRequest request = RequestOf(job);
-      request.nodes = spec.nodes();
-      std::string why;
-      Placement p = scheduler_->policy().Place(request, usable, &why);
-      if (p.empty()) {
-        // (Not while a lost group's own ranks are still leaving: their nodes are the likely
-        // place, and waiting for them is not news.)
-        const hai::Run& r = job.runs(job.runs_size() - 1);
-        const bool leaving_ranks = std::any_of(
-            r.groups().begin(), r.groups().end(),
-            [](const hai::ReplicaGroup& g) { return !g.end_reason().empty() && g.end_ms() == 0; });
-        if (!leaving_ranks) note(waiting + "it " + why);
-        break;
-      }
-      bool blocked = false;
-      for (int n : p.nodes)
-        blocked |= leaving.contains(n);
-      if (blocked) break;  // a suspending job still leaves them; next round
-      GroupStarted event;
-      event.run = current.index();
-      event.group.set_replica(replica);
-      for (int n : p.nodes) {
-        const std::string& name = topology_.nodes()[n].name;
-        event.nodes.push_back(name);
-        event.gpus.push_back(TakeGpus(name, p.gpus_per_node, in_use));
-      }
-      auto [addr, port] = TakeMaster(event.nodes[0], in_use);
-      event.group.set_master_addr(addr);
-      event.group.set_master_port(port);
-      if (!apply(job, event)) break;
-      // The round's accounting: the job now holds the group's nodes too.
-      Placement held{{}, spec.gpus_per_node()};
-      for (const std::string& n : HeldNodes(job))
-        held.nodes.push_back(topology_.FindNode(n));
-      if (Status st = state.Release(id); !st.ok() && st.code() != StatusCode::kNotFound) {
-        spdlog::error("job {}: {}", id, st.message());
-      }
-      if (Status st =
-              state.Allocate(RequestOf(job), held, job.runs(job.runs_size() - 1).start_ms() / 1000);
-          !st.ok()) {
-        spdlog::error("job {}: cannot account its replacement: {}", id, st.message());
-      }
-      Placement group{p.nodes, p.gpus_per_node};
-      JobRequest scratch = request;
-      scratch.id = -id * 1000 - replica - 1;  // (usable is this pass's alone)
-      if (Status st = usable.Allocate(scratch, group, NowMs() / 1000); !st.ok()) {
-        spdlog::error("job {}: {}", id, st.message());
-      }
-    }
+std::optional<JobRequest> HaiServer::GroupsAskedFor(const hai::Job& job) const {
+  const hai::JobSpec& spec = job.spec();
+  if (!FaultTolerant(spec) || job.state() != hai::RUNNING || job.stop_requested()) return {};
+  const hai::Run& run = job.runs(job.runs_size() - 1);
+  if (RunEnding(run)) return {};
+  JobRequest request = RequestOf(job);
+  const std::set<int> started = StartedReplicas(run);
+  for (const hai::ReplicaGroup& g : run.groups()) {
+    if (g.finished()) return {};  // the training is over: nothing is replaced any more
   }
+  for (int replica = 0; replica < spec.replicas(); ++replica) {
+    scheduler::MissingGroup missing;
+    missing.replica = replica;
+    missing.lost = started.contains(replica);
+    bool live = false;
+    for (const hai::ReplicaGroup& g : run.groups()) {
+      if (g.replica() != replica) continue;
+      live |= Live(g);
+      if (g.end_ms() == 0) continue;
+      // (Rounded so that a wait in whole seconds is never shorter than asked.)
+      const int64_t end_s = (g.end_ms() + 999) / 1000;
+      missing.last_end = std::max(missing.last_end, end_s);
+      if (g.incarnation() > 0) missing.ended_replacements.emplace_back(g.start_ms() / 1000, end_s);
+    }
+    if (!live) request.missing_groups.push_back(std::move(missing));
+  }
+  if (request.missing_groups.empty()) return {};
+  // Replacements placed so far (the groups the run began without are not replacements).
+  request.replacements_placed = run.groups_size() - static_cast<int>(started.size());
+  return request;
+}
+
+void HaiServer::StartGroup(hai::Job& job, const scheduler::Decision::GroupStart& start,
+                           InUse& in_use,
+                           const std::function<bool(hai::Job&, const JobEvent&)>& apply) {
+  GroupStarted event;
+  event.run = job.runs(job.runs_size() - 1).index();
+  event.group.set_replica(start.replica);
+  for (int n : start.placement.nodes) {
+    const std::string& name = topology_.nodes()[n].name;
+    event.nodes.push_back(name);
+    event.gpus.push_back(TakeGpus(name, start.placement.gpus_per_node, in_use));
+  }
+  auto [addr, port] = TakeMaster(event.nodes[0], in_use);
+  event.group.set_master_addr(addr);
+  event.group.set_master_port(port);
+  (void)apply(job, event);
 }
 
 HaiServer::InUse HaiServer::ComputeInUse() const {

@@ -57,6 +57,23 @@ void HaiOptions::Bind(ConfigSection& s) {
           "locality_wait_share", "must be between 0 and 1");
   s.Optional("preemption", preemption);
   s.Optional("backfill", backfill);
+  s.Optional("replacement_quick_failure_s", replacement_quick_failure_s);
+  s.Check(replacement_quick_failure_s >= 0, "replacement_quick_failure_s", "must not be negative");
+  s.Optional("replacement_backoff_s", replacement_backoff_s);
+  s.Check(replacement_backoff_s >= 1, "replacement_backoff_s", "must be at least 1");
+  s.Optional("replacement_backoff_max_s", replacement_backoff_max_s);
+  s.Check(replacement_backoff_max_s >= replacement_backoff_s, "replacement_backoff_max_s",
+          "must be at least replacement_backoff_s");
+}
+
+scheduler::SchedulerOptions SchedulerOptionsOf(const HaiOptions& options) {
+  scheduler::SchedulerOptions sched;
+  sched.preemption = options.preemption;
+  sched.backfill = options.backfill;
+  sched.replacements.quick_failure = options.replacement_quick_failure_s;
+  sched.replacements.first_backoff = options.replacement_backoff_s;
+  sched.replacements.max_backoff = options.replacement_backoff_max_s;
+  return sched;
 }
 
 scheduler::PolicyOptions PolicyOptionsOf(const HaiOptions& options) {
@@ -102,11 +119,9 @@ HaiServer::HaiServer(const HaiOptions& options, scheduler::Topology topology,
       topology_(std::move(topology)),
       store_(std::move(store)),
       metrics_(metrics) {
-  scheduler::SchedulerOptions sched;
-  sched.preemption = options_.preemption;
-  sched.backfill = options_.backfill;
   scheduler_ = std::make_unique<scheduler::Scheduler>(
-      scheduler::MakePlacementPolicy(options_.policy, PolicyOptionsOf(options_)), sched);
+      scheduler::MakePlacementPolicy(options_.policy, PolicyOptionsOf(options_)),
+      SchedulerOptionsOf(options_));
   const auto now = std::chrono::steady_clock::now();
   for (const scheduler::Node& n : topology_.nodes()) {
     NodeRuntime& rt = nodes_[n.name];

@@ -167,8 +167,7 @@ Page JobsPage(const std::vector<hai::Job>& jobs, bool all_users, bool admin, int
       }
       t += "<tr data-job=\"" + std::to_string(j->id()) + "\"><td>" + JobLink(j->id()) +
            "</td><td>" + Escape(j->spec().name()) + "</td><td>" + Escape(j->user()) + "</td><td>" +
-           JobBadge(j->state()) + "</td><td>" +
-           std::to_string(j->spec().nodes() * std::max(1, j->spec().replicas())) + " × " +
+           JobBadge(j->state()) + "</td><td>" + std::to_string(NodesAsked(j->spec())) + " × " +
            std::to_string(j->spec().gpus_per_node()) + " GPU</td><td>" +
            std::to_string(j->spec().priority()) + "</td><td>" + Ago(j->submit_ms(), now_ms) +
            "</td><td>" + where + "</td></tr>";
@@ -261,9 +260,10 @@ Page JobPage(const hai::Job& job, std::string_view log_tail,
         std::vector<std::string> nodes;
         for (int i = g.first_node(); i < g.first_node() + s.nodes() && i < last.nodes_size(); ++i)
           nodes.push_back(last.nodes(i));
-        const std::string state = g.end_reason().empty() ? "running"
-                                  : g.finished()         ? "finished"
-                                                         : "lost: " + Escape(g.end_reason());
+        const GroupState gs = StateOf(g);
+        const std::string state = gs == GroupState::kRunning    ? "running"
+                                  : gs == GroupState::kFinished ? "finished"
+                                                                : "lost: " + Escape(g.end_reason());
         p.body += "<tr><td>" + std::to_string(g.replica()) +
                   (g.incarnation() > 0 ? " (replacement " + std::to_string(g.incarnation()) + ")"
                                        : std::string()) +

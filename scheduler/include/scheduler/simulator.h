@@ -13,6 +13,14 @@
 // Suspended jobs lose the work since their last checkpoint (taken every checkpoint_interval)
 // and wait in the queue again.
 //
+// Failures (SimulationOptions::node_mtbf > 0). Each node fails after an exponentially distributed
+// time of mean node_mtbf and is back node_repair later; meanwhile it is drained. A job on a node
+// that fails loses the work since its last checkpoint and is queued again, unless it is a
+// fault-tolerant job (JobRequest::node_step: replica groups) with at least its minimum of groups
+// left: then only the group on that node is lost, the job runs on at the speed of the groups it
+// has (data parallel: live / replicas of full speed), and the scheduler places a replacement as
+// it places everything else (Scheduler::Decide's group starts).
+//
 // Deterministic: the same inputs give the same result.
 #pragma once
 
@@ -35,6 +43,11 @@ struct SimulationOptions {
   Seconds sample_interval = 3600;  // utilisation series resolution
   // Keep every change of every waiting job's reason (SimulationResult::pending_history).
   bool record_reasons = false;
+  // Node failures: mean time between one node's failures (0: nodes never fail), and how long a
+  // failed node is out; the failure times are drawn from failure_seed.
+  Seconds node_mtbf = 0;
+  Seconds node_repair = 4 * 3600;
+  uint64_t failure_seed = 1;
   // Called now and then with the share of jobs finished (0..1).
   std::function<void(double)> on_progress;
 };
@@ -65,6 +78,15 @@ struct SimulationResult {
   double cross_leaf_tb = 0;  // terabytes sent across leaf uplinks
   double cross_zone_tb = 0;  // terabytes sent between zones
   int preemptions = 0;
+  // Failures: nodes that failed; jobs a failure sent back to the queue (gangs, and fault-tolerant
+  // jobs left below their minimum); the GPU-hours of work they lost (since their checkpoints);
+  // replacement groups placed; and the hours lost groups were missing before their replacement
+  // started (or their run ended), counted per group.
+  int node_failures = 0;
+  int failure_requeues = 0;
+  double failure_lost_gpu_hours = 0;
+  int replacements_placed = 0;
+  double lost_group_hours = 0;
   Seconds makespan = 0;                                        // first submission to last finish
   std::vector<std::pair<Seconds, double>> utilisation_series;  // (time, busy GPU share)
   struct TrafficSample {

@@ -38,7 +38,10 @@ Result<std::vector<TraceJob>> LoadTrace(const std::string& path);
 //     have no network traffic; allreduce jobs never span zones;
 //   - user: one of `users`, and priority: 3 (70%), 4 (15%), 2 (10%), 5 (5%), both drawn from a
 //     generator seeded by `seed` and the job's position, so a trace always gives the same jobs;
-//   - expected run time = the trace duration; minimum run time before preemption 10 minutes.
+//   - expected run time = the trace duration; minimum run time before preemption 10 minutes;
+//   - with probability ft_share, a multi-node job runs as replica groups (fault tolerant): R
+//     groups, R the first of 8, 4, 2 that divides its nodes (else one node each), of which it
+//     needs half (at least one).
 struct WorkloadRules {
   uint64_t seed = 1;
   int gpus_per_node = 8;
@@ -46,6 +49,7 @@ struct WorkloadRules {
   double pipeline_share = 0.2;
   double traffic_gbps = 100;
   Seconds min_runtime = 600;
+  double ft_share = 0;
 };
 std::vector<JobRequest> MakeWorkload(const std::vector<TraceJob>& trace,
                                      const WorkloadRules& rules);

@@ -11,6 +11,23 @@
 namespace ff::platform {
 
 bool FaultTolerant(const hai::JobSpec& spec);  // replicas > 0: the job runs as replica groups
+// The nodes a job asks for: nodes, times replicas for a fault-tolerant job.
+int NodesAsked(const hai::JobSpec& spec);
+// A run is ending once it has a cause (Run.end_reason): its ranks are being killed or are gone
+// (Run.end_ms once every rank's exit is known).
+bool RunEnding(const hai::Run& run);
+
+// Where a replica group is in its life.
+enum class GroupState {
+  kRunning,   // its ranks run (or start)
+  kLeaving,   // lost: its ranks are being killed, and some exit is not yet known
+  kLost,      // lost, and every rank is gone
+  kFinished,  // every rank exited 0: the training is over
+};
+GroupState StateOf(const hai::ReplicaGroup& group);
+inline bool Live(const hai::ReplicaGroup& group) {
+  return StateOf(group) == GroupState::kRunning;
+}
 // The index in run.groups of the group holding the run's node slot `node`; -1 for none.
 int GroupOfNode(const hai::Run& run, const hai::JobSpec& spec, int node);
 // The node slots (indices into run.nodes) of the job's current run that still hold ranks as far

@@ -70,12 +70,20 @@ struct HaiOptions {
   std::optional<double> locality_wait_share;
   bool preemption = true;
   bool backfill = true;
+  // Lost replica groups: a replacement that ends sooner than replacement_quick_failure_s after
+  // it started failed at once, and the replica's next waits replacement_backoff_s, doubling with
+  // each such failure up to replacement_backoff_max_s (scheduler::ReplacementPolicy).
+  int64_t replacement_quick_failure_s = 60;
+  int64_t replacement_backoff_s = 1;
+  int64_t replacement_backoff_max_s = 64;
 
   void Bind(ConfigSection& s);
 };
 
 // The placement policy's options: the scheduler library's defaults, with what the config sets.
 scheduler::PolicyOptions PolicyOptionsOf(const HaiOptions& options);
+// The scheduling rounds' options from the config (users' quotas are added per round).
+scheduler::SchedulerOptions SchedulerOptionsOf(const HaiOptions& options);
 
 class HaiServer final : public hai::Hai::Service {
  public:
@@ -177,14 +185,12 @@ class HaiServer final : public hai::Hai::Service {
   // A master for ranks led from `first_node`: its host and the lowest port free there.
   std::pair<std::string, int> TakeMaster(const std::string& first_node, InUse& in_use) const
       FF_REQUIRES(mu_);
-  // Places replacements for the lost replica groups of running fault-tolerant jobs or, with
-  // `growth`, the groups an elastic start left out (they never ran), on nodes free in `usable`
-  // (the round's state with unusable nodes drained); each placed group is added to `state` (the
-  // round's accounting) and to its job (GroupStarted, through `apply`).
-  void PlaceReplacements(scheduler::ClusterState& state, scheduler::ClusterState& usable,
-                         const std::map<int, int64_t>& leaving, InUse& in_use,
-                         const std::function<bool(hai::Job&, const JobEvent&)>& apply, bool growth)
-      FF_REQUIRES(mu_);
+  // A running fault-tolerant job's request for its missing replica groups (lost ones, and those
+  // its run began without), for the round's Decide; none when it asks for nothing.
+  std::optional<scheduler::JobRequest> GroupsAskedFor(const hai::Job& job) const;
+  // Starts a group Decide placed (GroupStarted, through `apply`).
+  void StartGroup(hai::Job& job, const scheduler::Decision::GroupStart& start, InUse& in_use,
+                  const std::function<bool(hai::Job&, const JobEvent&)>& apply) FF_REQUIRES(mu_);
   std::vector<hai::Task> TasksFor(const std::string& node) const FF_REQUIRES(mu_);
   scheduler::JobRequest RequestOf(const hai::Job& job) const;
   void UpdateGauges() FF_REQUIRES(mu_);
