@@ -17,7 +17,9 @@ bash deploy/install-deps.sh
 cmake -G Ninja -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >build.configure.log 2>&1 ||
   { cat build.configure.log; exit 1; }
 sed -n '/fireflyer .* configuration/,/^-- $/p' build.configure.log
-cmake --build build -j "${FF_JOBS:-$(nproc)}"
+# Only what the demo runs (the local-cluster target: the daemons, the CLIs, the Python extensions),
+# not the tests: deploy/test.sh builds everything.
+cmake --build build -j "${FF_JOBS:-$(nproc)}" --target local-cluster
 
 dir=${DEMO_DIR:-/tmp/fireflyer-demo}
 steps=${DEMO_STEPS:-300}

@@ -36,9 +36,8 @@ import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fs3_local  # noqa: E402
-from daemons import Daemon, etcd_members, hai_server, start_etcd, stop_all  # noqa: E402
+from ffdeploy import fs3_local  # (deploy/, this script's folder, is on the path)
+from ffdeploy.daemons import Daemon, etcd_members, hai_server, start_etcd, stop_all
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, os.environ.get("FF_BUILD_DIR", "build"))

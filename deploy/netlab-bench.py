@@ -33,10 +33,10 @@ import subprocess
 import sys
 import time
 
+from ffdeploy import netlab  # (deploy/, this script's folder, is on the path)
+from ffdeploy.netlab_cluster import lab_cluster
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "deploy"))
-import netlab  # noqa: E402
-from netlab_cluster import lab_cluster  # noqa: E402
 
 TOPOLOGY = os.path.join(ROOT, "deploy", "config", "cluster-lab.toml")
 
@@ -75,7 +75,7 @@ def classes_run(args, classes):
         storm_mbit = 0.0
         for p in storm:  # each client's JSON line, printed when it is stopped
             with open(p.log_path) as f:
-                lines = [l for l in f.read().splitlines() if l.startswith("{")]
+                lines = [line for line in f.read().splitlines() if line.startswith("{")]
             if not lines:
                 raise RuntimeError(f"a storm client printed no result: {p.log_path}")
             storm_mbit += json.loads(lines[-1])["goodput_mbit"]
@@ -86,11 +86,11 @@ def classes_run(args, classes):
 def classes_experiment(args, results):
     rows = []
     for classes in (False, True):
-        for rep in range(args.repeat):
+        for _rep in range(args.repeat):
             say(f"classes {'on' if classes else 'off'}: allreduce alone, then under a read storm")
             r = classes_run(args, classes)
-            a, l = r["alone"]["median_allreduce_ms"], r["loaded"]["median_allreduce_ms"]
-            rows.append({"classes": classes, "alone_ms": a, "loaded_ms": l, "ratio": l / a,
+            a, loaded = r["alone"]["median_allreduce_ms"], r["loaded"]["median_allreduce_ms"]
+            rows.append({"classes": classes, "alone_ms": a, "loaded_ms": loaded, "ratio": loaded / a,
                          "storm_mbit": r["storm_mbit"],
                          "alone_steps": r["alone"]["allreduce_ms"],
                          "loaded_steps": r["loaded"]["allreduce_ms"]})
@@ -111,7 +111,7 @@ def classes_experiment(args, results):
 # ---- incast ----------------------------------------------------------------------------------
 def incast_experiment(args, results):
     client = "L00-n00"
-    storage = [f"L0{l}-n0{n}" for l in (0, 1) for n in range(4) if (l, n) != (0, 0)]
+    storage = [f"L0{leaf}-n0{n}" for leaf in (0, 1) for n in range(4) if (leaf, n) != (0, 0)]
 
     def body(c):
         mgmtd = c.start_fs3(client, storage, replication=1)
@@ -120,7 +120,7 @@ def incast_experiment(args, results):
         out = {}
         for mode, flags in (("unpaced", ["--unpaced"]),
                             ("paced", ["--max-inflight-kib", str(args.incast_credit_kib)])):
-            for rep in range(args.repeat):
+            for _rep in range(args.repeat):
                 say(f"incast: {len(storage)} storage hosts to one client, {mode}")
                 r = json.loads(c.run(client, "fs3-load", "read", "--mgmtd", mgmtd, *files,
                                      "--batch", str(args.incast_batch), "--op-kib", str(args.incast_op_kib),

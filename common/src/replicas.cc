@@ -1,11 +1,6 @@
 #include "common/replicas.h"
 
 namespace ff {
-namespace {
-
-constexpr const char* kLeaderIs = "the leader is at ";
-
-}  // namespace
 
 std::vector<std::string> SplitAddressList(const std::string& list) {
   std::vector<std::string> out;
@@ -24,17 +19,10 @@ std::vector<std::string> SplitAddressList(const std::string& list) {
 
 Status NotLeader(const std::string& service, const std::string& self, const std::string& leader) {
   std::string m = service + " at " + self + " is not the leader";
-  m += leader.empty() ? " (no leader is known yet; try again)"
-                      : "; " + std::string(kLeaderIs) + leader;
-  return Unavailable(m);
-}
-
-std::string LeaderNamedIn(const std::string& message) {
-  const std::size_t at = message.find(kLeaderIs);
-  if (at == std::string::npos) return "";
-  std::string rest = message.substr(at + std::string(kLeaderIs).size());
-  const std::size_t end = rest.find_first_of(" ;()\n");
-  return end == std::string::npos ? rest : rest.substr(0, end);
+  m += leader.empty() ? " (no leader is known yet; try again)" : "; the leader is at " + leader;
+  Status::Details details;
+  if (!leader.empty()) details.emplace_back("leader", leader);
+  return Unavailable(m).WithReason(kNotLeader, std::move(details));
 }
 
 }  // namespace ff

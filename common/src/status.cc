@@ -61,7 +61,33 @@ StatusCode StatusCodeFromErrno(int err) {
 }
 
 Status::Status(StatusCode code, std::string message) {
-  if (code != StatusCode::kOk) rep_ = std::make_shared<const Rep>(Rep{code, std::move(message)});
+  if (code != StatusCode::kOk) {
+    rep_ = std::make_shared<const Rep>(Rep{code, std::move(message), {}, {}});
+  }
+}
+
+Status Status::WithReason(std::string reason, Details details) const {
+  if (ok()) return *this;
+  Status s;
+  s.rep_ = std::make_shared<const Rep>(
+      Rep{rep_->code, rep_->message, std::move(reason), std::move(details)});
+  return s;
+}
+
+const std::string& Status::reason() const {
+  return rep_ ? rep_->reason : EmptyString();
+}
+
+const Status::Details& Status::details() const {
+  static const Details kNone;
+  return rep_ ? rep_->details : kNone;
+}
+
+std::string Status::detail(std::string_view key) const {
+  for (const auto& [k, v] : details()) {
+    if (k == key) return v;
+  }
+  return "";
 }
 
 Status Status::FromErrno(int err, std::string_view context) {
@@ -89,7 +115,7 @@ Status Status::WithContext(std::string_view context) const {
   std::string message(context);
   message += ": ";
   message += rep_->message;
-  return Status(code(), std::move(message));
+  return Status(code(), std::move(message)).WithReason(rep_->reason, rep_->details);
 }
 
 std::ostream& operator<<(std::ostream& os, const Status& status) {

@@ -21,6 +21,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "common/cli_exit.h"
 #include "common/rpc_client.h"
 #include "common/tls.h"
 #include "fs3/meta_client.h"
@@ -164,7 +165,7 @@ int Main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return ExitForParseError(app, e);
   }
   // Where the cluster runs TLS: FF_TLS_CA_FILE, FF_TLS_CERT_FILE, FF_TLS_KEY_FILE (common/tls.h).
   if (Status st = InitProcessTlsFromEnvironment(); !st.ok()) Die(st.message(), 2);

@@ -36,7 +36,8 @@ def checks(dist, torch):
 
     def same(what, got, want):
         if not torch.equal(got.cpu(), want.cpu()):
-            failures.append(f"rank {rank}: {what}: got {got.flatten()[:4].tolist()}, want {want.flatten()[:4].tolist()}")
+            failures.append(f"rank {rank}: {what}: got {got.flatten()[:4].tolist()}, "
+                            f"want {want.flatten()[:4].tolist()}")
 
     n = 300_007
     for dtype in (torch.float32, torch.bfloat16):
@@ -63,7 +64,8 @@ def checks(dist, torch):
     inp = (torch.arange(world * 4) + 100 * rank).float().to(dev)
     out = torch.empty(world * 4, device=dev)
     dist.all_to_all_single(out, inp)
-    same("all_to_all_single", out, torch.cat([(torch.arange(world * 4) + 100 * r).float()[4 * rank:4 * rank + 4] for r in range(world)]))
+    same("all_to_all_single", out,
+         torch.cat([(torch.arange(world * 4) + 100 * r).float()[4 * rank:4 * rank + 4] for r in range(world)]))
     if world > 1:
         right, left = (rank + 1) % world, (rank - 1) % world
         w = dist.isend(torch.full((1000,), float(rank), device=dev), right, tag=5)
@@ -193,7 +195,8 @@ def main():
         if "hfreduce" in figures and "gloo" in figures:
             busbw = lambda s: 2 * (world - 1) / world * args.size_bytes / s / 1e9  # noqa: E731
             print(f"cuda_check {layout}: checks {'passed' if ok else 'FAILED'}; all_reduce {args.size} on CUDA "
-                  f"tensors: hfreduce {figures['hfreduce'] * 1e3:.1f} ms ({busbw(figures['hfreduce']):.2f} GB/s busbw), "
+                  f"tensors: hfreduce {figures['hfreduce'] * 1e3:.1f} ms "
+                  f"({busbw(figures['hfreduce']):.2f} GB/s busbw), "
                   f"gloo {figures['gloo'] * 1e3:.1f} ms ({busbw(figures['gloo']):.2f} GB/s), "
                   f"ratio {figures['gloo'] / figures['hfreduce']:.2f}", flush=True)
     sys.exit(0 if ok else 1)

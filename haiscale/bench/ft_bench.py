@@ -31,7 +31,6 @@ Last line:
 
 import argparse
 import datetime
-import json
 import os
 import signal
 import socket
@@ -40,6 +39,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from ffdeploy.daemons import hfreduce_store  # (the project's venv has deploy/ on its path)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -374,9 +375,9 @@ def main():
     only = set(filter(None, args.only.split(",")))
     want = lambda name: not only or name in only  # noqa: E731
 
-    store_proc = subprocess.Popen([os.path.join(args.build, "hfreduce", "hfreduce-store"),
-                                   "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True)
-    store = store_proc.stdout.readline().strip().rsplit(" ", 1)[-1]
+    store_daemon = hfreduce_store(os.path.join(args.build, "hfreduce"),
+                                  tempfile.mkdtemp(prefix="ft-bench-store-")).start()
+    store = store_daemon.rpc
     rows = {}
     try:
         def replicated(name, work, kill_every, address, job_prefix):
@@ -404,8 +405,7 @@ def main():
             finally:
                 lighthouse.shutdown()
     finally:
-        store_proc.kill()
-        store_proc.wait()
+        store_daemon.kill()
 
     ref = rows.get("failure-free", {}).get("steps") or 0
     print(f"{args.replicas} replica groups (min {args.min_replicas}), GPT d={args.dim} "
@@ -424,7 +424,8 @@ def main():
     print("bounds: the failure-free rate is the groups' compute (+compute-ms) and one allreduce "
           "per step; a kill costs haiscale-ft the step in flight, HFReduce's 0.5 s wait for a "
           "cause or the quorum's wait for three missed heartbeats "
-          f"({0.3 * args.heartbeat_timeout:.2f} s), whichever is longer, and re-forming; the replacement's start (python + torch import, on the cores the "
+          f"({0.3 * args.heartbeat_timeout:.2f} s), whichever is longer, and re-forming; the replacement's start "
+          "(python + torch import, on the cores the "
           "others train on here) comes before it rejoins, and every group re-forms and takes "
           "part in the heal when it does")
     ft = rows.get("haiscale-ft", {})

@@ -180,7 +180,8 @@ def floor_main(args):
 
 def worker_args(args):
     return ["--steps", str(args.steps), "--batch", str(args.batch), "--micro-batches", str(args.micro_batches),
-            "--gpt-dim", str(args.gpt_dim), "--gpt-layers", str(args.gpt_layers), "--gpt-vocab", str(args.gpt_vocab)] + (["--bucket-mb", str(args.bucket_mb)] if args.bucket_mb else [])
+            "--gpt-dim", str(args.gpt_dim), "--gpt-layers", str(args.gpt_layers),
+            "--gpt-vocab", str(args.gpt_vocab)] + (["--bucket-mb", str(args.bucket_mb)] if args.bucket_mb else [])
 
 
 def launch(args, kind, impl, backend):
@@ -243,7 +244,7 @@ def main():
                     figures[kind, impl]["peak_mib"] = max(figures[kind, impl]["peak_mib"], result["peak_mib"])
     out = subprocess.run([sys.executable, __file__, "--floor-worker"] + worker_args(args), capture_output=True,
                          text=True, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore"))
-    floor = next(json.loads(l[7:]) for l in out.stdout.splitlines() if l.startswith("RESULT "))["times"]
+    floor = next(json.loads(line[7:]) for line in out.stdout.splitlines() if line.startswith("RESULT "))["times"]
     cores = os.cpu_count()
     params = next(iter(figures.values()))["params"]
     print(f"HaiScale vs PyTorch: GPT {params / 1e6:.2f} M parameters (width {args.gpt_dim}, {args.gpt_layers} layers, "

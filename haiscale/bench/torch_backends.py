@@ -234,7 +234,7 @@ def main():
         return baseline_step(args)
 
     backends = args.backends.split(",")
-    layouts = [tuple(int(v) for v in l.split("x")) for l in args.layouts.split(",")]
+    layouts = [tuple(int(v) for v in layout.split("x")) for layout in args.layouts.split(",")]
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     ops = [o for o in args.ops.split(",") if o]
     started = time.time()
@@ -306,7 +306,8 @@ def main():
             d = statistics.median(figures[(summary, backends[1])]["ddp"]["times"]) / statistics.median(
                 figures[(summary, backends[0])]["ddp"]["times"])
         print(f"torch backends: {backends[0]} vs {backends[1]} allreduce {size_name(s)} ratio "
-              f"{ratio.get('allreduce', float('nan')):.2f}, reduce-scatter ratio {ratio.get('reduce_scatter', float('nan')):.2f}, "
+              f"{ratio.get('allreduce', float('nan')):.2f}, "
+              f"reduce-scatter ratio {ratio.get('reduce_scatter', float('nan')):.2f}, "
               f"allgather ratio {ratio.get('allgather', float('nan')):.2f}, ddp step ratio {d:.2f}")
 
 

@@ -15,6 +15,50 @@ namespace py = pybind11;
 
 namespace {
 
+// The C++ side's errors as Python exceptions chosen by code and reason, never by message (the
+// classes, made in PYBIND11_MODULE, are re-exported by haiscale.errors):
+//   HaiScaleError(RuntimeError): every error, with .code ("DeadlineExceeded"), .reason ("" or
+//     "QUORUM_TOO_SMALL") and .details (a dict);
+//   HaiScaleTimeout(HaiScaleError, TimeoutError): kDeadlineExceeded;
+//   HaiScaleUnavailable(HaiScaleError, ConnectionError): the service could not be reached;
+//   QuorumTooSmall(HaiScaleTimeout): fewer than min_replicas groups asked in time.
+struct ErrorTypes {
+  PyObject* error = nullptr;
+  PyObject* timeout = nullptr;
+  PyObject* unavailable = nullptr;
+  PyObject* quorum_too_small = nullptr;
+};
+ErrorTypes error_types;
+
+[[noreturn]] void Raise(const ff::Status& st) {
+  PyObject* type = error_types.error;
+  if (st.HasReason(ff::hfreduce::kQuorumTooSmall)) {
+    type = error_types.quorum_too_small;
+  } else if (st.Is(ff::StatusCode::kDeadlineExceeded)) {
+    type = error_types.timeout;
+  } else if (st.Is(ff::StatusCode::kUnavailable) || st.Is(ff::StatusCode::kConnectionRefused) ||
+             st.Is(ff::StatusCode::kConnectionReset)) {
+    type = error_types.unavailable;
+  }
+  py::object error = py::reinterpret_borrow<py::object>(type)(st.ToString());
+  error.attr("code") = std::string(ff::StatusCodeName(st.code()));
+  error.attr("reason") = st.reason();
+  py::dict details;
+  for (const auto& [key, value] : st.details())
+    details[py::str(key)] = value;
+  error.attr("details") = details;
+  PyErr_SetObject(type, error.ptr());
+  throw py::error_already_set();
+}
+
+PyObject* NewErrorType(py::module_& m, const char* name, py::tuple bases, const char* doc) {
+  const std::string qualified = std::string("haiscale._C.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases.ptr(), nullptr);
+  if (type == nullptr) throw py::error_already_set();
+  m.add_object(name, py::handle(type));
+  return type;
+}
+
 ff::haiscale::BackendOptions Options(int rank, int size, int64_t timeout_ms,
                                      const std::string& group_name, const std::string& node_id,
                                      const std::string& listen_host, const std::string& transport) {
@@ -129,7 +173,7 @@ py::dict JoinQuorum(const std::string& address, const std::string& job,
     }
     return client->JoinQuorum(r, std::chrono::milliseconds(timeout_ms));
   }();
-  if (!q.ok()) throw std::runtime_error(q.status().ToString());
+  if (!q.ok()) Raise(q.status());
   py::list members;
   for (const auto& m : q->members) {
     members.append(py::make_tuple(m.replica_id, m.step));
@@ -161,6 +205,21 @@ ff::haiscale::HFReduceBackend& AsHFReduce(const c10::intrusive_ptr<c10d::Backend
 PYBIND11_MODULE(_C, m) {
   m.doc() = "haiscale's C++ extension: the hfreduce torch.distributed backend";
   m.attr("TORCH_VERSION") = FF_TORCH_VERSION;
+  error_types.error =
+      NewErrorType(m, "HaiScaleError", py::make_tuple(py::handle(PyExc_RuntimeError)),
+                   "An error of haiscale's C++ side: .code, .reason and .details say which.");
+  error_types.timeout =
+      NewErrorType(m, "HaiScaleTimeout",
+                   py::make_tuple(py::handle(error_types.error), py::handle(PyExc_TimeoutError)),
+                   "It did not complete in time (code DeadlineExceeded).");
+  error_types.unavailable =
+      NewErrorType(m, "HaiScaleUnavailable",
+                   py::make_tuple(py::handle(error_types.error), py::handle(PyExc_ConnectionError)),
+                   "The service could not be reached, or refused for now (code Unavailable).");
+  error_types.quorum_too_small = NewErrorType(
+      m, "QuorumTooSmall", py::make_tuple(py::handle(error_types.timeout)),
+      "Fewer than min_replicas replica groups asked for the quorum in time (.details: asked, "
+      "needed).");
   m.def("create_backend", &CreateBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
         py::arg("timeout_ms"), py::arg("group_name"), py::arg("node_id"), py::arg("local_rank"),
         py::arg("listen_host"), py::arg("transport"), py::arg("chunk_bytes"),
@@ -176,7 +235,8 @@ PYBIND11_MODULE(_C, m) {
         py::arg("step"), py::arg("min_replicas"), py::arg("replicas"), py::arg("reform"),
         py::arg("join_timeout_ms"), py::arg("timeout_ms"), py::arg("heartbeat_timeout_ms") = 0,
         "Join the job's next replica quorum at the hfreduce store `address` (hfreduce/quorum.h); "
-        "raises RuntimeError when none is decided within timeout_ms.");
+        "raises QuorumTooSmall when too few groups asked within timeout_ms, "
+        "HaiScaleUnavailable when the service cannot be reached, HaiScaleError otherwise.");
   py::class_<QuorumHeartbeat>(m, "QuorumHeartbeat",
                               "Heartbeats of a replica group to the quorum service, from a thread "
                               "of its own, until stop().")

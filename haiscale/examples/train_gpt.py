@@ -242,7 +242,8 @@ def main(argv=None):
         if args.loss_csv:
             write_csv(args.loss_csv, curve)
         if args.loss_plot:
-            write_svg(args.loss_plot, curve, f"GPT {total_params / 1e6:.2f} M, dp {data_size} pp {args.pp} tp {args.tp}")
+            write_svg(args.loss_plot, curve,
+                      f"GPT {total_params / 1e6:.2f} M, dp {data_size} pp {args.pp} tp {args.tp}")
             print(f"loss curve: {args.loss_plot}", flush=True)
     dist.destroy_process_group()
 

@@ -2,57 +2,74 @@
 // (hfreduce/store.h, hfreduce/quorum.h), served apart from the ranks so that it outlives any of
 // them: what a job outside HAI-Platform runs once (inside it, hai-server serves the same).
 //
-//   hfreduce-store [--listen 127.0.0.1:0] [--address-file FILE] [--stores A,B,...]
+//   hfreduce-store [--config FILE] [--ready-file FILE] [--listen 127.0.0.1:0]
+//                  [--stores A,B,...] [--address-file FILE]
 //
-// --stores lists every server a job's groups may use (this one among them): each quorum tells
-// them to its members, which then also try the servers they were not given at their start.
+// A daemon of the stack (common/daemon.h): --config's [store] section (listen, stores) and the
+// common flags; --listen and --stores are shorthands for --set store.listen=... and
+// store.stores=.... stores lists every server a job's groups may use (this one among them): each
+// quorum tells them to its members, which then also try the servers they were not given at their
+// start.
 //
-// Prints "hfreduce-store listening on HOST:PORT" (and writes HOST:PORT to --address-file) once it
-// serves; runs until SIGTERM or SIGINT.
-#include <signal.h>
-
-#include <CLI/CLI.hpp>
+// Once it serves it prints "hfreduce-store listening on HOST:PORT", writes {"rpc": "HOST:PORT"}
+// to --ready-file and HOST:PORT to --address-file; runs until SIGTERM or SIGINT.
 #include <cstdio>
-#include <fstream>
 #include <string>
 
+#include "common/daemon.h"
+#include "common/files.h"
 #include "hfreduce/store.h"
 
-int main(int argc, char** argv) {
-  CLI::App app{"hfreduce-store: rendezvous store and replica quorums"};
-  std::string listen = "127.0.0.1:0";
-  std::string address_file;
-  app.add_option("--listen", listen, "host:port to serve on (port 0: any free one)");
-  app.add_option("--address-file", address_file, "write the address served on to this file");
-  std::string stores;
-  app.add_option("--stores", stores,
-                 "every server of the quorum service (host:port,...), told to each quorum's "
-                 "members");
-  CLI11_PARSE(app, argc, argv);
+namespace {
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: they inherit it
-
-  auto server = ff::hfreduce::StoreServer::Start(listen);
-  if (!server.ok()) {
-    std::fprintf(stderr, "hfreduce-store: %s\n", server.status().ToString().c_str());
-    return 1;
-  }
-  const std::string& address = (*server)->address();
-  if (!stores.empty()) (*server)->SetStores(stores);
-  if (!address_file.empty()) {
-    std::ofstream(address_file + ".tmp") << address << "\n";
-    if (std::rename((address_file + ".tmp").c_str(), address_file.c_str()) != 0) {
-      std::fprintf(stderr, "hfreduce-store: cannot write %s\n", address_file.c_str());
-      return 1;
+struct StoreConfig {
+  struct Store {
+    std::string listen = "127.0.0.1:0";  // host:port (port 0: any free one)
+    std::string stores;                  // every server of the quorum service, comma-separated
+    void Bind(ff::ConfigSection& s) {
+      s.Optional("listen", listen);
+      s.Optional("stores", stores);
     }
+  } store;
+  ff::LogOptions log;
+
+  void Bind(ff::ConfigSection& s) {
+    s.Section("store", store);
+    s.Section("log", log);
   }
-  std::printf("hfreduce-store listening on %s\n", address.c_str());
-  std::fflush(stdout);
-  int sig = 0;
-  sigwait(&signals, &sig);
-  return 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string address_file;
+  ff::DaemonSpec<StoreConfig> spec;
+  spec.name = "hfreduce-store";
+  spec.description = "hfreduce-store: rendezvous store and replica quorums";
+  spec.add_flags = [&](CLI::App& app, ff::DaemonFlags& flags) {
+    app.add_option_function<std::string>(
+        "--listen",
+        [&flags](const std::string& v) { flags.overrides.push_back("store.listen=" + v); },
+        "host:port to serve on (port 0: any free one); --set store.listen=...");
+    app.add_option_function<std::string>(
+        "--stores",
+        [&flags](const std::string& v) { flags.overrides.push_back("store.stores=" + v); },
+        "every server of the quorum service (host:port,...), told to each quorum's members");
+    app.add_option("--address-file", address_file, "also write the address served on to FILE");
+  };
+  spec.serve = [&](StoreConfig& config, ff::DaemonContext& context) -> ff::Status {
+    auto server = ff::hfreduce::StoreServer::Start(config.store.listen);
+    if (!server.ok()) return server.status();
+    const std::string& address = (*server)->address();
+    if (!config.store.stores.empty()) (*server)->SetStores(config.store.stores);
+    if (!address_file.empty()) {
+      FF_RETURN_IF_ERROR(ff::WriteFileAtomically(address_file, address + "\n"));
+    }
+    FF_RETURN_IF_ERROR(context.Ready({{"rpc", address}}));
+    std::printf("hfreduce-store listening on %s\n", address.c_str());
+    std::fflush(stdout);
+    context.WaitForShutdown();
+    return ff::Status::Ok();
+  };
+  return ff::RunDaemon(argc, argv, spec);
 }

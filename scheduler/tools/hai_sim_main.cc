@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/cli_exit.h"
 #include "scheduler/simulator.h"
 #include "scheduler/svg_plot.h"
 #include "scheduler/trace.h"
@@ -105,7 +106,7 @@ int Main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return ExitForParseError(app, e);
   }
   auto fail = [](const Status& st) {
     std::fprintf(stderr, "hai-sim: %s\n", st.message().c_str());

@@ -23,6 +23,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/cli_exit.h"
 #include "scheduler/placement.h"
 #include "scheduler/simulator.h"
 #include "sweep.h"
@@ -105,7 +106,7 @@ int PlaceMain(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return ExitForParseError(app, e);
   }
   auto fail = [](const std::string& message) {
     std::fprintf(stderr, "hai-sim place: %s\n", message.c_str());

@@ -42,6 +42,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/cli_exit.h"
 #include "scheduler/simulator.h"
 #include "scheduler/trace.h"
 
@@ -294,7 +295,7 @@ int SweepMain(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return ExitForParseError(app, e);
   }
   auto fail = [](const Status& st) {
     std::fprintf(stderr, "hai-sim sweep: %s\n", st.message().c_str());
@@ -525,7 +526,7 @@ int GenerateMain(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return ExitForParseError(app, e);
   }
   auto topology = Topology::Load(cluster_path);
   if (!topology.ok()) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "common/cli_exit.h"
 #include "scheduler/topology.h"
 #include "sweep.h"
 
@@ -22,7 +23,7 @@ int TopologyMain(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return ExitForParseError(app, e);
   }
   auto topology = Topology::Load(cluster_path);
   if (!topology.ok()) {

@@ -155,8 +155,23 @@ TEST(Replicas, FollowTheLeaderAFollowerNames) {
   EXPECT_EQ(SplitAddressList(" a:1, b:2 ,,c:3"), (std::vector<std::string>{"a:1", "b:2", "c:3"}));
   Status refused = NotLeader("fs3-mgmtd", "10.0.0.1:8000", "10.0.0.2:8000");
   EXPECT_EQ(refused.code(), StatusCode::kUnavailable);
-  EXPECT_EQ(LeaderNamedIn(refused.message()), "10.0.0.2:8000");
-  EXPECT_EQ(LeaderNamedIn(NotLeader("x", "a", "").message()), "");
+  EXPECT_EQ(refused.reason(), kNotLeader);
+  EXPECT_EQ(refused.detail("leader"), "10.0.0.2:8000");
+  EXPECT_EQ(NotLeader("x", "a", "").detail("leader"), "");
+  // The reason and its details cross gRPC with the code; the message is for people.
+  const Status back = FromGrpcStatus(ToGrpcStatus(refused.WithContext("Echo.Say")));
+  EXPECT_EQ(back.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(back.reason(), kNotLeader);
+  EXPECT_EQ(back.details(), refused.details());
+  EXPECT_EQ(back.message(), "Echo.Say: " + refused.message());
+  // Several details, a detail with '=' in its value, and a status without a reason.
+  const Status quorum = DeadlineExceeded("too few").WithReason(
+      "QUORUM_TOO_SMALL", {{"asked", "1"}, {"needed", "2"}, {"expr", "a=b"}});
+  const Status quorum_back = FromGrpcStatus(ToGrpcStatus(quorum));
+  EXPECT_EQ(quorum_back.reason(), "QUORUM_TOO_SMALL");
+  EXPECT_EQ(quorum_back.details(), quorum.details());
+  EXPECT_EQ(FromGrpcStatus(ToGrpcStatus(NotFound("x"))).reason(), "");
+  EXPECT_EQ(FromGrpcStatus(ToGrpcStatus(NotFound("x"))).code(), StatusCode::kNotFound);
 
   test::EchoService leader_service{"leader: "};
   auto leader = RpcServer::Start(RpcServerOptions{}, {&leader_service});

@@ -14,9 +14,9 @@ import sys
 import tempfile
 import time
 
+from ffdeploy import netlab_cluster
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "deploy"))
-import netlab_cluster  # noqa: E402
 
 START = time.monotonic()
 

@@ -17,14 +17,12 @@ two hosts each. What users rely on:
 Root only (namespaces). Usage: tests/deploy/netlab_fault_test.py BUILD_DIR
 """
 
-import os
 import subprocess
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from labtest import fail, lab, say  # noqa: E402  (it puts deploy/ on the path)
-import netlab_cluster  # noqa: E402
+from labtest import fail, lab, say
+
+from ffdeploy import netlab_cluster
 
 TOPOLOGY = """
 name = "faults"

@@ -19,16 +19,12 @@ L01-n01; one fs3-storage on R-n01. Root only (namespaces). Usage: tests/deploy/n
 
 import json
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from labtest import fail, lab, say  # noqa: E402
+from labtest import fail, lab, say
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "deploy"))
-from daemons import (etcd_members, fs3_meta, fs3_mgmtd, fs3_storage, hai_server,  # noqa: E402
-                     start_etcd)
+from ffdeploy.daemons import etcd_members, fs3_meta, fs3_mgmtd, fs3_storage, hai_server, start_etcd  # noqa: E402
 
 TOPOLOGY = """
 name = "ha"
@@ -138,11 +134,11 @@ def main():
         def namespace(node, code):
             """Runs Python `code` with `fs` (fs3client over both fs3-meta servers) in NODE's host;
             its stdout, or None when it failed."""
-            script = ("import sys; sys.path.insert(0, %r); import fs3client; "
-                      "fs = fs3client.FileSystem(%r, %r)\n%s" % (
-                          os.path.join(build, "python"), metas, mgmtds, code))
+            script = "import fs3client; fs = fs3client.FileSystem(%r, %r)\n%s" % (
+                metas, mgmtds, code)
             try:
-                return c.run(node, os.path.join(ROOT, ".venv", "bin", "python"), "-c", script,
+                return c.run(node, "env", "PYTHONPATH=" + os.path.join(build, "python"),
+                             os.path.join(ROOT, ".venv", "bin", "python"), "-c", script,
                              timeout=60)
             except RuntimeError as e:
                 say(f"fs3client on {node}: {e}")

@@ -17,12 +17,11 @@ import collections
 import os
 import signal
 import subprocess
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from labtest import fail, lab  # noqa: E402  (it puts deploy/ on the path)
-import netlab_cluster  # noqa: E402
+from labtest import fail, lab
+
+from ffdeploy import netlab_cluster
 
 TOPOLOGY = """
 name = "marks"

@@ -20,11 +20,9 @@ Root only (namespaces). Usage: tests/deploy/netlab_platform_test.py BUILD_DIR
 
 import json
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from labtest import fail, lab, say  # noqa: E402
+from labtest import fail, lab, say
 
 TOPOLOGY = """
 name = "platform"

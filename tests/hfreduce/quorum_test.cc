@@ -108,7 +108,7 @@ TEST(ReplicaQuorumTest, AMissingGroupIsLeftOutAfterTheJoinTimeoutAndRejoinsBehin
   // What people are told (hai show): who formed, left and joined, at which step, from whom.
   std::vector<std::string> told;
   for (const QuorumEvent& e : quorum.Events("job7", 0))
-    told.push_back(e.text);
+    told.push_back(Describe(e));
   EXPECT_EQ(told, (std::vector<std::string>{
                       "groups a, b, c formed the quorum at step 4",
                       "group c left the quorum at step 5",

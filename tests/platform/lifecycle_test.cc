@@ -445,6 +445,35 @@ TEST(LifecycleTest, StoppingAFaultTolerantJobKillsEveryGroupAndEndsIt) {
   EXPECT_EQ(job.runs(0).end(), hai::RUN_NODE_LOST);
 }
 
+// The quorum's membership changes are typed events; the run's events say them as people read
+// them, and one from before the run started (an earlier run's) is not the run's.
+TEST(LifecycleTest, QuorumChangesEnterTheRunsEventsAsTheyHappen) {
+  hai::Job job = RunningGroups();
+  hfreduce::QuorumEvent joined;
+  joined.time_ms = kNow + 5;
+  joined.kind = hfreduce::QuorumEvent::Kind::kJoined;
+  joined.groups = {"1.1"};
+  joined.step = 57;
+  joined.source = "0";
+  Transition t = Must(job, QuorumChanged{joined}, kNow + 6);
+  EXPECT_TRUE(t.changed);
+  const hai::Run& run = t.job.runs(0);
+  EXPECT_EQ(run.events(run.events_size() - 1).text(),
+            "quorum: group 1.1 joined the quorum at step 57, taking group 0's state");
+  EXPECT_EQ(run.events(run.events_size() - 1).time_ms(), kNow + 5);
+  hfreduce::QuorumEvent left = joined;
+  left.kind = hfreduce::QuorumEvent::Kind::kLeft;
+  left.groups = {"1", "2"};
+  left.source.clear();
+  t = Must(t.job, QuorumChanged{left}, kNow + 7);
+  EXPECT_EQ(t.job.runs(0).events(t.job.runs(0).events_size() - 1).text(),
+            "quorum: groups 1, 2 left the quorum at step 57");
+  hfreduce::QuorumEvent earlier = joined;
+  earlier.time_ms = kNow - 1000;
+  t = Must(t.job, QuorumChanged{earlier}, kNow + 8);
+  EXPECT_FALSE(t.changed);
+}
+
 TEST(LifecycleTest, AnExitOfARankNoRunHasIsIgnored) {
   hai::Job job = RunningGroups();
   Transition t = Must(job, RankExited{0, 6, 1});  // no replacement yet: ranks are 0..5

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/net.h"
+#include "hfreduce/store.h"
 #include "tests/support/daemons.h"
 #include "tests/support/full_disk.h"
 #include "tests/support/subprocess.h"
@@ -471,6 +472,52 @@ TEST_F(PlatformTest, AFaultTolerantJobsGroupsMoveOffADrainedNodeAndFailingReplac
   EXPECT_EQ(Hai({"stop", std::to_string(id)}, alice_).code, 0);
   ASSERT_TRUE(WaitForState(id, alice_, "STOPPED"));
   EXPECT_EQ(Hai({"admin", "undrain", node1}, admin_token_).code, 0);
+}
+
+// hai-server's quorum service serves from the job record: a group of a running fault-tolerant job
+// joins with the job's R and M whatever it sends (here it claims min_replicas 9, which would never
+// form); a group that is not live, a job that is not fault tolerant and an unknown job are refused
+// with a reason to decide by, not only text.
+TEST_F(PlatformTest, TheQuorumServiceChecksGroupsAgainstTheJobRecord) {
+  const int64_t id = Submit(alice_, {"--replicas", "2", "--min-replicas", "1", "--", "sleep 60"});
+  ASSERT_TRUE(WaitForState(id, alice_, "RUNNING"));
+  const std::string store = Show(id, alice_)["runs"][0]["ft_store"];
+  ASSERT_FALSE(store.empty());
+  hfreduce::StoreClient client(store, 5s);
+  hfreduce::QuorumRequest r;
+  r.job = std::to_string(id);
+  r.replica_id = "0";
+  r.replicas = 9;
+  r.min_replicas = 9;
+  r.join_timeout = 200ms;
+  Result<hfreduce::Quorum> q = client.JoinQuorum(r, 20s);
+  ASSERT_TRUE(q.ok()) << q.status();  // decided by the record's min_replicas 1 after the timeout
+  ASSERT_EQ(q->members.size(), 1u);
+  EXPECT_EQ(q->members[0].replica_id, "0");
+
+  r.replica_id = "1.3";  // no such group
+  q = client.JoinQuorum(r, 20s);
+  ASSERT_FALSE(q.ok());
+  EXPECT_EQ(q.status().code(), StatusCode::kFailedPrecondition) << q.status();
+  EXPECT_EQ(q.status().reason(), "GROUP_NOT_LIVE") << q.status();
+  EXPECT_EQ(q.status().detail("live"), "0,1") << q.status();
+
+  r.job = "999999";
+  q = client.JoinQuorum(r, 20s);
+  EXPECT_EQ(q.status().reason(), "UNKNOWN_JOB") << q.status();
+  r.job = "not-a-job-id";
+  q = client.JoinQuorum(r, 20s);
+  EXPECT_EQ(q.status().reason(), "UNKNOWN_JOB") << q.status();
+  const int64_t gang = Submit(bob_, {"--", "sleep 60"});
+  ASSERT_TRUE(WaitForState(gang, bob_, "RUNNING"));
+  r.job = std::to_string(gang);
+  r.replica_id = "0";
+  q = client.JoinQuorum(r, 20s);
+  EXPECT_EQ(q.status().reason(), "UNKNOWN_JOB") << q.status();
+  EXPECT_THAT(q.status().message(), HasSubstr("is not fault tolerant"));
+  EXPECT_EQ(Hai({"stop", std::to_string(id)}, alice_).code, 0);
+  EXPECT_EQ(Hai({"stop", std::to_string(gang)}, bob_).code, 0);
+  ASSERT_TRUE(WaitForState(id, alice_, "STOPPED"));
 }
 
 // A fault-tolerant job with room for only min_replicas of its groups starts with those (as

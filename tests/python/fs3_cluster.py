@@ -1,17 +1,15 @@
 """A real fs3 on loopback for Python tests: fs3-mgmtd, N fs3-storage services (one target each,
 chains of `replication`), fs3-meta; no FUSE mount (the native client needs none).
 
-The daemons are started by deploy/daemons.py (the one way to start them); the binaries come from
+The daemons are started by ffdeploy.daemons (the one way to start them); the binaries come from
 $FF_BUILD_DIR/fs3 (CTest sets it). Every daemon is stopped when the context ends, also on failure.
 """
 
 import os
 import subprocess
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy"))
-from daemons import fs3_meta, fs3_mgmtd, fs3_storage, stop_all  # noqa: E402
+from ffdeploy.daemons import fs3_meta, fs3_mgmtd, fs3_storage, stop_all
 
 
 class Fs3Cluster:

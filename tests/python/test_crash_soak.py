@@ -16,7 +16,8 @@ replicas equal); every acknowledged file reads back with its content (through th
 native client), renamed files under their new name, removed files are gone, a killed writer's
 file holds what it had acknowledged (and no more than it meant to write); each overwritten file
 holds, byte for byte, what its acknowledged writes made of it (an overwritten range shows the last
-acknowledged write, never an older one); every acknowledged job is there. At the end every job has ended (succeeded or stopped).
+acknowledged write, never an older one); every acknowledged job is there. At the end every job has
+ended (succeeded or stopped).
 
     SOAK_KILLS=100 SOAK_SEED=7 FF_BUILD_DIR=build .venv/bin/python -m pytest -q \\
         tests/python/test_crash_soak.py                    # or: ctest -L slow -R soak
@@ -34,8 +35,7 @@ import time
 
 from test_local_cluster_e2e import ROOT, cluster, sh, wait_for  # noqa: F401 (the fixture)
 
-sys.path.insert(0, os.path.join(ROOT, "deploy"))
-import daemons  # noqa: E402
+from ffdeploy import daemons
 
 KILLS = int(os.environ.get("SOAK_KILLS", "20"))
 SEED = int(os.environ.get("SOAK_SEED", str(int(time.time()))))
@@ -46,8 +46,7 @@ SEED = int(os.environ.get("SOAK_SEED", str(int(time.time()))))
 # pieces, bytes, seconds, seed] runs _WRITER and kills it (SIGKILL) after that many seconds.
 _HELPER = r"""
 import json, subprocess, sys, time
-sys.path.insert(0, sys.argv[1])
-import daemons
+from ffdeploy import daemons
 for line in sys.stdin:
     req = json.loads(line)
     try:
@@ -59,7 +58,7 @@ for line in sys.stdin:
             out = {"ok": True}
         else:
             path, pieces, size, seconds, seed = req[1:]
-            p = subprocess.Popen([sys.executable, "-c", sys.argv[2], path, str(pieces), str(size),
+            p = subprocess.Popen([sys.executable, "-c", sys.argv[1], path, str(pieces), str(size),
                                   str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True)
             try:
@@ -103,7 +102,7 @@ class Helper:
 
     def __init__(self, env=None):
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _HELPER, os.path.join(ROOT, "deploy"), _WRITER],
+            [sys.executable, "-c", _HELPER, _WRITER],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
     def ask(self, *request):
@@ -123,7 +122,7 @@ class Helper:
 
 
 class Victim:
-    """A daemon of the local cluster (deploy/daemons.py's, as the cluster saved it): killed -9,
+    """A daemon of the local cluster (ffdeploy.daemons', as the cluster saved it): killed -9,
     then started again from its own config after a while."""
 
     def __init__(self, name, directory, daemon):
@@ -351,6 +350,7 @@ class Workload:
         """The paths written (acknowledged or not) that hold the inodes a report names, and the
         last failed operations: what a failure's report needs."""
         import re
+
         import fs3client
         inodes = {int(i) for i in re.findall(r"inode (\d+)", report)}
         fs = fs3client.FileSystem(self.env["FS3_META"], self.env["FS3_MGMTD"])

@@ -1,14 +1,12 @@
-"""deploy/daemons.py, the one way the Python harnesses start daemons: configs as data, a real
+"""ffdeploy.daemons (deploy/ffdeploy/), the one way the Python harnesses start daemons: configs as data, a real
 daemon started, crashed and restarted, stopped cleanly, and a bad config reported."""
 
 import os
-import sys
 import tomllib
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy"))
-from daemons import Daemon, fs3_mgmtd, fs3_storage, stop_all, toml  # noqa: E402
+from ffdeploy.daemons import Daemon, fs3_mgmtd, fs3_storage, stop_all, toml
 
 BIN = os.path.join(os.environ.get("FF_BUILD_DIR", ""), "fs3")
 
@@ -68,7 +66,7 @@ def test_local_cluster_names_the_nodes_hai_server_has(tmp_path):
     """local-cluster's nodes come from the scheduler's own reading of cluster.toml (hai-sim
     topology), as hai-server's do: leaves alike (`count`) and listed `node_names` included. Its
     own parser named cluster-lab.toml's nodes L-n00..L-n03 where hai-server has L00-n00..L01-n03."""
-    from local_cluster import node_names
+    from ffdeploy.local_cluster import node_names
 
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     hai_sim = os.path.join(os.environ.get("FF_BUILD_DIR", ""), "scheduler", "hai-sim")

@@ -10,11 +10,10 @@ import sys
 import numpy as np
 import pytest
 import torch
+from fs3_cluster import Fs3Cluster
 
 import fs3client
 from fs3client.data import TokenWindows, write_tokens
-from fs3_cluster import Fs3Cluster
-
 
 LOADER_SCRIPT = """
 import numpy as np, torch

@@ -19,6 +19,8 @@ import urllib.request
 
 import pytest
 
+from ffdeploy.daemons import Daemon
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -53,7 +55,7 @@ def cluster(tmp_path_factory):
                 k, v = line[len("export "):].strip().split("=", 1)
                 values[k] = v
         env.update({k: v for k, v in values.items() if k != "PATH"})
-        # The cluster runs TLS (local-cluster.conf): fs3client in this process too needs the files.
+        # The cluster runs TLS (local-cluster.toml): fs3client in this process too needs the files.
         os.environ.update({k: v for k, v in values.items() if k.startswith("FF_TLS_")})
         yield d, env
     finally:
@@ -90,7 +92,7 @@ def test_demo_training_job_preempted_resumed_through_a_storage_crash(cluster):
              lambda: all(n["health_report_ms"] != "0" for n in
                          json.loads(sh(hai, "nodes", "--json", env=env).stdout)["nodes"]), 30)
 
-    # Every gRPC server runs TLS (local-cluster.conf's TLS=1; common/tls.h), and fs3-meta keeps
+    # Every gRPC server runs TLS (local-cluster.toml's tls = true; common/tls.h), and fs3-meta keeps
     # its plain frame transport off.
     for log in ("hai-server.log", "fs3/mgmtd.log", "fs3/meta.log", "agent-A-leaf-n00.log"):
         assert "(TLS)" in open(os.path.join(d, log)).read(), log
@@ -124,20 +126,13 @@ def test_demo_training_job_preempted_resumed_through_a_storage_crash(cluster):
        "5", "--may-span-zones", "--", f"{build}/platform/hai-demo-train 60 0.05", env=env)
     try:
         wait_for("job 1 suspended", lambda: show(1)["runs"][0]["end_reason"] == "suspended", 120)
-    except AssertionError:
+    except AssertionError as e:
         server_log = open(os.path.join(d, "hai-server.log")).read()[-3000:]
-        raise AssertionError(f"{show(1)}\n{show(2)}\n{logs()}\n{server_log}")
+        raise AssertionError(f"{show(1)}\n{show(2)}\n{logs()}\n{server_log}") from e
     wait_for("job 2 done", lambda: show(2)["state"] == "SUCCEEDED", 120)
 
     # The storage service comes back: its target resyncs and the alert clears.
-    store = os.path.join(d, "fs3", "storage2")
-    os.remove(store + ".ready")
-    with open(store + ".log", "a") as log:
-        p = subprocess.Popen([f"{build}/fs3/fs3-storage", "--config", store + ".toml",
-                              "--ready-file", store + ".ready"], stdout=log, stderr=log,
-                             start_new_session=True)
-    with open(store + ".pid", "w") as f:
-        f.write(str(p.pid))
+    Daemon.load(os.path.join(d, "fs3"), "storage2").start(timeout=60)
 
     job = wait_for("job 1 finished", lambda: (j := show(1))["state"] in ("SUCCEEDED", "FAILED")
                    and j, 600)

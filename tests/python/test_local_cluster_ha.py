@@ -11,14 +11,9 @@ import json
 import os
 import signal
 import sys
-import time
-import urllib.parse
-import urllib.request
 
 import pytest
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_local_cluster_e2e import ROOT, prom, sh, wait_for  # noqa: E402
+from test_local_cluster_e2e import ROOT, prom, sh, wait_for
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import subprocess
 import time
 
 import pytest
-
 from fs3_cluster import Fs3Cluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -14,7 +14,6 @@ import sys
 import textwrap
 
 import pytest
-
 from fs3_cluster import Fs3Cluster
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -89,7 +88,7 @@ JOB = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def fresh_venv(tmp_path_factory):
     """A new environment with torch 2.13 (the wheel pip finds, as deploy/install-deps.sh does)
-    and the build backend, and the three packages installed from this checkout."""
+    and the build backend, and the four packages installed from this checkout."""
     venv = str(tmp_path_factory.mktemp("venv") / "env")
     base = getattr(sys, "_base_executable", sys.executable)
     run([base, "-m", "venv", venv], 120)
@@ -99,14 +98,14 @@ def fresh_venv(tmp_path_factory):
          *pins("torch", "numpy", "scikit-build-core", "pathspec", "packaging")], 900, env=env)
     run([py, "-m", "pip", "install", "--no-input", "--no-build-isolation",
          os.path.join(ROOT, "haiscale", "python"), os.path.join(ROOT, "fs3", "python"),
-         os.path.join(ROOT, "platform", "python")], 1500, env=env)
+         os.path.join(ROOT, "platform", "python"), os.path.join(ROOT, "deploy")], 1500, env=env)
     return venv
 
 
 def test_installed_packages_are_real_distributions(fresh_venv):
     py = os.path.join(fresh_venv, "bin", "python")
     out = run([py, "-m", "pip", "list", "--format=freeze"], 120, env=clean_env())
-    for name in ("haiscale==0.1.0", "fs3client==0.1.0", "hai-job==0.1.0"):
+    for name in ("haiscale==0.1.0", "fs3client==0.1.0", "hai-job==0.1.0", "ffdeploy==0.1.0"):
         assert name in out.splitlines() or name.replace("-", "_") in out.splitlines(), out
     site = run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], 60,
                env=clean_env()).strip()
@@ -118,6 +117,12 @@ def test_installed_packages_are_real_distributions(fresh_venv):
     info = run([py, "-c", "import haiscale._build_info as b, torch; print(b.TORCH_VERSION, torch.__version__)"],
                60, env=clean_env()).split()
     assert info[0] == info[1], info
+    # The deployment tooling's console scripts, run from a checkout (they work in its tree).
+    for script in ("ff-local-cluster", "ff-fs3-local", "ff-netlab"):
+        assert os.path.exists(os.path.join(fresh_venv, "bin", script)), script
+    usage = subprocess.run([os.path.join(fresh_venv, "bin", "ff-netlab"), "--help"], capture_output=True,
+                           text=True, timeout=60, env=clean_env(), cwd=ROOT)
+    assert usage.returncode == 0 and "emulated fat-tree" in usage.stdout, usage
 
 
 def test_two_rank_job_from_the_fresh_environment(fresh_venv, tmp_path):

@@ -15,7 +15,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -23,18 +22,17 @@ import urllib.request
 import zlib
 
 import pytest
+from fs3_cluster import Fs3Cluster
+from hai_cluster import HaiCluster
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.wait import WebDriverWait
 
+from ffdeploy.daemons import hai_web
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "torch"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "deploy"))
-from daemons import hai_web  # noqa: E402
-from fs3_cluster import Fs3Cluster  # noqa: E402
-from hai_cluster import HaiCluster  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -49,7 +47,8 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     for binary in (CHROMIUM, CHROMEDRIVER):
-        assert os.path.exists(binary), f"{binary} is missing (deploy/install-deps.sh installs chromium and chromium-driver)"
+        assert os.path.exists(binary), (f"{binary} is missing "
+                                        "(deploy/install-deps.sh installs chromium and chromium-driver)")
     base = tmp_path_factory.mktemp("web")
     for d in ("fs3", "hai"):
         os.makedirs(base / d)

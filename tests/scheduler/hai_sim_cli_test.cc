@@ -262,5 +262,16 @@ TEST_F(HaiSimCliTest, FailuresAndReplacementsAreReportedPerPolicy) {
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("failures:")));
 }
 
+// A command line that does not parse exits 2 with CLI11's one-line error, as the tools' other
+// usage errors do (not CLI11's 100-series codes); --help exits 0.
+TEST_F(HaiSimCliTest, ACommandLineThatDoesNotParseExitsTwo) {
+  Run r = Command({"--trace", dir_.File("trace.csv"), "--no-such-flag"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--no-such-flag"));
+  EXPECT_EQ(Command({"--trace", dir_.File("trace.csv"), "--seed", "many"}).code, 2);
+  EXPECT_EQ(Command({"topology"}).code, 2);  // --cluster is required
+  EXPECT_EQ(Command({"--help"}).code, 0);
+}
+
 }  // namespace
 }  // namespace ff

@@ -1,5 +1,6 @@
-// The C++ integration tests' one way to run the stack's daemons (deploy/daemons.py is the Python
-// one): each daemon's config written as <dir>/<name>.toml, started with --config and
+// The C++ integration tests' one way to run the stack's daemons (ffdeploy.daemons
+// (deploy/ffdeploy/daemons.py) is the Python one): each daemon's config written as
+// <dir>/<name>.toml, started with --config and
 // --ready-file, waited for, its ports pinned so that a daemon killed and started again comes back
 // at the same address, killed, restarted. Used by Fs3Cluster (fs3_cluster.h) and the service
 // tests (fs3-mgmtd, fs3-meta, hai-server with its agents).

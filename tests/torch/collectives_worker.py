@@ -150,7 +150,8 @@ def check_reductions(c, group, ranks):
     dist.all_reduce(view, group=group)
     c.equal(f"{tag} allreduce of a strided view", view,
             reference("sum", [value(r, 2 * N, torch.float32).reshape(N, 2)[:, 1] for r in range(world)], torch.float32))
-    c.equal(f"{tag} allreduce of a strided view leaves the rest", base[:, 0], value(me, 2 * N, torch.float32).reshape(N, 2)[:, 0])
+    c.equal(f"{tag} allreduce of a strided view leaves the rest", base[:, 0],
+            value(me, 2 * N, torch.float32).reshape(N, 2)[:, 0])
 
 
 def check_coalesced(c, group, ranks):
@@ -440,8 +441,8 @@ def check_movement(c, group, ranks):
     inp = torch.arange(world * 6, dtype=torch.float32).reshape(world * 3, 2) + 100 * me
     out = torch.empty(world * 3, 2)
     dist.all_to_all_single(out, inp, group=group)
-    expected = torch.cat([(torch.arange(world * 6, dtype=torch.float32).reshape(world * 3, 2) + 100 * r)[3 * me:3 * me + 3]
-                          for r in range(world)])
+    rows = torch.arange(world * 6, dtype=torch.float32).reshape(world * 3, 2)
+    expected = torch.cat([(rows + 100 * r)[3 * me:3 * me + 3] for r in range(world)])
     c.equal(f"{tag} all_to_all_single (even)", out, expected)
     in_splits = [me + j + 1 for j in range(world)]
     out_splits = [j + me + 1 for j in range(world)]
@@ -520,7 +521,8 @@ def check_everything():
         check_movement(c, group, mine)
         t = value(dist.get_rank(), 500, torch.float32)
         dist.all_reduce(t, group=group)
-        c.equal(f"group {mine} allreduce", t, reference("sum", [value(r, 500, torch.float32) for r in mine], torch.float32))
+        c.equal(f"group {mine} allreduce", t,
+                reference("sum", [value(r, 500, torch.float32) for r in mine], torch.float32))
     info = haiscale.backend_info()
     # Rank 0 hosts the store: it must not leave while the other subgroup still rendezvouses
     # through it (seen in CI under load: the odd ranks' group creation lost the store).

@@ -13,6 +13,7 @@ import torch
 
 import haiscale
 import haiscale.checkpoint
+from haiscale.errors import QuorumTooSmall
 
 # A group stuck past the test's patience says where before it is killed.
 faulthandler.dump_traceback_later(150, exit=False, file=sys.stdout)
@@ -96,7 +97,13 @@ def train(store, replica_id, steps, out_dir, options=None):
     log = []
     marker = os.path.join(out_dir, f"step.{replica_id}")
     while True:
-        world = ft.start_step()
+        try:
+            world = ft.start_step()
+        except QuorumTooSmall as e:  # a typed error: what the test checks
+            with open(os.path.join(out_dir, f"too-few.{replica_id}.json"), "w") as f:
+                json.dump({"type": type(e).__name__, "timeout": isinstance(e, TimeoutError),
+                           "code": e.code, "reason": e.reason, "details": e.details}, f)
+            raise
         if ft.step >= steps:
             break
         index = torch.tensor([i % SAMPLES for i in ft.batch_indices()])

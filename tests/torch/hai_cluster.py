@@ -1,6 +1,6 @@
 """A real HAI-Platform on loopback for Python tests: hai-server, hai-agents as nodes, the hai CLI.
 
-The daemons are started by deploy/daemons.py; the binaries come from $FF_BUILD_DIR/platform
+The daemons are started by ffdeploy.daemons (deploy/ffdeploy/daemons.py); the binaries come from $FF_BUILD_DIR/platform
 (CTest sets it). Every process is stopped, and every
 job's process group killed, when the context ends, also on failure.
 """
@@ -11,11 +11,9 @@ import random
 import signal
 import socket
 import subprocess
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy"))
-from daemons import etcd_members, hai_agent, hai_server, start_etcd, stop_all  # noqa: E402
+from ffdeploy.daemons import etcd_members, hai_agent, hai_server, start_etcd, stop_all
 
 
 def quiet_port():

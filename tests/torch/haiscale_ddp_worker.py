@@ -3,9 +3,9 @@
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from training_worker import LR, batches, compare, local_slice, make_model, reference
 
 from haiscale.ddp import DistributedDataParallel
-from training_worker import LR, batches, compare, local_slice, make_model, reference
 
 
 def equivalence(gradient_dtype_name):

@@ -11,8 +11,6 @@ import os
 import sys
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
 
 def main():
     target = sys.argv[1]

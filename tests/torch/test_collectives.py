@@ -1,7 +1,6 @@
 """Every op x type over "hfreduce" on 1x2, 2x1, 2x2 and 3x2 (nodes x ranks per node)."""
 
 import pytest
-
 from launch import run
 
 LAYOUTS = [(1, 2), (2, 1), (2, 2), (3, 2)]

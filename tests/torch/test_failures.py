@@ -11,7 +11,6 @@ import tempfile
 import time
 
 import pytest
-
 from launch import HERE, Ranks, free_port, run
 
 
@@ -102,7 +101,8 @@ def test_torchrun_launches_a_script_over_hfreduce():
         env=env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     for rank in range(3):
-        assert f"torchrun rank {rank}/3: allreduce ok, ddp step ok, {{'nodes': 1, 'transport': 'shm'}}" in out.stdout, out.stdout
+        want = f"torchrun rank {rank}/3: allreduce ok, ddp step ok, {{'nodes': 1, 'transport': 'shm'}}"
+        assert want in out.stdout, out.stdout
 
 
 @pytest.mark.parametrize("nodes,per_node", [(1, 2), (2, 1), (2, 2)], ids=["1x2", "2x1", "2x2"])

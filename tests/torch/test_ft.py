@@ -15,8 +15,9 @@ import tempfile
 import time
 
 import pytest
-
 from launch import HERE, free_port
+
+from ffdeploy.daemons import hfreduce_store
 
 STEPS = 150  # long enough that the others still train when a replacement arrives
 BUILD = os.environ.get("FF_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
@@ -25,20 +26,11 @@ BUILD = os.environ.get("FF_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
 @pytest.fixture
 def store():
     with tempfile.TemporaryDirectory() as tmp:
-        address_file = os.path.join(tmp, "address")
-        proc = subprocess.Popen([os.path.join(BUILD, "hfreduce", "hfreduce-store"),
-                                 "--address-file", address_file],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        daemon = hfreduce_store(os.path.join(BUILD, "hfreduce"), tmp).start()
         try:
-            deadline = time.monotonic() + 30
-            while not os.path.exists(address_file):
-                assert proc.poll() is None and time.monotonic() < deadline, "no hfreduce-store"
-                time.sleep(0.05)
-            with open(address_file) as f:
-                yield f.read().strip()
+            yield daemon.rpc
         finally:
-            proc.kill()
-            proc.wait()
+            daemon.kill()
 
 
 class Group:
@@ -256,23 +248,20 @@ def test_groups_follow_the_quorum_service_to_a_server_they_were_not_given(store)
     groups re-form on B, which they learnt of from A's quorums, and finish identical."""
     port = free_port()
     first = f"127.0.0.1:{port}"
-    proc = subprocess.Popen([os.path.join(BUILD, "hfreduce", "hfreduce-store"), "--listen", first,
-                             "--stores", f"{first},{store}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert "listening" in proc.stdout.readline()
-        with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as out:
+        first_store = hfreduce_store(os.path.join(BUILD, "hfreduce"), tmp, name="first",
+                                     listen=first, stores=f"{first},{store}").start()
+        try:
             options = {"replicas": 2, "min_replicas": 2, "quorum_timeout": 20.0}
             groups = [Group(first, i, out, steps=STEPS, **options) for i in range(2)]
             wait_for_step(out, "0", 20)
-            proc.kill()
+            first_store.kill()
             outcomes = [g.wait() for g in groups]
             for code, output in outcomes:
                 assert code == 0, output
             done = results(out)
-    finally:
-        proc.kill()
-        proc.wait()
+        finally:
+            first_store.kill()
     assert sorted(done) == ["0", "1"], done.keys()
     assert done["0"]["digest"] == done["1"]["digest"]
     assert done["0"]["step"] == done["1"]["step"] == STEPS
@@ -286,8 +275,12 @@ def test_below_min_replicas_no_quorum_forms_and_the_survivor_raises(store):
         for g in groups[1:]:
             os.killpg(g.proc.pid, signal.SIGKILL)
         code, output = groups[0].wait(timeout=120)
+        with open(os.path.join(out, "too-few.0.json")) as f:
+            error = json.load(f)
     assert code == 1, output
     assert "replica groups of job 'ftjob' asked in time" in output, output
+    assert error == {"type": "QuorumTooSmall", "timeout": True, "code": "DeadlineExceeded",
+                     "reason": "QUORUM_TOO_SMALL", "details": {"asked": "1", "needed": "2"}}, error
 
 
 def _platform_results(out):

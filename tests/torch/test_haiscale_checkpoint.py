@@ -15,10 +15,10 @@ import time
 
 import pytest
 import torch
-
-from haiscale import checkpoint
 from hai_cluster import HaiCluster
 from launch import run
+
+from haiscale import checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(REPO, "haiscale", "examples", "train_gpt.py")
@@ -80,7 +80,7 @@ def test_a_process_killed_mid_save_leaves_the_previous_checkpoint_as_latest(tmp_
     directory = str(tmp_path / "ckpt")
     rng = random.Random(5)
     seen = 0
-    for attempt in range(6):
+    for _attempt in range(6):
         p = subprocess.Popen([sys.executable, "-c", SAVER, directory], stdout=subprocess.PIPE, text=True)
         first = p.stdout.readline()  # at least one save of this run completed
         assert first, "the saver never saved"

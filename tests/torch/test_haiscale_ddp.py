@@ -3,7 +3,6 @@ allreduce as each bucket fills) trains to single-process parameters (fp32: atol 
 1e-4; bf16 communication: atol 2e-3, rtol 2e-2)."""
 
 import pytest
-
 from launch import run
 
 

@@ -4,7 +4,6 @@ the parameters (or its slice of them) of one process trained on the whole batch 
 rtol 1e-4; bf16 compute: atol 5e-3, rtol 5e-2). A rank raising mid-step makes the others raise."""
 
 import pytest
-
 from launch import Ranks, run
 
 
@@ -44,7 +43,7 @@ def test_tensor_parallel_over_four_ranks_on_two_nodes():
 ])
 def test_pipeline_schedules_match_single_process_training(kind, mode, layers, nodes, per_node):
     results = run("haiscale_parallel_worker:pipeline_equivalence", nodes, per_node, args=[kind, mode, layers])
-    world = nodes * per_node
+    nodes * per_node
     # the loss is reported on the last stage only
     assert all(r["losses"][0] is None for r in results[:-1]) and results[-1]["losses"][0] > 0
 

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import torch.distributed as dist
-
 from launch import HERE, Ranks, free_port
 
 

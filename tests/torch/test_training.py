@@ -3,7 +3,6 @@
 (fp32; atol 2e-5, rtol 1e-4: summation order only)."""
 
 import pytest
-
 from launch import run
 
 

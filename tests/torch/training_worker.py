@@ -5,7 +5,6 @@ compare its parameters with what one process computes. fp32 throughout; the stat
 covers summation order only (the averages differ from a one-process sum by rounding).
 """
 
-import os
 
 import torch
 import torch.distributed as dist

@@ -24,11 +24,10 @@ namespace ff {
 // "a,b, c" -> {"a", "b", "c"} (blanks trimmed, empty parts dropped).
 std::vector<std::string> SplitAddressList(const std::string& list);
 
-// What a follower says instead of serving: kUnavailable, and where the leader is (`leader` may
-// be "" when unknown). Replicas reads the leader's address back from the message.
+// What a follower says instead of serving: kUnavailable with reason kNotLeader and, when known,
+// the detail "leader" (its address), which Replicas follows.
+inline constexpr const char* kNotLeader = "NOT_LEADER";
 Status NotLeader(const std::string& service, const std::string& self, const std::string& leader);
-// The leader's address a NotLeader message names ("" if none).
-std::string LeaderNamedIn(const std::string& message);
 
 template <typename Service>
 class Replicas {
@@ -58,7 +57,7 @@ class Replicas {
         (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && !IsHandlerStatus(st));
     if (unreachable && replicas_.size() > 1) {
       std::size_t next = (at + 1) % replicas_.size();
-      const std::string leader = LeaderNamedIn(st.error_message());
+      const std::string leader = FromGrpcStatus(st).detail("leader");
       for (std::size_t i = 0; i < replicas_.size() && !leader.empty(); ++i) {
         if (replicas_[i]->address == leader && i != at) next = i;
       }

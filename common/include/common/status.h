@@ -10,6 +10,10 @@
 //   - StatusCodeFromErrno maps an errno back to the first code in the table with that errno
 //     (unknown errnos: kIoError), so specific rows come before generic ones sharing an errno.
 //
+// Beside the message people read, an error may carry a reason that callers decide by (as
+// google.rpc.ErrorInfo's reason and metadata), which travels over gRPC with the code: decide by
+// code() and reason(), never by the message's text (.ci/check-error-text names the exceptions).
+//
 // Status is a value type; copies are cheap when OK. Thread-compatible.
 #pragma once
 
@@ -18,6 +22,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace ff {
 
@@ -99,6 +105,15 @@ class [[nodiscard]] Status {
 
   bool Is(StatusCode c) const { return code() == c; }
 
+  // A copy that carries `reason` ("NOT_LEADER", upper case) and its details ({"leader",
+  // "10.0.0.2:7000"}); OK stays OK.
+  using Details = std::vector<std::pair<std::string, std::string>>;
+  Status WithReason(std::string reason, Details details = {}) const;
+  const std::string& reason() const;  // "" when none
+  const Details& details() const;
+  std::string detail(std::string_view key) const;  // "" when absent
+  bool HasReason(std::string_view r) const { return !ok() && reason() == r; }
+
   friend bool operator==(const Status& a, const Status& b) {
     return a.code() == b.code() && a.message() == b.message();
   }
@@ -107,6 +122,8 @@ class [[nodiscard]] Status {
   struct Rep {
     StatusCode code;
     std::string message;
+    std::string reason;
+    Details details;
   };
   std::shared_ptr<const Rep> rep_;
 };

@@ -12,9 +12,9 @@ Node grouping (which ranks share a node's shared memory and CPU reduction) comes
 ``HFREDUCE_NODE_ID`` when set, else torchrun's ``GROUP_RANK``, else the host name.
 """
 
-from haiscale import ft
+from haiscale import errors, ft
 from haiscale._backend import backend_info, new_process_group, register
 
-__all__ = ["backend_info", "ft", "new_process_group", "register"]
+__all__ = ["backend_info", "errors", "ft", "new_process_group", "register"]
 
 register()

@@ -234,7 +234,8 @@ def latest_step(directory):
     except FileNotFoundError:
         return None
     if not name.startswith("step-") or not os.path.exists(os.path.join(directory, name, "meta.json")):
-        raise RuntimeError(f"haiscale.checkpoint: {directory}/latest names {name!r}, which is not a complete checkpoint")
+        raise RuntimeError(f"haiscale.checkpoint: {directory}/latest names {name!r}, "
+                           "which is not a complete checkpoint")
     return int(name[len("step-"):])
 
 

@@ -107,7 +107,7 @@ class _Unit:
         self.flat = torch.empty(self.padded, dtype=self.param_dtype, device=compute).requires_grad_()
         self._free_storage()
         self.flat.register_post_accumulate_grad_hook(self._grad_ready)
-        for p, owners, _ in params:
+        for _p, owners, _ in params:
             for owner, attr in owners:
                 del owner._parameters[attr]
         self.state = _FREE
@@ -298,7 +298,7 @@ class FullyShardedDataParallel(nn.Module):
                 units.append(_Unit(self, head, names[head], params, head is module))
         self._param_names = {}
         for u in units:
-            for p, _, name in u.params:
+            for _, _, name in u.params:
                 self._param_names[name] = u
         return units
 

@@ -50,6 +50,7 @@ import torch
 import torch.distributed as dist
 
 from haiscale import _backend
+from haiscale.errors import HaiScaleError, QuorumTooSmall
 
 
 def _env(name, default=None, kind=str):
@@ -228,10 +229,12 @@ class Manager:
                         int(self.join_timeout * 1000), int(self.quorum_timeout * 1000),
                         int(self.heartbeat_timeout * 1000))
                     break
-                except RuntimeError as e:
+                except QuorumTooSmall:
+                    raise  # too few groups asked in time: final
+                except HaiScaleError:
                     # The service went away mid-round (hai-server's leader failing over: the
-                    # next one serves); too few groups in time is final.
-                    if "asked in time" in str(e) or time.monotonic() > deadline:
+                    # next one serves).
+                    if time.monotonic() > deadline:
                         raise
                     self._reform = True
                     time.sleep(0.2)

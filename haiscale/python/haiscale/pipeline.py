@@ -180,7 +180,8 @@ class _Pipeline(nn.Module):
         if not dist.is_initialized():
             raise RuntimeError("haiscale.pipeline: call torch.distributed.init_process_group first")
         if checkpoint not in self.CHECKPOINT_MODES:
-            raise ValueError(f"haiscale.pipeline: checkpoint must be one of {self.CHECKPOINT_MODES}, got {checkpoint!r}")
+            raise ValueError(f"haiscale.pipeline: checkpoint must be one of {self.CHECKPOINT_MODES}, "
+                             f"got {checkpoint!r}")
         if chunks < 1:
             raise ValueError("haiscale.pipeline: chunks (micro-batches) must be at least 1")
         self.chunks_modules = nn.ModuleList(modules)

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,8 @@
 #include "common/result.h"
 
 namespace ff::hfreduce {
+
+inline constexpr const char* kQuorumTooSmall = "QUORUM_TOO_SMALL";
 
 struct QuorumRequest {
   std::string job;         // the job's name or id: quorums of different jobs are independent
@@ -68,13 +71,23 @@ struct Quorum {
   bool healing() const;
 };
 
-// A change of a job's membership, as people read it ("group 1.1 joined at step 57, taking
-// group 0's state"): what hai show lists for a fault-tolerant job.
+// A change of a job's membership: what hai show lists for a fault-tolerant job (hai-server applies
+// it to the job's run as a typed event; Describe gives the line people read).
 struct QuorumEvent {
+  enum class Kind : uint8_t {
+    kFormed,  // the first quorum: `groups` formed it at `step`
+    kJoined,  // `groups` (one) joined at `step`, taking `source`'s state when it was behind
+    kLeft,    // `groups` left at `step`
+  };
   uint64_t seq = 0;     // increasing per job, from 1
   int64_t time_ms = 0;  // wall clock
-  std::string text;
+  Kind kind = Kind::kFormed;
+  std::vector<std::string> groups;
+  int64_t step = 0;
+  std::string source;  // kJoined: the group whose state it took ("" when it was not behind)
 };
+// "group 1.1 joined the quorum at step 57, taking group 0's state".
+std::string Describe(const QuorumEvent& event);
 
 class ReplicaQuorum {
  public:
@@ -84,8 +97,8 @@ class ReplicaQuorum {
   ~ReplicaQuorum();
 
   // Joins the job's next quorum and blocks until it is decided (see above). kDeadlineExceeded
-  // when it is not by `deadline` (fewer than min_replicas groups); kInvalidArgument for a bad
-  // request.
+  // with reason kQuorumTooSmall (details "asked" and "needed") when it is not by `deadline`
+  // (fewer than min_replicas groups); kInvalidArgument for a bad request.
   Result<Quorum> Join(const QuorumRequest& request, std::chrono::steady_clock::time_point deadline);
   // The group is alive (a thread of its process calls this every fraction of heartbeat_timeout).
   Status Heartbeat(const std::string& job, const std::string& replica_id);
@@ -95,6 +108,12 @@ class ReplicaQuorum {
   void NewEpoch(std::string epoch);
   // The job's last membership changes (up to 64) with seq > `after`, oldest first.
   std::vector<QuorumEvent> Events(const std::string& job, uint64_t after);
+  // Where the jobs are known (hai-server: its job records), what a group asks is checked against
+  // them before it joins: `check` may correct the request (R and M from the record, not the
+  // client) or refuse it (an unknown job, a group that is not live). None (hfreduce-store):
+  // requests are taken as they come. Thread-safe; set once, before serving.
+  using Check = std::function<Status(QuorumRequest& request)>;
+  void SetCheck(Check check);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -121,10 +140,12 @@ class ReplicaQuorum {
     std::vector<QuorumEvent> events;                     // the last membership changes
     uint64_t event_seq = 0;
   };
-  static void Record(Job& job, std::string text);
+  static void Record(Job& job, QuorumEvent::Kind kind, std::vector<std::string> groups,
+                     int64_t step, std::string source);
   // Decides the job's current round when its rule says so; true when it did.
   bool MaybeDecide(Job& job, Clock::time_point now);
 
+  Check check_;        // set before serving; read without mu_
   std::string epoch_;  // guarded by mu_
   std::mutex mu_;
   std::condition_variable decided_;

@@ -17,6 +17,21 @@ std::string Names(const std::vector<std::string>& ids) {
 
 }  // namespace
 
+std::string Describe(const QuorumEvent& e) {
+  const std::string who = "group" + std::string(e.groups.size() > 1 ? "s " : " ") + Names(e.groups);
+  const std::string at = " the quorum at step " + std::to_string(e.step);
+  switch (e.kind) {
+    case QuorumEvent::Kind::kFormed:
+      return who + " formed" + at;
+    case QuorumEvent::Kind::kJoined:
+      return who + " joined" + at +
+             (e.source.empty() ? "" : ", taking group " + e.source + "'s state");
+    case QuorumEvent::Kind::kLeft:
+      return who + " left" + at;
+  }
+  return who;
+}
+
 bool Quorum::healing() const {
   return std::any_of(members.begin(), members.end(),
                      [&](const QuorumMember& m) { return m.step < max_step; });
@@ -65,25 +80,18 @@ bool ReplicaQuorum::MaybeDecide(Job& job, Clock::time_point now) {
     for (const std::string& id : job.previous) {
       if (!members.contains(id)) left.push_back(id);
     }
-    if (!left.empty()) {
-      Record(job, "group" + std::string(left.size() > 1 ? "s " : " ") + Names(left) +
-                      " left the quorum at step " + std::to_string(max_step));
-    }
+    if (!left.empty()) Record(job, QuorumEvent::Kind::kLeft, left, max_step, "");
     std::vector<std::string> first;
     for (const QuorumMember& m : decision.members) {
       if (job.previous.contains(m.replica_id)) continue;
       if (job.previous.empty()) {
         first.push_back(m.replica_id);
       } else {
-        Record(job, "group " + m.replica_id + " joined the quorum at step " +
-                        std::to_string(max_step) +
-                        (m.step < max_step ? ", taking group " + source + "'s state" : ""));
+        Record(job, QuorumEvent::Kind::kJoined, {m.replica_id}, max_step,
+               m.step < max_step ? source : "");
       }
     }
-    if (!first.empty()) {
-      Record(job, "group" + std::string(first.size() > 1 ? "s " : " ") + Names(first) +
-                      " formed the quorum at step " + std::to_string(max_step));
-    }
+    if (!first.empty()) Record(job, QuorumEvent::Kind::kFormed, first, max_step, "");
   }
   if (members != job.previous || r.reform) ++job.quorum_id;
   decision.id = job.quorum_id;
@@ -96,13 +104,17 @@ bool ReplicaQuorum::MaybeDecide(Job& job, Clock::time_point now) {
   return true;
 }
 
-void ReplicaQuorum::Record(Job& job, std::string text) {
+void ReplicaQuorum::Record(Job& job, QuorumEvent::Kind kind, std::vector<std::string> groups,
+                           int64_t step, std::string source) {
   QuorumEvent e;
   e.seq = ++job.event_seq;
   e.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                   std::chrono::system_clock::now().time_since_epoch())
                   .count();
-  e.text = std::move(text);
+  e.kind = kind;
+  e.groups = std::move(groups);
+  e.step = step;
+  e.source = std::move(source);
   job.events.push_back(std::move(e));
   if (job.events.size() > kEventsKept) job.events.erase(job.events.begin());
 }
@@ -140,7 +152,13 @@ Status ReplicaQuorum::Heartbeat(const std::string& job, const std::string& repli
   return Status::Ok();
 }
 
-Result<Quorum> ReplicaQuorum::Join(const QuorumRequest& request, Clock::time_point deadline) {
+void ReplicaQuorum::SetCheck(Check check) {
+  check_ = std::move(check);
+}
+
+Result<Quorum> ReplicaQuorum::Join(const QuorumRequest& asked, Clock::time_point deadline) {
+  QuorumRequest request = asked;
+  if (check_) FF_RETURN_IF_ERROR(check_(request));
   if (request.job.empty() || request.replica_id.empty()) {
     return InvalidArgument("quorum: job and replica_id must be set");
   }
@@ -178,9 +196,11 @@ Result<Quorum> ReplicaQuorum::Join(const QuorumRequest& request, Clock::time_poi
     }
     if (now >= deadline) {
       job.current.joined.erase(request.replica_id);  // not a member of a quorum it left
-      return DeadlineExceeded("quorum: " + std::to_string(job.current.joined.size() + 1) +
-                              " of at least " + std::to_string(request.min_replicas) +
-                              " replica groups of job '" + request.job + "' asked in time");
+      const std::string came = std::to_string(job.current.joined.size() + 1);
+      const std::string needed = std::to_string(request.min_replicas);
+      return DeadlineExceeded("quorum: " + came + " of at least " + needed +
+                              " replica groups of job '" + request.job + "' asked in time")
+          .WithReason(kQuorumTooSmall, {{"asked", came}, {"needed", needed}});
     }
     auto wake = deadline;
     if (!job.current.joined.empty()) wake = std::min(wake, job.current.first + r.join_timeout);

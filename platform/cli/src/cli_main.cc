@@ -16,6 +16,7 @@
 #include <cstdlib>
 
 #include "cli.h"
+#include "common/cli_exit.h"
 #include "common/config.h"
 #include "common/tls.h"
 
@@ -61,7 +62,7 @@ int Main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return ExitForParseError(app, e);
   }
   ResolveGlobals(g);
   // Where the cluster runs TLS: FF_TLS_CA_FILE, the authority hai-server's certificate is checked

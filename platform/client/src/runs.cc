@@ -20,6 +20,11 @@ GroupState StateOf(const hai::ReplicaGroup& group) {
   return group.end_ms() == 0 ? GroupState::kLeaving : GroupState::kLost;
 }
 
+std::string GroupName(const hai::ReplicaGroup& group) {
+  return std::to_string(group.replica()) +
+         (group.incarnation() > 0 ? "." + std::to_string(group.incarnation()) : "");
+}
+
 std::set<int> StartedReplicas(const hai::Run& run) {
   std::set<int> started;
   for (const hai::ReplicaGroup& g : run.groups())

@@ -197,9 +197,7 @@ std::vector<hai::Task> HaiServer::TasksFor(const std::string& node) const {
           env["HAI_REPLICA_ID"] = std::to_string(group->replica());
           // The group's name in the quorum: a replacement's differs from the group it replaces,
           // which may still run where its node was cut off.
-          env["HAI_REPLICA_GROUP"] =
-              std::to_string(group->replica()) +
-              (group->incarnation() > 0 ? "." + std::to_string(group->incarnation()) : "");
+          env["HAI_REPLICA_GROUP"] = GroupName(*group);
           env["HAI_REPLICAS"] = std::to_string(spec.replicas());
           env["HAI_MIN_REPLICAS"] = std::to_string(MinReplicas(spec));
         }

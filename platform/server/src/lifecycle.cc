@@ -345,6 +345,16 @@ struct Visitor {
     return Status::Ok();
   }
 
+  Status operator()(const QuorumChanged& e) {
+    hai::Job& job = t.job;
+    if (!Active(job) || !FaultTolerant(job.spec())) return Status::Ok();  // (it ended meanwhile)
+    hai::Run& run = *job.mutable_runs(job.runs_size() - 1);
+    if (e.event.time_ms < run.start_ms()) return Status::Ok();  // an earlier run's
+    AddRunEvent(run, e.event.time_ms, "quorum: " + hfreduce::Describe(e.event));
+    t.changed = true;
+    return Status::Ok();
+  }
+
   Status operator()(const GroupStarted& e) {
     hai::Job& job = t.job;
     const hai::JobSpec& spec = job.spec();

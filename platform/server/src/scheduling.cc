@@ -1,6 +1,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
 #include <sstream>
 
 #include "common/rpc_status.h"
@@ -150,22 +151,20 @@ void HaiServer::ScheduleRound() {
     work_cv_.notify_all();
     return true;
   };
-  // What the quorums of fault-tolerant jobs saw (groups leaving, joining at a step), into their
-  // current runs for hai show.
+  // What the quorums of fault-tolerant jobs saw (groups forming, leaving, joining at a step),
+  // into their current runs through the lifecycle (QuorumChanged).
   if (quorum_server_) {
     for (auto& [id, job] : jobs_) {
       if (!Active(job) || !FaultTolerant(job.spec())) continue;
       uint64_t& seen = quorum_events_seen_[id];
-      hai::Run& run = *job.mutable_runs(job.runs_size() - 1);
-      bool added = false;
-      for (const hfreduce::QuorumEvent& e :
-           quorum_server_->quorum().Events(std::to_string(id), seen)) {
+      for (hfreduce::QuorumEvent& e : quorum_server_->quorum().Events(std::to_string(id), seen)) {
         seen = e.seq;
-        if (e.time_ms < run.start_ms()) continue;  // an earlier run's
-        AddRunEvent(run, e.time_ms, "quorum: " + e.text);
-        added = true;
+        Result<Transition> t = Apply(job, QuorumChanged{std::move(e)}, now_ms);
+        if (t.ok() && t->changed) {
+          job = std::move(t->job);
+          changed.push_back(&job);
+        }
       }
-      if (added) changed.push_back(&job);
     }
   }
   InUse in_use = ComputeInUse();
@@ -251,6 +250,48 @@ void HaiServer::ScheduleRound() {
   if (!MustPersist(store_->PutJobs(changed), "the scheduling round's decisions").ok()) return;
   for (const auto& [id, reason] : d.pending)
     RecordPending(jobs_.at(id), now_ms, reason);
+}
+
+Status HaiServer::CheckQuorumRequest(hfreduce::QuorumRequest& request) {
+  int64_t id = 0;
+  const char* end = request.job.data() + request.job.size();
+  if (auto [at, ec] = std::from_chars(request.job.data(), end, id);
+      ec != std::errc() || at != end || id <= 0) {
+    return NotFound("quorum: hai-server has no job '" + request.job +
+                    "' (a fault-tolerant job's quorum is named by its HAI_JOB_ID)")
+        .WithReason(kUnknownJob);
+  }
+  MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) {
+    return NotFound("quorum: hai-server has no job " + request.job).WithReason(kUnknownJob);
+  }
+  const hai::Job& job = it->second;
+  if (!FaultTolerant(job.spec())) {
+    return FailedPrecondition("quorum: job " + request.job +
+                              " is not fault tolerant (it was not submitted with --replicas)")
+        .WithReason(kUnknownJob);
+  }
+  std::string live;
+  bool found = false;
+  if (Active(job)) {
+    for (const hai::ReplicaGroup& g : job.runs(job.runs_size() - 1).groups()) {
+      if (!Live(g)) continue;
+      live += (live.empty() ? "" : ",") + GroupName(g);
+      found |= GroupName(g) == request.replica_id;
+    }
+  }
+  if (!found) {
+    return FailedPrecondition("quorum: group " + request.replica_id +
+                              " is not a live replica group of job " + request.job + " (" +
+                              (Active(job) ? "live: " + (live.empty() ? "none" : live)
+                                           : "the job is " + hai::JobState_Name(job.state())) +
+                              ")")
+        .WithReason(kGroupNotLive, {{"live", live}});
+  }
+  request.replicas = job.spec().replicas();
+  request.min_replicas = MinReplicas(job.spec());
+  return Status::Ok();
 }
 
 std::optional<JobRequest> HaiServer::GroupsAskedFor(const hai::Job& job) const {

@@ -262,6 +262,8 @@ void HaiServer::Start(const std::string& address) {
   if (quorum.ok()) {
     quorum_server_ = std::move(*quorum);
     quorum_server_->SetStores(quorum_server_->address());
+    quorum_server_->quorum().SetCheck(
+        [this](hfreduce::QuorumRequest& request) { return CheckQuorumRequest(request); });
     {
       MutexLock lock(&mu_);
       quorum_address_ = quorum_server_->address();

@@ -95,8 +95,9 @@ class LMHead(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, c: GPTConfig = GPTConfig()):
+    def __init__(self, c: GPTConfig | None = None):
         super().__init__()
+        c = GPTConfig() if c is None else c
         self.config = c
         self.embed = Embeddings(c)
         self.blocks = nn.Sequential(*[Block(c) for _ in range(c.n_layers)])
@@ -148,7 +149,8 @@ class GPT(nn.Module):
             block.mlp[2] = tp.RowParallelLinear.from_linear(block.mlp[2], tp_group)
         tied = self.head.proj.weight is self.embed.tok.weight
         self.embed.tok = tp.VocabParallelEmbedding.from_embedding(self.embed.tok, tp_group)
-        head = tp.VocabParallelEmbedding.from_embedding(_head_as_embedding(self.head.proj), tp_group) if not tied else None
+        head = (tp.VocabParallelEmbedding.from_embedding(_head_as_embedding(self.head.proj), tp_group)
+                if not tied else None)
         self.head.proj = nn.Module()
         self.head.proj.weight = self.embed.tok.weight if tied else head.weight
         self.head.tp_group = tp_group

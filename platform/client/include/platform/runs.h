@@ -28,6 +28,10 @@ GroupState StateOf(const hai::ReplicaGroup& group);
 inline bool Live(const hai::ReplicaGroup& group) {
   return StateOf(group) == GroupState::kRunning;
 }
+// A group's name in its job's quorum (HAI_REPLICA_GROUP): its replica, with ".n" for the
+// replica's n-th replacement ("2", "2.1"), so that a replacement is never taken for the group it
+// replaces, which may still run cut off from the platform.
+std::string GroupName(const hai::ReplicaGroup& group);
 // The index in run.groups of the group holding the run's node slot `node`; -1 for none.
 int GroupOfNode(const hai::Run& run, const hai::JobSpec& spec, int node);
 // The node slots (indices into run.nodes) of the job's current run that still hold ranks as far

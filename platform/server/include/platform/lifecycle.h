@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "hfreduce/quorum.h"
 #include "platform/proto/hai.pb.h"
 #include "platform/runs.h"  // FaultTolerant, GroupOfNode, HeldNodes
 
@@ -95,8 +96,14 @@ struct GroupStarted {
   std::vector<std::string> nodes;
   std::vector<std::string> gpus;
 };
+// The job's quorum service (hai-server's) decided a change of its groups' membership: it goes
+// into the current run's events ("quorum: group 1.1 joined the quorum at step 57, ..."), unless it
+// happened before the run started.
+struct QuorumChanged {
+  hfreduce::QuorumEvent event;
+};
 using JobEvent = std::variant<Started, StopRequested, SuspendRequested, Preempted, RankExited,
-                              NodeLost, NodeDrained, GroupStarted>;
+                              NodeLost, NodeDrained, GroupStarted, QuorumChanged>;
 
 // What an event did.
 struct Transition {

@@ -39,6 +39,7 @@
 
 namespace ff::hfreduce {
 class StoreServer;
+struct QuorumRequest;
 }  // namespace ff::hfreduce
 
 namespace ff::platform {
@@ -192,6 +193,13 @@ class HaiServer final : public hai::Hai::Service {
   void StartGroup(hai::Job& job, const scheduler::Decision::GroupStart& start, InUse& in_use,
                   const std::function<bool(hai::Job&, const JobEvent&)>& apply) FF_REQUIRES(mu_);
   std::vector<hai::Task> TasksFor(const std::string& node) const FF_REQUIRES(mu_);
+  // A group's request to join its job's quorum, against the job's record (ReplicaQuorum::Check):
+  // the job is active and fault tolerant and the group one of its current run's live groups
+  // (else kNotFound or kFailedPrecondition, reason kGroupNotLive for a group that is not); R and
+  // M become the record's, whatever the group sent.
+  static constexpr const char* kUnknownJob = "UNKNOWN_JOB";
+  static constexpr const char* kGroupNotLive = "GROUP_NOT_LIVE";
+  Status CheckQuorumRequest(hfreduce::QuorumRequest& request) FF_EXCLUDES(mu_);
   scheduler::JobRequest RequestOf(const hai::Job& job) const;
   void UpdateGauges() FF_REQUIRES(mu_);
 

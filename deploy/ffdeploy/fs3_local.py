@@ -1,5 +1,5 @@
 """A one-machine fs3: fs3-mgmtd, N fs3-storage services (one target each), fs3-meta and an fs3-fuse
-mount, with their state under one folder; the daemons are started by deploy/daemons.py.
+mount, with their state under one folder; the daemons are started by ffdeploy.daemons (deploy/ffdeploy/daemons.py).
 
     deploy/fs3-local.sh start [DIR]   # default DIR: /tmp/fs3-local; needs build/; mounts DIR/mnt
     deploy/fs3-local.sh stop [DIR]    # unmounts, stops everything and removes DIR
@@ -27,10 +27,21 @@ import subprocess
 import sys
 import time
 
-from daemons import (Daemon, etcd_members, fs3_fuse, fs3_meta, fs3_mgmtd, fs3_storage,
-                     netlab_address, netlab_prefix, start_etcd, stop_all)
+from ffdeploy import source_root
+from ffdeploy.daemons import (
+    Daemon,
+    etcd_members,
+    fs3_fuse,
+    fs3_meta,
+    fs3_mgmtd,
+    fs3_storage,
+    netlab_address,
+    netlab_prefix,
+    start_etcd,
+    stop_all,
+)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = source_root()
 
 
 def say(message):
@@ -182,7 +193,8 @@ def status(d):
         daemon = Daemon.load(d, name)
         state = "running" if daemon.running() else "DEAD"
         bad |= state == "DEAD"
-        print(f"{name:<10} {state:<8} {json.dumps(daemon.ready, separators=(',', ':')) if daemon.ready and state == 'running' else ''}")
+        ready = json.dumps(daemon.ready, separators=(",", ":")) if daemon.ready and state == "running" else ""
+        print(f"{name:<10} {state:<8} {ready}")
     return bad
 
 
@@ -220,7 +232,8 @@ def restart(d, name):
     say(f"restarted {name} (pid {daemon.pid}): {json.dumps(daemon.ready, separators=(',', ':'))}")
 
 
-def main(argv):
+def main(argv=None):
+    argv = sys.argv if argv is None else argv
     cmd = argv[1] if len(argv) > 1 else ""
     try:
         if cmd in ("start", "stop", "down", "status"):

@@ -1,7 +1,7 @@
 """One way to start the stack's daemons from Python: each daemon's config as data (written as
 TOML), started with --config and --ready-file, waited for until ready, stopped, killed, restarted.
 
-    from daemons import Daemon, fs3_mgmtd, fs3_storage
+    from ffdeploy.daemons import Daemon, fs3_mgmtd, fs3_storage
     m = fs3_mgmtd(bin_dir, work_dir, lease_ms=3000).start()        # m.rpc: its "host:port"
     s = fs3_storage(bin_dir, work_dir, "storage-1", m.rpc, [(101, path)]).start()
     s.kill(); s.start()                                                 # a crash and a restart
@@ -10,10 +10,11 @@ TOML), started with --config and --ready-file, waited for until ready, stopped, 
 Every daemon writes <dir>/<name>.toml, .ready, .log, .pid and .daemon.json; a daemon that exits
 before it is ready raises with the tail of its log; the ports it bound are written back into its
 config, so a restart comes back at the same addresses; Daemon.load gives it back to another
-process. Used by the local cluster and the one-machine fs3 (deploy/local_cluster.py,
-deploy/fs3_local.py), the network lab (deploy/netlab_cluster.py, where each daemon runs `inside`
-its host's namespace) and the Python and torch test harnesses (tests/python/fs3_cluster.py,
-tests/torch/hai_cluster.py).
+process. Used by the local cluster and the one-machine fs3 (ffdeploy.local_cluster,
+ffdeploy.fs3_local), the network lab (ffdeploy.netlab_cluster, where each daemon runs `inside`
+its host's namespace), the Python and torch test harnesses (tests/python/fs3_cluster.py,
+tests/torch/hai_cluster.py, tests/torch/test_ft.py's hfreduce-store) and the benches
+(haiscale/bench/ft_bench.py): the only way Python starts a process of the stack.
 """
 
 import json
@@ -64,7 +65,7 @@ def toml(config):
 # Where each section's listen address is reported in a ready file: after the first start, the
 # config is rewritten with the ports a daemon bound (port 0 in its config), so that a restart
 # comes back at the same addresses (clients, mounts and scrape targets keep working).
-_READY_KEYS = {"server": "rpc", "metrics": "metrics", "web": "http"}
+_READY_KEYS = {"server": "rpc", "metrics": "metrics", "web": "http", "store": "rpc"}
 
 
 class Daemon:
@@ -324,6 +325,13 @@ def fs3_meta(bin_dir, directory, mgmtd, chunk_size, name="meta", listen="127.0.0
     config["meta"] = {"data_dir": os.path.join(directory, f"{name}-data"), "chunk_size": chunk_size,
                       "mgmtd": mgmtd, **meta}
     return Daemon(os.path.join(bin_dir, "fs3-meta"), name, directory, config)
+
+
+def hfreduce_store(bin_dir, directory, name="store", listen="127.0.0.1:0", stores=None):
+    """hfreduce-store (bin_dir: the build's hfreduce/): the rendezvous store and replica quorums
+    for jobs outside HAI-Platform; `stores` lists every server of the quorum service ("a,b")."""
+    config = {"store": {"listen": listen, "stores": stores}}
+    return Daemon(os.path.join(bin_dir, "hfreduce-store"), name, directory, config)
 
 
 def hai_server(bin_dir, directory, cluster, listen, name="server", metrics=False, **hai):

@@ -1,15 +1,15 @@
-"""The whole stack on this machine, from one config (deploy/config/local-cluster.conf), with all
-its state under one folder; every daemon is started by deploy/daemons.py:
+"""The whole stack on this machine, from one config (deploy/config/local-cluster.toml), with all
+its state under one folder; every daemon is started by ffdeploy.daemons (deploy/ffdeploy/daemons.py):
   fs3: fs3-mgmtd, fs3-meta, FS3_STORAGE_SERVICES fs3-storage services in chains of
        FS3_REPLICATION, and (as root, with /dev/fuse) the fs3-fuse mount at DIR/fs3-mnt
-       (deploy/fs3_local.py, in DIR/fs3);
+       (ffdeploy.fs3_local, in DIR/fs3);
   HAI-Platform: hai-server, one hai-agent and one hai-health per node of CLUSTER_TOML (each node
        has its own HFReduce node id, so a multi-node job crosses HFReduce's network path), and
        hai-web, the read-only web view;
   Prometheus (Debian's `prometheus`) scraping every daemon's /metrics, with deploy/prometheus's
        alert rules loaded.
 Jobs see the stack's Python side (haiscale, hai_job, fs3client) and FS3_META / FS3_MGMTD /
-FS3_MOUNT without extra steps. With TLS=1 (the config's default) every gRPC call is over mutual
+FS3_MOUNT without extra steps. With [cluster] tls = true (the default) every gRPC call is over mutual
 TLS (common/tls.h), with an authority and a certificate made in DIR/tls; DIR/env hands them to
 the CLIs (FF_TLS_*).
 
@@ -39,50 +39,85 @@ too: it acts on whatever daemons, pid files and mounts it finds.
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
 
-import daemons
-import fs3_local
-from daemons import (Daemon, etcd_members, hai_agent, hai_health, hai_server, hai_web,
-                     netlab_address, netlab_prefix, start_etcd, stop_all)
-from fs3_local import Fail
+from ffdeploy import daemons, fs3_local, source_root
+from ffdeploy.daemons import (
+    Daemon,
+    etcd_members,
+    hai_agent,
+    hai_health,
+    hai_server,
+    hai_web,
+    netlab_address,
+    netlab_prefix,
+    start_etcd,
+    stop_all,
+)
+from ffdeploy.fs3_local import Fail
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = source_root()
 
 
 def say(message):
     print(f"local-cluster: {message}", file=sys.stderr)
 
 
-# What deploy/config/local-cluster.conf sets, for a config that leaves something out.
-DEFAULTS = {"CLUSTER_TOML": "deploy/config/cluster-local.toml", "GPUS_PER_NODE": "2",
-            "FS3_STORAGE_SERVICES": "3", "FS3_REPLICATION": "3", "HEALTH_INTERVAL_MS": "2000",
-            "HEALTH_EXPECT_GPUS": "0", "HEALTH_MIN_FREE_DISK_MIB": "512",
-            "HEALTH_VALIDATOR_INTERVAL_S": "600", "SCRAPE_INTERVAL": "2s"}
+# Every setting of the local cluster's config (TOML, deploy/config/local-cluster.toml): its
+# section and key, type, default (the one place defaults live) and the name the code uses.
+SETTINGS = [
+    ("cluster", "topology", str, "deploy/config/cluster-local.toml", "CLUSTER_TOML"),
+    ("cluster", "gpus_per_node", int, 2, "GPUS_PER_NODE"),
+    ("cluster", "tls", bool, True, "TLS"),
+    ("fs3", "enabled", bool, True, "FS3"),
+    ("fs3", "storage_services", int, 3, "FS3_STORAGE_SERVICES"),
+    ("fs3", "replication", int, 3, "FS3_REPLICATION"),
+    ("health", "interval_ms", int, 2000, "HEALTH_INTERVAL_MS"),
+    ("health", "expect_gpus", int, 0, "HEALTH_EXPECT_GPUS"),
+    ("health", "min_free_disk_mib", int, 512, "HEALTH_MIN_FREE_DISK_MIB"),
+    ("health", "validator_interval_s", int, 600, "HEALTH_VALIDATOR_INTERVAL_S"),
+    ("prometheus", "enabled", bool, True, "PROMETHEUS"),
+    ("prometheus", "scrape_interval", str, "2s", "SCRAPE_INTERVAL"),
+]
 
 
 def read_config(path):
-    """KEY=VALUE lines of a shell-syntax config (comments and blank lines ignored) over DEFAULTS;
-    the environment's FS3, PROMETHEUS and TLS (0: leave out) apply over it."""
-    values = dict(DEFAULTS)
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            m = re.match(r"^([A-Z_][A-Z0-9_]*)=(.*)$", line)
-            if not m:
-                raise Fail(f"{path}:{n}: not KEY=VALUE: {line}", 78)
-            words = shlex.split(m.group(2), comments=True)
-            values[m.group(1)] = words[0] if words else ""
+    """The config file (TOML) over SETTINGS' defaults, strictly: an unknown section or key, or a
+    value of the wrong type, is an error naming the file and the key (exit 78, as the daemons').
+    The environment's FS3, PROMETHEUS and TLS (0: leave out) apply over it. Values come back as
+    strings by the code's names ("1"/"0" for booleans)."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise Fail(f"{path}: cannot read: {e.strerror}", 78) from None
+    except tomllib.TOMLDecodeError as e:
+        raise Fail(f"{path}: {e}", 78) from None
+    known = {}
+    for section, key, kind, default, name in SETTINGS:
+        known.setdefault(section, {})[key] = (kind, default, name)
+    values = {}
+    for section, keys in data.items():
+        if section not in known or not isinstance(keys, dict):
+            raise Fail(f"{path}: unknown section [{section}] (known: {', '.join(known)})", 78)
+        for key in keys:
+            if key not in known[section]:
+                raise Fail(f"{path}: unknown key {section}.{key} (known: {', '.join(known[section])})", 78)
+    for section, key, kind, default, name in SETTINGS:
+        value = data.get(section, {}).get(key, default)
+        if type(value) is not kind:  # (bool is an int to isinstance)
+            kind_name = {str: "a string", int: "an integer", bool: "true or false"}[kind]
+            raise Fail(f"{path}: {section}.{key} must be {kind_name}, got {value!r}", 78)
+        values[name] = ("1" if value else "0") if kind is bool else str(value)
     for key in ("FS3", "PROMETHEUS", "TLS"):
-        values[key] = os.environ.get(key, values.get(key, "1"))
+        if os.environ.get(key) in ("0", "1"):
+            values[key] = os.environ[key]
     return values
 
 
@@ -476,9 +511,11 @@ def kill_pidfile(path):
             time.sleep(0.1)
 
 
-def main(argv):
+def main(argv=None):
+    argv = sys.argv if argv is None else argv
     cmd = argv[1] if len(argv) > 1 else ""
-    directory, config, purge, lab = "/tmp/fireflyer-local", "deploy/config/local-cluster.conf", False, os.environ.get("NETLAB", "")
+    directory, config, purge = "/tmp/fireflyer-local", "deploy/config/local-cluster.toml", False
+    lab = os.environ.get("NETLAB", "")
     ha = False
     rest = argv[2:]
     while rest:

@@ -22,8 +22,8 @@ import signal
 import subprocess
 import tempfile
 
-import netlab
-from daemons import fs3_mgmtd, fs3_storage, hai_agent, hai_server, stop_all
+from ffdeploy import netlab
+from ffdeploy.daemons import fs3_mgmtd, fs3_storage, hai_agent, hai_server, stop_all
 
 
 class LabCluster:
@@ -34,7 +34,7 @@ class LabCluster:
         os.makedirs(work_dir, exist_ok=True)
         self.hosts = {h["node"]: h for h in lab.load()["hosts"]}
         self.procs = []  # (name, Popen), stopped in reverse order
-        self.daemons = []  # deploy/daemons.py's, stopped after the processes
+        self.daemons = []  # ffdeploy.daemons (deploy/ffdeploy/daemons.py)'s, stopped after the processes
         self.next_port = 29500
 
     # ---- processes in a host ------------------------------------------------------------------
@@ -75,20 +75,20 @@ class LabCluster:
         return r.stdout
 
     def start(self, node, daemon, timeout=30):
-        """Starts a daemon of deploy/daemons.py inside NODE's namespace; returns it once ready."""
+        """Starts a daemon of ffdeploy.daemons inside NODE's namespace; returns it once ready."""
         if node not in self.hosts:
             raise RuntimeError(f"no host {node} in the lab")
         self.daemons.append(daemon.inside(["ip", "netns", "exec", self.hosts[node]["netns"]]))
         return daemon.start(timeout)
 
     def stop(self, procs=None):
-        for name, p in reversed(procs or self.procs):
+        for _name, p in reversed(procs or self.procs):
             if p.poll() is None:
                 try:
                     os.killpg(p.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-        for name, p in reversed(procs or self.procs):
+        for _name, p in reversed(procs or self.procs):
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:

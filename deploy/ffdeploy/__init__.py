@@ -1,0 +1,28 @@
+"""ffdeploy: the stack's deployment tooling as one importable package.
+
+- ``ffdeploy.daemons``: the one way Python starts a process of the stack (each daemon's config as
+  data, started with --config and --ready-file, waited for, stopped, restarted).
+- ``ffdeploy.fs3_local`` (``ff-fs3-local``, deploy/fs3-local.sh): fs3 on one machine.
+- ``ffdeploy.local_cluster`` (``ff-local-cluster``, deploy/local-cluster.sh): the whole stack on
+  one machine.
+- ``ffdeploy.netlab`` (``ff-netlab``, deploy/netlab.py): an emulated fat-tree network.
+- ``ffdeploy.netlab_cluster``: the stack's daemons on that network.
+
+In the source tree, deploy/ is on the path of the project's venv (fireflyer.pth, written when
+build/ is configured) and of every test (tests/pytest.ini, CTest's PYTHONPATH); elsewhere,
+``pip install --no-build-isolation deploy/`` installs it with its console scripts.
+"""
+
+import os
+
+
+def source_root():
+    """The source tree the tools work in: $FF_SOURCE_DIR when set, else the tree this package
+    lies in (deploy/ffdeploy/../..), else the current directory (an installed package run from
+    a checkout)."""
+    if os.environ.get("FF_SOURCE_DIR"):
+        return os.path.abspath(os.environ["FF_SOURCE_DIR"])
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if os.path.isdir(os.path.join(here, "deploy", "config")):
+        return here
+    return os.getcwd()
