@@ -137,9 +137,8 @@ def main():
             script = "import fs3client; fs = fs3client.FileSystem(%r, %r)\n%s" % (
                 metas, mgmtds, code)
             try:
-                return c.run(node, "env", "PYTHONPATH=" + os.path.join(build, "python"),
-                             os.path.join(ROOT, ".venv", "bin", "python"), "-c", script,
-                             timeout=60)
+                return c.run(node, os.path.join(ROOT, ".venv", "bin", "python"), "-c", script,
+                             env={"PYTHONPATH": os.path.join(build, "python")}, timeout=60)
             except RuntimeError as e:
                 say(f"fs3client on {node}: {e}")
                 return None

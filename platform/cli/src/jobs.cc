@@ -60,7 +60,7 @@ void PrintJob(const hai::Job& j) {
     std::printf(
         "  replicas:  %d group(s) of the shape above, starting and going on with %d or more "
         "(fault tolerance)\n",
-        s.replicas(), std::max(1, s.min_replicas()));
+        s.replicas(), MinReplicas(s));
   }
   if (s.expected_runtime_s() > 0) {
     std::printf("  expected:  runs %llds (--time)\n",

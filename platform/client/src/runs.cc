@@ -10,6 +10,10 @@ int NodesAsked(const hai::JobSpec& spec) {
   return spec.nodes() * (FaultTolerant(spec) ? spec.replicas() : 1);
 }
 
+int MinReplicas(const hai::JobSpec& spec) {
+  return spec.min_replicas() > 0 ? spec.min_replicas() : 1;
+}
+
 bool RunEnding(const hai::Run& run) {
   return !run.end_reason().empty();
 }

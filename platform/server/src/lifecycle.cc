@@ -446,10 +446,6 @@ int WorldSize(const hai::JobSpec& spec) {
   return NodesAsked(spec) * ProcsPerNode(spec);
 }
 
-int MinReplicas(const hai::JobSpec& spec) {
-  return spec.min_replicas() > 0 ? spec.min_replicas() : 1;
-}
-
 int MaxReplacements(const hai::JobSpec& spec) {
   return (spec.max_restarts() > 0 ? spec.max_restarts() : kDefaultMaxRestarts) * spec.replicas();
 }

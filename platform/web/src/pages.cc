@@ -199,7 +199,7 @@ Page JobPage(const hai::Job& job, std::string_view log_tail,
     t += row("Fault tolerance", std::to_string(s.replicas()) +
                                     " replica groups of that shape, starting and going on "
                                     "with " +
-                                    std::to_string(std::max(1, s.min_replicas())) + " or more");
+                                    std::to_string(MinReplicas(s)) + " or more");
   }
   t += row("Priority", std::to_string(s.priority()));
   t += row("Submitted", Clock(job.submit_ms()) + " (" + Ago(job.submit_ms(), now_ms) + ")");

@@ -13,6 +13,8 @@ namespace ff::platform {
 bool FaultTolerant(const hai::JobSpec& spec);  // replicas > 0: the job runs as replica groups
 // The nodes a job asks for: nodes, times replicas for a fault-tolerant job.
 int NodesAsked(const hai::JobSpec& spec);
+// The replica groups a fault-tolerant job needs to run (JobSpec.min_replicas; 0 means 1).
+int MinReplicas(const hai::JobSpec& spec);
 // A run is ending once it has a cause (Run.end_reason): its ranks are being killed or are gone
 // (Run.end_ms once every rank's exit is known).
 bool RunEnding(const hai::Run& run);

@@ -50,7 +50,6 @@ bool Terminal(const hai::Job& job);  // SUCCEEDED, FAILED or STOPPED: it never r
 int ProcsPerNode(const hai::JobSpec& spec);
 // The ranks a run starts with: nodes x procs_per_node, times replicas for a fault-tolerant job.
 int WorldSize(const hai::JobSpec& spec);
-int MinReplicas(const hai::JobSpec& spec);
 // Under fault tolerance, how many replacement groups one run may place (a group that keeps
 // failing is not replaced forever): max_restarts (default kDefaultMaxRestarts) per replica.
 int MaxReplacements(const hai::JobSpec& spec);
