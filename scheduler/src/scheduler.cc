@@ -210,8 +210,8 @@ class Scheduler::Round {
     Ask ask;
   };
   // nodes, GPUs per node or GPUs, comm, spans zones, must stay under one leaf, must keep off the
-  // head's reserved nodes
-  using Shape = std::tuple<int, int, int, bool, bool, bool>;
+  // head's reserved nodes, must stay in this zone (-1: any)
+  using Shape = std::tuple<int, int, int, bool, bool, bool, int>;
 
   void Consider(std::size_t index);
   bool WithinQuota(Candidate& c);
@@ -228,7 +228,7 @@ class Scheduler::Round {
   void Wait(const JobRequest& job, std::string reason);
 
   Placement PlaceAs(const JobRequest& request, bool within_leaf, std::string* reason,
-                    bool off_reserved);
+                    bool off_reserved, int zone = -1);
   int QueuedForGpus(std::size_t index, int taking) const;
   bool TouchesReserved(const Placement& p) const;
   std::string Head() const;  // "job 3 (priority 5, 4 nodes)"
@@ -662,18 +662,30 @@ bool Scheduler::Round::StartGroup(const JobRequest& job, const MissingGroup& gro
   part.nodes = job.node_step;
   part.min_nodes = 0;
   part.missing_groups.clear();
+  // The groups of an allreduce job average their gradients every step: one that may not span
+  // zones has its new group where its other groups are.
+  const int zone = running != nullptr && job.comm == CommKind::kAllreduce && !job.may_span_zones
+                       ? work_.topology().nodes()[running->placement.nodes.front()].zone
+                       : -1;
   std::string why;
-  Placement placement = PlaceAs(part, /*within_leaf=*/false, &why, !ends_in_time);
+  Placement placement = PlaceAs(part, /*within_leaf=*/false, &why, !ends_in_time, zone);
   // A replacement may suspend jobs of lower priority (none of them started this round: it comes
   // in its job's place in the order); a group the run began without does not.
   if (placement.empty() && group.lost && head_ == nullptr && options_.preemption &&
       searches_ < options_.max_preemption_searches) {
     ++searches_;
-    std::vector<JobId> victims = scheduler_.FindVictims(part, work_, now_, false, &placement);
+    ClusterState where = work_;  // (in its zone: the other zones' nodes count as drained)
+    for (int n = 0; zone >= 0 && n < static_cast<int>(where.topology().nodes().size()); ++n) {
+      if (where.topology().nodes()[n].zone != zone) where.SetDrained(n, true);
+    }
+    std::vector<JobId> victims = scheduler_.FindVictims(part, where, now_, false, &placement);
     Suspend(victims, job.id);
   }
   if (placement.empty()) {
     reason = waits + "it " + why;
+    if (zone >= 0) {
+      reason += " in zone " + work_.topology().zones()[zone].name + " (where its other groups run)";
+    }
     if (!ends_in_time) {
       reason += " off the nodes reserved for " + Head() +
                 ", which is ahead and expected to start in " + FormatDuration(reservation_ - now_);
@@ -723,26 +735,36 @@ void Scheduler::Round::Wait(const JobRequest& job, std::string reason) {
 }
 
 // The policy's placement of `request` on the nodes left (with `within_leaf`, under one leaf;
-// with `off_reserved`, off the head's reserved nodes), remembering failures by shape.
+// with `off_reserved`, off the head's reserved nodes; with a `zone`, in that zone), remembering
+// failures by shape.
 Placement Scheduler::Round::PlaceAs(const JobRequest& request, bool within_leaf,
-                                    std::string* reason, bool off_reserved) {
+                                    std::string* reason, bool off_reserved, int zone) {
   const Shape shape{request.nodes,
                     request.Gang() ? request.gpus_per_node : request.gpus,
                     static_cast<int>(request.comm),
                     request.may_span_zones,
                     within_leaf,
-                    off_reserved};
+                    off_reserved,
+                    zone};
   if (auto known = failed_.find(shape); known != failed_.end()) {
     *reason = known->second;
     return Placement{};
   }
-  // Off the reservation: the reserved nodes count as drained while the policy chooses.
+  // Nodes it may not take count as drained while the policy chooses: the reserved ones, those
+  // of other zones.
   std::vector<int> hidden;
+  auto hide = [&](int n) {
+    if (work_.drained(n)) return;
+    work_.SetDrained(n, true);
+    hidden.push_back(n);
+  };
   if (off_reserved) {
-    for (int n : reserved_) {
-      if (work_.drained(n)) continue;
-      work_.SetDrained(n, true);
-      hidden.push_back(n);
+    for (int n : reserved_)
+      hide(n);
+  }
+  if (zone >= 0) {
+    for (int n = 0; n < static_cast<int>(work_.topology().nodes().size()); ++n) {
+      if (work_.topology().nodes()[n].zone != zone) hide(n);
     }
   }
   Placement p = scheduler_.PlaceJob(request, work_, within_leaf, reason);

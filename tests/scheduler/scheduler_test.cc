@@ -860,28 +860,31 @@ TEST_F(SchedulerTest, ALostReplicaGroupIsReplacedByTheRound) {
 }
 
 TEST_F(SchedulerTest, AReplacementComesInItsJobsPlaceInTheOrder) {
-  // Free: nodes 6 and 7 only. A queued job of higher priority takes them; one of lower priority
-  // waits behind the replacement.
+  // Free: nodes 8 and 9 only (zone B, the job's). A queued job of higher priority takes them; one
+  // of lower priority waits behind the replacement.
   JobRequest ft = RunningReplicas();
   Run(ft, {12, 13, 14, 15});
-  Run(Job(10, 6, 3, "bob"), {0, 1, 2, 3, 4, 5});
-  Run(Job(11, 4, 3, "bob"), {8, 9, 10, 11});
+  Run(Job(10, 8, 3, "bob"), {0, 1, 2, 3, 4, 5, 6, 7});
+  Run(Job(11, 2, 3, "bob"), {10, 11});
   Decision d = Decide({ft, Job(1, 2, /*priority=*/5, "carol")}, 100, NoPreemption());
   EXPECT_THAT(Started(d), ElementsAre(1));
   EXPECT_THAT(d.group_starts, IsEmpty());
-  EXPECT_EQ(d.groups_waiting.at(5).at(2),
-            "replica 2 is not replaced: it needs 2 nodes with 8 free GPUs; 0 are free");
+  EXPECT_EQ(
+      d.groups_waiting.at(5).at(2),
+      "replica 2 is not replaced: it needs 2 nodes with 8 free GPUs; 0 are free in zone B (where "
+      "its other groups run)");
   d = Decide({ft, Job(1, 2, /*priority=*/1, "carol")}, 100, NoPreemption());
   EXPECT_THAT(GroupsStarted(d), ElementsAre(std::pair<JobId, int>(5, 2)));
-  EXPECT_THAT(d.group_starts[0].placement.nodes, UnorderedElementsAre(6, 7));
+  EXPECT_THAT(d.group_starts[0].placement.nodes, UnorderedElementsAre(8, 9));
   EXPECT_THAT(Started(d), IsEmpty());
 }
 
 TEST_F(SchedulerTest, AReplacementBehindABlockedJobOfHigherPriorityKeepsOffItsReservation) {
   // Bob's jobs end at t=1000 (nodes 0-5) and t=5000 (8-11); free: 6 and 7. Job 1 (priority 5)
   // needs all of zone A: it reserves nodes 0-7 for t=1000. The replacement (its job gives no
-  // expected end) may not take 6 and 7.
+  // expected end) may not take 6 and 7. (It may span zones: its groups' zone is another matter.)
   JobRequest ft = RunningReplicas();
+  ft.may_span_zones = true;
   Run(ft, {12, 13, 14, 15});
   RunTwoJobsWithExpectedEnds();
   Decision d = Decide({ft, Job(1, 8, /*priority=*/5, "carol")}, 100, NoPreemption());
@@ -972,13 +975,36 @@ TEST_F(SchedulerTest, ReplacementsThatFailAtOnceWaitLongerAndARunPlacesAtMostIts
   EXPECT_THAT(Decide({ft}, 5000, NoPreemption()).group_starts, IsEmpty());
 }
 
+TEST_F(SchedulerTest, AnAllreduceJobsNewGroupGoesToTheZoneOfItsOtherGroups) {
+  // Its groups run in zone B (nodes 12-15); zone A is all free, zone B has nodes 8 and 9.
+  JobRequest ft = RunningReplicas();
+  Run(ft, {12, 13, 14, 15});
+  Run(Job(10, 2, 3, "bob"), {10, 11});
+  Decision d = Decide({ft}, 100, NoPreemption());
+  ASSERT_THAT(GroupsStarted(d), ElementsAre(std::pair<JobId, int>(5, 2)));
+  EXPECT_THAT(d.group_starts[0].placement.nodes, UnorderedElementsAre(8, 9));
+  // With zone B full, it waits rather than averaging gradients across zones ...
+  Run(Job(11, 2, 3, "bob"), {8, 9});
+  d = Decide({ft}, 100, NoPreemption());
+  EXPECT_THAT(d.group_starts, IsEmpty());
+  EXPECT_THAT(d.groups_waiting.at(5).at(2), HasSubstr("in zone B (where its other groups run)"));
+  // ... unless the job may span zones (or is not an allreduce job).
+  ft.may_span_zones = true;
+  state_ = std::make_unique<ClusterState>(*topology_);
+  Run(ft, {12, 13, 14, 15});
+  Run(Job(10, 2, 3, "bob"), {10, 11});
+  Run(Job(11, 2, 3, "bob"), {8, 9});
+  EXPECT_THAT(GroupsStarted(Decide({ft}, 100, NoPreemption())),
+              ElementsAre(std::pair<JobId, int>(5, 2)));
+}
+
 TEST_F(SchedulerTest, GroupsARunBeganWithoutComeAfterTheQueuedJobs) {
-  // Free: nodes 6 and 7. A job queued behind the fault-tolerant one (same priority, submitted
+  // Free: nodes 8 and 9. A job queued behind the fault-tolerant one (same priority, submitted
   // later) takes them first: the run does not need the group to go on.
   JobRequest ft = RunningReplicas(3, /*lost=*/false);
   Run(ft, {12, 13, 14, 15});
-  Run(Job(10, 6, 3, "bob"), {0, 1, 2, 3, 4, 5});
-  Run(Job(11, 4, 3, "bob"), {8, 9, 10, 11});
+  Run(Job(10, 8, 3, "bob"), {0, 1, 2, 3, 4, 5, 6, 7});
+  Run(Job(11, 2, 3, "bob"), {10, 11});
   Decision d = Decide({ft, Job(20, 2, 3, "carol")}, 100, NoPreemption());
   EXPECT_THAT(Started(d), ElementsAre(20));
   EXPECT_THAT(d.group_starts, IsEmpty());

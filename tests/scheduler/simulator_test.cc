@@ -220,8 +220,9 @@ TEST_F(SimulatorTest, FailedNodesRequeueGangsAndFaultTolerantJobsGetReplacements
   EXPECT_GT(a->failure_requeues, 0);
   EXPECT_GT(a->failure_lost_gpu_hours, 0);
   EXPECT_GT(a->replacements_placed, 0);
-  // Free nodes are plenty: each replacement starts in the round of the failure.
-  EXPECT_EQ(a->lost_group_hours, 0);
+  // A replacement goes to its job's zone, where a free node is usually found at once: the lost
+  // groups are missing for much less than it takes to repair their nodes.
+  EXPECT_LT(a->lost_group_hours, 0.5 * a->replacements_placed * options.node_repair / 3600.0);
   for (const JobOutcome& j : a->jobs)
     EXPECT_GT(j.finish, j.first_start);
   auto b = Simulate(*topology_, jobs, "congestion-aware", options);
