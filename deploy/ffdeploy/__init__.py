@@ -13,7 +13,30 @@ build/ is configured) and of every test (tests/pytest.ini, CTest's PYTHONPATH); 
 ``pip install --no-build-isolation deploy/`` installs it with its console scripts.
 """
 
+import json
 import os
+import subprocess
+
+
+def read_cluster(cluster_toml, hai_sim):
+    """A cluster.toml as hai-server reads it: the scheduler's own reading of the file (`hai-sim
+    topology --json`: zones, their leaves with `count` and `node_names` applied, every node's
+    name, the links' Gbit/s), the only reader of the format. ValueError with hai-sim's message
+    when the file is not a topology; FileNotFoundError when hai-sim is not built."""
+    if not os.access(hai_sim, os.X_OK):
+        raise FileNotFoundError(f"{hai_sim} is missing: build first (it reads cluster.toml)")
+    r = subprocess.run([hai_sim, "topology", "--cluster", cluster_toml, "--json"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ValueError(r.stderr.strip() or f"hai-sim topology could not read {cluster_toml}")
+    return json.loads(r.stdout)
+
+
+def default_hai_sim():
+    """hai-sim of the build the tools use: $FF_BUILD_DIR (default build/ in the source tree)."""
+    build = os.environ.get("FF_BUILD_DIR", "build")
+    return os.path.join(build if os.path.isabs(build) else os.path.join(source_root(), build),
+                        "scheduler", "hai-sim")
 
 
 def source_root():

@@ -47,7 +47,7 @@ import time
 import tomllib
 import urllib.request
 
-from ffdeploy import daemons, fs3_local, source_root
+from ffdeploy import daemons, fs3_local, read_cluster, source_root
 from ffdeploy.daemons import (
     Daemon,
     etcd_members,
@@ -122,15 +122,13 @@ def read_config(path):
 
 
 def node_names(cluster_toml, hai_sim):
-    """The nodes of a cluster.toml as hai-server names them: the scheduler's own reading of the
-    file (`hai-sim topology --json`: `count` leaves alike, `node_names`), not a second parser."""
-    if not os.access(hai_sim, os.X_OK):
-        raise Fail(f"{hai_sim} is missing: build first")
-    r = subprocess.run([hai_sim, "topology", "--cluster", cluster_toml, "--json"],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise Fail(r.stderr.strip() or f"hai-sim topology could not read {cluster_toml}", 78)
-    topology = json.loads(r.stdout)
+    """The nodes of a cluster.toml as hai-server names them (ffdeploy.read_cluster)."""
+    try:
+        topology = read_cluster(cluster_toml, hai_sim)
+    except FileNotFoundError as e:
+        raise Fail(str(e)) from None
+    except ValueError as e:
+        raise Fail(str(e), 78) from None
     return [node["name"] for zone in topology["zones"] for leaf in zone["leaves"]
             for node in leaf["nodes"]]
 

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""An emulated fat-tree network on one machine, built from a cluster.toml topology.
+"""An emulated fat-tree network on one machine, built from a cluster.toml topology (read as
+hai-server reads it, by the scheduler through the build's hai-sim: $FF_BUILD_DIR, default build/).
 
 Every node of the topology becomes a host: a network namespace with its own address in
 198.18.0.0/15 (the range reserved for benchmarking) and no route out of the machine. The switches
@@ -36,7 +37,8 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
+
+from ffdeploy import default_hai_sim, read_cluster
 
 # Traffic classes: DSCP code point -> (name, weight of the link it gets with --classes). The one
 # documented mapping (deploy/NETLAB.md).
@@ -64,48 +66,27 @@ def namespaces():
     return [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
 
 
-def load_topology(path, scale):
-    with open(path, "rb") as f:
-        t = tomllib.load(f)
-    zones = t.get("zones") or []
-    if not zones:
-        raise ValueError(f"{path}: no [[zones]]")
-    node_gbps = float(t.get("node_link_gbps", 200))
-    cross_gbps = float(t.get("cross_zone_gbps", 200))
+def load_topology(path, scale, hai_sim=None):
+    """The lab's shape from a cluster.toml, read as hai-server reads it (ffdeploy.read_cluster:
+    the scheduler's reading, through hai-sim; `hai_sim` defaults to $FF_BUILD_DIR's), with link
+    rates scaled by `scale` and an address per node."""
+    t = read_cluster(path, hai_sim or default_hai_sim())
+    node_gbps = float(t["node_link_gbps"])
     topo = {"zones": [], "node_mbit": node_gbps * 1000 * scale,
-            "cross_mbit": cross_gbps * 1000 * scale}
+            "cross_mbit": float(t["cross_zone_gbps"]) * 1000 * scale}
     host = 0
-    for z in zones:
+    for z in t["zones"]:
         zone = {"name": z["name"], "leaves": []}
-        # Named as the scheduler names them: `count` leaves alike (count > 1) are NAME00, NAME01,
-        # ...; a leaf's nodes are LEAF-n00, LEAF-n01, ... unless it lists its node_names.
-        leaves = []
-        for group in z.get("leaves") or []:
-            count = int(group.get("count", 1))
-            if count > 1:
-                leaves += [dict(group, name=f"{group['name']}{i:02d}") for i in range(count)]
-            else:
-                leaves.append(group)
-        for leaf in leaves:
-            names = list(leaf.get("node_names") or
-                         [f"{leaf['name']}-n{n:02d}" for n in range(int(leaf.get("nodes", 0)))])
-            if not names:
-                raise ValueError(f"{path}: leaf {leaf.get('name')} has no nodes")
-            entry = {"name": leaf["name"],
-                     "uplink_mbit": float(leaf.get("uplink_gbps", node_gbps * len(names)))
-                     * 1000 * scale,
+        for leaf in z["leaves"]:
+            entry = {"name": leaf["name"], "uplink_mbit": float(leaf["uplink_gbps"]) * 1000 * scale,
                      "hosts": []}
-            for name in names:
+            for node in leaf["nodes"]:
                 a, b = ADDRESS_BASE
-                entry["hosts"].append({"node": name,
+                entry["hosts"].append({"node": node["name"],
                                        "address": f"{a}.{b + host // 62500}.{host // 250 % 250}.{host % 250 + 2}"})
                 host += 1
             zone["leaves"].append(entry)
-        if not zone["leaves"]:
-            raise ValueError(f"{path}: zone {z['name']} has no leaves")
         topo["zones"].append(zone)
-    if host == 0:
-        raise ValueError(f"{path}: no nodes")
     return topo
 
 
@@ -316,7 +297,7 @@ def main():
             if a.arg not in hosts:
                 sys.exit(f"netlab: no host {a.arg} (hosts: {' '.join(hosts)})")
             os.execvp("ip", ["ip", "netns", "exec", hosts[a.arg]["netns"], *rest])
-    except (RuntimeError, ValueError, OSError, tomllib.TOMLDecodeError) as e:
+    except (RuntimeError, ValueError, OSError) as e:
         sys.exit(f"netlab: {e}")
 
 

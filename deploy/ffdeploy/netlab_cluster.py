@@ -211,7 +211,9 @@ def lab_cluster(name, topology, build_dir, scale=0.001, queue_kb=256, classes=Fa
     work = tempfile.mkdtemp(prefix=f"{name}-", dir=work_root)
     cluster = None
     try:
-        lab.up(netlab.load_topology(topology, scale), queue_kb, classes)
+        lab.up(netlab.load_topology(topology, scale,
+                                    os.path.join(build_dir, "scheduler", "hai-sim")),
+               queue_kb, classes)
         cluster = LabCluster(lab, build_dir, work)
         yield cluster
     finally:

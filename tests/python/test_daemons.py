@@ -81,3 +81,25 @@ def test_local_cluster_names_the_nodes_hai_server_has(tmp_path):
                    '  count = 2\n  node_names = ["n1"]\n')
     with pytest.raises(Exception, match="node_names needs count = 1"):
         node_names(str(bad), hai_sim)
+
+
+def test_the_network_lab_reads_cluster_toml_as_hai_server_does(tmp_path):
+    """The network lab's hosts are hai-server's nodes: netlab reads cluster.toml through the same
+    reader (ffdeploy.read_cluster, the scheduler's), with the links' rates from it; a file that is
+    no topology is refused with the scheduler's message."""
+    from ffdeploy import netlab
+    from ffdeploy.local_cluster import node_names
+
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    hai_sim = os.path.join(os.environ.get("FF_BUILD_DIR", ""), "scheduler", "hai-sim")
+    cluster = os.path.join(root, "deploy", "config", "cluster-lab.toml")
+    topo = netlab.load_topology(cluster, 0.001, hai_sim)
+    hosts = [h["node"] for z in topo["zones"] for leaf in z["leaves"] for h in leaf["hosts"]]
+    assert hosts == node_names(cluster, hai_sim)
+    assert len(set(h["address"] for z in topo["zones"] for leaf in z["leaves"]
+                   for h in leaf["hosts"])) == len(hosts)
+    assert topo["node_mbit"] == 200 * 1000 * 0.001
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\n')
+    with pytest.raises(ValueError, match="zones"):
+        netlab.load_topology(str(bad), 0.001, hai_sim)
