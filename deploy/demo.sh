@@ -73,6 +73,7 @@ echo "== the training job resumes from its checkpoint on fs3 and finishes =="
 wait_state 1 SUCCEEDED 600
 run "$hai" logs 1 --rank 0
 run "$hai" show 1
+run "$hai" metrics 1 --points 12
 run find "$FS3_MOUNT/checkpoints/researcher/1" -maxdepth 2
 run build/fs3/fs3 fsck --meta "$FS3_META"
 first=$(sed -n 2p "$dir/loss.csv" | cut -d, -f2)
@@ -80,7 +81,7 @@ last=$(tail -n 1 "$dir/loss.csv" | cut -d, -f2)
 echo
 echo "demo: job 1 trained $steps steps over HFReduce on 2 nodes x 2 ranks, preempted and resumed:"
 echo "demo:   loss $first -> $last (curve: $dir/loss.svg, $dir/loss.csv)"
-echo "demo: look around:  source $dir/env; hai ls -a; hai logs 1; hai nodes --health"
+echo "demo: look around:  source $dir/env; hai ls -a; hai logs 1; hai metrics 1; hai nodes --health"
 echo "demo:   web view:   $HAI_WEB_URL (log in with the token in \$HAI_TOKEN: source $dir/env; echo \$HAI_TOKEN)"
 echo "demo:   Prometheus: $PROMETHEUS_URL (targets, alerts);  fs3: $FS3_MOUNT"
 echo "demo:   stop it:    deploy/local-cluster.sh down $dir --purge"

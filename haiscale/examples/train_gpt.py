@@ -29,6 +29,11 @@ from haiscale.models import GPT, GPTConfig
 from haiscale.models.gpt import Block
 from haiscale.pipeline import GPipe, Interleaved1F1B, PipeDream, make_subgroups, partition
 
+try:
+    import hai_job  # HAI-Platform's job helpers: training metrics for `hai metrics` and hai-web
+except ImportError:  # run outside the platform, without the hai-job package
+    hai_job = None
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -208,6 +213,7 @@ def main(argv=None):
         curve = [(int(s), float(v)) for s, v in rows if int(s) <= start_step]
     started = time.time()
     loss_holder = torch.zeros(1)
+    last_report = (start_step, started)
     for step in range(start_step + 1, args.steps + 1):
         per = args.batch // data_size
         x, y = tokens.batch(step, dp_rank * per, (dp_rank + 1) * per)
@@ -226,7 +232,12 @@ def main(argv=None):
             value = loss_holder.item()
             curve.append((step, value))
             if rank == 0:
-                print(f"step {step:5d}  loss {value:.4f}  ({time.time() - started:.1f} s)", flush=True)
+                now = time.time()
+                print(f"step {step:5d}  loss {value:.4f}  ({now - started:.1f} s)", flush=True)
+                if hai_job is not None:  # for `hai metrics` and hai-web's plots
+                    tokens_per_s = (step - last_report[0]) * args.batch * args.seq_len / max(now - last_report[1], 1e-9)
+                    hai_job.report(step, loss=value, tokens_per_s=tokens_per_s)
+                last_report = (step, now)
         if args.ckpt_dir and args.save_every and step % args.save_every == 0:
             checkpoint.save(args.ckpt_dir, step, make_state(step), sharded=sharded)
             if rank == 0 and args.loss_csv:

@@ -108,6 +108,9 @@ int main(int argc, char** argv) {
       std::rename(tmp.c_str(), ckpt.c_str());
       std::printf("epoch %d: loss %.6f\n", epoch + 1, grad[kDim]);
       std::fflush(stdout);
+      if (!hai::job::Report(epoch + 1, {{"loss", grad[kDim]}})) {
+        std::fprintf(stderr, "hai-demo-train: could not report epoch %d's loss\n", epoch + 1);
+      }
     }
     if (asked) {
       if (rank == 0) std::printf("checkpointed after epoch %d; suspending\n", epoch + 1);

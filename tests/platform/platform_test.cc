@@ -187,6 +187,15 @@ class PlatformTest : public ::testing::Test {
     return r.out;
   }
 
+  // `hai metrics --json` (rank `rank`, at most `points` records).
+  json Metrics(int64_t id, const std::string& token, int rank = 0, int points = 2000) {
+    CliResult r = Hai({"metrics", std::to_string(id), "--rank", std::to_string(rank), "--points",
+                       std::to_string(points), "--json"},
+                      token);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return json::parse(r.out, nullptr, false);
+  }
+
   test::TempDir dir_;
   std::string server_address_;
   std::map<std::string, std::string> cli_env_;  // for every `hai`
@@ -230,6 +239,14 @@ TEST_F(PlatformTest, GangJobRunsWithTheEnvironmentTrainingCodeExpects) {
   EXPECT_THAT(ls.out, HasSubstr("succeeded"));
   CliResult show = Hai({"show", std::to_string(id)}, alice_);
   EXPECT_THAT(show.out, HasSubstr("exit codes (rank:code): 0:0 1:0"));
+}
+
+// Each --env takes one K=V; after "--" everything is the command, its own options included.
+TEST_F(PlatformTest, EnvOptionsThenACommandWithOptionsOfItsOwn) {
+  int64_t id = Submit(alice_, {"--env", "A=1", "-e", "B=2 3", "--", "sh", "-c", "echo A=$A B=$B"});
+  ASSERT_GT(id, 0);
+  ASSERT_TRUE(WaitForState(id, alice_, "SUCCEEDED"));
+  EXPECT_THAT(Logs(id, alice_), HasSubstr("A=1 B=2 3\n"));
 }
 
 TEST_F(PlatformTest, LogsFollowUntilTheJobEnds) {
@@ -335,6 +352,51 @@ TEST_F(PlatformTest, DemoTrainingJobOverHFReduceSuspendsAndResumes) {
   EXPECT_THAT(log, HasSubstr("(restart 1)"));
   EXPECT_THAT(log, HasSubstr("epoch 30: loss"));
   EXPECT_THAT(log, HasSubstr("trained w = 1.0"));  // converged towards (1, 2, ..., 8)
+
+  // Rank 0 reported each epoch's loss (hai::job::Report): `hai metrics` has both runs' reports.
+  json metrics = Metrics(id, alice_);
+  ASSERT_TRUE(metrics.is_object()) << metrics;
+  EXPECT_EQ(metrics["reported"], "30") << metrics;  // each epoch once: none lost, none twice
+  EXPECT_EQ(metrics["unreadable"], "0");
+  const json& records = metrics["records"];
+  ASSERT_EQ(records.size(), 30u);
+  EXPECT_EQ(records.front()["run"], 0);
+  EXPECT_EQ(records.front()["step"], "1");
+  EXPECT_EQ(records.back()["run"], 1);
+  EXPECT_EQ(records.back()["step"], "30");
+  EXPECT_LT(records.back()["values"]["loss"].get<double>(),
+            records.front()["values"]["loss"].get<double>() / 10);
+  // Rank 1 reported nothing; nobody else reads alice's; a rank the job never had is refused.
+  EXPECT_EQ(Metrics(id, alice_, 1)["reported"], "0");
+  CliResult other = Hai({"metrics", std::to_string(id)}, bob_);
+  EXPECT_NE(other.code, 0);
+  EXPECT_EQ(Hai({"metrics", std::to_string(id), "--rank", "4"}, alice_).code, 1);
+}
+
+// What a job writes to its metrics file that is not a record is skipped and counted; the records
+// around it are read, and a long series comes back thinned to the points asked for, the last kept.
+TEST_F(PlatformTest, MetricsAreReadFromTheJobsRecordsAndWhatIsNotOneIsSkipped) {
+  int64_t id =
+      Submit(alice_, {"--",
+                      "i=0; while [ $i -lt 5000 ]; do i=$((i+1)); "
+                      "echo \"{\\\"step\\\": $i, \\\"loss\\\": 1.$i}\"; done >> $HAI_METRICS_FILE; "
+                      "echo 'step 5001 loss 0.1' >> $HAI_METRICS_FILE; "
+                      "echo '{\"step\": 5002, \"loss\": \"low\"}' >> $HAI_METRICS_FILE"});
+  ASSERT_TRUE(WaitForState(id, alice_, "SUCCEEDED"));
+  json m = Metrics(id, alice_, 0, 100);
+  EXPECT_EQ(m["reported"], "5000") << m.dump().substr(0, 500);
+  EXPECT_EQ(m["unreadable"], "2");
+  ASSERT_LE(m["records"].size(), 100u);
+  ASSERT_GE(m["records"].size(), 50u);
+  EXPECT_EQ(m["records"].front()["step"], "1");
+  EXPECT_EQ(m["records"].back()["step"], "5000");
+  CliResult table = Hai({"metrics", std::to_string(id), "--points", "5"}, alice_);
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("5000 records, "));
+  EXPECT_THAT(table.out, HasSubstr(" shown (spread over the run), 2 unreadable lines skipped"));
+  EXPECT_THAT(table.out, HasSubstr("loss"));
+  EXPECT_THAT(table.out, HasSubstr(" 5000 "));
+  EXPECT_EQ(Hai({"metrics", std::to_string(id), "--points", "-1"}, alice_).code, 2);
 }
 
 TEST_F(PlatformTest, CliReadsServerAndTokenFromItsConfigFile) {
@@ -371,7 +433,9 @@ TEST_F(PlatformTest, AJobThatIgnoresTheSignalIsKilledAfterTheGrace) {
 }
 
 TEST_F(PlatformTest, LostNodeRequeuesItsJobElsewhere) {
-  int64_t id = Submit(alice_, {"--gpus-per-node", "2", "--", "echo on $HAI_NODE; sleep 20"});
+  int64_t id = Submit(alice_, {"--gpus-per-node", "2", "--",
+                               "echo \"{\\\"step\\\": $HAI_RUN, \\\"run\\\": $HAI_RUN}\" "
+                               ">> $HAI_METRICS_FILE; echo on $HAI_NODE; sleep 20"});
   ASSERT_TRUE(WaitForState(id, alice_, "RUNNING"));
   std::string node = Show(id, alice_)["runs"][0]["nodes"][0];
   int agent = node.back() - '0';
@@ -382,6 +446,18 @@ TEST_F(PlatformTest, LostNodeRequeuesItsJobElsewhere) {
   EXPECT_EQ(job["state"], "RUNNING");
   EXPECT_EQ(job["runs"][0]["end_reason"], "node " + node + " lost");
   EXPECT_NE(job["runs"][1]["nodes"][0], node);
+  // Its metrics are on both nodes: the lost one is named, the other one's read.
+  ASSERT_TRUE(WaitUntil([&] { return Metrics(id, alice_)["reported"] == "1"; }, 10s));
+  json m = Metrics(id, alice_);
+  EXPECT_EQ(m["unreachable"], json::array({node})) << m;
+  EXPECT_EQ(m["records"][0]["run"], 1);
+  // Back, its agent serves run 0's record again, and the two runs come in order.
+  StartAgent(agent);
+  ASSERT_TRUE(WaitUntil([&] { return Metrics(id, alice_)["reported"] == "2"; }, 20s));
+  m = Metrics(id, alice_);
+  EXPECT_EQ(m["unreachable"], json::array()) << m;
+  EXPECT_EQ(m["records"][0]["run"], 0);
+  EXPECT_EQ(m["records"][1]["run"], 1);
   EXPECT_EQ(Hai({"stop", std::to_string(id)}, alice_).code, 0);
   ASSERT_TRUE(WaitForState(id, alice_, "STOPPED"));
 }

@@ -1,6 +1,8 @@
 // hai-web's pages from protos: what a user is shown, escaped, grouped and plotted.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "pages.h"
 
 namespace ff::platform::web {
@@ -35,7 +37,7 @@ TEST(WebPagesTest, EscapesEverythingThatCameFromOutside) {
   EXPECT_EQ(p.body.find("<script>"), std::string::npos);
   EXPECT_NE(p.body.find("&lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
   EXPECT_NE(p.body.find("needs &lt;2&gt; nodes &amp; a leaf"), std::string::npos);
-  Page jp = JobPage(j, "loss <nan> & \"quotes\"\n", {}, 2'000'000);
+  Page jp = JobPage(j, "loss <nan> & \"quotes\"\n", nullptr, "", 2'000'000);
   EXPECT_NE(jp.body.find("loss &lt;nan&gt; &amp; &quot;quotes&quot;"), std::string::npos);
   hai::User u;
   u.set_name("<bob>");
@@ -84,14 +86,22 @@ TEST(WebPagesTest, JobPageShowsRunsExitCodesHistoryLogAndLoss) {
   (*r->mutable_exit_codes())[0] = 143;
   r->set_end(hai::RUN_RANK_FAILED);
   r->set_end_reason("rank 1 exited 3");
-  Page p = JobPage(j, "step 1 loss 2.0\n", {{1, 2.0}, {2, 1.5}}, 2'000'000);
+  hai::JobMetrics m;
+  m.set_reported(2);
+  for (auto [step, loss] : {std::pair<int64_t, double>{1, 2.0}, {2, 1.5}}) {
+    auto* rec = m.add_records();
+    rec->set_step(step);
+    (*rec->mutable_values())["loss"] = loss;
+  }
+  Page p = JobPage(j, "step 1 loss 2.0\n", &m, "", 2'000'000);
   EXPECT_NE(p.body.find("0: 143, 1: 3"), std::string::npos) << p.body;  // by rank
   EXPECT_NE(p.body.find("waiting for the leaf"), std::string::npos);
   EXPECT_NE(p.body.find("<pre id=\"log\">step 1 loss 2.0"), std::string::npos);
   EXPECT_NE(p.body.find("<svg"), std::string::npos);
-  EXPECT_NE(p.body.find("2 points, step 1 to 2"), std::string::npos);
+  EXPECT_NE(p.body.find("id=\"metric-loss\""), std::string::npos);
+  EXPECT_NE(p.body.find("loss: 2 points, step 1 to 2, last 1.5"), std::string::npos);
   EXPECT_NE(p.body.find("<td>60 s</td>"), std::string::npos);  // how long the run ran
-  Page none = JobPage(MakeJob(10, hai::QUEUED, "q"), "", {}, 0);
+  Page none = JobPage(MakeJob(10, hai::QUEUED, "q"), "", nullptr, "", 0);
   EXPECT_NE(none.body.find("not started"), std::string::npos);
   EXPECT_EQ(none.body.find("<svg"), std::string::npos);
 }
@@ -122,7 +132,7 @@ TEST(WebPagesTest, AFaultTolerantJobShowsItsGroupsAndWhatHappenedToThem) {
   auto* e = r->add_events();
   e->set_time_ms(1'160'000);
   e->set_text("quorum: group 1.1 joined the quorum at step 57, taking group 0's state");
-  Page p = JobPage(j, "", {}, 2'000'000);
+  Page p = JobPage(j, "", nullptr, "", 2'000'000);
   EXPECT_NE(p.body.find("2 replica groups of that shape, starting and going on with 1 or more"),
             std::string::npos);
   EXPECT_NE(p.body.find("id=\"groups\""), std::string::npos);
@@ -206,32 +216,37 @@ TEST(WebPagesTest, Fs3PageListsChainsHeadFirstAndSaysWhyWhenUnreachable) {
   EXPECT_EQ(ErrorPage(404, "You have no job 3.").status, 404);
 }
 
-TEST(WebPagesTest, LossCurveComesFromTheLogWhateverHowItIsSplit) {
-  const std::string log =
-      "4 ranks on 2 node(s)\nstep     1  loss 5.5452  (0.3 s)\nnoise step x loss y\n"
-      "step    10  loss 4.25  (1.0 s)\nepoch 3: loss 0.5\nstep 20 loss nan\nstep 30  loss 3.5";
-  for (size_t split = 0; split <= log.size(); split += 7) {
-    LossCurveParser parser;
-    parser.Feed(std::string_view(log).substr(0, split));
-    parser.Feed(std::string_view(log).substr(split));
-    auto points = parser.Points();
-    ASSERT_EQ(points.size(), 4u) << "split at " << split;
-    EXPECT_EQ(points[0], (std::pair<int64_t, double>{1, 5.5452}));
-    EXPECT_EQ(points[1], (std::pair<int64_t, double>{10, 4.25}));
-    EXPECT_EQ(points[2], (std::pair<int64_t, double>{3, 0.5}));  // hai-demo-train's epochs
-    EXPECT_EQ(points[3], (std::pair<int64_t, double>{30, 3.5}));
+TEST(WebPagesTest, EachReportedMetricIsPlottedLossFirstAndNotFiniteValuesLeftOut) {
+  hai::JobMetrics m;
+  m.set_reported(40);
+  m.set_unreadable(3);
+  m.add_unreachable("n7");
+  for (int step = 10; step <= 40; step += 10) {
+    auto* rec = m.add_records();
+    rec->set_step(step);
+    (*rec->mutable_values())["tokens_per_s"] = 1000.0 * step;
+    (*rec->mutable_values())["loss"] = step == 30 ? std::nan("") : 10.0 / step;
   }
-  // A long log is thinned to the limit, evenly, keeping the first and the last point.
-  LossCurveParser parser(100);
-  for (int i = 1; i <= 10000; ++i)
-    parser.Feed("step " + std::to_string(i) + " loss 1.0\n");
-  auto points = parser.Points();
-  EXPECT_LE(points.size(), 101u);
-  EXPECT_GE(points.size(), 50u);
-  EXPECT_EQ(points.front().first, 1);
-  EXPECT_EQ(points.back().first, 10000);
-  EXPECT_NE(LossSvg(points).find("<polyline"), std::string::npos);
-  EXPECT_EQ(LossSvg({}), "");
+  Page p = JobPage(MakeJob(12, hai::RUNNING, "t"), "", &m, "", 2'000'000);
+  const size_t loss = p.body.find("id=\"metric-loss\""),
+               tps = p.body.find("id=\"metric-tokens_per_s\"");
+  ASSERT_NE(loss, std::string::npos) << p.body;
+  ASSERT_NE(tps, std::string::npos);
+  EXPECT_LT(loss, tps);
+  EXPECT_NE(p.body.find("loss: 3 points, step 10 to 40"), std::string::npos) << p.body;
+  EXPECT_NE(p.body.find("40 reports, step 10 to 40; 3 unreadable lines skipped; node n7 did not "
+                        "answer"),
+            std::string::npos);
+  // The metrics could not be read: the page says so, and still renders the rest.
+  Page failed = JobPage(MakeJob(12, hai::RUNNING, "t"), "hello", nullptr, "<agent down>", 0);
+  EXPECT_NE(failed.body.find("could not be read: &lt;agent down&gt;"), std::string::npos);
+  EXPECT_NE(failed.body.find("hello"), std::string::npos);
+  // Nothing reported: no section at all.
+  hai::JobMetrics empty;
+  EXPECT_EQ(JobPage(MakeJob(12, hai::RUNNING, "t"), "", &empty, "", 0).body.find("metrics"),
+            std::string::npos);
+  EXPECT_EQ(MetricSvg("loss", {}), "");
+  EXPECT_NE(MetricSvg("loss", {{1, 2.0}}).find("<polyline"), std::string::npos);
 }
 
 }  // namespace

@@ -146,6 +146,11 @@ def test_demo_training_job_preempted_resumed_through_a_storage_crash(cluster):
     rows = [line.split(",") for line in open(f"{d}/loss.csv").read().split()[1:]]
     losses = [float(v) for _, v in rows]
     assert int(rows[-1][0]) == 300 and losses[-1] < losses[0] * 0.75, rows
+    # What rank 0 reported (hai_job.report), across both runs: `hai metrics` agrees with the CSV.
+    reported = json.loads(sh(f"{build}/platform/hai", "metrics", "1", "--json", env=env).stdout)
+    records = reported["records"]
+    assert {r["run"] for r in records} == {0, 1} and records[-1]["step"] == "300", records[-3:]
+    assert abs(records[-1]["values"]["loss"] - losses[-1]) < 1e-3, (records[-1], losses[-1])
     ckpt = os.path.join(env["FS3_MOUNT"], "checkpoints", "researcher", "1")
     assert any(name.startswith("step-") for name in os.listdir(ckpt)), os.listdir(ckpt)
 
@@ -158,7 +163,7 @@ def test_demo_training_job_preempted_resumed_through_a_storage_crash(cluster):
         t["health"] == "up" for t in prom(env, "/api/v1/targets")["activeTargets"]), 30)
 
     # The web view the demo points at: logged in with the researcher's token, the job's page has
-    # its runs (the preempted one and the resumed one) and the loss curve from its log.
+    # its runs (the preempted one and the resumed one) and the plots of what it reported.
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
     page = opener.open(env["HAI_WEB_URL"] + "login",
                        data=urllib.parse.urlencode({"token": env["HAI_TOKEN"]}).encode(),
@@ -166,4 +171,5 @@ def test_demo_training_job_preempted_resumed_through_a_storage_crash(cluster):
     assert "Your jobs" in page and 'data-job="1"' in page, page[-2000:]
     page = opener.open(env["HAI_WEB_URL"] + "jobs/1", timeout=30).read().decode()
     assert page.count("<tr><td>") >= 2 and "suspended" in page, page[-3000:]
-    assert "<polyline" in page, "no loss curve on the job's page"
+    assert 'id="metric-loss"' in page and "<polyline" in page, "no loss plot on the job's page"
+    assert 'id="metric-tokens_per_s"' in page, "no throughput plot on the job's page"

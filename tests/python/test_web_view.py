@@ -15,6 +15,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -36,8 +37,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-LOSS_JOB = ("for i in 1 2 3 4 5 6; do echo \"step $i  loss $((20 - 3 * i)).25\"; done; "
+# Reports six losses and a learning rate (hai_job.report), prints a line to escape, then waits.
+LOSS_JOB = (f"{sys.executable} -c 'import hai_job\n"
+            "for i in range(1, 7): hai_job.report(i, loss=20 - 3 * i + 0.25, lr=1e-3 / i)\n"
+            "print(\"step 6 reported\")'; "
             "echo 'done <for now> & waiting'; sleep 600")
+PLATFORM_PYTHON = os.path.join(os.path.dirname(os.path.dirname(HERE)), "platform", "python")
 
 
 class Stack:
@@ -62,11 +67,12 @@ def stack(tmp_path_factory):
             s.url = "http://" + web.start().ready["http"]
             s.metrics = "http://" + web.ready["metrics"] + "/metrics"
             s.other = json.loads(hai.hai("admin", "user", "add", "other", "--json", token=hai.admin))["token"]
-            s.running = int(hai.submit("--name", "lossy", "--nodes", "1", "--", "sh", "-c", LOSS_JOB))
+            s.running = int(hai.submit("--name", "lossy", "--nodes", "1", "--env", f"PYTHONPATH={PLATFORM_PYTHON}",
+                                       "--", "sh", "-c", LOSS_JOB))
             s.done = int(hai.submit("--name", "quick", "--nodes", "1", "--", "true"))
             hai.wait_state(s.running, "RUNNING")
             hai.wait_state(s.done, "SUCCEEDED")
-            hai.wait_log(s.running, "step 6")
+            hai.wait_log(s.running, "step 6 reported")
             s.theirs = int(json.loads(hai.hai("submit", "--json", "--name", "theirs", "--nodes", "1", "--",
                                           "sleep", "600", token=s.other))["id"])
             deadline = time.monotonic() + 60
@@ -232,7 +238,7 @@ def test_jobs_page_shows_what_hai_ls_shows_and_nothing_more(stack, browser):
     look_at(browser, "jobs")
 
 
-def test_a_job_page_has_runs_exit_codes_log_and_loss(stack, browser):
+def test_a_job_page_has_runs_exit_codes_log_and_reported_metrics(stack, browser):
     login(browser, stack.url, stack.hai.token, "researcher")
     shown = stack.hai.show(stack.running)
     browser.get(stack.url + f"/jobs/{stack.running}")
@@ -241,10 +247,15 @@ def test_a_job_page_has_runs_exit_codes_log_and_loss(stack, browser):
     runs = browser.find_element(By.ID, "runs").text
     assert shown["runs"][0]["nodes"][0] in runs
     log = browser.find_element(By.ID, "log").text
-    assert "step 6  loss 2.25" in log and "done <for now> & waiting" in log  # escaped, shown as is
-    curve = browser.find_element(By.CSS_SELECTOR, "#loss svg polyline")
+    assert "step 6 reported" in log and "done <for now> & waiting" in log  # escaped, shown as is
+    # What the job reported (hai_job.report), as `hai metrics` has it: one plot a metric, loss first.
+    reported = json.loads(stack.hai.hai("metrics", str(stack.running), "--json"))
+    assert [r["values"]["loss"] for r in reported["records"]] == [20 - 3 * i + 0.25 for i in range(1, 7)]
+    figures = browser.find_elements(By.CSS_SELECTOR, "#metrics figure")
+    assert [f.get_attribute("id") for f in figures] == ["metric-loss", "metric-lr"]
+    curve = browser.find_element(By.CSS_SELECTOR, "#metric-loss svg polyline")
     assert len(curve.get_attribute("points").split()) == 6
-    assert "6 points, step 1 to 6" in browser.find_element(By.ID, "loss").text
+    assert "loss: 6 points, step 1 to 6, last 2.25" in browser.find_element(By.ID, "metric-loss").text
     look_at(browser, "job_running")
 
     browser.get(stack.url + f"/jobs/{stack.done}")

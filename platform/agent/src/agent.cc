@@ -19,6 +19,7 @@
 #include "common/rpc_status.h"
 #include "common/subprocess.h"
 #include "common/tls.h"
+#include "platform/job_metrics.h"
 #include "platform/tokens.h"
 
 namespace ff::platform {
@@ -107,6 +108,11 @@ void Agent::Stop() {
 std::string Agent::LogPath(int64_t job, int rank) const {
   return options_.state_dir + "/logs/job-" + std::to_string(job) + "/rank-" + std::to_string(rank) +
          ".log";
+}
+
+std::string Agent::MetricsPath(int64_t job, int rank) const {
+  return options_.state_dir + "/logs/job-" + std::to_string(job) + "/rank-" + std::to_string(rank) +
+         ".metrics.jsonl";
 }
 
 std::string Agent::ExitPath(const Key& key) const {
@@ -334,6 +340,7 @@ void Agent::StartTask(const Key& key, const hai::Task& t) {
 
   std::map<std::string, std::string> env(t.env().begin(), t.env().end());
   env["HAI_SUSPEND_FLAG"] = FlagPath(key);
+  env["HAI_METRICS_FILE"] = MetricsPath(job, rank);
   // Where the cluster runs TLS, the job's gRPC (HFReduce's rendezvous and quorum stores, fs3's
   // native client) uses the node's certificate, as this agent does (common/tls.h).
   if (const TlsOptions tls = ProcessTlsOptions(); tls.enabled()) {
@@ -365,9 +372,7 @@ void Agent::StartTask(const Key& key, const hai::Task& t) {
 grpc::Status Agent::ReadLog(grpc::ServerContext* ctx, const hai::ReadLogRequest* req,
                             hai::ReadLogResponse* resp) {
   return ServeRpc("ReadLog", [&]() -> Status {
-    if (BearerToken(*ctx).empty() || HashToken(BearerToken(*ctx)) != HashToken(token_)) {
-      return Status(StatusCode::kUnauthenticated, "invalid agent token");
-    }
+    FF_RETURN_IF_ERROR(CheckToken(*ctx));
     if (req->offset() < 0) return InvalidArgument("negative offset");
     const std::string path = LogPath(req->job_id(), req->rank());
     int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -387,6 +392,45 @@ grpc::Status Agent::ReadLog(grpc::ServerContext* ctx, const hai::ReadLogRequest*
     resp->set_data(std::move(buf));
     return Status::Ok();
   });
+}
+
+grpc::Status Agent::ReadMetrics(grpc::ServerContext* ctx, const hai::ReadMetricsRequest* req,
+                                hai::ReadMetricsResponse* resp) {
+  return ServeRpc("ReadMetrics", [&]() -> Status {
+    FF_RETURN_IF_ERROR(CheckToken(*ctx));
+    if (req->offset() < 0) return InvalidArgument("negative offset");
+    const std::string path = MetricsPath(req->job_id(), req->rank());
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      resp->set_next_offset(req->offset());
+      if (errno == ENOENT) return Status::Ok();  // nothing reported (yet)
+      return Status::FromErrno(errno, "open " + path);
+    }
+    struct stat st {};
+    fstat(fd, &st);
+    // At least one line's worth, so that a reader always gets past a line too long to keep.
+    int64_t want = std::clamp<int64_t>(req->max_bytes(), 2 * kMaxMetricLine, 4 << 20);
+    std::string buf(static_cast<std::size_t>(want), '\0');
+    ssize_t n = pread(fd, buf.data(), buf.size(), req->offset());
+    close(fd);
+    if (n < 0) return Status::FromErrno(errno, "read " + path);
+    buf.resize(static_cast<std::size_t>(n));
+    MetricLines lines = ParseMetricLines(buf);
+    for (auto& r : lines.records)
+      *resp->add_records() = std::move(r);
+    resp->set_next_offset(req->offset() + lines.consumed);
+    resp->set_unreadable(lines.unreadable);
+    // More whole lines may follow what did not fit in this read.
+    resp->set_more(lines.consumed > 0 && req->offset() + n < st.st_size);
+    return Status::Ok();
+  });
+}
+
+Status Agent::CheckToken(const grpc::ServerContext& ctx) const {
+  if (BearerToken(ctx).empty() || HashToken(BearerToken(ctx)) != HashToken(token_)) {
+    return Status(StatusCode::kUnauthenticated, "invalid agent token");
+  }
+  return Status::Ok();
 }
 
 void Agent::LoadState() {

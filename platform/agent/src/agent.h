@@ -50,6 +50,9 @@ class Agent final : public hai::HaiAgent::Service {
 
   grpc::Status ReadLog(grpc::ServerContext*, const hai::ReadLogRequest*,
                        hai::ReadLogResponse*) override;
+  // The records of a rank's metrics file ($HAI_METRICS_FILE, beside its log), parsed here.
+  grpc::Status ReadMetrics(grpc::ServerContext*, const hai::ReadMetricsRequest*,
+                           hai::ReadMetricsResponse*) override;
 
  private:
   using Key = std::tuple<int64_t, int, int>;  // job, run, rank
@@ -70,6 +73,8 @@ class Agent final : public hai::HaiAgent::Service {
   void PollExits();
   void StartTask(const Key& key, const hai::Task& t);
   std::string LogPath(int64_t job, int rank) const;
+  std::string MetricsPath(int64_t job, int rank) const;
+  Status CheckToken(const grpc::ServerContext& ctx) const;
   std::string ExitPath(const Key& key) const;
   std::string FlagPath(const Key& key) const;
   void LoadState();

@@ -24,6 +24,10 @@ struct Globals {
   std::string server;
   std::string token;
   bool json = false;
+  // The words after the first "--": a submitted job's command, taken as they are (main splits
+  // them off before CLI11 parses, which would otherwise read the command's own options as hai's
+  // after a repeatable option such as --env).
+  std::vector<std::string> after_dashes;
 };
 
 // Prints "hai: <message>" on stderr and exits with `code` (2: bad usage).
@@ -84,7 +88,7 @@ struct Command {
   std::function<int(const Globals&, Client&)> run;
 };
 
-// jobs.cc: submit, ls, show, stop, suspend, logs.
+// jobs.cc: submit, ls, show, stop, suspend, logs, metrics.
 void AddJobCommands(CLI::App& app, std::vector<Command>& out);
 // cluster.cc: nodes, whoami, admin user add / ls, admin drain / undrain.
 void AddClusterCommands(CLI::App& app, std::vector<Command>& out);

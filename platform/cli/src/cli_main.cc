@@ -2,6 +2,7 @@
 //
 //   hai submit [--name N] [--nodes N] [--gpus-per-node G] [--priority P] [--env K=V] -- CMD...
 //   hai ls [-a] [--all-users] | hai show JOB | hai logs JOB [-f] [--rank R]
+//   hai metrics JOB [--rank R] [--points N]
 //   hai stop JOB | hai suspend JOB | hai nodes [--tree|--health] | hai whoami
 //   hai admin user add NAME [--admin] [--quota N] | hai admin user ls
 //   hai admin drain NODE --reason TEXT | hai admin undrain NODE
@@ -10,10 +11,12 @@
 // ~/.hai/config.toml (server = "host:port", token = "..."); where the cluster runs TLS,
 // $FF_TLS_CA_FILE is its authority (common/tls.h). Human tables by default, --json for
 // scripts; exit code 0 only on success; errors are one line on stderr. Each subcommand is one
-// function: jobs.cc (submit, ls, show, stop, suspend, logs), cluster.cc (nodes, whoami, admin).
+// function: jobs.cc (submit, ls, show, stop, suspend, logs, metrics), cluster.cc (nodes,
+// whoami, admin).
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string_view>
 
 #include "cli.h"
 #include "common/cli_exit.h"
@@ -59,8 +62,16 @@ int Main(int argc, char** argv) {
   std::vector<Command> commands;
   AddJobCommands(app, commands);
   AddClusterCommands(app, commands);
+  int parsed = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") {
+      parsed = i;
+      g.after_dashes.assign(argv + i + 1, argv + argc);
+      break;
+    }
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(parsed, argv);
   } catch (const CLI::ParseError& e) {
     return ExitForParseError(app, e);
   }
@@ -70,7 +81,11 @@ int Main(int argc, char** argv) {
   if (Status st = InitProcessTlsFromEnvironment(); !st.ok()) Die(st.message(), 2);
   Client client(g);
   for (const Command& c : commands) {
-    if (c.app->parsed()) return c.run(g, client);
+    if (!c.app->parsed()) continue;
+    if (parsed < argc && c.app->get_name() != "submit") {
+      Die("only `hai submit` takes words after \"--\" (its command)", 2);
+    }
+    return c.run(g, client);
   }
   return 0;
 }

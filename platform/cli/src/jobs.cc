@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cli.h"
+#include "platform/job_metrics.h"
 #include "platform/names.h"
 #include "platform/runs.h"
 
@@ -174,7 +175,9 @@ hai::JobSpec SpecOf(const SubmitArgs& a) {
   return spec;
 }
 
-int Submit(const SubmitArgs& a, const Globals& g, Client& client) {
+int Submit(SubmitArgs a, const Globals& g, Client& client) {
+  a.command.insert(a.command.end(), g.after_dashes.begin(), g.after_dashes.end());
+  if (a.command.empty()) Die("no command: hai submit [options] -- COMMAND...", 2);
   hai::SubmitRequest req;
   *req.mutable_spec() = SpecOf(a);
   hai::Job job;
@@ -301,6 +304,61 @@ int Logs(const LogsArgs& a, const Globals& g, Client& client) {
   }
 }
 
+struct MetricsArgs {
+  std::string job;
+  int rank = 0;
+  int points = 0;  // 0: 20 in a table, 2000 with --json
+};
+
+int ShowMetrics(const MetricsArgs& a, const Globals& g, Client& client) {
+  hai::MetricsRequest req;
+  req.set_id(ParseJobId(a.job));
+  req.set_rank(a.rank);
+  if (a.points < 0 || a.points > 100000) Die("--points is 1..100000", 2);
+  req.set_max_points(a.points > 0 ? a.points : g.json ? 2000 : 20);
+  hai::JobMetrics m;
+  client.Call("ReadMetrics", [&](grpc::ClientContext* c, hai::Hai::Stub& stub) {
+    return stub.ReadMetrics(c, req, &m);
+  });
+  if (g.json) {
+    std::printf("%s\n", ToJson(m).c_str());
+    return 0;
+  }
+  std::vector<hai::MetricRecord> records(m.records().begin(), m.records().end());
+  std::printf("job %lld rank %d: %lld records", static_cast<long long>(req.id()), a.rank,
+              static_cast<long long>(m.reported()));
+  if (static_cast<int64_t>(records.size()) < m.reported())
+    std::printf(", %zu shown (spread over the run)", records.size());
+  if (m.unreadable() > 0)
+    std::printf(", %lld unreadable lines skipped", static_cast<long long>(m.unreadable()));
+  std::printf("\n");
+  for (const auto& node : m.unreachable())
+    std::printf("(node %s did not answer: its records are missing)\n", node.c_str());
+  if (records.empty()) {
+    std::printf("(nothing reported: a job reports with hai_job.report(step, loss=...))\n");
+    return 0;
+  }
+  const std::vector<std::string> names = MetricNames(records);
+  std::printf("%-4s %-10s %-19s", "RUN", "STEP", "TIME");
+  for (const auto& n : names)
+    std::printf(" %12s", n.c_str());
+  std::printf("\n");
+  for (const auto& r : records) {
+    std::printf("%-4d %-10lld %-19s", r.run(), static_cast<long long>(r.step()),
+                r.time() > 0 ? Clock(static_cast<int64_t>(r.time() * 1000)).c_str() : "-");
+    for (const auto& n : names) {
+      auto v = r.values().find(n);
+      if (v == r.values().end()) {
+        std::printf(" %12s", "-");
+      } else {
+        std::printf(" %12.6g", v->second);
+      }
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 void AddJobCommands(CLI::App& app, std::vector<Command>& out) {
@@ -314,7 +372,11 @@ void AddJobCommands(CLI::App& app, std::vector<Command>& out) {
   submit->add_option("--procs-per-node", s->procs, "Processes started on each node")
       ->capture_default_str();
   submit->add_option("--priority,-p", s->priority, "0..6, higher first")->capture_default_str();
-  submit->add_option("--env,-e", s->env, "K=V added to the job's environment (repeatable)");
+  // One value each time (CLI11's vector options otherwise take words up to "--", and then read the
+  // command's own options as hai's).
+  submit->add_option("--env,-e", s->env, "K=V added to the job's environment (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   submit->add_option("--workdir,-C", s->workdir, "Working directory (default: the current one)");
   submit->add_option("--comm", s->comm, "allreduce, pipeline or none")->capture_default_str();
   submit->add_flag("--may-span-zones", s->span_zones, "Allow an allreduce job across zones");
@@ -333,7 +395,7 @@ void AddJobCommands(CLI::App& app, std::vector<Command>& out) {
                      "With --replicas: it starts with this many groups when all do not fit (the "
                      "others join as nodes free); below this many live groups it is requeued from "
                      "its checkpoint (default 1)");
-  submit->add_option("command", s->command, "The command (after --)")->required();
+  submit->add_option("command", s->command, "The command (after --)");
   out.push_back({submit, [s](const Globals& g, Client& c) { return Submit(*s, g, c); }});
 
   auto l = std::make_shared<ListArgs>();
@@ -360,6 +422,16 @@ void AddJobCommands(CLI::App& app, std::vector<Command>& out) {
   logs->add_option("--rank,-r", lg->rank, "Rank")->capture_default_str();
   logs->add_flag("-f,--follow", lg->follow, "Keep printing while the job runs");
   out.push_back({logs, [lg](const Globals& g, Client& c) { return Logs(*lg, g, c); }});
+
+  auto mt = std::make_shared<MetricsArgs>();
+  CLI::App* metrics =
+      app.add_subcommand("metrics", "Print the training metrics a rank reported (hai_job.report)");
+  metrics->add_option("job", mt->job, "Job id")->required();
+  metrics->add_option("--rank,-r", mt->rank, "Rank")->capture_default_str();
+  metrics->add_option("--points", mt->points,
+                      "At most this many records, spread over the run (default 20; 2000 with "
+                      "--json); the last one is always among them");
+  out.push_back({metrics, [mt](const Globals& g, Client& c) { return ShowMetrics(*mt, g, c); }});
 }
 
 }  // namespace ff::platform::cli

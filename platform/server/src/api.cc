@@ -1,9 +1,12 @@
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
 #include "common/rpc_status.h"
 #include "internal.h"
+#include "platform/job_metrics.h"
 #include "platform/lifecycle.h"
 #include "platform/names.h"
 #include "platform/server.h"
@@ -284,6 +287,85 @@ grpc::Status HaiServer::ReadLogs(grpc::ServerContext* ctx, const hai::LogsReques
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
+    return Status::Ok();
+  });
+}
+
+grpc::Status HaiServer::ReadMetrics(grpc::ServerContext* ctx, const hai::MetricsRequest* req,
+                                    hai::JobMetrics* resp) {
+  return ServeRpc("ReadMetrics", [&]() -> Status {
+    FF_ASSIGN_OR_RETURN(hai::User user, Authenticate(*ctx));
+    if (req->max_points() < 0 || req->max_points() > 100000) {
+      return InvalidArgument("max_points is 1..100000 (0: 2000)");
+    }
+    // The rank's metrics file is on each node that ran it: each node once, in the order of runs.
+    std::vector<std::pair<std::string, std::string>> holders;  // node, agent address
+    {
+      MutexLock lock(&mu_);
+      FF_ASSIGN_OR_RETURN(hai::Job * job, OwnJob(user, req->id()));
+      if (job->runs().empty()) {
+        return FailedPrecondition("job " + std::to_string(job->id()) +
+                                  " has not started yet: no metrics");
+      }
+      const int per_node = ProcsPerNode(job->spec());
+      int ranks = 0;
+      for (const hai::Run& run : job->runs()) {
+        // (A fault-tolerant run's replacement groups have ranks past WorldSize.)
+        ranks = std::max(ranks, run.nodes_size() * per_node);
+        if (req->rank() < 0 || req->rank() >= run.nodes_size() * per_node) continue;
+        const std::string& node = run.nodes(req->rank() / per_node);
+        if (std::any_of(holders.begin(), holders.end(),
+                        [&](const auto& h) { return h.first == node; })) {
+          continue;
+        }
+        auto known = nodes_.find(node);
+        holders.emplace_back(node,
+                             known == nodes_.end() ? "" : known->second.record.agent_address());
+      }
+      if (holders.empty()) {
+        return InvalidArgument("job " + std::to_string(job->id()) + " has ranks 0.." +
+                               std::to_string(ranks - 1));
+      }
+    }
+    std::string token = ReadTokenFile(options_.agent_token_file, false).value_or("");
+    MetricThinner thinner(req->max_points() == 0 ? 2000 : static_cast<size_t>(req->max_points()));
+    for (const auto& [node, agent] : holders) {
+      if (agent.empty()) {
+        resp->add_unreachable(node);
+        continue;
+      }
+      auto stub = hai::HaiAgent::NewStub(MakeChannel(agent));
+      hai::ReadMetricsRequest r;
+      r.set_job_id(req->id());
+      r.set_rank(req->rank());
+      r.set_max_bytes(4 << 20);
+      for (;;) {
+        hai::ReadMetricsResponse chunk;
+        Status st = CallRpc("hai-agent ReadMetrics", CallOptions::Idempotent(),
+                            [&](grpc::ClientContext* c) {
+                              SetBearerToken(c, token);
+                              return stub->ReadMetrics(c, r, &chunk);
+                            });
+        if (!st.ok()) {
+          spdlog::warn("job {} rank {}: metrics on {} unread: {}", req->id(), req->rank(), node,
+                       st.message());
+          resp->add_unreachable(node);
+          break;
+        }
+        for (auto& record : *chunk.mutable_records())
+          thinner.Add(std::move(record));
+        resp->set_unreadable(resp->unreadable() + chunk.unreadable());
+        if (!chunk.more() || chunk.next_offset() <= r.offset() || ctx->IsCancelled()) break;
+        r.set_offset(chunk.next_offset());
+      }
+    }
+    resp->set_reported(thinner.seen());
+    std::vector<hai::MetricRecord> records = std::move(thinner).Take();
+    // Nodes are read one after another; a rank that came back to a node has runs in two files.
+    std::stable_sort(records.begin(), records.end(),
+                     [](const auto& a, const auto& b) { return a.run() < b.run(); });
+    for (auto& record : records)
+      *resp->add_records() = std::move(record);
     return Status::Ok();
   });
 }

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <map>
 
+#include "platform/job_metrics.h"
 #include "platform/names.h"
 #include "platform/runs.h"
 
@@ -179,8 +180,55 @@ Page JobsPage(const std::vector<hai::Job>& jobs, bool all_users, bool admin, int
   return p;
 }
 
-Page JobPage(const hai::Job& job, std::string_view log_tail,
-             const std::vector<std::pair<int64_t, double>>& loss, int64_t now_ms) {
+namespace {
+
+// Rank 0's training metrics: a plot of each (loss first, at most kMaxPlots), with its last value.
+std::string MetricsSection(const hai::JobMetrics* metrics, std::string_view error) {
+  constexpr size_t kMaxPlots = 6;
+  if (metrics == nullptr) {
+    if (error.empty()) return "";
+    return "<h2>Training metrics</h2><p class=\"error\" id=\"metrics\">The metrics could not "
+           "be read: " +
+           Escape(error) + "</p>";
+  }
+  if (metrics->reported() == 0 && metrics->unreachable().empty()) return "";
+  std::vector<hai::MetricRecord> records(metrics->records().begin(), metrics->records().end());
+  std::string out = "<h2>Training metrics (rank 0)</h2><div id=\"metrics\"><p>" +
+                    std::to_string(metrics->reported()) + " reports";
+  if (!records.empty()) {
+    out += ", step " + std::to_string(records.front().step()) + " to " +
+           std::to_string(records.back().step());
+  }
+  if (metrics->unreadable() > 0)
+    out += "; " + std::to_string(metrics->unreadable()) + " unreadable lines skipped";
+  for (const auto& node : metrics->unreachable())
+    out += "; node " + Escape(node) + " did not answer (its reports are missing)";
+  out += "</p>";
+  const std::vector<std::string> names = MetricNames(records);
+  for (size_t i = 0; i < names.size() && i < kMaxPlots; ++i) {
+    const auto points = MetricSeries(records, names[i]);
+    if (points.empty()) continue;
+    char last[32];
+    std::snprintf(last, sizeof last, "%.6g", points.back().second);
+    out += "<figure class=\"metric\" id=\"metric-" + Escape(names[i]) + "\">" +
+           MetricSvg(names[i], points) + "<figcaption>" + Escape(names[i]) + ": " +
+           std::to_string(points.size()) + " points, step " + std::to_string(points.front().first) +
+           " to " + std::to_string(points.back().first) + ", last " + last +
+           "</figcaption></figure>";
+  }
+  if (names.size() > kMaxPlots) {
+    out += "<p>Not plotted here (<code>hai metrics</code> has them): ";
+    for (size_t i = kMaxPlots; i < names.size(); ++i)
+      out += (i > kMaxPlots ? ", " : "") + Escape(names[i]);
+    out += "</p>";
+  }
+  return out + "</div>";
+}
+
+}  // namespace
+
+Page JobPage(const hai::Job& job, std::string_view log_tail, const hai::JobMetrics* metrics,
+             std::string_view metrics_error, int64_t now_ms) {
   Page p;
   p.title = "Job " + std::to_string(job.id()) + ": " + job.spec().name();
   const hai::JobSpec& s = job.spec();
@@ -285,11 +333,7 @@ Page JobPage(const hai::Job& job, std::string_view log_tail,
     }
   }
 
-  if (!loss.empty()) {
-    p.body += "<h2>Loss</h2><figure id=\"loss\">" + LossSvg(loss) + "<figcaption>" +
-              std::to_string(loss.size()) + " points, step " + std::to_string(loss.front().first) +
-              " to " + std::to_string(loss.back().first) + "</figcaption></figure>";
-  }
+  p.body += MetricsSection(metrics, metrics_error);
   p.body += "<h2>Rank 0's log (the end)</h2>";
   if (log_tail.empty()) {
     p.body += "<p class=\"empty\" id=\"log\">No output yet.</p>";
@@ -448,79 +492,8 @@ Page ErrorPage(int status, std::string_view message) {
   return p;
 }
 
-void LossCurveParser::Feed(std::string_view data) {
-  while (!data.empty()) {
-    size_t nl = data.find('\n');
-    if (nl == std::string_view::npos) {
-      partial_.append(data);
-      if (partial_.size() > 4096)
-        partial_.erase(0, partial_.size() - 4096);  // no line is that long
-      return;
-    }
-    if (partial_.empty()) {
-      Line(data.substr(0, nl));
-    } else {
-      partial_.append(data.substr(0, nl));
-      Line(partial_);
-      partial_.clear();
-    }
-    data.remove_prefix(nl + 1);
-  }
-}
-
-void LossCurveParser::Line(std::string_view line) {
-  // "step N <anything> loss X": the first "step" followed by digits, then "loss" and a number.
-  auto skip_space = [](std::string_view& s) {
-    while (!s.empty() &&
-           (s.front() == ' ' || s.front() == '\t' || s.front() == '=' || s.front() == ':')) {
-      s.remove_prefix(1);
-    }
-  };
-  size_t at = line.find("step");
-  size_t word = 4;
-  if (at == std::string_view::npos) {
-    at = line.find("epoch");  // hai-demo-train: "epoch N: loss X"
-    word = 5;
-  }
-  if (at == std::string_view::npos) return;
-  std::string_view rest = line.substr(at + word);
-  skip_space(rest);
-  int64_t step = 0;
-  auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), step);
-  if (ec != std::errc() || end == rest.data()) return;
-  rest.remove_prefix(static_cast<size_t>(end - rest.data()));
-  size_t lo = rest.find("loss");
-  if (lo == std::string_view::npos) return;
-  rest.remove_prefix(lo + 4);
-  skip_space(rest);
-  double value = 0;
-  auto [vend, vec] = std::from_chars(rest.data(), rest.data() + rest.size(), value);
-  if (vec != std::errc() || vend == rest.data() || !std::isfinite(value)) return;
-  last_ = {step, value};
-  if (seen_++ % stride_ == 0) points_.push_back(last_);
-  if (points_.size() >= max_points_ && max_points_ >= 2) {
-    // Thin: keep every other point, and from now on every 2·stride-th.
-    std::vector<std::pair<int64_t, double>> kept;
-    for (size_t i = 0; i < points_.size(); i += 2)
-      kept.push_back(points_[i]);
-    points_ = std::move(kept);
-    stride_ *= 2;
-  }
-}
-
-std::vector<std::pair<int64_t, double>> LossCurveParser::Points() const {
-  LossCurveParser copy = *this;
-  if (!copy.partial_.empty()) {
-    std::string line = copy.partial_;
-    copy.partial_.clear();
-    copy.Line(line);
-  }
-  std::vector<std::pair<int64_t, double>> out = copy.points_;
-  if (copy.last_.first >= 0 && (out.empty() || out.back() != copy.last_)) out.push_back(copy.last_);
-  return out;
-}
-
-std::string LossSvg(const std::vector<std::pair<int64_t, double>>& points) {
+std::string MetricSvg(std::string_view name,
+                      const std::vector<std::pair<int64_t, double>>& points) {
   if (points.empty()) return "";
   constexpr double kW = 640, kH = 280, kLeft = 60, kRight = 16, kTop = 12, kBottom = 36;
   int64_t x0 = points.front().first, x1 = points.front().first;
@@ -549,7 +522,9 @@ std::string LossSvg(const std::vector<std::pair<int64_t, double>>& points) {
   }
   std::string svg =
       "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 640 280\" "
-      "width=\"640\" height=\"280\" role=\"img\" aria-label=\"loss by step\">"
+      "width=\"640\" height=\"280\" role=\"img\" aria-label=\"" +
+      Escape(name) +
+      " by step\">"
       "<rect x=\"60\" y=\"12\" width=\"564\" height=\"232\" class=\"plot\"/>";
   for (int i = 0; i <= 4; ++i) {
     double y = y0 + (y1 - y0) * i / 4;

@@ -34,9 +34,10 @@ std::string LoginPage(std::string_view error);
 // them), waiting and running first, each with its state, nodes and why it waits.
 Page JobsPage(const std::vector<hai::Job>& jobs, bool all_users, bool admin, int64_t now_ms);
 // "/jobs/ID": one job: spec, state, why it waits and its history, every run (nodes, exit codes,
-// how it ended), rank 0's log tail and, when the log reports one, its loss curve.
-Page JobPage(const hai::Job& job, std::string_view log_tail,
-             const std::vector<std::pair<int64_t, double>>& loss, int64_t now_ms);
+// how it ended), rank 0's log tail and a plot of each training metric rank 0 reported
+// (hai_job.report), loss first. `metrics` is null when they could not be read (`metrics_error`).
+Page JobPage(const hai::Job& job, std::string_view log_tail, const hai::JobMetrics* metrics,
+             std::string_view metrics_error, int64_t now_ms);
 // "/nodes": nodes drawn by zone and leaf switch, with state, health, drain and what runs where;
 // jobs in `visible` link to their pages, the others are counted, not named.
 Page NodesPage(const std::vector<hai::Node>& nodes, const std::set<int64_t>& visible,
@@ -46,28 +47,7 @@ Page NodesPage(const std::vector<hai::Node>& nodes, const std::set<int64_t>& vis
 Page Fs3Page(const fs3rpc::RoutingInfo* routing, std::string_view error);
 Page ErrorPage(int status, std::string_view message);
 
-// The loss curve a job reports: every line of its log that reads "step N ... loss X" (what
-// haiscale's train_gpt.py prints) or "epoch N ... loss X" (hai-demo-train), in order. At most
-// `max_points`, evenly thinned when there are more (the last point always kept).
-class LossCurveParser {
- public:
-  explicit LossCurveParser(size_t max_points = 2000) : max_points_(max_points) {}
-  // Feeds log bytes (any split: a line broken across calls is joined).
-  void Feed(std::string_view data);
-  // The points so far (the last unfinished line included).
-  std::vector<std::pair<int64_t, double>> Points() const;
-
- private:
-  void Line(std::string_view line);
-  size_t max_points_;
-  std::string partial_;
-  std::vector<std::pair<int64_t, double>> points_;
-  size_t stride_ = 1;  // keep every stride_-th point seen
-  size_t seen_ = 0;
-  std::pair<int64_t, double> last_{-1, 0.0};
-};
-
-// The loss curve as an inline SVG line plot ("" without points).
-std::string LossSvg(const std::vector<std::pair<int64_t, double>>& points);
+// A metric's series as an inline SVG line plot ("" without points).
+std::string MetricSvg(std::string_view name, const std::vector<std::pair<int64_t, double>>& points);
 
 }  // namespace ff::platform::web

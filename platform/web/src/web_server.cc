@@ -6,6 +6,7 @@
 #include <cctype>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "common/files.h"
@@ -50,6 +51,7 @@ pre { background: #111827; color: #e5e7eb; padding: 12px; overflow: auto; max-he
 .target { margin-right: 10px; white-space: nowrap; }
 svg { background: #fff; } svg text { font-size: 11px; fill: #4a5568; }
 svg .plot { fill: none; stroke: #d1d5db; } svg .curve { stroke: #2563eb; stroke-width: 1.6; }
+figure.metric { display: inline-block; margin: 0 16px 16px 0; vertical-align: top; }
 form input { font-family: ui-monospace, monospace; }
 )css";
 
@@ -313,7 +315,6 @@ void WebServer::Routes() {
             return ErrorPage(404, "You have no job " + std::to_string(ref.id()) + ".");
           if (!st.ok()) return ErrorPage(503, st.message());
           std::string tail;
-          LossCurveParser loss;
           if (job.runs_size() > 0) {
             hai::LogsRequest lr;
             lr.set_id(job.id());
@@ -325,7 +326,6 @@ void WebServer::Routes() {
             hai::LogChunk chunk;
             const size_t keep = static_cast<size_t>(options_.log_tail_bytes);
             while (reader->Read(&chunk)) {
-              loss.Feed(chunk.data());
               tail += chunk.data();
               if (tail.size() > 2 * keep) tail.erase(0, tail.size() - keep);
             }
@@ -333,7 +333,23 @@ void WebServer::Routes() {
             if (tail.size() > keep) tail.erase(0, tail.size() - keep);
             if (!ls.ok()) tail += "\n[hai-web: the log could not be read: " + ls.message() + "]\n";
           }
-          return JobPage(job, tail, loss.Points(), NowMs());
+          std::optional<hai::JobMetrics> metrics;
+          std::string metrics_error;
+          if (job.runs_size() > 0) {
+            hai::MetricsRequest mr;
+            mr.set_id(job.id());
+            mr.set_rank(0);
+            mr.set_max_points(500);
+            hai::JobMetrics m;
+            Status ms = hai.Call("ReadMetrics", CallOptions::Idempotent(),
+                                 [&](auto* c, auto& stub) { return stub.ReadMetrics(c, mr, &m); });
+            if (ms.ok()) {
+              metrics = std::move(m);
+            } else {
+              metrics_error = ms.message();
+            }
+          }
+          return JobPage(job, tail, metrics ? &*metrics : nullptr, metrics_error, NowMs());
         }));
 
   s.Get("/nodes", page("nodes", [](HaiClient& hai, const hai::User& user, const httplib::Request&) {

@@ -108,6 +108,8 @@ class HaiServer final : public hai::Hai::Service {
   grpc::Status SuspendJob(grpc::ServerContext*, const hai::JobRef*, hai::Job*) override;
   grpc::Status ReadLogs(grpc::ServerContext*, const hai::LogsRequest*,
                         grpc::ServerWriter<hai::LogChunk>*) override;
+  grpc::Status ReadMetrics(grpc::ServerContext*, const hai::MetricsRequest*,
+                           hai::JobMetrics*) override;
   grpc::Status ListNodes(grpc::ServerContext*, const hai::ListNodesRequest*,
                          hai::ListNodesResponse*) override;
   grpc::Status WhoAmI(grpc::ServerContext*, const hai::WhoAmIRequest*, hai::User*) override;
