@@ -156,7 +156,7 @@ void FrameServer::Shutdown() {
     close(listen_fd_);
     std::list<Conn> conns;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       for (Conn& c : conns_) {
         if (!c.done) ::shutdown(c.fd, SHUT_RDWR);  // wakes its read; the thread closes it
       }
@@ -182,7 +182,7 @@ void FrameServer::AcceptLoop() {
     NoDelay(fd);
     std::list<Conn> finished;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) {  // Shutdown joins every connection's thread
         close(fd);
         return;
@@ -235,7 +235,7 @@ void FrameServer::Serve(Conn* conn) {
     std::memcpy(out.data() + 12 + msg.size(), reply.data(), reply.size());
     if (!WriteFull(fd, out, std::nullopt).ok()) break;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   close(fd);
   conn->done = true;
 }
@@ -283,7 +283,7 @@ grpc::Status FrameChannel::Call(uint16_t method, const google::protobuf::Message
   };
   int fd = -1;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!idle_.empty()) {
       fd = idle_.back();
       idle_.pop_back();
@@ -296,7 +296,7 @@ grpc::Status FrameChannel::Call(uint16_t method, const google::protobuf::Message
   }
   std::string out(8, '\0');
   if (!request.AppendToString(&out)) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     idle_.push_back(fd);
     return ToGrpcStatus(Internal("cannot serialise " + request.GetTypeName()));
   }
@@ -325,7 +325,7 @@ grpc::Status FrameChannel::Call(uint16_t method, const google::protobuf::Message
     return transport(st);
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     idle_.push_back(fd);
   }
   const auto code = static_cast<StatusCode>(static_cast<int32_t>(GetU32(head + 4)));

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <filesystem>
 
+#include "common/thread_annotations.h"
+
 namespace ff {
 namespace {
 
@@ -63,11 +65,11 @@ class RocksProtoDb : public ProtoDb {
   std::unique_ptr<rocksdb::DB> db_;
   std::string path_;
 
-  std::mutex sync_mu_;  // group commit
-  std::condition_variable sync_cv_;
-  uint64_t synced_ = 0;  // every sequence number up to this one is on disk
-  bool syncing_ = false;
-  Status sync_error_;
+  Mutex sync_mu_;  // group commit
+  CondVar sync_cv_;
+  uint64_t synced_ FF_GUARDED_BY(sync_mu_) = 0;  // every sequence number up to this one is on disk
+  bool syncing_ FF_GUARDED_BY(sync_mu_) = false;
+  Status sync_error_ FF_GUARDED_BY(sync_mu_);
 };
 
 // Scales what RocksDB preallocates to the file system it lives on: the memtable (64 MiB by default;
@@ -162,7 +164,7 @@ Status RocksProtoDb::WriteRaw(const std::vector<RawWrite>& kvs, SpaceUse use) {
 Result<uint64_t> RocksProtoDb::WriteRawLogged(const std::vector<RawWrite>& kvs) {
   if (kvs.empty()) return db_->GetLatestSequenceNumber();
   {
-    std::lock_guard lock(sync_mu_);
+    MutexLock lock(&sync_mu_);
     FF_RETURN_IF_ERROR(sync_error_);  // nothing more is acknowledged after a failed sync
   }
   FF_RETURN_IF_ERROR(CheckSpace(kvs, SpaceUse::kGrows));
@@ -177,10 +179,13 @@ Result<uint64_t> RocksProtoDb::WriteRawLogged(const std::vector<RawWrite>& kvs) 
 }
 
 Status RocksProtoDb::AwaitDurable(uint64_t seq) {
-  std::unique_lock lock(sync_mu_);
+  UniqueLock lock(&sync_mu_);
   while (sync_error_.ok() && synced_ < seq) {
     if (syncing_) {  // a sync is under way: it may cover us; if not, the next one will
-      sync_cv_.wait(lock);
+      sync_cv_.wait(lock, [&] {
+        sync_mu_.AssertHeld();
+        return !syncing_;
+      });
       continue;
     }
     syncing_ = true;

@@ -12,6 +12,7 @@
 
 #include "common/config.h"
 #include "common/files.h"
+#include "common/thread_annotations.h"
 
 namespace ff {
 namespace {
@@ -24,11 +25,13 @@ struct TlsMaterial {
 };
 
 struct ProcessState {
-  std::mutex mu;
-  bool decided = false;  // SetProcessTls or the environment has been read
-  Status error;          // what went wrong reading it (then everything fails closed)
-  std::shared_ptr<const TlsMaterial> material;  // null: plain
-  TlsOptions files;                             // where it came from
+  Mutex mu;
+  // SetProcessTls or the environment has been read.
+  bool decided FF_GUARDED_BY(mu) = false;
+  // What went wrong reading it (then everything fails closed).
+  Status error FF_GUARDED_BY(mu);
+  std::shared_ptr<const TlsMaterial> material FF_GUARDED_BY(mu);  // null: plain
+  TlsOptions files FF_GUARDED_BY(mu);                             // where it came from
 };
 
 ProcessState& State() {
@@ -135,7 +138,7 @@ TlsOptions FromEnvironment() {
 // The process's material (null: plain), reading the environment if nothing decided yet.
 Result<std::shared_ptr<const TlsMaterial>> Material() {
   ProcessState& s = State();
-  std::lock_guard lock(s.mu);
+  MutexLock lock(&s.mu);
   if (!s.decided) {
     s.decided = true;
     const TlsOptions files = FromEnvironment();
@@ -168,7 +171,7 @@ void TlsOptions::Bind(ConfigSection& s) {
 Status SetProcessTls(const TlsOptions& options) {
   FF_ASSIGN_OR_RETURN(std::shared_ptr<const TlsMaterial> m, Load(options));
   ProcessState& s = State();
-  std::lock_guard lock(s.mu);
+  MutexLock lock(&s.mu);
   s.decided = true;
   s.error = Status::Ok();
   s.material = std::move(m);
@@ -188,7 +191,7 @@ bool ProcessTlsEnabled() {
 TlsOptions ProcessTlsOptions() {
   (void)Material();
   ProcessState& s = State();
-  std::lock_guard lock(s.mu);
+  MutexLock lock(&s.mu);
   return s.files;
 }
 

@@ -167,7 +167,7 @@ class LabCluster:
                         env={"HAI_SERVER": p["server"], "HAI_TOKEN": p["token"], "HOME": self.work})
 
     def hai_json(self, *args):
-        return json.loads(self.hai(*args, "--json"))
+        return json.loads(self.hai("--json", *args))  # before the subcommand: after "--" is a command
 
     # ---- HFReduce -----------------------------------------------------------------------------
     def allreduce_job(self, nodes, bytes_="4M", steps=20, warmup=2, compute_ms=0, seconds=0,

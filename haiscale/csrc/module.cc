@@ -2,12 +2,12 @@
 // torch.distributed as the "hfreduce" backend's creator.
 #include <torch/python.h>
 
-#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
 
+#include "common/thread_annotations.h"
 #include "hfreduce/store.h"
 #include "hfreduce_backend.h"
 
@@ -113,19 +113,22 @@ class QuorumHeartbeat {
         replica_id_(std::move(replica_id)),
         interval_(interval_ms) {
     thread_ = std::thread([this] {
-      std::unique_lock lock(mu_);
+      ff::UniqueLock lock(&mu_);
       while (!stop_) {
         lock.unlock();
         (void)client_.QuorumHeartbeat(job_, replica_id_, interval_);
         lock.lock();
-        cv_.wait_for(lock, interval_, [&] { return stop_; });
+        cv_.wait_for(lock, interval_, [&] {
+          mu_.AssertHeld();
+          return stop_;
+        });
       }
     });
   }
   ~QuorumHeartbeat() { Stop(); }
   void Stop() {
     {
-      std::lock_guard lock(mu_);
+      ff::MutexLock lock(&mu_);
       stop_ = true;
     }
     cv_.notify_all();
@@ -136,9 +139,9 @@ class QuorumHeartbeat {
   ff::hfreduce::StoreClient client_;
   const std::string job_, replica_id_;
   const std::chrono::milliseconds interval_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  ff::Mutex mu_;
+  ff::CondVar cv_;
+  bool stop_ FF_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

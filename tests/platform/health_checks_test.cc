@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "health/checks.h"
-#include "health/probes.h"
+#include "platform/health/checks.h"
+#include "platform/health/probes.h"
 #include "tests/support/subprocess.h"
 
 namespace ff::health {

@@ -31,6 +31,7 @@
 
 #include "common/result.h"
 #include "common/rpc_status.h"
+#include "common/thread_annotations.h"
 
 namespace ff {
 
@@ -72,8 +73,8 @@ class FrameServer {
     std::thread thread;
     bool done = false;  // its thread has finished (joined by the acceptor, or on shutdown)
   };
-  std::mutex mu_;
-  std::list<Conn> conns_;
+  Mutex mu_;
+  std::list<Conn> conns_ FF_GUARDED_BY(mu_);
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
   std::once_flag shutdown_once_;
@@ -100,8 +101,8 @@ class FrameChannel {
   Result<int> Connect(std::chrono::system_clock::time_point deadline);
 
   const std::string address_;
-  std::mutex mu_;
-  std::vector<int> idle_;  // connected, no call in flight
+  Mutex mu_;
+  std::vector<int> idle_ FF_GUARDED_BY(mu_);  // connected, no call in flight
 };
 
 template <typename Req, typename Resp>

@@ -103,6 +103,11 @@ class CondVar {
   void notify_one() { cv_.notify_one(); }
   void notify_all() { cv_.notify_all(); }
 
+  void wait(UniqueLock& lock) {
+    std::unique_lock<std::mutex> native(lock.mu_->mu_, std::adopt_lock);
+    cv_.wait(native);
+    native.release();  // still held, by `lock`
+  }
   template <typename Pred>
   void wait(UniqueLock& lock, Pred pred) {
     std::unique_lock<std::mutex> native(lock.mu_->mu_, std::adopt_lock);
@@ -122,6 +127,13 @@ class CondVar {
     const bool met = cv_.wait_for(native, timeout, pred);
     native.release();
     return met;
+  }
+  template <typename Clock, typename Duration>
+  std::cv_status wait_until(UniqueLock& lock, std::chrono::time_point<Clock, Duration> deadline) {
+    std::unique_lock<std::mutex> native(lock.mu_->mu_, std::adopt_lock);
+    const std::cv_status st = cv_.wait_until(native, deadline);
+    native.release();
+    return st;
   }
   template <typename Clock, typename Duration, typename Pred>
   bool wait_until(UniqueLock& lock, std::chrono::time_point<Clock, Duration> deadline, Pred pred) {

@@ -25,7 +25,7 @@ MetaClient::MetaClient(MetaClientOptions options) : options_(std::move(options))
 }
 
 std::string MetaClient::FramesAddress() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& server : servers_) {
     if (server->frames) return server->frames->address();
   }
@@ -37,7 +37,7 @@ MetaClient::Server& MetaClient::Pick() {
   const uint64_t first = next_.fetch_add(1, std::memory_order_relaxed);
   if (n == 1) return *servers_[0];
   const auto now = std::chrono::steady_clock::now();
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Server* soonest = nullptr;
   for (std::size_t i = 0; i < n; ++i) {
     Server& s = *servers_[(first + i) % n];
@@ -49,7 +49,7 @@ MetaClient::Server& MetaClient::Pick() {
 
 void MetaClient::MarkDown(Server& server) {
   if (servers_.size() == 1) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   // Passed over for 1 s after a failure, twice as long after each failure in a row (a server
   // cut off by the network costs a call's whole deadline each time it is tried), up to 30 s.
   const int shift = std::min(server.failures++, 5);
@@ -59,7 +59,7 @@ void MetaClient::MarkDown(Server& server) {
 
 void MetaClient::MarkUp(Server& server) {
   if (servers_.size() == 1) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   server.down_until = {};
   server.failures = 0;
 }
@@ -67,7 +67,7 @@ void MetaClient::MarkUp(Server& server) {
 grpc::Status MetaClient::Frames(Server& server, std::chrono::system_clock::time_point deadline,
                                 std::shared_ptr<FrameChannel>* out) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (server.frames || !options_.frames || server.host.empty() ||
         std::chrono::steady_clock::now() < server.no_frames_until) {
       *out = server.frames;
@@ -80,7 +80,7 @@ grpc::Status MetaClient::Frames(Server& server, std::chrono::system_clock::time_
   fs3rpc::Empty empty;
   fs3rpc::EndpointsReply reply;
   grpc::Status st = server.stub->Endpoints(&context, empty, &reply);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!st.ok() && st.error_code() != grpc::StatusCode::UNIMPLEMENTED) return st;
   if (!st.ok() || reply.frames_port() == 0) {  // an fs3-meta without frames: gRPC it is
     server.no_frames_until = std::chrono::steady_clock::now() + kAskAgainAfter;
@@ -93,7 +93,7 @@ grpc::Status MetaClient::Frames(Server& server, std::chrono::system_clock::time_
 }
 
 void MetaClient::DropFrames(Server& server, const std::shared_ptr<FrameChannel>& failed) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (server.frames == failed) server.frames.reset();
 }
 

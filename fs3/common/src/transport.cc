@@ -15,7 +15,7 @@ void SetDeadline(grpc::ClientContext* c, std::chrono::milliseconds d) {
 }  // namespace
 
 fs3rpc::Storage::Stub* StorageStubs::Get(const std::string& address) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto& s = stubs_[address];
   if (!s) {
     ChannelOptions options;

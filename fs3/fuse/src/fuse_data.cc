@@ -17,16 +17,16 @@ namespace ff::fs3 {
 // ---- open files ---------------------------------------------------------------------------------
 
 std::shared_ptr<FuseFs::OpenFile> FuseFs::Find(uint64_t ino) {
-  std::lock_guard lock(files_mu_);
+  MutexLock lock(&files_mu_);
   auto it = files_.find(ino);
   return it == files_.end() ? nullptr : it->second;
 }
 
 std::shared_ptr<FuseFs::OpenFile> FuseFs::Acquire(const fs3rpc::Inode& inode) {
-  std::lock_guard lock(files_mu_);
+  MutexLock lock(&files_mu_);
   auto& f = files_[inode.ino()];
   if (!f) f = std::make_shared<OpenFile>(inode.ino());
-  std::lock_guard flock(f->mu);
+  MutexLock flock(&f->mu);
   if (f->handles++ == 0) {
     f->size = inode.size();
     f->landed_size = inode.size();
@@ -40,8 +40,8 @@ std::shared_ptr<FuseFs::OpenFile> FuseFs::Acquire(const fs3rpc::Inode& inode) {
 }
 
 void FuseFs::ReleaseFile(const std::shared_ptr<OpenFile>& f) {
-  std::lock_guard lock(files_mu_);
-  std::lock_guard flock(f->mu);
+  MutexLock lock(&files_mu_);
+  MutexLock flock(&f->mu);
   if (--f->handles == 0) {
     DropBlocks(*f);
     files_.erase(f->ino);
@@ -66,7 +66,7 @@ uint64_t FuseFs::SizeToReport(OpenFile& f) {
 }
 
 uint64_t FuseFs::SeenErrors(OpenFile& f) {
-  std::lock_guard lock(f.mu);
+  MutexLock lock(&f.mu);
   return f.error_seq;  // a handle opened now is not told of earlier failures
 }
 
@@ -76,7 +76,7 @@ void FuseFs::DropBlocks(OpenFile& f) {
   f.blocks.clear();
 }
 
-void FuseFs::StartFlush(OpenFile& f, std::unique_lock<std::mutex>&) {
+void FuseFs::StartFlush(OpenFile& f) {
   while (f.inflight.size() >= options_.writes_in_flight ||
          (!f.inflight.empty() &&
           f.inflight.front().done.wait_for(std::chrono::seconds(0)) == std::future_status::ready)) {
@@ -106,8 +106,8 @@ void FuseFs::StartFlush(OpenFile& f, std::unique_lock<std::mutex>&) {
   f.inflight.push_back({offset, end, std::move(done)});
 }
 
-void FuseFs::FlushData(OpenFile& f, std::unique_lock<std::mutex>& lock) {
-  StartFlush(f, lock);
+void FuseFs::FlushData(OpenFile& f) {
+  StartFlush(f);
   for (; !f.inflight.empty(); f.inflight.pop_front())
     NoteWritten(f, f.inflight.front().end, f.inflight.front().done.get());
 }
@@ -118,8 +118,8 @@ Status FuseFs::TakeError(OpenFile& f, Handle* h) {
   return f.error;
 }
 
-Status FuseFs::Sync(OpenFile& f, std::unique_lock<std::mutex>& lock, Handle* h) {
-  FlushData(f, lock);
+Status FuseFs::Sync(OpenFile& f, Handle* h) {
+  FlushData(f);
   if (f.error_seq > 0) (void)SizeToReport(f);  // a failed write does not extend the file
   FF_RETURN_IF_ERROR(TakeError(f, h));
   if (!f.dirty) return Status::Ok();
@@ -213,10 +213,10 @@ void FuseFs::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_f
   auto* h = reinterpret_cast<Handle*>(fi->fh);
   OpenFile& f = *h->file;
   const auto offset = static_cast<uint64_t>(off);
-  std::unique_lock lock(f.mu);
+  UniqueLock lock(&f.mu);
   if (!f.wb.empty() || !f.inflight.empty()) {
     const uint64_t failed_before = f.error_seq;
-    FlushData(f, lock);                  // read what was written
+    FlushData(f);                        // read what was written
     if (f.error_seq != failed_before) {  // it could not be: this read fails too (not told)
       Status st = f.error;
       lock.unlock();
@@ -240,6 +240,7 @@ void FuseFs::Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_f
   const bool sequential = offset == f.last_read_end || (block > 0 && f.blocks.contains(first));
   f.last_read_end = offset + n;
   auto ensure = [&](uint64_t b) {
+    f.mu.AssertHeld();  // called only below, under `lock`
     if (b >= file_size || f.blocks.contains(b)) return true;
     const auto len = static_cast<uint32_t>(std::min<uint64_t>(block, file_size - b));
     if (small) {
@@ -305,7 +306,7 @@ void FuseFs::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off
   auto* h = reinterpret_cast<Handle*>(fi->fh);
   OpenFile& f = *h->file;
   const auto offset = static_cast<uint64_t>(off);
-  std::unique_lock lock(f.mu);
+  UniqueLock lock(&f.mu);
   h->wrote = true;
   f.dirty = true;
   DropBlocks(f);
@@ -319,7 +320,7 @@ void FuseFs::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off
   } else {
     const bool follows = !f.wb.empty() && offset == f.wb_offset + f.wb.size();
     if (!follows || f.wb.size() + size > options_.write_buffer_bytes) {
-      StartFlush(f, lock);
+      StartFlush(f);
       if (f.error_seq > h->seen_error) {  // an earlier write failed: so does this one, until
         Status st = f.error;              // a flush or fsync of this handle told of it
         lock.unlock();
@@ -329,7 +330,7 @@ void FuseFs::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off
     }
     if (f.wb.capacity() < options_.write_buffer_bytes) f.wb.reserve(options_.write_buffer_bytes);
     f.wb.append(buf, size);
-    if (f.wb.size() >= options_.write_buffer_bytes) StartFlush(f, lock);
+    if (f.wb.size() >= options_.write_buffer_bytes) StartFlush(f);
   }
   f.size = std::max<uint64_t>(f.size, offset + size);
   lock.unlock();
@@ -338,8 +339,8 @@ void FuseFs::Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off
 
 void FuseFs::Flush(fuse_req_t req, fuse_file_info* fi) {
   auto* h = reinterpret_cast<Handle*>(fi->fh);
-  std::unique_lock lock(h->file->mu);
-  Status st = Sync(*h->file, lock, h);
+  UniqueLock lock(&h->file->mu);
+  Status st = Sync(*h->file, h);
   lock.unlock();
   fuse_reply_err(req, FsErrno(st));
 }
@@ -351,8 +352,8 @@ void FuseFs::Fsync(fuse_req_t req, fuse_file_info* fi) {
 void FuseFs::Release(fuse_req_t req, fuse_file_info* fi) {
   auto* h = reinterpret_cast<Handle*>(fi->fh);
   OpenFile& f = *h->file;
-  std::unique_lock lock(f.mu);
-  FlushData(f, lock);
+  UniqueLock lock(&f.mu);
+  FlushData(f);
   Status st = TakeError(f, h);
   if (!st.ok()) {
     // The kernel ignores what a release answers: at least the log says it.

@@ -89,7 +89,7 @@ void FuseFs::Observe(const char* op, Clock::time_point start) {
 std::vector<uint32_t> FuseFs::GroupsOf(fuse_req_t req, pid_t pid) {
   const auto now = Clock::now();
   {
-    std::lock_guard lock(groups_mu_);
+    MutexLock lock(&groups_mu_);
     if (auto it = groups_.find(pid); it != groups_.end() && it->second.expires > now) {
       return it->second.groups;
     }
@@ -103,7 +103,7 @@ std::vector<uint32_t> FuseFs::GroupsOf(fuse_req_t req, pid_t pid) {
   std::vector<uint32_t> groups;
   for (int i = 0; i < n; ++i)
     groups.push_back(list[i]);
-  std::lock_guard lock(groups_mu_);
+  MutexLock lock(&groups_mu_);
   if (groups_.size() > 4096) groups_.clear();
   groups_[pid] = {groups, now + std::chrono::seconds(1)};
   return groups;
@@ -128,13 +128,13 @@ void FuseFs::NoteXattrNames(const fs3rpc::Inode& inode) {
   seen.expires = std::chrono::steady_clock::now() +
                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                      std::chrono::duration<double>(options_.attr_timeout_s));
-  std::lock_guard lock(xattr_mu_);
+  MutexLock lock(&xattr_mu_);
   if (xattr_names_.size() > 100000) xattr_names_.clear();  // bounded: it is only a cache
   xattr_names_[inode.ino()] = std::move(seen);
 }
 
 std::optional<bool> FuseFs::HasXattr(uint64_t ino, const std::string& name) {
-  std::lock_guard lock(xattr_mu_);
+  MutexLock lock(&xattr_mu_);
   auto it = xattr_names_.find(ino);
   if (it == xattr_names_.end()) return std::nullopt;
   if (std::chrono::steady_clock::now() >= it->second.expires) {
@@ -146,7 +146,7 @@ std::optional<bool> FuseFs::HasXattr(uint64_t ino, const std::string& name) {
 }
 
 void FuseFs::ForgetXattrNames(uint64_t ino) {
-  std::lock_guard lock(xattr_mu_);
+  MutexLock lock(&xattr_mu_);
   xattr_names_.erase(ino);
 }
 
@@ -155,7 +155,7 @@ void FuseFs::NoteDirs(const google::protobuf::RepeatedPtrField<fs3rpc::Inode>& d
   const auto expires = std::chrono::steady_clock::now() +
                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                            std::chrono::duration<double>(options_.attr_timeout_s));
-  std::lock_guard lock(dir_attrs_mu_);
+  MutexLock lock(&dir_attrs_mu_);
   for (const fs3rpc::Inode& d : dirs) {
     auto [it, fresh] = dir_attrs_.try_emplace(d.ino(), DirAttrs{d, expires});
     // Concurrent changes answer in any order: keep the later state.
@@ -164,7 +164,7 @@ void FuseFs::NoteDirs(const google::protobuf::RepeatedPtrField<fs3rpc::Inode>& d
 }
 
 std::optional<fs3rpc::Inode> FuseFs::TakeDirAttrs(uint64_t ino) {
-  std::lock_guard lock(dir_attrs_mu_);
+  MutexLock lock(&dir_attrs_mu_);
   auto it = dir_attrs_.find(ino);
   if (it == dir_attrs_.end()) return std::nullopt;
   std::optional<fs3rpc::Inode> out;
@@ -174,7 +174,7 @@ std::optional<fs3rpc::Inode> FuseFs::TakeDirAttrs(uint64_t ino) {
 }
 
 void FuseFs::ForgetDirAttrs(uint64_t ino) {
-  std::lock_guard lock(dir_attrs_mu_);
+  MutexLock lock(&dir_attrs_mu_);
   dir_attrs_.erase(ino);
 }
 
@@ -190,7 +190,7 @@ struct stat FuseFs::ToStat(const fs3rpc::Inode& inode) {
   uint64_t size = inode.size();
   if (inode.type() == fs3rpc::INODE_FILE) {
     if (auto f = Find(inode.ino())) {
-      std::lock_guard lock(f->mu);
+      MutexLock lock(&f->mu);
       size = std::max(size, f->size);  // written here, not yet settled
     }
   }
@@ -284,27 +284,29 @@ void FuseFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_s
   } else if (to_set & FUSE_SET_ATTR_MTIME) {
     r.set_mtime_ns(Ns(attr->st_mtim));
   }
+  fs3rpc::Inode out;
+  auto set = [&] {
+    ForgetDirAttrs(ino);
+    return meta_->SetAttr(r, &out);
+  };
   std::shared_ptr<OpenFile> f;
-  std::unique_lock<std::mutex> lock;
   if (to_set & FUSE_SET_ATTR_SIZE) {
     r.set_size(static_cast<uint64_t>(attr->st_size));
-    // What this mount gathered goes to storage (and its length to fs3-meta) before the cut.
-    if ((f = Find(ino))) {
-      lock = std::unique_lock(f->mu);
-      // ftruncate tells its descriptor of a failed write; truncate by path has none to tell.
-      Status st = Sync(*f, lock, fi != nullptr ? reinterpret_cast<Handle*>(fi->fh) : nullptr);
-      if (!st.ok()) return ReplyErr(req, st);
-    }
+    f = Find(ino);
   }
-  fs3rpc::Inode out;
-  ForgetDirAttrs(ino);
-  Status st = meta_->SetAttr(r, &out);
-  if (!st.ok()) return ReplyErr(req, st);
   if (f) {
+    // What this mount gathered goes to storage (and its length to fs3-meta) before the cut,
+    // and no write of this mount comes between the two.
+    MutexLock lock(&f->mu);
+    // ftruncate tells its descriptor of a failed write; truncate by path has none to tell.
+    Status st = Sync(*f, fi != nullptr ? reinterpret_cast<Handle*>(fi->fh) : nullptr);
+    if (st.ok()) st = set();
+    if (!st.ok()) return ReplyErr(req, st);
     f->size = out.size();
     f->landed_size = out.size();
     DropBlocks(*f);
-    lock.unlock();
+  } else if (Status st = set(); !st.ok()) {
+    return ReplyErr(req, st);
   }
   struct stat s = ToStat(out);
   fuse_reply_attr(req, &s, options_.attr_timeout_s);
@@ -397,7 +399,7 @@ void FuseFs::Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fus
   auto* d = reinterpret_cast<DirHandle*>(fi->fh);
   // The reply goes after the lock is released: once answered, the kernel may release (and
   // this process delete) the handle at any moment.
-  std::unique_lock lock(d->mu);
+  UniqueLock lock(&d->mu);
   std::string buf(size, '\0');
   std::size_t used = 0;
   // Offsets: 1 is ".", 2 is "..", k + 3 the entry after entries[k].

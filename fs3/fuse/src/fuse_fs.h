@@ -31,11 +31,12 @@
 #include <fuse_lowlevel.h>
 
 #include <atomic>
-#include <condition_variable>
+#include <chrono>
+#include <deque>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,6 +44,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/thread_annotations.h"
 #include "fs3/client.h"
 #include "fs3/errors.h"
 #include "fs3/meta_client.h"
@@ -83,9 +85,61 @@ class FuseFs {
   void SetSession(fuse_session* se) { session_ = se; }
 
   // Per-inode state shared by the open handles of a file on this mount.
-  struct OpenFile;
-  struct Handle;
-  struct DirHandle;
+  struct OpenFile {
+    explicit OpenFile(uint64_t i) : ino(i) {}
+    const uint64_t ino;
+    Mutex mu;
+    int handles FF_GUARDED_BY(mu) = 0;
+    // As this mount knows it (fs3-meta's at open, then writes and truncates).
+    uint64_t size FF_GUARDED_BY(mu) = 0;
+    // The length without the writes that failed: fs3-meta's at open, then truncates and writes
+    // acknowledged by storage. After a failed write, this is the length a flush or close reports
+    // (a write refused for space leaves the file as it was, not extended with zeros).
+    uint64_t landed_size FF_GUARDED_BY(mu) = 0;
+    std::vector<uint32_t> chains FF_GUARDED_BY(mu);  // where its chunks are (the layout's chains)
+    bool dirty FF_GUARDED_BY(mu) = false;  // written since the length was last settled at fs3-meta
+    // Write gathering: `wb` holds the bytes for [wb_offset, wb_offset + wb.size()).
+    uint64_t wb_offset FF_GUARDED_BY(mu) = 0;
+    std::string wb FF_GUARDED_BY(mu);
+    // Buffers being written, oldest first. One that overlaps an older one is sent only after the
+    // older one is acknowledged, so overlapping bytes land in the order they were written (a
+    // header patched over its placeholder, an mmap page written back over a write()).
+    struct Inflight {
+      uint64_t offset = 0;
+      uint64_t end = 0;
+      std::shared_future<Status> done;
+    };
+    std::deque<Inflight> inflight FF_GUARDED_BY(mu);
+    // The last background write that failed, and how many have: each handle open when one failed
+    // is told once, by its next flush or fsync (like the kernel's errseq), so a read, a release or
+    // another descriptor's close cannot use the error up.
+    Status error FF_GUARDED_BY(mu);
+    uint64_t error_seq FF_GUARDED_BY(mu) = 0;
+    // Read-ahead: blocks of `readahead_bytes` (by aligned offset) fetched or being fetched.
+    std::map<uint64_t, std::shared_future<Result<std::string>>> blocks FF_GUARDED_BY(mu);
+    // Bytes of `blocks` counted in the mount's read cache (small files).
+    uint64_t cached FF_GUARDED_BY(mu) = 0;
+    uint64_t last_read_end FF_GUARDED_BY(mu) = 0;
+  };
+
+  // An open file descriptor: used by one operation at a time (the kernel's), so unguarded.
+  struct Handle {
+    std::shared_ptr<OpenFile> file;
+    bool wrote = false;
+    bool writable = false;  // opened for writing: ftruncate through it needs no further permission
+    uint64_t session = 0;   // this mount's number for the session at fs3-meta (SessionLease)
+    uint64_t seen_error = 0;  // the OpenFile::error_seq this handle was told of (or opened at)
+  };
+
+  struct DirHandle {
+    Mutex mu;
+    // Loaded page by page (offsets stay valid while it is open); with their attributes when the
+    // page was read for READDIRPLUS, and when that was.
+    std::vector<fs3rpc::DirEntryInfo> entries FF_GUARDED_BY(mu);
+    std::vector<std::chrono::steady_clock::time_point> loaded FF_GUARDED_BY(mu);
+    bool complete FF_GUARDED_BY(mu) = false;
+    uint64_t parent FF_GUARDED_BY(mu) = 0;  // the inode of "..", looked up when first listed
+  };
 
  private:
   friend struct FuseOps;
@@ -101,25 +155,25 @@ class FuseFs {
   void ReleaseFile(const std::shared_ptr<OpenFile>& f);
   std::shared_ptr<OpenFile> Find(uint64_t ino);
   // Records a background write's failure (nothing for Ok); f->mu held.
-  static void NoteError(OpenFile& f, const Status& st);
+  static void NoteError(OpenFile& f, const Status& st) FF_REQUIRES(f.mu);
   // A write of [.., end) finished with `st`: acknowledged ones move OpenFile::landed_size; f->mu.
-  static void NoteWritten(OpenFile& f, uint64_t end, const Status& st);
+  static void NoteWritten(OpenFile& f, uint64_t end, const Status& st) FF_REQUIRES(f.mu);
   // The length a flush or close reports to fs3-meta, once every write has finished: after a
   // failed write, what landed (OpenFile::landed_size), which the mount then takes too; f->mu held.
-  static uint64_t SizeToReport(OpenFile& f);
-  static uint64_t SeenErrors(OpenFile& f);  // the failures so far (takes f->mu)
+  static uint64_t SizeToReport(OpenFile& f) FF_REQUIRES(f.mu);
+  static uint64_t SeenErrors(OpenFile& f) FF_EXCLUDES(f.mu);  // the failures so far
   // Forgets a file's read blocks (returning their bytes to the read cache); f->mu held.
-  void DropBlocks(OpenFile& f);
+  void DropBlocks(OpenFile& f) FF_REQUIRES(f.mu);
   // Starts writing the gathered buffer (waiting while writes_in_flight are); f->mu held.
-  void StartFlush(OpenFile& f, std::unique_lock<std::mutex>& lock);
+  void StartFlush(OpenFile& f) FF_REQUIRES(f.mu);
   // Writes everything gathered and waits for it; a write that failed is recorded in the file
   // (OpenFile::error) for each handle's next flush or fsync.
-  void FlushData(OpenFile& f, std::unique_lock<std::mutex>& lock);
+  void FlushData(OpenFile& f) FF_REQUIRES(f.mu);
   // A write that failed since handle `h` was last told (or opened); marks it told. Ok for none.
-  static Status TakeError(OpenFile& f, Handle* h);
+  static Status TakeError(OpenFile& f, Handle* h) FF_REQUIRES(f.mu);
   // Flushes, tells `h` of a failed write (none without a handle), and settles the length at
   // fs3-meta.
-  Status Sync(OpenFile& f, std::unique_lock<std::mutex>& lock, Handle* h);
+  Status Sync(OpenFile& f, Handle* h) FF_REQUIRES(f.mu);
 
   // The operations (see Ops()).
   void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
@@ -168,21 +222,21 @@ class FuseFs {
                       bool recheck = false);
   std::atomic<uint64_t> next_request_;
   std::atomic<uint64_t> cache_used_{0};  // bytes of small files' blocks kept
-  std::mutex files_mu_;
-  std::unordered_map<uint64_t, std::shared_ptr<OpenFile>> files_;
-  std::mutex groups_mu_;
+  Mutex files_mu_;                       // taken before an OpenFile's mu
+  std::unordered_map<uint64_t, std::shared_ptr<OpenFile>> files_ FF_GUARDED_BY(files_mu_);
+  Mutex groups_mu_;
   struct Groups {
     std::vector<uint32_t> groups;
     std::chrono::steady_clock::time_point expires;
   };
-  std::unordered_map<pid_t, Groups> groups_;
+  std::unordered_map<pid_t, Groups> groups_ FF_GUARDED_BY(groups_mu_);
   // The extended attribute names seen with each inode's attributes, until they expire.
   struct XattrNames {
     std::vector<std::string> names;
     std::chrono::steady_clock::time_point expires;
   };
-  std::mutex xattr_mu_;
-  std::unordered_map<uint64_t, XattrNames> xattr_names_;
+  Mutex xattr_mu_;
+  std::unordered_map<uint64_t, XattrNames> xattr_names_ FF_GUARDED_BY(xattr_mu_);
   void NoteXattrNames(const fs3rpc::Inode& inode);
   // Whether `ino` has the attribute `name`, from names still fresh; nullopt if none are at hand.
   std::optional<bool> HasXattr(uint64_t ino, const std::string& name);
@@ -200,8 +254,8 @@ class FuseFs {
   void NoteDirs(const google::protobuf::RepeatedPtrField<fs3rpc::Inode>& dirs);
   std::optional<fs3rpc::Inode> TakeDirAttrs(uint64_t ino);
   void ForgetDirAttrs(uint64_t ino);
-  std::mutex dir_attrs_mu_;
-  std::unordered_map<uint64_t, DirAttrs> dir_attrs_;
+  Mutex dir_attrs_mu_;
+  std::unordered_map<uint64_t, DirAttrs> dir_attrs_ FF_GUARDED_BY(dir_attrs_mu_);
   prometheus::Counter* dir_attrs_local_ = nullptr;
   std::unordered_map<std::string_view, prometheus::Histogram*> latency_;  // by operation
 };

@@ -83,7 +83,7 @@ Result<std::unique_ptr<MetaService>> MetaService::Create(const MetaOptions& opti
 
 Result<StorageClient*> MetaService::Storage() {
   if (options_.mgmtd.empty()) return FailedPrecondition("fs3-meta has no mgmtd configured");
-  std::lock_guard lock(storage_mu_);
+  MutexLock lock(&storage_mu_);
   if (!storage_) {
     ClientOptions o;
     o.mgmtd = options_.mgmtd;
@@ -202,7 +202,7 @@ void MetaService::Start(const std::string& rpc_address) {
     // reason changes and once a minute, not every round; its end is logged too.
     std::string failing;
     auto said = std::chrono::steady_clock::time_point{};
-    std::unique_lock lock(gc_mu_);
+    UniqueLock lock(&gc_mu_);
     while (!stopping_) {
       gc_cv_.wait_for(lock, std::chrono::milliseconds(options_.gc_interval_ms));
       if (stopping_) break;
@@ -228,7 +228,7 @@ void MetaService::Start(const std::string& rpc_address) {
 
 void MetaService::Stop() {
   {
-    std::lock_guard lock(gc_mu_);
+    MutexLock lock(&gc_mu_);
     stopping_ = true;
   }
   gc_cv_.notify_all();

@@ -18,6 +18,7 @@
 #include "common/etcd.h"
 #include "common/frame_rpc.h"
 #include "common/leader_election.h"
+#include "common/thread_annotations.h"
 #include "fs3/client.h"
 #include "fs3/meta_store.h"
 #include "fs3/proto/meta.grpc.pb.h"
@@ -144,11 +145,11 @@ class MetaService final : public fs3rpc::Meta::Service {
   std::atomic<uint64_t> reported_grouped_{0};
   std::atomic<uint64_t> reported_batches_{0};
   std::atomic<uint64_t> reported_syncs_{0};
-  std::mutex storage_mu_;
-  std::unique_ptr<StorageClient> storage_;
-  std::mutex gc_mu_;
-  std::condition_variable gc_cv_;
-  bool stopping_ = false;
+  Mutex storage_mu_;
+  std::unique_ptr<StorageClient> storage_ FF_GUARDED_BY(storage_mu_);
+  Mutex gc_mu_;
+  CondVar gc_cv_;
+  bool stopping_ FF_GUARDED_BY(gc_mu_) = false;
   // When the collector (its thread alone) next prunes request ids and sweeps sessions.
   std::chrono::steady_clock::time_point next_prune_{}, next_sweep_{};
   std::string settle_cursor_;  // where the sweep goes on through the settle marks

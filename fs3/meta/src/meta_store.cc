@@ -53,13 +53,13 @@ Result<std::unique_ptr<MetaStore>> MetaStore::OpenKv(std::unique_ptr<TxnKv> kv,
 }
 
 std::optional<uint64_t> MetaStore::TakeIno() const {
-  std::lock_guard lock(ino_mu_);
+  MutexLock lock(&ino_mu_);
   if (ino_next_ < ino_end_) return ino_next_++;
   return std::nullopt;
 }
 
 void MetaStore::GiveInoBlock(uint64_t first, uint64_t end) const {
-  std::lock_guard lock(ino_mu_);
+  MutexLock lock(&ino_mu_);
   if (ino_next_ >= ino_end_ && first < end) {
     ino_next_ = first;
     ino_end_ = end;
@@ -67,7 +67,7 @@ void MetaStore::GiveInoBlock(uint64_t first, uint64_t end) const {
 }
 
 void MetaStore::ResetInoPool() const {
-  std::lock_guard lock(ino_mu_);
+  MutexLock lock(&ino_mu_);
   ino_next_ = ino_end_ = 0;
 }
 
@@ -170,7 +170,7 @@ Result<uint32_t> MetaStore::KeepClient(uint64_t client, bool first) {
     // A client's record ("c/") says it registered; its deadline is kept here. A client this
     // server does not know (it restarted since) whose record is there: welcome back.
     {
-      std::lock_guard lock(clients_mu_);
+      MutexLock lock(&clients_mu_);
       auto it = client_deadlines_.find(client);
       if (it != client_deadlines_.end()) {
         if (!first && it->second < now) return expired;  // the sweep ends its sessions
@@ -188,13 +188,13 @@ Result<uint32_t> MetaStore::KeepClient(uint64_t client, bool first) {
                           Run([&](Txn& t) { return t.Read<fs3rpc::Counter>(ClientKey(client)); }));
       if (!recorded) return expired;
     }
-    std::lock_guard lock(clients_mu_);
+    MutexLock lock(&clients_mu_);
     client_deadlines_[client] = now + std::chrono::seconds(client_lease_s_);
     return client_lease_s_;
   }
   int64_t lease = 0;
   {
-    std::lock_guard lock(clients_mu_);
+    MutexLock lock(&clients_mu_);
     if (auto it = client_leases_.find(client); it != client_leases_.end()) lease = it->second;
   }
   if (lease == 0) {  // registered through another server, maybe
@@ -205,12 +205,12 @@ Result<uint32_t> MetaStore::KeepClient(uint64_t client, bool first) {
   if (lease != 0) {
     Result<int64_t> kept = etcd_->KeepAlive(lease);
     if (kept.ok()) {
-      std::lock_guard lock(clients_mu_);
+      MutexLock lock(&clients_mu_);
       client_leases_[client] = lease;
       return client_lease_s_;
     }
     if (kept.status().code() != StatusCode::kNotFound) return kept.status();
-    std::lock_guard lock(clients_mu_);
+    MutexLock lock(&clients_mu_);
     client_leases_.erase(client);
     lease = 0;
   }
@@ -222,7 +222,7 @@ Result<uint32_t> MetaStore::KeepClient(uint64_t client, bool first) {
     t.PutLeasedKey(ClientKey(client), record.SerializeAsString(), lease);
     return t.Commit(/*durable=*/false);
   }));
-  std::lock_guard lock(clients_mu_);
+  MutexLock lock(&clients_mu_);
   client_leases_[client] = lease;
   return client_lease_s_;
 }
@@ -239,7 +239,7 @@ Result<std::size_t> MetaStore::EndExpiredSessions() {
       FF_ASSIGN_OR_RETURN(auto rows, Run([&](Txn& t) { return t.Scan("s/", after, 512); }));
       std::vector<std::string> gone;
       {
-        std::lock_guard lock(clients_mu_);
+        MutexLock lock(&clients_mu_);
         for (const auto& [key, value] : rows) {
           const uint64_t client = ReadBE8(key, 10);
           if (client == 0) continue;
@@ -260,7 +260,7 @@ Result<std::size_t> MetaStore::EndExpiredSessions() {
       after = rows.back().first;
     }
     {
-      std::lock_guard lock(clients_mu_);
+      MutexLock lock(&clients_mu_);
       for (auto it = client_deadlines_.begin(); it != client_deadlines_.end();) {
         if (it->second < now) {
           expired.push_back(it->first);

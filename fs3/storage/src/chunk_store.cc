@@ -253,7 +253,7 @@ Result<std::string> ChunkStore::Base(const fs3rpc::ChunkMetaRecord& meta, uint64
 ChunkStore::Scratch ChunkStore::TakeScratch(std::size_t size) {
   const std::size_t want = AlignUp(std::max<std::size_t>(size, 1));
   {
-    std::lock_guard lock(pool_mu_);
+    MutexLock lock(&pool_mu_);
     for (auto it = pool_.begin(); it != pool_.end(); ++it) {
       if (it->capacity >= want) {
         Scratch s = std::move(*it);
@@ -270,7 +270,7 @@ ChunkStore::Scratch ChunkStore::TakeScratch(std::size_t size) {
 }
 
 void ChunkStore::GiveBack(Scratch s) {
-  std::lock_guard lock(pool_mu_);
+  MutexLock lock(&pool_mu_);
   if (pool_.size() < kPooledScratch) pool_.push_back(std::move(s));
 }
 

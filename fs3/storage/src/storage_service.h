@@ -238,6 +238,8 @@ class StorageService final : public fs3rpc::Storage::Service {
   std::map<uint64_t, int> space_level_;
   std::chrono::steady_clock::time_point space_watched_{};
 
+  // Striped: each serializes the writes of the chunks hashed to it (their files and records on
+  // disk, not members of this object, so nothing is FF_GUARDED_BY them).
   std::array<std::mutex, 1024> chunk_locks_;
   std::atomic<bool> stopping_{false};
   std::thread heartbeat_, routing_thread_, sync_;

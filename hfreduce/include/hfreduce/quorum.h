@@ -20,7 +20,6 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -31,6 +30,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "common/thread_annotations.h"
 
 namespace ff::hfreduce {
 
@@ -145,11 +145,11 @@ class ReplicaQuorum {
   // Decides the job's current round when its rule says so; true when it did.
   bool MaybeDecide(Job& job, Clock::time_point now);
 
-  Check check_;        // set before serving; read without mu_
-  std::string epoch_;  // guarded by mu_
-  std::mutex mu_;
-  std::condition_variable decided_;
-  std::map<std::string, Job> jobs_;
+  Check check_;  // set before serving; read without mu_
+  Mutex mu_;
+  std::string epoch_ FF_GUARDED_BY(mu_);
+  CondVar decided_;
+  std::map<std::string, Job> jobs_ FF_GUARDED_BY(mu_);
 };
 
 }  // namespace ff::hfreduce

@@ -7,19 +7,22 @@
 namespace ff::hfreduce {
 
 Status WorkImpl::Wait() {
-  std::unique_lock lock(mu_);
-  done_cv_.wait(lock, [&] { return done_; });
+  UniqueLock lock(&mu_);
+  done_cv_.wait(lock, [&] {
+    mu_.AssertHeld();
+    return done_;
+  });
   return status_;
 }
 
 bool WorkImpl::Test() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return done_;
 }
 
 void WorkImpl::OnComplete(std::function<void(const Status&)> done) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!done_) {
       callbacks_.push_back(std::move(done));
       return;
@@ -31,7 +34,7 @@ void WorkImpl::OnComplete(std::function<void(const Status&)> done) {
 void WorkImpl::Complete(Status status) {
   std::vector<std::function<void(const Status&)>> callbacks;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (done_) return;
     status_ = std::move(status);
     done_ = true;
@@ -57,7 +60,7 @@ RankWorker::RankWorker(NodeSegment& segment, int local_rank, int rank, int world
 
 RankWorker::~RankWorker() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -70,7 +73,7 @@ RankWorker::~RankWorker() {
 std::shared_ptr<Work> RankWorker::Submit(OpDesc desc, const void* send, void* recv, void* stream) {
   auto work = std::make_shared<WorkImpl>();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     desc.op_seq = next_op_seq_++;
     queue_.push_back(Pending{desc, send, recv, stream, work});
   }
@@ -82,8 +85,11 @@ void RankWorker::Run() {
   while (true) {
     Pending p;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      UniqueLock lock(&mu_);
+      cv_.wait(lock, [&] {
+        mu_.AssertHeld();
+        return stop_ || !queue_.empty();
+      });
       if (stop_) return;
       p = queue_.front();
       queue_.pop_front();

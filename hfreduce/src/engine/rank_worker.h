@@ -3,13 +3,13 @@
 // flight. Operations run one after another on the worker's thread in the order submitted.
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "engine/op.h"
 #include "engine/waiter.h"
 #include "hfreduce/communicator.h"
@@ -26,11 +26,11 @@ class WorkImpl final : public Work {
   void Complete(Status status);
 
  private:
-  std::mutex mu_;
-  std::condition_variable done_cv_;
-  bool done_ = false;
-  Status status_;
-  std::vector<std::function<void(const Status&)>> callbacks_;
+  Mutex mu_;
+  CondVar done_cv_;
+  bool done_ FF_GUARDED_BY(mu_) = false;
+  Status status_;  // written once, under mu_ before done_; read-only after
+  std::vector<std::function<void(const Status&)>> callbacks_ FF_GUARDED_BY(mu_);
 };
 
 class RankWorker {
@@ -68,11 +68,11 @@ class RankWorker {
   const std::chrono::milliseconds timeout_;
   const std::size_t chunk_bytes_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Pending> queue_;
-  bool stop_ = false;
-  uint32_t next_op_seq_ = 1;
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<Pending> queue_ FF_GUARDED_BY(mu_);
+  bool stop_ FF_GUARDED_BY(mu_) = false;
+  uint32_t next_op_seq_ FF_GUARDED_BY(mu_) = 1;
   uint32_t next_chunk_ = 0;  // worker thread only
   std::thread thread_;
 };

@@ -1,7 +1,6 @@
 #include "p2p/peer_to_peer.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -11,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "engine/device_copy.h"
 #include "engine/rank_worker.h"
 
@@ -52,8 +52,8 @@ struct PeerToPeer::State {
   std::unique_ptr<TcpListener> listener;
   std::vector<std::string> addresses;
   std::chrono::milliseconds timeout;
-  std::mutex mu;
-  std::map<int, std::unique_ptr<Channel>> channels;
+  Mutex mu;
+  std::map<int, std::unique_ptr<Channel>> channels FF_GUARDED_BY(mu);
   std::atomic<bool> stop{false};
   std::thread acceptor;
 };
@@ -67,7 +67,7 @@ class PeerToPeer::Channel {
 
   ~Channel() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       stop_ = true;
       if (conn_) conn_->Shutdown();
     }
@@ -87,7 +87,7 @@ class PeerToPeer::Channel {
     Op op{buf, count, type, tag, Clock::now() + state_.timeout, work};
     std::optional<Unexpected> early;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (send) {
         sends_.push_back(std::move(op));
       } else {
@@ -115,7 +115,7 @@ class PeerToPeer::Channel {
   void Abort(const Status& status) {
     std::deque<Op> failed;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       broken_ = status;
       if (conn_) conn_->Shutdown();
       failed.swap(sends_);
@@ -131,7 +131,7 @@ class PeerToPeer::Channel {
   // The acceptor hands over the connection a lower rank opened to us.
   void Adopt(std::unique_ptr<Connection> conn) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (conn_ || stop_) return;  // a duplicate: dropped
       conn_ = std::move(conn);
     }
@@ -157,7 +157,7 @@ class PeerToPeer::Channel {
 
   // The connection, opening it if we are the lower rank. Returns null on stop or failure.
   Result<Connection*> Connection_(Clock::time_point deadline) {
-    std::unique_lock lock(mu_);
+    UniqueLock lock(&mu_);
     while (true) {
       if (stop_) return Status(StatusCode::kCancelled, "hfreduce: communicator destroyed");
       if (!broken_.ok()) return broken_;
@@ -196,8 +196,11 @@ class PeerToPeer::Channel {
     while (true) {
       Op op;
       {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !sends_.empty(); });
+        UniqueLock lock(&mu_);
+        cv_.wait(lock, [&] {
+          mu_.AssertHeld();
+          return stop_ || !sends_.empty();
+        });
         if (stop_) return;
         op = std::move(sends_.front());
         sends_.pop_front();
@@ -214,8 +217,11 @@ class PeerToPeer::Channel {
     while (true) {
       Clock::time_point deadline;
       {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !recvs_.empty(); });
+        UniqueLock lock(&mu_);
+        cv_.wait(lock, [&] {
+          mu_.AssertHeld();
+          return stop_ || !recvs_.empty();
+        });
         if (stop_) return;
         deadline = recvs_.front().deadline;
         for (const Op& op : recvs_)
@@ -226,7 +232,7 @@ class PeerToPeer::Channel {
         st = Break(st);
         std::deque<Op> failed;
         {
-          std::lock_guard lock(mu_);
+          MutexLock lock(&mu_);
           failed.swap(recvs_);
         }
         for (Op& op : failed)
@@ -238,7 +244,7 @@ class PeerToPeer::Channel {
   // Marks the channel broken by `st` unless something (an abort) broke it first; returns what
   // broke it.
   Status Break(const Status& st) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (broken_.ok()) broken_ = st;
     if (conn_) conn_->Shutdown();
     return broken_;
@@ -265,7 +271,7 @@ class PeerToPeer::Channel {
     const std::size_t bytes = h.count * ElementSize(type);
     std::optional<Op> target;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       auto it =
           std::find_if(recvs_.begin(), recvs_.end(), [&](const Op& op) { return op.tag == h.tag; });
       if (it != recvs_.end()) {
@@ -292,7 +298,7 @@ class PeerToPeer::Channel {
         FF_RETURN_IF_ERROR(conn->Recv(u.data.data() + got, piece));
         got += piece;
       }
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       unexpected_.push_back(std::move(u));
       return Status::Ok();
     }
@@ -354,14 +360,14 @@ class PeerToPeer::Channel {
 
   State& state_;
   const int peer_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::unique_ptr<Connection> conn_;
-  bool connecting_ = false;
-  bool stop_ = false;
-  Status broken_;
-  std::deque<Op> sends_, recvs_;
-  std::deque<Unexpected> unexpected_;
+  Mutex mu_;
+  CondVar cv_;
+  std::unique_ptr<Connection> conn_ FF_GUARDED_BY(mu_);
+  bool connecting_ FF_GUARDED_BY(mu_) = false;
+  bool stop_ FF_GUARDED_BY(mu_) = false;
+  Status broken_ FF_GUARDED_BY(mu_);
+  std::deque<Op> sends_ FF_GUARDED_BY(mu_), recvs_ FF_GUARDED_BY(mu_);
+  std::deque<Unexpected> unexpected_ FF_GUARDED_BY(mu_);
   std::thread sender_, receiver_;
 };
 
@@ -379,18 +385,18 @@ PeerToPeer::~PeerToPeer() {
   state_->stop = true;
   state_->listener->Shutdown();  // the acceptor returns now, not at its next poll
   state_->acceptor.join();
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(&state_->mu);
   state_->channels.clear();
 }
 
 void PeerToPeer::Abort(const Status& status) {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(&state_->mu);
   for (auto& [peer, channel] : state_->channels)
     channel->Abort(status);
 }
 
 PeerToPeer::Channel& PeerToPeer::ChannelTo(int peer) {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(&state_->mu);
   auto& channel = state_->channels[peer];
   if (!channel) channel = std::make_unique<Channel>(*state_, peer);
   return *channel;

@@ -120,7 +120,7 @@ void ReplicaQuorum::Record(Job& job, QuorumEvent::Kind kind, std::vector<std::st
 }
 
 void ReplicaQuorum::NewEpoch(std::string epoch) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   epoch_ = std::move(epoch);
   for (auto& [name, job] : jobs_) {
     ++job.round;  // a waiter's round is over, and undecided: it fails and asks again
@@ -133,7 +133,7 @@ void ReplicaQuorum::NewEpoch(std::string epoch) {
 }
 
 std::vector<QuorumEvent> ReplicaQuorum::Events(const std::string& job, uint64_t after) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<QuorumEvent> out;
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return out;
@@ -147,7 +147,7 @@ Status ReplicaQuorum::Heartbeat(const std::string& job, const std::string& repli
   if (job.empty() || replica_id.empty()) {
     return InvalidArgument("quorum: job and replica_id must be set");
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   jobs_[job].last_seen[replica_id] = Clock::now();
   return Status::Ok();
 }
@@ -175,7 +175,7 @@ Result<Quorum> ReplicaQuorum::Join(const QuorumRequest& asked, Clock::time_point
   if (request.join_timeout.count() < 0) {
     return InvalidArgument("quorum: join_timeout must not be negative");
   }
-  std::unique_lock lock(mu_);
+  UniqueLock lock(&mu_);
   Job& job = jobs_[request.job];
   Round& r = job.current;
   if (r.joined.empty()) r.first = Clock::now();

@@ -1,6 +1,5 @@
 #include "hfreduce/store.h"
 
-#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <random>
@@ -9,6 +8,7 @@
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
 #include "common/rpc_status.h"
+#include "common/thread_annotations.h"
 #include "hfreduce/proto/store.grpc.pb.h"
 
 namespace ff::hfreduce {
@@ -24,7 +24,7 @@ class StoreService final : public proto::Store::Service {
       : serving_(std::move(serving)), quorum_(std::to_string(std::random_device{}())) {}
   ReplicaQuorum& quorum() { return quorum_; }
   void SetStores(std::vector<std::string> stores) {
-    std::lock_guard lock(stores_mu_);
+    MutexLock lock(&stores_mu_);
     stores_ = std::move(stores);
   }
 
@@ -36,7 +36,7 @@ class StoreService final : public proto::Store::Service {
       if (request->value().size() > kMaxValue) {
         return InvalidArgument("store: value for '" + request->key() + "' exceeds 1 MiB");
       }
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       data_[request->key()] = request->value();
       changed_.notify_all();
       return Status::Ok();
@@ -54,7 +54,7 @@ class StoreService final : public proto::Store::Service {
       }
       auto until =
           std::chrono::steady_clock::now() + std::chrono::milliseconds(request->timeout_ms());
-      std::unique_lock lock(mu_);
+      UniqueLock lock(&mu_);
       while (true) {
         std::string missing;
         for (const std::string& key : request->keys()) {
@@ -80,7 +80,7 @@ class StoreService final : public proto::Store::Service {
     return ServeRpc("Store.Add", [&]() -> Status {
       FF_RETURN_IF_ERROR(Serving());
       FF_RETURN_IF_ERROR(CheckKey(request->key()));
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       std::string& slot = data_[request->key()];
       int64_t value = 0;
       if (!slot.empty()) {
@@ -128,7 +128,7 @@ class StoreService final : public proto::Store::Service {
       reply->set_recover_from(decided.recover_from);
       reply->set_store_prefix(decided.store_prefix);
       {
-        std::lock_guard lock(stores_mu_);
+        MutexLock lock(&stores_mu_);
         for (const std::string& s : stores_)
           reply->add_stores(s);
       }
@@ -154,13 +154,13 @@ class StoreService final : public proto::Store::Service {
     return Status::Ok();
   }
 
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> data_;
+  Mutex mu_;
+  CondVar changed_;
+  std::map<std::string, std::string> data_ FF_GUARDED_BY(mu_);
   const std::function<Status()> serving_;
   ReplicaQuorum quorum_;
-  std::mutex stores_mu_;
-  std::vector<std::string> stores_;
+  Mutex stores_mu_;
+  std::vector<std::string> stores_ FF_GUARDED_BY(stores_mu_);
 };
 
 }  // namespace

@@ -98,7 +98,7 @@ void Agent::Start(const std::string& address) {
 void Agent::Stop() {
   stopping_ = true;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (inflight_) inflight_->TryCancel();
   }
   if (poll_.joinable()) poll_.join();
@@ -130,7 +130,7 @@ std::string Agent::FlagPath(const Key& key) const {
 void Agent::PollLoop() {
   while (!stopping_) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       std::size_t before = 0, after = 0;
       for (const auto& [k, t] : tasks_)
         before += t.exited;
@@ -156,7 +156,7 @@ void Agent::PollLoop() {
 void Agent::HeartbeatLoop() {
   while (!stopping_) {
     if (!HeartbeatOnce() && !stopping_) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms_));
+      std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms_.load()));
     }
   }
 }
@@ -167,9 +167,9 @@ bool Agent::HeartbeatOnce() {
   req.set_gpus(static_cast<int32_t>(options_.gpus));
   req.set_agent_address(address_);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     req.set_generation(generation_);
-    req.set_wait_ms(interval_ms_);
+    req.set_wait_ms(interval_ms_.load());
     for (const auto& [key, t] : tasks_) {
       hai::TaskStatus* s = req.add_tasks();
       s->set_job_id(std::get<0>(key));
@@ -181,15 +181,15 @@ bool Agent::HeartbeatOnce() {
   }
   hai::HeartbeatResponse resp;
   CallOptions call;
-  call.deadline = std::chrono::milliseconds(interval_ms_ + 2000);
+  call.deadline = std::chrono::milliseconds(interval_ms_.load() + 2000);
   call.max_attempts = 1;
   Status st = server_.Call("Heartbeat", call, [&](grpc::ClientContext* c, hai::Hai::Stub& stub) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       inflight_ = c;
     }
     grpc::Status s = stub.Heartbeat(c, req, &resp);
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     inflight_ = nullptr;
     return s;
   });
@@ -203,7 +203,7 @@ bool Agent::HeartbeatOnce() {
     }
     return false;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (resp.heartbeat_interval_ms() > 0) interval_ms_ = resp.heartbeat_interval_ms();
   generation_ = resp.generation();
   Reconcile(resp);
@@ -434,6 +434,7 @@ Status Agent::CheckToken(const grpc::ServerContext& ctx) const {
 }
 
 void Agent::LoadState() {
+  MutexLock lock(&mu_);
   std::ifstream in(options_.state_dir + "/tasks.json");
   if (!in) return;
   nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);

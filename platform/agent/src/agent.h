@@ -11,12 +11,12 @@
 #include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <tuple>
 
 #include "common/config.h"
+#include "common/thread_annotations.h"
 #include "monitoring/metrics.h"
 #include "platform/client.h"
 #include "platform/proto/hai.grpc.pb.h"
@@ -69,16 +69,16 @@ class Agent final : public hai::HaiAgent::Service {
   void PollLoop();       // watches the tasks: exits, grace periods
   void HeartbeatLoop();  // long-polls hai-server
   bool HeartbeatOnce();  // false when the server could not be reached
-  void Reconcile(const hai::HeartbeatResponse& response);
-  void PollExits();
-  void StartTask(const Key& key, const hai::Task& t);
+  void Reconcile(const hai::HeartbeatResponse& response) FF_REQUIRES(mu_);
+  void PollExits() FF_REQUIRES(mu_);
+  void StartTask(const Key& key, const hai::Task& t) FF_REQUIRES(mu_);
   std::string LogPath(int64_t job, int rank) const;
   std::string MetricsPath(int64_t job, int rank) const;
   Status CheckToken(const grpc::ServerContext& ctx) const;
   std::string ExitPath(const Key& key) const;
   std::string FlagPath(const Key& key) const;
-  void LoadState();
-  void SaveState();
+  void LoadState() FF_EXCLUDES(mu_);
+  void SaveState() FF_REQUIRES(mu_);
 
   const AgentOptions options_;
   const std::string token_;
@@ -86,12 +86,13 @@ class Agent final : public hai::HaiAgent::Service {
   std::string address_;
   HaiClient server_;  // hai-server, with the agents' token
 
-  std::mutex mu_;
-  std::map<Key, Task> tasks_;
-  int64_t interval_ms_;
-  bool dirty_ = false;
-  uint64_t generation_ = 0;                  // of the server's last answer
-  grpc::ClientContext* inflight_ = nullptr;  // the heartbeat in progress, to cut it short
+  Mutex mu_;
+  std::map<Key, Task> tasks_ FF_GUARDED_BY(mu_);
+  std::atomic<int64_t> interval_ms_;  // the server's, from its last answer
+  bool dirty_ FF_GUARDED_BY(mu_) = false;
+  uint64_t generation_ FF_GUARDED_BY(mu_) = 0;  // of the server's last answer
+  // The heartbeat in progress, to cut it short.
+  grpc::ClientContext* inflight_ FF_GUARDED_BY(mu_) = nullptr;
 
   std::atomic<bool> stopping_{false};
   std::thread poll_;

@@ -1,4 +1,4 @@
-#include "health/checks.h"
+#include "platform/health/checks.h"
 
 #include <dlfcn.h>
 #include <sys/statvfs.h>

@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "common/daemon.h"
-#include "health/monitor.h"
+#include "platform/health/monitor.h"
 
 namespace {
 

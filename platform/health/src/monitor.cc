@@ -1,4 +1,4 @@
-#include "health/monitor.h"
+#include "platform/health/monitor.h"
 
 #include <spdlog/spdlog.h>
 
@@ -74,13 +74,13 @@ CheckResult HealthMonitor::CheckKernel() {
   for (const KernelEvent& e : kernel_log_.Poll()) {
     const std::string kind(KindName(e.kind));
     metrics_
-        ->Counter("ff_health_hardware_errors_total",
+        ->Counter("hai_health_hardware_errors_total",
                   "Hardware errors in the kernel log, by kind (xid, mce, edac, aer) and severity",
                   {{"kind", kind}, {"fatal", e.fatal ? "true" : "false"}})
         .Increment();
     if (e.kind == KernelEvent::Kind::kGpuXid) {
       metrics_
-          ->Counter("ff_health_gpu_xid_total", "GPU Xid events in the kernel log",
+          ->Counter("hai_health_gpu_xid_total", "GPU Xid events in the kernel log",
                     {{"xid", std::to_string(e.xid)}})
           .Increment();
     }
@@ -106,7 +106,7 @@ CheckResult HealthMonitor::CheckKernel() {
   } else {
     r.message = "no fatal hardware errors";
   }
-  metrics_->Gauge("ff_health_kernel_log_readable", "1 while hai-health can read the kernel log")
+  metrics_->Gauge("hai_health_kernel_log_readable", "1 while hai-health can read the kernel log")
       .Set(kernel_log_.error().empty() ? 1 : 0);
   return r;
 }
@@ -117,11 +117,11 @@ std::vector<CheckResult> HealthMonitor::RunOnce(bool validators) {
   std::string why_none;
   std::vector<GpuInfo> gpus = ProbeGpus(&why_none);
   checks.push_back(CheckGpus(gpus, static_cast<int>(options_.gpus), why_none));
-  metrics_->Gauge("ff_health_gpus", "GPUs NVML shows").Set(static_cast<double>(gpus.size()));
+  metrics_->Gauge("hai_health_gpus", "GPUs NVML shows").Set(static_cast<double>(gpus.size()));
   for (const GpuInfo& g : gpus) {
     if (g.temperature_c < 0) continue;
     metrics_
-        ->Gauge("ff_health_gpu_temperature_celsius", "GPU core temperature",
+        ->Gauge("hai_health_gpu_temperature_celsius", "GPU core temperature",
                 {{"gpu", std::to_string(g.index)}})
         .Set(g.temperature_c);
   }
@@ -130,9 +130,10 @@ std::vector<CheckResult> HealthMonitor::RunOnce(bool validators) {
   checks.push_back(CheckIbPorts(ports, static_cast<int>(options_.ib_ports)));
   for (const IbPort& p : ports) {
     const MetricLabels labels{{"device", p.device}, {"port", std::to_string(p.port)}};
-    metrics_->Gauge("ff_health_ib_port_active", "1 while the InfiniBand port is ACTIVE", labels)
+    metrics_->Gauge("hai_health_ib_port_active", "1 while the InfiniBand port is ACTIVE", labels)
         .Set(p.state == "ACTIVE" ? 1 : 0);
-    metrics_->Gauge("ff_health_ib_port_rate_gbps", "The port's link rate", labels).Set(p.rate_gbps);
+    metrics_->Gauge("hai_health_ib_port_rate_gbps", "The port's link rate", labels)
+        .Set(p.rate_gbps);
   }
 
   checks.push_back(CheckKernel());
@@ -141,7 +142,7 @@ std::vector<CheckResult> HealthMonitor::RunOnce(bool validators) {
   for (const std::string& path : options_.disks) {
     int64_t free_bytes = 0;
     CheckResult one = CheckDisk(path, options_.min_free_disk_mib << 20, &free_bytes);
-    metrics_->Gauge("ff_health_disk_free_bytes", "Bytes free to users", {{"path", path}})
+    metrics_->Gauge("hai_health_disk_free_bytes", "Bytes free to users", {{"path", path}})
         .Set(static_cast<double>(free_bytes));
     disk.ok = disk.ok && one.ok;
     // The failing paths first: they are the message's point.
@@ -155,13 +156,13 @@ std::vector<CheckResult> HealthMonitor::RunOnce(bool validators) {
   int64_t available = 0;
   checks.push_back(
       CheckMemory(options_.meminfo, options_.min_available_memory_mib << 20, &available));
-  metrics_->Gauge("ff_health_memory_available_bytes", "MemAvailable of /proc/meminfo")
+  metrics_->Gauge("hai_health_memory_available_bytes", "MemAvailable of /proc/meminfo")
       .Set(static_cast<double>(available));
 
   if (mount_probe_) {
     double seconds = 0;
     checks.push_back(mount_probe_->Check(&seconds));
-    metrics_->Gauge("ff_health_fs3_mount_probe_seconds", "How long a stat of the fs3 mount took")
+    metrics_->Gauge("hai_health_fs3_mount_probe_seconds", "How long a stat of the fs3 mount took")
         .Set(seconds);
   }
 
@@ -169,7 +170,7 @@ std::vector<CheckResult> HealthMonitor::RunOnce(bool validators) {
     last_validators_.clear();
     const double bw =
         MeasureMemoryBandwidth(static_cast<std::size_t>(options_.memory_bandwidth_mib) << 20);
-    metrics_->Gauge("ff_health_memory_bandwidth_gbps", "Memory copy rate of the last validation")
+    metrics_->Gauge("hai_health_memory_bandwidth_gbps", "Memory copy rate of the last validation")
         .Set(bw);
     last_validators_.push_back(CheckMemoryBandwidth(bw, options_.min_memory_bandwidth_gbps));
     double gbps = 0;
@@ -177,7 +178,7 @@ std::vector<CheckResult> HealthMonitor::RunOnce(bool validators) {
         RunLoopbackAllreduce(static_cast<std::size_t>(options_.allreduce_mib) << 20,
                              options_.min_allreduce_gbps, std::chrono::seconds(30), &gbps));
     metrics_
-        ->Gauge("ff_health_allreduce_gbps",
+        ->Gauge("hai_health_allreduce_gbps",
                 "HFReduce loopback allreduce rate of the last validation (2 local ranks)")
         .Set(gbps);
   }
@@ -185,11 +186,11 @@ std::vector<CheckResult> HealthMonitor::RunOnce(bool validators) {
 
   int failing = 0;
   for (const CheckResult& c : checks) {
-    metrics_->Gauge("ff_health_check_ok", "1 while the check passes", {{"check", c.name}})
+    metrics_->Gauge("hai_health_check_ok", "1 while the check passes", {{"check", c.name}})
         .Set(c.ok ? 1 : 0);
     failing += c.ok ? 0 : 1;
   }
-  metrics_->Gauge("ff_health_failing_checks", "Checks failing now").Set(failing);
+  metrics_->Gauge("hai_health_failing_checks", "Checks failing now").Set(failing);
   return checks;
 }
 
@@ -209,7 +210,7 @@ Status HealthMonitor::Report(const std::vector<CheckResult>& checks) {
                               return stub.ReportHealth(c, req, &resp);
                             });
   metrics_
-      ->Counter("ff_health_reports_total", "Reports sent to hai-server, by outcome",
+      ->Counter("hai_health_reports_total", "Reports sent to hai-server, by outcome",
                 {{"result", st.ok() ? "ok" : "error"}})
       .Increment();
   if (!st.ok()) return st;
@@ -231,7 +232,7 @@ void HealthMonitor::Start() {
 
 void HealthMonitor::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
   cv_.notify_all();
@@ -260,9 +261,11 @@ void HealthMonitor::Loop() {
       spdlog::warn("{}", st.message());
       last_warned_ms = platform::NowMs();
     }
-    std::unique_lock lock(mu_);
-    if (cv_.wait_for(lock, std::chrono::milliseconds(options_.interval_ms),
-                     [&] { return stopping_; })) {
+    UniqueLock lock(&mu_);
+    if (cv_.wait_for(lock, std::chrono::milliseconds(options_.interval_ms), [&] {
+          mu_.AssertHeld();
+          return stopping_;
+        })) {
       return;
     }
   }

@@ -1,4 +1,4 @@
-#include "health/probes.h"
+#include "platform/health/probes.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -7,12 +7,11 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
-#include <condition_variable>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <thread>
 
+#include "common/thread_annotations.h"
 #include "hfreduce/communicator.h"
 
 namespace ff::health {
@@ -151,15 +150,16 @@ namespace {
 class LocalStore final : public hfreduce::Store {
  public:
   Status Set(const std::string& key, const std::string& value) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     values_[key] = value;
     cv_.notify_all();
     return Status::Ok();
   }
   Result<std::vector<std::string>> Get(const std::vector<std::string>& keys,
                                        std::chrono::milliseconds timeout) override {
-    std::unique_lock lock(mu_);
+    UniqueLock lock(&mu_);
     auto all = [&] {
+      mu_.AssertHeld();
       for (const std::string& k : keys)
         if (!values_.contains(k)) return false;
       return true;
@@ -171,7 +171,7 @@ class LocalStore final : public hfreduce::Store {
     return out;
   }
   Result<int64_t> Add(const std::string& key, int64_t delta) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     int64_t v = values_.contains(key) ? std::stoll(values_[key]) : 0;
     v += delta;
     values_[key] = std::to_string(v);
@@ -180,9 +180,9 @@ class LocalStore final : public hfreduce::Store {
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, std::string> values_;
+  Mutex mu_;
+  CondVar cv_;
+  std::map<std::string, std::string> values_ FF_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -21,6 +21,7 @@
 
 #include "common/frame_rpc.h"
 #include "common/rpc_client.h"
+#include "common/thread_annotations.h"
 #include "fs3/meta_frames.h"
 #include "fs3/proto/meta.grpc.pb.h"
 
@@ -57,7 +58,7 @@ class MetaClient {
   struct Server {
     std::string address, host;
     std::unique_ptr<fs3rpc::Meta::Stub> stub;
-    // Guarded by the client's mu_.
+    // Guarded by the client's mu_ (not said to the analysis: a nested struct cannot name it).
     std::shared_ptr<FrameChannel> frames;
     // fs3-meta said it has no frames (or is too old to say): ask again after this.
     std::chrono::steady_clock::time_point no_frames_until{};
@@ -81,7 +82,7 @@ class MetaClient {
   const MetaClientOptions options_;
   std::vector<std::unique_ptr<Server>> servers_;
   std::atomic<uint64_t> next_{0};
-  std::mutex mu_;
+  Mutex mu_;
 };
 
 }  // namespace ff::fs3

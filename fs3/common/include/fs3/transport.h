@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "common/thread_annotations.h"
 #include "fs3/proto/storage.grpc.pb.h"
 
 namespace ff::fs3 {
@@ -34,8 +35,8 @@ class StorageStubs {
   fs3rpc::Storage::Stub* Get(const std::string& address);
 
  private:
-  std::mutex mu_;
-  std::map<std::string, std::unique_ptr<fs3rpc::Storage::Stub>> stubs_;
+  Mutex mu_;
+  std::map<std::string, std::unique_ptr<fs3rpc::Storage::Stub>> stubs_ FF_GUARDED_BY(mu_);
 };
 
 struct GrpcTransportOptions {

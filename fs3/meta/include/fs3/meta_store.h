@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/proto_db.h"
+#include "common/thread_annotations.h"
 #include "common/txn_kv.h"
 #include "fs3/permissions.h"
 #include "fs3/proto/meta.pb.h"
@@ -285,13 +286,16 @@ class MetaStore {
   uint32_t client_lease_s_ = 30;
   // Clients' leases: on etcd, each one's lease id (a cache of "c/" keys); on the serial engine,
   // when each expires (kept here only: after a restart, every client has one lease's time).
-  mutable std::mutex clients_mu_;
-  std::map<uint64_t, int64_t> client_leases_;
-  std::map<uint64_t, std::chrono::steady_clock::time_point> client_deadlines_;
+  mutable Mutex clients_mu_;
+  std::map<uint64_t, int64_t> client_leases_ FF_GUARDED_BY(clients_mu_);
+  std::map<uint64_t, std::chrono::steady_clock::time_point> client_deadlines_
+      FF_GUARDED_BY(clients_mu_);
   // The newest batch that must be on disk before anything is acknowledged or read (group commit).
   mutable std::atomic<uint64_t> needed_{0};
-  mutable std::mutex ino_mu_;
-  mutable uint64_t ino_next_ = 0, ino_end_ = 0;  // [next, end): reserved, not yet used
+  mutable Mutex ino_mu_;
+  // [next, end): reserved, not yet used.
+  mutable uint64_t ino_next_ FF_GUARDED_BY(ino_mu_) = 0;
+  mutable uint64_t ino_end_ FF_GUARDED_BY(ino_mu_) = 0;
 };
 
 }  // namespace ff::fs3

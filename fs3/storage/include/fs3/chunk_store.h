@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/proto_db.h"
+#include "common/thread_annotations.h"
 #include "fs3/proto/storage.pb.h"
 
 namespace ff::fs3 {
@@ -137,8 +138,8 @@ class ChunkStore {
   std::string dir_;
   std::unique_ptr<ProtoDb> db_;
   std::atomic<bool> direct_io_{true};  // cleared when the filesystem refuses O_DIRECT
-  std::mutex pool_mu_;
-  std::vector<Scratch> pool_;
+  Mutex pool_mu_;
+  std::vector<Scratch> pool_ FF_GUARDED_BY(pool_mu_);
   std::atomic<int64_t> chunks_{0};
   std::atomic<int64_t> bytes_{0};
 };

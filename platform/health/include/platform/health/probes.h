@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "health/checks.h"
+#include "platform/health/checks.h"
 
 namespace ff::health {
 

@@ -6,19 +6,18 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/config.h"
-#include "health/checks.h"
-#include "health/probes.h"
+#include "common/thread_annotations.h"
 #include "monitoring/metrics.h"
 #include "platform/client.h"
+#include "platform/health/checks.h"
+#include "platform/health/probes.h"
 #include "platform/proto/hai.grpc.pb.h"
 
 namespace ff::health {
@@ -78,15 +77,16 @@ class HealthMonitor {
   std::unique_ptr<platform::HaiClient> server_;  // none when no server is configured
   KernelLog kernel_log_;
   std::unique_ptr<MountProbe> mount_probe_;
+  // The checks' state, touched by RunOnce only: by its caller before Start(), then by the loop.
   // Fatal hardware errors still within their hold: summary -> when seen.
   std::map<std::string, std::chrono::steady_clock::time_point> fatal_;
   std::vector<CheckResult> last_validators_;
   std::chrono::steady_clock::time_point next_validation_{};
   std::string last_drain_;  // what the server said last, to log changes only
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ FF_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
