@@ -369,27 +369,45 @@ void Agent::StartTask(const Key& key, const hai::Task& t) {
   dirty_ = true;
 }
 
+namespace {
+
+// Up to `max_bytes` of `path` from `offset`, and the file's size then; nothing for a file that
+// does not exist (yet).
+struct FileRead {
+  std::string data;
+  int64_t size = 0;
+};
+Result<FileRead> ReadFileAt(const std::string& path, int64_t offset, int64_t max_bytes) {
+  FileRead out;
+  if (offset < 0) return InvalidArgument("negative offset");
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return out;
+    return Status::FromErrno(errno, "open " + path);
+  }
+  struct stat st {};
+  fstat(fd, &st);
+  out.size = st.st_size;
+  out.data.resize(static_cast<std::size_t>(max_bytes));
+  ssize_t n = pread(fd, out.data.data(), out.data.size(), offset);
+  const int error = errno;
+  close(fd);
+  if (n < 0) return Status::FromErrno(error, "read " + path);
+  out.data.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+}  // namespace
+
 grpc::Status Agent::ReadLog(grpc::ServerContext* ctx, const hai::ReadLogRequest* req,
                             hai::ReadLogResponse* resp) {
   return ServeRpc("ReadLog", [&]() -> Status {
     FF_RETURN_IF_ERROR(CheckToken(*ctx));
-    if (req->offset() < 0) return InvalidArgument("negative offset");
-    const std::string path = LogPath(req->job_id(), req->rank());
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      if (errno == ENOENT) return Status::Ok();  // nothing written yet
-      return Status::FromErrno(errno, "open " + path);
-    }
-    struct stat st {};
-    fstat(fd, &st);
-    resp->set_size(st.st_size);
-    int64_t want = std::clamp<int64_t>(req->max_bytes(), 1, 4 << 20);
-    std::string buf(static_cast<std::size_t>(want), '\0');
-    ssize_t n = pread(fd, buf.data(), buf.size(), req->offset());
-    close(fd);
-    if (n < 0) return Status::FromErrno(errno, "read " + path);
-    buf.resize(static_cast<std::size_t>(n));
-    resp->set_data(std::move(buf));
+    FF_ASSIGN_OR_RETURN(FileRead read,
+                        ReadFileAt(LogPath(req->job_id(), req->rank()), req->offset(),
+                                   std::clamp<int64_t>(req->max_bytes(), 1, 4 << 20)));
+    resp->set_size(read.size);
+    resp->set_data(std::move(read.data));
     return Status::Ok();
   });
 }
@@ -398,30 +416,19 @@ grpc::Status Agent::ReadMetrics(grpc::ServerContext* ctx, const hai::ReadMetrics
                                 hai::ReadMetricsResponse* resp) {
   return ServeRpc("ReadMetrics", [&]() -> Status {
     FF_RETURN_IF_ERROR(CheckToken(*ctx));
-    if (req->offset() < 0) return InvalidArgument("negative offset");
-    const std::string path = MetricsPath(req->job_id(), req->rank());
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      resp->set_next_offset(req->offset());
-      if (errno == ENOENT) return Status::Ok();  // nothing reported (yet)
-      return Status::FromErrno(errno, "open " + path);
-    }
-    struct stat st {};
-    fstat(fd, &st);
-    // At least one line's worth, so that a reader always gets past a line too long to keep.
-    int64_t want = std::clamp<int64_t>(req->max_bytes(), 2 * kMaxMetricLine, 4 << 20);
-    std::string buf(static_cast<std::size_t>(want), '\0');
-    ssize_t n = pread(fd, buf.data(), buf.size(), req->offset());
-    close(fd);
-    if (n < 0) return Status::FromErrno(errno, "read " + path);
-    buf.resize(static_cast<std::size_t>(n));
-    MetricLines lines = ParseMetricLines(buf);
+    // At least two lines' worth, so that a reader always gets past a line too long to keep.
+    FF_ASSIGN_OR_RETURN(
+        FileRead read,
+        ReadFileAt(MetricsPath(req->job_id(), req->rank()), req->offset(),
+                   std::clamp<int64_t>(req->max_bytes(), 2 * kMaxMetricLine, 4 << 20)));
+    MetricLines lines = ParseMetricLines(read.data);
     for (auto& r : lines.records)
       *resp->add_records() = std::move(r);
     resp->set_next_offset(req->offset() + lines.consumed);
     resp->set_unreadable(lines.unreadable);
     // More whole lines may follow what did not fit in this read.
-    resp->set_more(lines.consumed > 0 && req->offset() + n < st.st_size);
+    const int64_t end = req->offset() + static_cast<int64_t>(read.data.size());
+    resp->set_more(lines.consumed > 0 && end < read.size);
     return Status::Ok();
   });
 }
