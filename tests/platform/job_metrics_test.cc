@@ -68,8 +68,7 @@ TEST(JobMetricsTest, ALongSeriesIsThinnedEvenlyKeepingTheFirstAndTheLast) {
     }
     EXPECT_EQ(thinner.seen(), n);
     std::vector<hai::MetricRecord> kept = std::move(thinner).Take();
-    ASSERT_LE(kept.size(), 100u) << n;
-    EXPECT_GE(kept.size(), std::min<size_t>(n, 50)) << n;
+    ASSERT_EQ(kept.size(), std::min<size_t>(n, 100)) << n;  // as many as asked, or all
     EXPECT_EQ(kept.front().step(), 1);
     EXPECT_EQ(kept.back().step(), n);
     for (size_t i = 1; i < kept.size(); ++i)

@@ -88,7 +88,7 @@ void MetricThinner::Add(hai::MetricRecord record) {
   if (static_cast<std::size_t>(seen_++) % stride_ == 0) {
     kept_.push_back(record);
     last_kept_ = true;
-    if (kept_.size() >= max_points_) {
+    if (kept_.size() >= bound_) {
       // Keep every other one, and from now on every 2·stride-th.
       std::vector<hai::MetricRecord> halved;
       halved.reserve(kept_.size() / 2 + 1);
@@ -105,11 +105,15 @@ void MetricThinner::Add(hai::MetricRecord record) {
 }
 
 std::vector<hai::MetricRecord> MetricThinner::Take() && {
-  if (seen_ > 0 && !last_kept_) {
-    if (kept_.size() >= max_points_) kept_.pop_back();
-    kept_.push_back(std::move(last_));
-  }
-  return std::move(kept_);
+  if (seen_ > 0 && !last_kept_) kept_.push_back(std::move(last_));
+  if (kept_.size() <= max_points_) return std::move(kept_);
+  // max_points evenly among the kept, the first and the last included.
+  std::vector<hai::MetricRecord> out;
+  out.reserve(max_points_);
+  const std::size_t n = kept_.size();
+  for (std::size_t i = 0; i < max_points_; ++i)
+    out.push_back(std::move(kept_[i * (n - 1) / (max_points_ - 1)]));
+  return out;
 }
 
 std::vector<std::pair<int64_t, double>> MetricSeries(const std::vector<hai::MetricRecord>& records,

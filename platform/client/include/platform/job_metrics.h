@@ -43,18 +43,21 @@ struct MetricLines {
 };
 MetricLines ParseMetricLines(std::string_view data);
 
-// Keeps at most `max_points` of a series fed one record at a time, evenly spread, in memory
-// bounded by max_points whatever the series' length: every stride-th record, the stride doubling
-// whenever the kept ones reach the bound. The last record fed is always kept.
+// Keeps `max_points` of a series fed one record at a time (all of a shorter one), evenly spread,
+// in memory bounded by twice that whatever the series' length: every stride-th record, the stride
+// doubling whenever the kept ones reach the bound; Take() then picks evenly among them. The first
+// and the last record fed are always kept.
 class MetricThinner {
  public:
-  explicit MetricThinner(std::size_t max_points) : max_points_(max_points < 2 ? 2 : max_points) {}
+  explicit MetricThinner(std::size_t max_points)
+      : max_points_(max_points < 2 ? 2 : max_points), bound_(2 * max_points_) {}
   void Add(hai::MetricRecord record);
   int64_t seen() const { return seen_; }
   std::vector<hai::MetricRecord> Take() &&;
 
  private:
   std::size_t max_points_;
+  std::size_t bound_;  // kept before Take()
   std::size_t stride_ = 1;
   int64_t seen_ = 0;
   std::vector<hai::MetricRecord> kept_;
