@@ -9,7 +9,6 @@
 #endif
 
 #include <algorithm>
-#include <condition_variable>
 #include <deque>
 #include <stdexcept>
 #include <thread>
@@ -81,7 +80,7 @@ struct PendingOp {
   explicit PendingOp(std::size_t n) : left(n) {}
   // True for the call that completes the last work; keeps the first failure.
   bool Done(const Status& st) {
-    std::lock_guard lock(mu);
+    MutexLock lock(&mu);
     if (!st.ok() && first_error.ok()) first_error = st;
     return --left == 0;
   }
@@ -89,9 +88,9 @@ struct PendingOp {
   std::function<std::exception_ptr(const Status&)> finish;
   // Completes the Work and its future, whose callbacks run here and may block.
   std::function<void(std::exception_ptr)> complete;
-  std::mutex mu;
-  std::size_t left;
-  Status first_error;
+  Mutex mu;
+  std::size_t left FF_GUARDED_BY(mu);
+  Status first_error FF_GUARDED_BY(mu);
 };
 
 // Runs completions on threads of the backend's own: the copy-back of staged tensors on one
@@ -110,13 +109,13 @@ class Completer {
   Completer() : thread_([this] { Run(); }) {}
   ~Completer() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       stop_ = true;
     }
     cv_.notify_all();
     thread_.join();  // runs what is posted, handing the completions to the pool
     {
-      std::lock_guard lock(pool_mu_);
+      MutexLock lock(&pool_mu_);
       pool_stop_ = true;
     }
     pool_cv_.notify_all();
@@ -125,7 +124,7 @@ class Completer {
   }
   void Post(std::shared_ptr<PendingOp> op) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       queue_.push_back(std::move(op));
     }
     cv_.notify_all();
@@ -133,7 +132,7 @@ class Completer {
   // The finished ops, for the calling thread to drop.
   std::vector<std::shared_ptr<PendingOp>> TakeFinished() {
     std::vector<std::shared_ptr<PendingOp>> dead;
-    std::lock_guard lock(pool_mu_);
+    MutexLock lock(&pool_mu_);
     dead.swap(graveyard_);
     return dead;
   }
@@ -145,13 +144,21 @@ class Completer {
     while (true) {
       std::shared_ptr<PendingOp> op;
       {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        UniqueLock lock(&mu_);
+        cv_.wait(lock, [&] {
+          mu_.AssertHeld();
+          return stop_ || !queue_.empty();
+        });
         if (queue_.empty()) return;  // stopping, and everything posted has run
         op = std::move(queue_.front());
         queue_.pop_front();
       }
-      std::exception_ptr error = op->finish(op->first_error);
+      Status first_error;
+      {
+        MutexLock done(&op->mu);  // every work of it has completed: nothing writes it now
+        first_error = op->first_error;
+      }
+      std::exception_ptr error = op->finish(first_error);
       Dispatch({std::move(op), error});
     }
   }
@@ -159,17 +166,20 @@ class Completer {
   // Hands a completion to a waiting pool thread, or to a new one when every thread is busy
   // (blocked in a callback, perhaps): a completion never waits behind a callback.
   void Dispatch(Completion c) {
-    std::lock_guard lock(pool_mu_);
+    MutexLock lock(&pool_mu_);
     completions_.push_back(std::move(c));
     if (completions_.size() > idle_) pool_.emplace_back([this] { RunCallbacks(); });
     pool_cv_.notify_one();
   }
 
   void RunCallbacks() {
-    std::unique_lock lock(pool_mu_);
+    UniqueLock lock(&pool_mu_);
     while (true) {
       ++idle_;
-      pool_cv_.wait(lock, [&] { return pool_stop_ || !completions_.empty(); });
+      pool_cv_.wait(lock, [&] {
+        pool_mu_.AssertHeld();
+        return pool_stop_ || !completions_.empty();
+      });
       --idle_;
       if (completions_.empty()) return;
       Completion c = std::move(completions_.front());
@@ -181,17 +191,17 @@ class Completer {
     }
   }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<PendingOp>> queue_;
-  bool stop_ = false;
-  std::mutex pool_mu_;
-  std::condition_variable pool_cv_;
-  std::deque<Completion> completions_;
-  std::size_t idle_ = 0;  // pool threads waiting for a completion
-  std::vector<std::thread> pool_;
-  std::vector<std::shared_ptr<PendingOp>> graveyard_;
-  bool pool_stop_ = false;
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::shared_ptr<PendingOp>> queue_ FF_GUARDED_BY(mu_);
+  bool stop_ FF_GUARDED_BY(mu_) = false;
+  Mutex pool_mu_;
+  CondVar pool_cv_;
+  std::deque<Completion> completions_ FF_GUARDED_BY(pool_mu_);
+  std::size_t idle_ FF_GUARDED_BY(pool_mu_) = 0;  // pool threads waiting for a completion
+  std::vector<std::thread> pool_ FF_GUARDED_BY(pool_mu_);
+  std::vector<std::shared_ptr<PendingOp>> graveyard_ FF_GUARDED_BY(pool_mu_);
+  bool pool_stop_ FF_GUARDED_BY(pool_mu_) = false;
   std::thread thread_;  // last: started once the rest is built
 };
 
@@ -218,25 +228,31 @@ class HFReduceWork final : public c10d::Work {
             c10::ListType::create(c10::TensorType::get()), DevicesOf(outputs_))) {}
 
   bool isCompleted() override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return done_;
   }
   bool isSuccess() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return done_ && !error_;
   }
   std::exception_ptr exception() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return error_;
   }
   std::vector<at::Tensor> result() override { return outputs_; }
   void synchronize() override {}
 
   bool wait(std::chrono::milliseconds timeout) override {
-    std::unique_lock lock(mu_);
+    UniqueLock lock(&mu_);
     if (timeout == ::kNoTimeout) {
-      cv_.wait(lock, [&] { return done_; });
-    } else if (!cv_.wait_for(lock, timeout, [&] { return done_; })) {
+      cv_.wait(lock, [&] {
+        mu_.AssertHeld();
+        return done_;
+      });
+    } else if (!cv_.wait_for(lock, timeout, [&] {
+                 mu_.AssertHeld();
+                 return done_;
+               })) {
       throw std::runtime_error("hfreduce: operation did not complete within " +
                                std::to_string(timeout.count()) + " ms");
     }
@@ -255,7 +271,7 @@ class HFReduceWork final : public c10d::Work {
       future_->markCompleted(c10::IValue(outputs_));
     }
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       error_ = error;
       done_ = true;
     }
@@ -265,10 +281,10 @@ class HFReduceWork final : public c10d::Work {
  private:
   const std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::exception_ptr error_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool done_ FF_GUARDED_BY(mu_) = false;
+  std::exception_ptr error_ FF_GUARDED_BY(mu_);
 };
 
 std::exception_ptr ErrorOf(const Status& st) {
@@ -432,7 +448,7 @@ HFReduceBackend::~HFReduceBackend() {
 void HFReduceBackend::shutdown() {
   std::unique_ptr<hf::Communicator> comm;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     comm.swap(comm_);
   }
   // Destroying the communicator finishes or cancels its operations, whose completions are
@@ -443,7 +459,7 @@ void HFReduceBackend::shutdown() {
 
 void HFReduceBackend::abort() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (comm_) comm_->Abort("abort() called on the process group");
   }
   shutdown();
@@ -462,7 +478,7 @@ c10::intrusive_ptr<c10d::Backend> HFReduceBackend::shrink(
   if (opts_override && opts_override->timeout.count() > 0) options.timeout = opts_override->timeout;
   Result<std::unique_ptr<hf::Communicator>> shrunk =
       [&]() -> Result<std::unique_ptr<hf::Communicator>> {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!comm_) return FailedPrecondition("the process group was shut down");
     if (shrink_flags & 1) comm_->Abort("the process group is being shrunk (SHRINK_ABORT)");
     return comm_->Shrink(excluded);
@@ -483,13 +499,13 @@ c10::intrusive_ptr<c10d::Backend::Options> HFReduceBackend::getBackendOptions() 
 }
 
 int HFReduceBackend::num_nodes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   TORCH_CHECK(comm_, "hfreduce: the process group was shut down");
   return comm_->num_nodes();
 }
 
 std::string HFReduceBackend::transport() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   TORCH_CHECK(comm_, "hfreduce: the process group was shut down");
   return comm_->transport();
 }
@@ -504,7 +520,7 @@ c10::intrusive_ptr<c10d::Work> HFReduceBackend::Launch(c10d::OpType type, const 
   std::vector<std::shared_ptr<PendingOp>> finished;  // dropped here, outside the lock
   Completer* completer = nullptr;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     TORCH_CHECK(comm_, "hfreduce: ", title, " on a process group that was shut down");
     completer = completer_.get();
     finished = completer->TakeFinished();
@@ -551,17 +567,17 @@ c10::intrusive_ptr<c10d::Work> HFReduceBackend::Launch(c10d::OpType type, const 
 }
 
 void HFReduceBackend::setSequenceNumberForGroup() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   sequence_ = 0;
 }
 
 uint64_t HFReduceBackend::getSequenceNumberForGroup() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return sequence_;
 }
 
 uint32_t HFReduceBackend::NextCollectiveTag() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return kCollectiveTagBit | (collective_tags_++ & ~kCollectiveTagBit);
 }
 

@@ -44,6 +44,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "hfreduce/communicator.h"
 
 namespace ff::haiscale {
@@ -179,11 +180,11 @@ class HFReduceBackend final : public c10d::Backend {
   void CheckRank(int peer, const char* op) const;
 
   const BackendOptions options_;
-  mutable std::mutex mu_;  // serialises submissions (a Communicator takes one caller at a time)
-  std::unique_ptr<hfreduce::Communicator> comm_;
+  mutable Mutex mu_;  // serialises submissions (a Communicator takes one caller at a time)
+  std::unique_ptr<hfreduce::Communicator> comm_ FF_PT_GUARDED_BY(mu_);
   std::unique_ptr<Completer> completer_;
-  uint32_t collective_tags_ = 0;
-  uint64_t sequence_ = 0;  // collectives issued (under mu_)
+  uint32_t collective_tags_ FF_GUARDED_BY(mu_) = 0;
+  uint64_t sequence_ FF_GUARDED_BY(mu_) = 0;  // collectives issued
 };
 
 }  // namespace ff::haiscale

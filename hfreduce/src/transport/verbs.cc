@@ -14,6 +14,8 @@
 #include <mutex>
 #include <thread>
 
+#include "common/thread_annotations.h"
+
 namespace ff::hfreduce {
 namespace {
 
@@ -165,7 +167,6 @@ class VerbsConnection final : public Connection {
       std::memcpy(src, p, piece);
       ibv_sge sge{reinterpret_cast<uint64_t>(src), static_cast<uint32_t>(piece), staging_mr_->lkey};
       ibv_send_wr wr{};
-      wr.wr_id = ++next_wr_id_;
       wr.sg_list = &sge;
       wr.num_sge = 1;
       wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
@@ -294,7 +295,7 @@ class VerbsConnection final : public Connection {
     int n = ibv_poll_cq(recv_cq_, 8, wc);
     for (int i = 0; i < n; ++i) {
       if (wc[i].status != IBV_WC_SUCCESS) {
-        recv_error_ = std::string("receive completion: ") + ibv_wc_status_str(wc[i].status);
+        NoteFailure(std::string("receive completion: ") + ibv_wc_status_str(wc[i].status));
         continue;
       }
       arrived_.push_back(ntohl(wc[i].imm_data));
@@ -312,7 +313,6 @@ class VerbsConnection final : public Connection {
     ibv_sge sge{reinterpret_cast<uint64_t>(&consumed_word_), sizeof consumed_word_,
                 consumed_mr_->lkey};
     ibv_send_wr wr{};
-    wr.wr_id = ++next_wr_id_;
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.opcode = IBV_WR_RDMA_WRITE;
@@ -325,7 +325,8 @@ class VerbsConnection final : public Connection {
   // Posts one send-queue request and waits for its completion. Serialised: the sending thread
   // (data) and the receiving thread (credits) share the send queue.
   Status PostSendAndWait(ibv_send_wr* wr) {
-    std::lock_guard lock(send_mu_);
+    MutexLock lock(&send_mu_);
+    wr->wr_id = ++next_wr_id_;
     ibv_send_wr* bad = nullptr;
     if (int rc = ibv_post_send(qp_, wr, &bad); rc != 0) return VerbsError("post send", rc);
     return WaitFor([&]() -> bool {
@@ -333,7 +334,7 @@ class VerbsConnection final : public Connection {
       int n = ibv_poll_cq(send_cq_, 1, &wc);
       if (n <= 0) return false;
       if (wc.status != IBV_WC_SUCCESS) {
-        send_error_ = std::string("send completion: ") + ibv_wc_status_str(wc.status);
+        NoteFailure(std::string("send completion: ") + ibv_wc_status_str(wc.status));
       }
       return true;
     });
@@ -345,9 +346,8 @@ class VerbsConnection final : public Connection {
     auto next_check = Clock::now();
     while (!done()) {
       if (shut_) return Status(StatusCode::kCancelled, "connection to " + peer() + " shut down");
-      if (!send_error_.empty() || !recv_error_.empty()) {
-        return Unavailable("hfreduce: connection to " + peer() + " failed: " + send_error_ +
-                           recv_error_);
+      if (std::string failed = Failure(); !failed.empty()) {
+        return Unavailable("hfreduce: connection to " + peer() + " failed: " + failed);
       }
       if (Clock::now() >= next_check) {
         // Nothing is ever sent on the bootstrap after setup: readable means it ended.
@@ -358,11 +358,20 @@ class VerbsConnection final : public Connection {
       }
       std::this_thread::yield();
     }
-    if (!send_error_.empty() || !recv_error_.empty()) {
-      return Unavailable("hfreduce: connection to " + peer() + " failed: " + send_error_ +
-                         recv_error_);
+    if (std::string failed = Failure(); !failed.empty()) {
+      return Unavailable("hfreduce: connection to " + peer() + " failed: " + failed);
     }
     return Status::Ok();
+  }
+
+  // A completion failed: said by the next wait of either thread (sender and receiver).
+  void NoteFailure(std::string what) {
+    MutexLock lock(&failure_mu_);
+    if (failure_.empty()) failure_ = std::move(what);
+  }
+  std::string Failure() const {
+    MutexLock lock(&failure_mu_);
+    return failure_;
   }
 
   std::unique_ptr<Connection> bootstrap_;
@@ -383,10 +392,12 @@ class VerbsConnection final : public Connection {
   ibv_mr* consumed_mr_ = nullptr;
   Endpoint theirs_{};
   uint32_t my_psn_ = 0;
-  std::mutex send_mu_;
-  uint64_t next_wr_id_ = 0;
+  Mutex
+      send_mu_;  // the send queue, shared by the sending thread (data) and the receiving (credits)
+  uint64_t next_wr_id_ FF_GUARDED_BY(send_mu_) = 0;
   std::atomic<bool> shut_{false};
-  std::string send_error_, recv_error_;
+  mutable Mutex failure_mu_;
+  std::string failure_ FF_GUARDED_BY(failure_mu_);  // the first completion that failed
   // Sender side.
   uint64_t sent_slots_ = 0;
   uint64_t remote_consumed_ = 0;  // written by the peer's RDMA
