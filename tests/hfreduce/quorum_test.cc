@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <thread>
@@ -46,6 +47,18 @@ std::vector<Result<Quorum>> Round(ReplicaQuorum& quorum, const std::vector<Quoru
   for (auto& f : futures)
     out.push_back(f.get());
   return out;
+}
+
+// Until `group` waits in job7's next round (a thread started to ask may not have asked yet on a
+// loaded machine: a sleep is no proof).
+void UntilWaiting(ReplicaQuorum& quorum, const std::string& group) {
+  const auto until = Clock::now() + 10s;
+  while (Clock::now() < until) {
+    std::vector<std::string> waiting = quorum.Waiting("job7");
+    if (std::find(waiting.begin(), waiting.end(), group) != waiting.end()) return;
+    std::this_thread::sleep_for(5ms);
+  }
+  ADD_FAILURE() << "group " << group << " never asked";
 }
 
 std::vector<std::string> Ids(const Quorum& q) {
@@ -91,7 +104,7 @@ TEST(ReplicaQuorumTest, AMissingGroupIsLeftOutAfterTheJoinTimeoutAndRejoinsBehin
   // both asked before it, their round would be decided without it.)
   auto c = std::async(std::launch::async,
                       [&quorum] { return quorum.Join(Ask("c", 5), Clock::now() + 10s); });
-  std::this_thread::sleep_for(300ms);
+  UntilWaiting(quorum, "c");
   start = Clock::now();
   auto ab = Round(quorum, {Ask("a", 6), Ask("b", 6)});
   std::vector<Result<Quorum>> back = {std::move(ab[0]), c.get(), std::move(ab[1])};
@@ -162,7 +175,7 @@ TEST(ReplicaQuorumTest, ASilentGroupIsNotWaitedForButAHeartbeatingOneIs) {
   auto c_back = std::async(std::launch::async, [&quorum, &with] {
     return quorum.Join(with(Ask("c", 1)), Clock::now() + 10s);
   });
-  std::this_thread::sleep_for(100ms);
+  UntilWaiting(quorum, "c");
   auto back = Round(quorum, {with(Ask("a", 2)), with(Ask("b", 2))});
   ASSERT_TRUE(c_back.get().ok());
   ASSERT_TRUE(back[0].ok()) << back[0].status();
@@ -186,7 +199,7 @@ TEST(ReplicaQuorumTest, ASilentGroupIsNotWaitedForButAHeartbeatingOneIs) {
   auto d = std::async(std::launch::async, [&quorum, &slow_beat] {
     return quorum.Join(slow_beat(Ask("d", 4)), Clock::now() + 10s);
   });
-  std::this_thread::sleep_for(300ms);
+  UntilWaiting(quorum, "d");
   auto with_d = Round(quorum, {slow_beat(Ask("a", 4)), slow_beat(Ask("b", 4))});
   ASSERT_TRUE(d.get().ok());
   ASSERT_TRUE(with_d[0].ok()) << with_d[0].status();
@@ -309,7 +322,7 @@ TEST(ReplicaQuorumTest, ANewEpochFailsTheWaitersAndForgetsTheMembers) {
   ASSERT_TRUE(Round(quorum, {Ask("a", 1), Ask("b", 1)})[0].ok());
   auto waiting = std::async(std::launch::async,
                             [&quorum] { return quorum.Join(Ask("a", 2), Clock::now() + 10s); });
-  std::this_thread::sleep_for(200ms);
+  UntilWaiting(quorum, "a");
   quorum.NewEpoch("e2");
   auto q = waiting.get();
   ASSERT_FALSE(q.ok());

@@ -108,6 +108,8 @@ class ReplicaQuorum {
   void NewEpoch(std::string epoch);
   // The job's last membership changes (up to 64) with seq > `after`, oldest first.
   std::vector<QuorumEvent> Events(const std::string& job, uint64_t after);
+  // The groups that asked for the job's next quorum and wait for it to be decided, by name.
+  std::vector<std::string> Waiting(const std::string& job);
   // Where the jobs are known (hai-server: its job records), what a group asks is checked against
   // them before it joins: `check` may correct the request (R and M from the record, not the
   // client) or refuse it (an unknown job, a group that is not live). None (hfreduce-store):

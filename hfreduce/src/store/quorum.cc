@@ -143,6 +143,16 @@ std::vector<QuorumEvent> ReplicaQuorum::Events(const std::string& job, uint64_t 
   return out;
 }
 
+std::vector<std::string> ReplicaQuorum::Waiting(const std::string& job) {
+  MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return out;
+  for (const auto& [replica, step] : it->second.current.joined)
+    out.push_back(replica);
+  return out;
+}
+
 Status ReplicaQuorum::Heartbeat(const std::string& job, const std::string& replica_id) {
   if (job.empty() || replica_id.empty()) {
     return InvalidArgument("quorum: job and replica_id must be set");
