@@ -9,6 +9,8 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <stdexcept>
 #include <thread>
@@ -76,6 +78,10 @@ class TorchStore final : public hf::Store {
 }  // namespace
 
 // One torch op in flight: how to finish it, and how many HFReduce works it still waits for.
+// ProcessCommClock's counts.
+static std::atomic<uint64_t> comm_collectives{0};
+static std::atomic<uint64_t> comm_ns{0};
+
 struct PendingOp {
   explicit PendingOp(std::size_t n) : left(n) {}
   // True for the call that completes the last work; keeps the first failure.
@@ -537,6 +543,9 @@ c10::intrusive_ptr<c10d::Work> HFReduceBackend::Launch(c10d::OpType type, const 
       ++sequence_;
     }
   }
+  const bool collective = type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+                          type != c10d::OpType::RECVANYSOURCE;
+  const auto issued = std::chrono::steady_clock::now();
   auto op = std::make_shared<PendingOp>(parts.size());
   op->finish = [staged = std::move(staged),
                 post = std::move(post)](const Status& st) -> std::exception_ptr {
@@ -559,11 +568,25 @@ c10::intrusive_ptr<c10d::Work> HFReduceBackend::Launch(c10d::OpType type, const 
   // The callbacks hold only the op: the last one hands it to the completer, so no tensor is
   // released on HFReduce's pipeline threads.
   for (auto& part : parts) {
-    part->OnComplete([op, completer](const Status& st) {
-      if (op->Done(st)) completer->Post(op);
+    part->OnComplete([op, completer, collective, issued](const Status& st) {
+      if (!op->Done(st)) return;
+      if (collective) {
+        comm_ns.fetch_add(
+            static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      std::chrono::steady_clock::now() - issued)
+                                      .count()),
+            std::memory_order_relaxed);
+        comm_collectives.fetch_add(1, std::memory_order_relaxed);
+      }
+      completer->Post(op);
     });
   }
   return work;
+}
+
+CommClock ProcessCommClock() {
+  return {comm_collectives.load(std::memory_order_relaxed),
+          static_cast<double>(comm_ns.load(std::memory_order_relaxed)) * 1e-9};
 }
 
 void HFReduceBackend::setSequenceNumberForGroup() {

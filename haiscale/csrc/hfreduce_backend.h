@@ -74,6 +74,15 @@ struct BackendOptions {
 
 class Completer;
 
+// The process's collectives on every hfreduce backend so far (not point-to-point): how many
+// completed and their time from issue to completion, summed. Step telemetry (hai_job) takes the
+// difference over a step: the rank that arrives last at a collective spends the least time in it.
+struct CommClock {
+  uint64_t collectives = 0;
+  double seconds = 0;
+};
+CommClock ProcessCommClock();
+
 class HFReduceBackend final : public c10d::Backend {
  public:
   // Rendezvouses with the group's other ranks through `store`; throws c10::Error on failure.

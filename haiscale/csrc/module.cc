@@ -247,6 +247,14 @@ PYBIND11_MODULE(_C, m) {
            py::arg("job"), py::arg("replica_id"), py::arg("interval_ms"))
       .def("stop", &QuorumHeartbeat::Stop, py::call_guard<py::gil_scoped_release>());
   m.def(
+      "comm_clock",
+      [] {
+        const ff::haiscale::CommClock c = ff::haiscale::ProcessCommClock();
+        return std::make_tuple(c.collectives, c.seconds);
+      },
+      "(collectives, seconds): this process's collectives on hfreduce backends so far and their "
+      "time from issue to completion, summed (point-to-point not counted).");
+  m.def(
       "num_nodes",
       [](const c10::intrusive_ptr<c10d::Backend>& b) { return AsHFReduce(b).num_nodes(); },
       "How many HFReduce nodes the backend's group spans.");

@@ -20,14 +20,25 @@ Training metrics, for `hai metrics` and hai-web's plots::
     hai_job.report(step, loss=loss.item(), lr=sched.get_last_lr()[0])
 
 (one JSON line in $HAI_METRICS_FILE; its format: platform/client/include/platform/job_metrics.h).
+
+Step telemetry, for `hai top`, `hai show` and the platform's straggler detection::
+
+    hai_job.record_steps()      # once; haiscale and the hfreduce backend call it themselves
+
+records every training step in $HAI_STEPS_FILE: its wall time, the time in collectives (the
+hfreduce backend's), waiting for data (torch's DataLoader, or `with hai_job.phase("data"):`) and
+writing checkpoints (haiscale.checkpoint, or `with hai_job.phase("ckpt"):`). A step ends at each
+optimizer.step() (torch's global optimizer hook), or where the code calls hai_job.step_done().
 """
 
+import contextlib
 import json
 import math
 import os
 import re
 import signal
 import sys
+import threading
 import time
 
 _signalled = False
@@ -105,3 +116,159 @@ def report(step, **metrics):
     # One write of the whole line (O_APPEND): a reader never sees half of it.
     if os.write(_metrics_fd, line) != len(line):
         raise OSError(f"short write to {path}")
+
+
+# ---- step telemetry --------------------------------------------------------------------------
+
+_PHASES = ("data", "ckpt")
+
+
+class _StepRecorder:
+    """Writes one line per step to $HAI_STEPS_FILE: {"step", "time", "run", "step_s", "compute_s",
+    "comm_s", "collectives", "data_s", "ckpt_s"}; compute_s is what the others leave of step_s."""
+
+    def __init__(self, path):
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self.run = int(os.environ["HAI_RUN"]) if os.environ.get("HAI_RUN", "").isdigit() else None
+        self.lock = threading.Lock()
+        self.comm_clock = None
+        self.comm_at = (0, 0.0)
+        self.phases = dict.fromkeys(_PHASES, 0.0)
+        self.step = 0
+        self.began = time.perf_counter()
+
+    def set_comm_clock(self, clock):
+        with self.lock:
+            self.comm_clock = clock
+            self.comm_at = tuple(clock())
+
+    def add(self, phase, seconds):
+        with self.lock:
+            self.phases[phase] += seconds
+
+    def done(self, step=None):
+        now = time.perf_counter()
+        with self.lock:
+            step_s = now - self.began
+            self.began = now
+            self.step = self.step + 1 if step is None else step
+            record = {"step": self.step, "time": round(time.time(), 3)}
+            if self.run is not None:
+                record["run"] = self.run
+            comm_s, collectives = 0.0, 0
+            if self.comm_clock is not None:
+                ops, seconds = self.comm_clock()
+                collectives, comm_s = ops - self.comm_at[0], seconds - self.comm_at[1]
+                self.comm_at = (ops, seconds)
+            data_s, ckpt_s = self.phases["data"], self.phases["ckpt"]
+            self.phases = dict.fromkeys(_PHASES, 0.0)
+        record.update(step_s=round(step_s, 6),
+                      compute_s=round(max(0.0, step_s - comm_s - data_s - ckpt_s), 6),
+                      comm_s=round(comm_s, 6), collectives=collectives,
+                      data_s=round(data_s, 6), ckpt_s=round(ckpt_s, 6))
+        line = (json.dumps(record) + "\n").encode()
+        if os.write(self.fd, line) != len(line):  # one write: a reader never sees half of it
+            raise OSError(f"short write to {self.path}")
+
+
+_recorder = None
+_recorder_lock = threading.Lock()
+_optimizer = None  # the optimizer whose steps end steps (the first seen)
+_hook = None  # torch's handle of the optimizer hook
+
+
+def record_steps(optimizer_hook=True, data_loader=True):
+    """Record every training step in $HAI_STEPS_FILE (HAI-Platform sets it); returns whether it
+    records (False outside the platform, where it does nothing). Idempotent.
+
+    optimizer_hook: a step ends at each step() of the first optimizer that steps (torch's global
+    optimizer hook); without it, call step_done() at the end of each step. data_loader: time spent
+    in torch DataLoader iterators' __next__ counts as data loading."""
+    global _recorder, _hook
+    path = os.environ.get("HAI_STEPS_FILE")
+    if not path:
+        return False
+    with _recorder_lock:
+        if _recorder is not None:
+            return True
+        _recorder = _StepRecorder(path)
+    try:
+        import torch  # noqa: F401 (only when the job uses torch)
+    except ImportError:
+        return True
+    if optimizer_hook:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        def _after_step(optimizer, args, kwargs):
+            global _optimizer
+            if _optimizer is None:
+                _optimizer = optimizer
+            if optimizer is _optimizer:
+                step_done()
+
+        _hook = register_optimizer_step_post_hook(_after_step)
+    if data_loader:
+        from torch.utils.data import dataloader
+
+        base = dataloader._BaseDataLoaderIter
+        if not getattr(base.__next__, "_hai_timed", False):
+            untimed = base.__next__
+
+            def __next__(self):
+                began = time.perf_counter()
+                try:
+                    return untimed(self)
+                finally:
+                    add_phase_time("data", time.perf_counter() - began)
+
+            __next__._hai_timed = True
+            base.__next__ = __next__
+    return True
+
+
+def _stop_recording():
+    """Undo record_steps (tests): no more records, the optimizer hook removed."""
+    global _recorder, _hook, _optimizer
+    with _recorder_lock:
+        if _hook is not None:
+            _hook.remove()
+        if _recorder is not None:
+            os.close(_recorder.fd)
+        _recorder, _hook, _optimizer = None, None, None
+
+
+def set_comm_clock(clock):
+    """clock() -> (collectives, seconds) so far in this process (haiscale's hfreduce backend gives
+    its own); each step records the difference."""
+    if _recorder is not None:
+        _recorder.set_comm_clock(clock)
+
+
+def add_phase_time(phase, seconds):
+    """Count `seconds` of the current step as `phase` ("data" or "ckpt")."""
+    if phase not in _PHASES:
+        raise ValueError(f"phase must be one of {_PHASES}, not {phase!r}")
+    if _recorder is not None:
+        _recorder.add(phase, seconds)
+
+
+@contextlib.contextmanager
+def phase(name):
+    """with hai_job.phase("data"): batch = next(it)  -- the time inside counts as that phase."""
+    if name not in _PHASES:
+        raise ValueError(f"phase must be one of {_PHASES}, not {name!r}")
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        add_phase_time(name, time.perf_counter() - began)
+
+
+def step_done(step=None):
+    """End the current step (record_steps' optimizer hook calls it); `step` numbers it (default:
+    one more than the last)."""
+    if _recorder is not None:
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+            raise ValueError(f"step must be an integer >= 0, not {step!r}")
+        _recorder.done(step)

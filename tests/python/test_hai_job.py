@@ -1,9 +1,11 @@
 """hai_job.report, the Python side of the training-metrics channel: each call is one JSON line in
 $HAI_METRICS_FILE (read back here as the agent reads it: platform/job_metrics.h's format), bad
-input raises and writes nothing, and outside HAI-Platform it does nothing."""
+input raises and writes nothing, and outside HAI-Platform it does nothing. And its step telemetry
+(record_steps): one record per step in $HAI_STEPS_FILE of where the step's time went."""
 import importlib
 import json
 import math
+import time
 
 import pytest
 
@@ -64,4 +66,79 @@ def test_outside_the_platform_it_does_nothing(tmp_path, monkeypatch):
     module.report(1, loss=1.0)  # no error, no file
     with pytest.raises(ValueError):
         module.report(-1)       # still checked
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- step telemetry ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def steps(tmp_path, monkeypatch):
+    path = tmp_path / "rank-0.steps.jsonl"
+    monkeypatch.setenv("HAI_STEPS_FILE", str(path))
+    monkeypatch.setenv("HAI_RUN", "1")
+    module = importlib.reload(hai_job)
+    yield module, path
+    module._stop_recording()
+    importlib.reload(hai_job)
+
+
+def test_each_step_is_one_record_of_where_its_time_went(steps):
+    module, path = steps
+    clock = [3, 0.5]  # collectives and seconds so far, as the hfreduce backend counts them
+    assert module.record_steps(optimizer_hook=False, data_loader=False)
+    module.set_comm_clock(lambda: tuple(clock))
+    with module.phase("data"):
+        time.sleep(0.02)
+    time.sleep(0.03)
+    clock[:] = [5, 0.51]
+    module.add_phase_time("ckpt", 0.005)
+    module.step_done()
+    module.step_done(step=41)
+    first, second = lines(path)
+    assert first["step"] == 1 and first["run"] == 1 and second["step"] == 41
+    assert first["collectives"] == 2 and first["comm_s"] == pytest.approx(0.01)
+    assert 0.02 <= first["data_s"] < 0.05 and first["ckpt_s"] == 0.005
+    assert first["step_s"] >= 0.05
+    assert first["compute_s"] == pytest.approx(
+        first["step_s"] - first["comm_s"] - first["data_s"] - first["ckpt_s"], abs=2e-6)
+    # The next step starts from nothing.
+    assert second["collectives"] == 0 and second["data_s"] == 0 and second["ckpt_s"] == 0
+    with pytest.raises(ValueError):
+        module.add_phase_time("lunch", 1.0)
+    with pytest.raises(ValueError):
+        module.step_done(step=-1)
+    assert len(lines(path)) == 2
+
+
+def test_torch_training_records_its_steps_unasked(steps):
+    """The optimizer hook ends a step at each step() of the first optimizer (not of a second
+    one); DataLoader time is data loading."""
+    import torch
+
+    module, path = steps
+    assert module.record_steps()
+    model = torch.nn.Linear(4, 1)
+    opt, other = torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.SGD([torch.zeros(1)])
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)),
+                                       batch_size=2)
+    for (x,) in data:
+        model(x).sum().backward()
+        opt.step()
+        other.step()
+    records = lines(path)
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    assert all(r["data_s"] > 0 for r in records)
+    assert module.record_steps()  # again: nothing more registered
+    opt.step()
+    assert len(lines(path)) == 5
+
+
+def test_outside_the_platform_steps_are_not_recorded(tmp_path, monkeypatch):
+    monkeypatch.delenv("HAI_STEPS_FILE", raising=False)
+    module = importlib.reload(hai_job)
+    assert not module.record_steps()
+    module.step_done()
+    with module.phase("data"):
+        pass
     assert list(tmp_path.iterdir()) == []

@@ -48,6 +48,19 @@ def node_id():
     return socket.gethostname()
 
 
+def _record_steps():
+    """Under HAI-Platform ($HAI_STEPS_FILE set), record every training step with the time this
+    process spends in hfreduce collectives (hai_job's step telemetry: hai top, straggler detection)."""
+    if not os.environ.get("HAI_STEPS_FILE"):
+        return
+    try:
+        import hai_job
+    except ImportError:
+        return
+    if hai_job.record_steps():
+        hai_job.set_comm_clock(_C.comm_clock)
+
+
 def _create(dist_options, backend_options):
     rank = dist_options.group_rank
     size = dist_options.group_size
@@ -58,6 +71,7 @@ def _create(dist_options, backend_options):
     timeout_ms = int(dist_options.timeout.total_seconds() * 1000)
     if timeout_ms <= 0:
         timeout_ms = 30 * 60 * 1000
+    _record_steps()
     return _C.create_backend(
         dist_options.store,
         rank,
@@ -87,6 +101,7 @@ def new_process_group(store, rank, world_size, timeout=None, group_name="", pref
     member; ``pg.shutdown()`` releases it.
     """
     timeout_ms = int((timeout.total_seconds() if timeout is not None else 30 * 60) * 1000)
+    _record_steps()
     listen_host = os.environ.get("HFREDUCE_LISTEN_HOST", "127.0.0.1")
     transport = os.environ.get("HFREDUCE_TRANSPORT", "auto")
     if isinstance(store, str):

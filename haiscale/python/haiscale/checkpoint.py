@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -86,7 +87,24 @@ def save(directory, step, state, group=None, sharded=False, keep=2, collective=T
     writes the state it is given (e.g. `fsdp.full_state_dict()`, the same on every rank);
     sharded: every rank writes its own. Collective when torch.distributed is initialized, unless
     `collective` is False (one writer of a full state, e.g. one replica group of haiscale.ft).
-    Returns the checkpoint's path."""
+    Returns the checkpoint's path. Under HAI-Platform its time counts as the step's checkpoint
+    phase (hai_job's step telemetry)."""
+    began = time.perf_counter()
+    try:
+        return _save(directory, step, state, group, sharded, keep, collective)
+    finally:
+        _count_checkpoint_time(time.perf_counter() - began)
+
+
+def _count_checkpoint_time(seconds):
+    try:
+        import hai_job
+    except ImportError:
+        return
+    hai_job.add_phase_time("ckpt", seconds)
+
+
+def _save(directory, step, state, group, sharded, keep, collective):
     if not directory:
         raise ValueError("haiscale.checkpoint: no checkpoint directory given")
     if step < 0:
@@ -185,13 +203,18 @@ class AsyncCheckpointer:
 
     def save(self, step, state):
         """Snapshots `state` and starts writing it as the checkpoint of `step`; returns once the
-        snapshot is taken. Raises the previous write's error, if it failed."""
-        self.wait()
-        snapshot = _host_copy(state)
+        snapshot is taken. Raises the previous write's error, if it failed. Only that stall counts
+        as the step's checkpoint phase (hai_job's step telemetry), not the write behind it."""
+        began = time.perf_counter()
+        try:
+            self.wait()
+            snapshot = _host_copy(state)
+        finally:
+            _count_checkpoint_time(time.perf_counter() - began)
 
         def write():
             try:
-                save(self.directory, step, snapshot, keep=self.keep, collective=False)
+                _save(self.directory, step, snapshot, None, False, self.keep, False)
                 self.last_saved = step
             except BaseException as e:  # noqa: BLE001 -- handed to the training thread
                 self._error = e

@@ -7,8 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -115,6 +117,11 @@ std::string Agent::MetricsPath(int64_t job, int rank) const {
          ".metrics.jsonl";
 }
 
+std::string Agent::StepsPath(int64_t job, int rank) const {
+  return options_.state_dir + "/logs/job-" + std::to_string(job) + "/rank-" + std::to_string(rank) +
+         ".steps.jsonl";
+}
+
 std::string Agent::ExitPath(const Key& key) const {
   auto [job, run, rank] = key;
   return options_.state_dir + "/run/job-" + std::to_string(job) + ".run-" + std::to_string(run) +
@@ -166,11 +173,13 @@ bool Agent::HeartbeatOnce() {
   req.set_node(options_.node);
   req.set_gpus(static_cast<int32_t>(options_.gpus));
   req.set_agent_address(address_);
+  std::vector<Key> running;
   {
     MutexLock lock(&mu_);
     req.set_generation(generation_);
     req.set_wait_ms(interval_ms_.load());
     for (const auto& [key, t] : tasks_) {
+      if (!t.exited) running.push_back(key);
       hai::TaskStatus* s = req.add_tasks();
       s->set_job_id(std::get<0>(key));
       s->set_run(std::get<1>(key));
@@ -179,6 +188,7 @@ bool Agent::HeartbeatOnce() {
       s->set_exit_code(t.exit_code);
     }
   }
+  SummariseSteps(running, &req);
   hai::HeartbeatResponse resp;
   CallOptions call;
   call.deadline = std::chrono::milliseconds(interval_ms_.load() + 2000);
@@ -341,6 +351,7 @@ void Agent::StartTask(const Key& key, const hai::Task& t) {
   std::map<std::string, std::string> env(t.env().begin(), t.env().end());
   env["HAI_SUSPEND_FLAG"] = FlagPath(key);
   env["HAI_METRICS_FILE"] = MetricsPath(job, rank);
+  env["HAI_STEPS_FILE"] = StepsPath(job, rank);
   // Where the cluster runs TLS, the job's gRPC (HFReduce's rendezvous and quorum stores, fs3's
   // native client) uses the node's certificate, as this agent does (common/tls.h).
   if (const TlsOptions tls = ProcessTlsOptions(); tls.enabled()) {
@@ -431,6 +442,81 @@ grpc::Status Agent::ReadMetrics(grpc::ServerContext* ctx, const hai::ReadMetrics
     resp->set_more(lines.consumed > 0 && end < read.size);
     return Status::Ok();
   });
+}
+
+namespace {
+
+constexpr std::size_t kStepWindow = 8;         // steps a summary covers
+constexpr int64_t kStepReadBytes = 256 << 10;  // read per task and heartbeat
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+void Agent::SummariseSteps(const std::vector<Key>& running, hai::HeartbeatRequest* req) {
+  std::map<Key, StepTail> tails;
+  for (const Key& key : running) {
+    auto [job, run, rank] = key;
+    StepTail tail;
+    if (auto it = step_tails_.find(key); it != step_tails_.end()) tail = std::move(it->second);
+    const std::string path = StepsPath(job, rank);
+    if (tail.offset < 0) {
+      // First sight (a new run, or an agent that restarted): the file holds earlier runs' steps
+      // too, so start near its end; the run's own records are told apart by their run number.
+      struct stat st {};
+      if (stat(path.c_str(), &st) != 0) {
+        tails[key] = tail;  // not recording (yet)
+        continue;
+      }
+      tail.offset = std::max<int64_t>(0, st.st_size - 2 * kMaxMetricLine);
+      if (tail.offset > 0) {
+        Result<FileRead> head = ReadFileAt(path, tail.offset, kMaxMetricLine);
+        auto nl = head.ok() ? head->data.find('\n') : std::string::npos;
+        tail.offset = nl == std::string::npos ? st.st_size : tail.offset + nl + 1;
+      }
+    }
+    Result<FileRead> read = ReadFileAt(path, tail.offset, kStepReadBytes);
+    if (read.ok()) {
+      MetricLines lines = ParseMetricLines(read->data);
+      tail.offset += lines.consumed;
+      for (hai::MetricRecord& r : lines.records) {
+        if (r.run() != run) continue;
+        ++tail.recorded;
+        tail.last.push_back(std::move(r));
+        if (tail.last.size() > kStepWindow) tail.last.pop_front();
+      }
+    }
+    if (!tail.last.empty()) {
+      hai::StepSummary* s = req->add_steps();
+      s->set_job_id(job);
+      s->set_run(run);
+      s->set_rank(rank);
+      s->set_last_step(tail.last.back().step());
+      s->set_last_time(tail.last.back().time());
+      s->set_window(static_cast<int32_t>(tail.last.size()));
+      s->set_recorded(tail.recorded);
+      auto median = [&](const char* name) {
+        std::vector<double> v;
+        for (const hai::MetricRecord& r : tail.last)
+          if (auto it = r.values().find(name); it != r.values().end() && std::isfinite(it->second))
+            v.push_back(it->second);
+        return Median(std::move(v));
+      };
+      s->set_step_s(median("step_s"));
+      s->set_compute_s(median("compute_s"));
+      s->set_comm_s(median("comm_s"));
+      s->set_data_s(median("data_s"));
+      s->set_ckpt_s(median("ckpt_s"));
+      s->set_collectives(median("collectives"));
+    }
+    tails[key] = std::move(tail);
+  }
+  step_tails_ = std::move(tails);  // forgets the tasks that ended
 }
 
 Status Agent::CheckToken(const grpc::ServerContext& ctx) const {

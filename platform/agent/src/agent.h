@@ -9,11 +9,13 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "common/config.h"
 #include "common/thread_annotations.h"
@@ -74,6 +76,10 @@ class Agent final : public hai::HaiAgent::Service {
   void StartTask(const Key& key, const hai::Task& t) FF_REQUIRES(mu_);
   std::string LogPath(int64_t job, int rank) const;
   std::string MetricsPath(int64_t job, int rank) const;
+  std::string StepsPath(int64_t job, int rank) const;
+  // Reads what the running tasks recorded of their steps since the last heartbeat and adds a
+  // summary of each one's last steps to `req` (the heartbeat thread's).
+  void SummariseSteps(const std::vector<Key>& running, hai::HeartbeatRequest* req);
   Status CheckToken(const grpc::ServerContext& ctx) const;
   std::string ExitPath(const Key& key) const;
   std::string FlagPath(const Key& key) const;
@@ -91,6 +97,14 @@ class Agent final : public hai::HaiAgent::Service {
   std::atomic<int64_t> interval_ms_;  // the server's, from its last answer
   bool dirty_ FF_GUARDED_BY(mu_) = false;
   uint64_t generation_ FF_GUARDED_BY(mu_) = 0;  // of the server's last answer
+  // Per running task that records its steps: how far its steps file was read, and its last steps
+  // (the heartbeat thread's).
+  struct StepTail {
+    int64_t offset = -1;  // -1: not opened yet
+    int64_t recorded = 0;
+    std::deque<hai::MetricRecord> last;
+  };
+  std::map<Key, StepTail> step_tails_;
   // The heartbeat in progress, to cut it short.
   grpc::ClientContext* inflight_ FF_GUARDED_BY(mu_) = nullptr;
 

@@ -88,7 +88,7 @@ struct Command {
   std::function<int(const Globals&, Client&)> run;
 };
 
-// jobs.cc: submit, ls, show, stop, suspend, logs, metrics.
+// jobs.cc: submit, ls, show, stop, suspend, logs, metrics, top.
 void AddJobCommands(CLI::App& app, std::vector<Command>& out);
 // cluster.cc: nodes, whoami, admin user add / ls, admin drain / undrain.
 void AddClusterCommands(CLI::App& app, std::vector<Command>& out);

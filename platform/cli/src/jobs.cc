@@ -1,10 +1,12 @@
-// hai's job subcommands, one function each: submit, ls, show, stop, suspend, logs.
+// hai's job subcommands, one function each: submit, ls, show, stop, suspend, logs, metrics, top.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -214,6 +216,53 @@ int List(const ListArgs& a, const Globals& g, Client& client) {
   return 0;
 }
 
+std::string Secs(double s) {
+  char buf[32];
+  if (s >= 10) {
+    std::snprintf(buf, sizeof buf, "%.0fs", s);
+  } else if (s >= 0.1) {
+    std::snprintf(buf, sizeof buf, "%.2fs", s);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1fms", s * 1000);
+  }
+  return buf;
+}
+
+// A running job's steps, or nothing (not running, not recording, or a server without the call).
+std::optional<hai::JobSteps> ReadSteps(int64_t id, Client& client) {
+  hai::JobStepsRequest req;
+  req.set_id(id);
+  hai::JobSteps steps;
+  Status st = client.hai().Call(
+      "Steps", CallOptions::Idempotent(std::chrono::seconds(10)),
+      [&](grpc::ClientContext* c, hai::Hai::Stub& stub) { return stub.Steps(c, req, &steps); });
+  if (!st.ok()) return std::nullopt;
+  return steps;
+}
+
+// The "slow steps" lines of hai show (a running job that records its steps).
+void PrintStepsSummary(const hai::JobSteps& steps) {
+  if (steps.ranks().empty() || steps.step_s() <= 0) {
+    std::printf(
+        "  steps:     not recorded (haiscale, the hfreduce backend or "
+        "hai_job.record_steps() record them)\n");
+    return;
+  }
+  std::printf("  steps:     %s a step over %d rank(s)", Secs(steps.step_s()).c_str(),
+              steps.ranks_size());
+  if (steps.baseline_s() > 0) {
+    std::printf(", %.2fx its best this run (%s)", steps.step_s() / steps.baseline_s(),
+                Secs(steps.baseline_s()).c_str());
+  }
+  std::printf("\n");
+  if (steps.finding().cause() != hai::SLOW_NONE) {
+    std::printf("  slow steps: %s\n", steps.finding().text().c_str());
+  } else {
+    std::printf("  slow steps: none now (hai top %lld shows each rank)\n",
+                static_cast<long long>(steps.job_id()));
+  }
+}
+
 int Show(const std::string& job_arg, const Globals& g, Client& client) {
   hai::JobRef ref;
   ref.set_id(ParseJobId(job_arg));
@@ -225,8 +274,88 @@ int Show(const std::string& job_arg, const Globals& g, Client& client) {
     std::printf("%s\n", ToJson(job).c_str());
   } else {
     PrintJob(job);
+    if (job.state() == hai::RUNNING) {
+      if (auto steps = ReadSteps(job.id(), client)) PrintStepsSummary(*steps);
+    }
   }
   return 0;
+}
+
+struct TopArgs {
+  std::string job;
+  bool once = false;
+  double interval_s = 2;
+};
+
+void PrintTop(const hai::JobSteps& steps) {
+  std::printf("job %lld run %d", static_cast<long long>(steps.job_id()), steps.run());
+  if (steps.step_s() > 0) {
+    std::printf(": %s a step", Secs(steps.step_s()).c_str());
+    if (steps.baseline_s() > 0) {
+      std::printf(", %.2fx its best (%s)", steps.step_s() / steps.baseline_s(),
+                  Secs(steps.baseline_s()).c_str());
+    }
+  }
+  std::printf("   [%s]\n", Clock(NowMs()).c_str());
+  const hai::StepFinding& f = steps.finding();
+  std::printf("slow steps: %s\n", f.cause() == hai::SLOW_NONE ? "none now" : f.text().c_str());
+  if (steps.ranks().empty()) {
+    std::printf(
+        "(no rank has recorded a step yet: haiscale, the hfreduce backend or "
+        "hai_job.record_steps() record them)\n");
+    return;
+  }
+  // Who waits for whom: the rank with the least time in the collectives arrives last; what the
+  // others spend there beyond it is waiting for it.
+  double least = -1;
+  int last = -1;
+  for (const hai::StepSummary& r : steps.ranks()) {
+    if (r.collectives() > 0 && (least < 0 || r.comm_s() < least)) {
+      least = r.comm_s();
+      last = r.rank();
+    }
+  }
+  std::printf("%-16s %5s %9s %8s %8s %8s %8s %8s %8s %5s\n", "NODE", "RANK", "STEP", "STEP_S",
+              "COMPUTE", "COMM", "WAITING", "DATA", "CKPT", "COLL");
+  for (const hai::StepSummary& r : steps.ranks()) {
+    std::printf("%-16.16s %5d %9lld %8s %8s %8s %8s %8s %8s %5.0f%s\n", r.node().c_str(), r.rank(),
+                static_cast<long long>(r.last_step()), Secs(r.step_s()).c_str(),
+                Secs(r.compute_s()).c_str(), Secs(r.comm_s()).c_str(),
+                least >= 0 ? Secs(r.comm_s() - least).c_str() : "-", Secs(r.data_s()).c_str(),
+                Secs(r.ckpt_s()).c_str(), r.collectives(),
+                r.rank() == last && steps.ranks_size() > 1 ? "  <- arrives last" : "");
+  }
+  std::printf(
+      "(medians of each rank's last %d steps; WAITING: its time in the collectives beyond "
+      "the latest rank's)\n",
+      std::max_element(steps.ranks().begin(), steps.ranks().end(),
+                       [](const auto& a, const auto& b) { return a.window() < b.window(); })
+          ->window());
+  for (const hai::StepFinding& p : steps.past())
+    std::printf("earlier (until %s): %s\n", Clock(p.until_ms()).c_str(), p.text().c_str());
+}
+
+int Top(const TopArgs& a, const Globals& g, Client& client) {
+  if (!(a.interval_s >= 0.2 && a.interval_s <= 3600)) Die("--interval is 0.2..3600 seconds", 2);
+  hai::JobStepsRequest req;
+  req.set_id(ParseJobId(a.job));
+  const bool live = !a.once && !g.json && isatty(STDOUT_FILENO);
+  for (;;) {
+    hai::JobSteps steps;
+    client.Call("Steps", [&](grpc::ClientContext* c, hai::Hai::Stub& stub) {
+      return stub.Steps(c, req, &steps);
+    });
+    if (g.json) {
+      std::printf("%s\n", ToJson(steps).c_str());
+    } else {
+      if (live) std::printf("\033[H\033[2J");  // a fresh screen each time, as top does
+      PrintTop(steps);
+    }
+    std::fflush(stdout);
+    if (!live) return 0;
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(static_cast<int64_t>(a.interval_s * 1000)));
+  }
 }
 
 int Stop(const std::string& job_arg, const Globals& g, Client& client) {
@@ -432,6 +561,16 @@ void AddJobCommands(CLI::App& app, std::vector<Command>& out) {
                       "At most this many records, spread over the run (default 20; 2000 with "
                       "--json); the last one is always among them");
   out.push_back({metrics, [mt](const Globals& g, Client& c) { return ShowMetrics(*mt, g, c); }});
+
+  auto tp = std::make_shared<TopArgs>();
+  CLI::App* top = app.add_subcommand(
+      "top",
+      "A running job's steps, rank by rank: step time, compute, time in collectives, "
+      "waiting, data loading, checkpoints, who arrives last, and why steps are slow");
+  top->add_option("job", tp->job, "Job id")->required();
+  top->add_flag("--once", tp->once, "Print once and exit (the default when not on a terminal)");
+  top->add_option("--interval", tp->interval_s, "Seconds between refreshes")->capture_default_str();
+  out.push_back({top, [tp](const Globals& g, Client& c) { return Top(*tp, g, c); }});
 }
 
 }  // namespace ff::platform::cli

@@ -53,6 +53,7 @@ grpc::Status HaiServer::Heartbeat(grpc::ServerContext* ctx, const hai::Heartbeat
       FF_RETURN_IF_ERROR(ApplyEvent(job->second, RankExited{t.run(), t.rank(), t.exit_code()},
                                     OnWriteFailure::kStopServer));
     }
+    TakeStepSummaries(*req);
     if (req->wait_ms() > 0 && req->generation() == node.generation) {
       // Nothing new for this node: hold the call until there is, or the wait is over.
       const auto wait = LongPollWait(ctx, std::chrono::milliseconds(std::min<int64_t>(

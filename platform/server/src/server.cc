@@ -362,6 +362,7 @@ void HaiServer::Tick() {
     if (!write_failure_.ok() || !Leading().ok()) return;
     CheckLostNodes();
     if (write_failure_.ok()) ScheduleRound();
+    if (write_failure_.ok()) DetectStragglers();
     UpdateGauges();
   }
   if (metrics_) {

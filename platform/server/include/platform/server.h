@@ -35,6 +35,7 @@
 #include "monitoring/metrics.h"
 #include "platform/lifecycle.h"
 #include "platform/proto/hai.grpc.pb.h"
+#include "platform/step_detector.h"
 #include "scheduler/scheduler.h"
 
 namespace ff::hfreduce {
@@ -110,6 +111,7 @@ class HaiServer final : public hai::Hai::Service {
                         grpc::ServerWriter<hai::LogChunk>*) override;
   grpc::Status ReadMetrics(grpc::ServerContext*, const hai::MetricsRequest*,
                            hai::JobMetrics*) override;
+  grpc::Status Steps(grpc::ServerContext*, const hai::JobStepsRequest*, hai::JobSteps*) override;
   grpc::Status ListNodes(grpc::ServerContext*, const hai::ListNodesRequest*,
                          hai::ListNodesResponse*) override;
   grpc::Status WhoAmI(grpc::ServerContext*, const hai::WhoAmIRequest*, hai::User*) override;
@@ -204,6 +206,11 @@ class HaiServer final : public hai::Hai::Service {
   Status CheckQuorumRequest(hfreduce::QuorumRequest& request) FF_EXCLUDES(mu_);
   scheduler::JobRequest RequestOf(const hai::Job& job) const;
   void UpdateGauges() FF_REQUIRES(mu_);
+  // Step telemetry (steps.cc): a node's heartbeat's summaries, kept for their jobs' current runs;
+  // and, every round, each running job's evaluation (StepTracker), whose findings go into the
+  // job's run events and the straggler node's events.
+  void TakeStepSummaries(const hai::HeartbeatRequest& req) FF_REQUIRES(mu_);
+  void DetectStragglers() FF_REQUIRES(mu_);
 
   const HaiOptions options_;
   const scheduler::Topology topology_;
@@ -235,6 +242,14 @@ class HaiServer final : public hai::Hai::Service {
   std::map<std::string, hai::User> users_ FF_GUARDED_BY(mu_);            // by name
   std::map<std::string, std::string> user_by_token_ FF_GUARDED_BY(mu_);  // token hash -> name
   std::map<std::string, NodeRuntime> nodes_ FF_GUARDED_BY(mu_);  // every node of cluster.toml
+  // Per running job, its current run's step summaries (by rank) and its tracker. Soft state: a
+  // restarted or new leader rebuilds it from the heartbeats (and a new baseline).
+  struct JobSteps {
+    int32_t run = 0;
+    std::map<int32_t, hai::StepSummary> ranks;
+    std::unique_ptr<StepTracker> tracker;
+  };
+  std::map<int64_t, JobSteps> steps_ FF_GUARDED_BY(mu_);
   // SUSPENDING jobs, as UpdateGauges saw them.
   std::map<int64_t, int64_t> suspending_since_ms_ FF_GUARDED_BY(mu_);
   int64_t next_id_ FF_GUARDED_BY(mu_) = 1;

@@ -1,0 +1,158 @@
+// Step telemetry in hai-server: the agents' summaries of their ranks' last steps (with each
+// heartbeat), one StepTracker per running job evaluated every round, and what it finds written
+// where users look: the job's run events (hai show), the straggler node's events (hai nodes), the
+// Steps RPC (hai top, hai-web) and Prometheus.
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+
+#include "common/rpc_server.h"
+#include "common/rpc_status.h"
+#include "platform/lifecycle.h"
+#include "platform/server.h"
+#include "platform/tokens.h"
+
+namespace ff::platform {
+namespace {
+
+constexpr int kNodeEvents = 20;
+
+// A running job's current run (the last one), or null.
+const hai::Run* CurrentRun(const hai::Job& job) {
+  if (!Active(job) || job.runs().empty()) return nullptr;
+  return &job.runs(job.runs_size() - 1);
+}
+
+prometheus::Family<prometheus::Gauge>& GaugeFamily(Metrics& metrics, const std::string& name,
+                                                   const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(*metrics.registry());
+}
+
+constexpr const char* kStepSecondsHelp =
+    "A running job's step time now: the median over its ranks of their last steps' median";
+constexpr const char* kSlowdownHelp = "A running job's step time over its best this run";
+constexpr const char* kStragglerHelp =
+    "Running jobs whose ranks wait for this node now (it is their straggler)";
+
+}  // namespace
+
+void HaiServer::TakeStepSummaries(const hai::HeartbeatRequest& req) {
+  for (const hai::StepSummary& s : req.steps()) {
+    auto job = jobs_.find(s.job_id());
+    if (job == jobs_.end()) continue;
+    const hai::Run* run = CurrentRun(job->second);
+    if (run == nullptr || run->index() != s.run()) continue;  // an older run's last words
+    JobSteps& steps = steps_[s.job_id()];
+    if (steps.tracker == nullptr || steps.run != s.run()) {
+      steps = JobSteps();
+      steps.run = s.run();
+      steps.tracker = std::make_unique<StepTracker>();
+    }
+    hai::StepSummary& kept = steps.ranks[s.rank()];
+    kept = s;
+    kept.set_node(req.node());
+  }
+}
+
+void HaiServer::DetectStragglers() {
+  const int64_t now_ms = NowMs();
+  std::vector<hai::Job*> changed;
+  std::map<std::string, int> straggler_jobs;
+  for (auto it = steps_.begin(); it != steps_.end();) {
+    auto job = jobs_.find(it->first);
+    const hai::Run* run = job == jobs_.end() ? nullptr : CurrentRun(job->second);
+    if (run == nullptr || run->index() != it->second.run) {
+      if (metrics_) {
+        const MetricLabels labels{{"job", std::to_string(it->first)}};
+        auto& seconds = GaugeFamily(*metrics_, "hai_job_step_seconds", kStepSecondsHelp);
+        seconds.Remove(&seconds.Add(labels));
+        auto& slowdown = GaugeFamily(*metrics_, "hai_job_step_slowdown", kSlowdownHelp);
+        slowdown.Remove(&slowdown.Add(labels));
+      }
+      it = steps_.erase(it);
+      continue;
+    }
+    JobSteps& steps = it->second;
+    hai::Job& j = job->second;
+    std::vector<hai::StepSummary> ranks;
+    for (const auto& [rank, s] : steps.ranks)
+      ranks.push_back(s);
+    for (const StepTracker::Change& c : steps.tracker->Update(ranks, now_ms)) {
+      hai::Run& r = *j.mutable_runs(j.runs_size() - 1);
+      AddRunEvent(r, now_ms, c.text);
+      spdlog::info("job {}: {}", j.id(), c.text);
+      changed.push_back(&j);
+      if (c.began && !c.finding.node().empty()) {
+        auto node = nodes_.find(c.finding.node());
+        if (node != nodes_.end()) {
+          hai::Node& rec = node->second.record;
+          hai::NodeEvent* e = rec.add_events();
+          e->set_time_ms(now_ms);
+          e->set_job_id(j.id());
+          e->set_text("job " + std::to_string(j.id()) + ": " + DescribeFinding(c.finding));
+          if (rec.events_size() > kNodeEvents)
+            rec.mutable_events()->erase(rec.mutable_events()->begin());
+        }
+      }
+    }
+    const hai::StepFinding& now = steps.tracker->current();
+    if (!now.node().empty()) ++straggler_jobs[now.node()];
+    if (metrics_ && steps.tracker->step_s() > 0) {
+      const MetricLabels labels{{"job", std::to_string(j.id())}};
+      metrics_->Gauge("hai_job_step_seconds", kStepSecondsHelp, labels)
+          .Set(steps.tracker->step_s());
+      if (steps.tracker->baseline_s() > 0) {
+        metrics_->Gauge("hai_job_step_slowdown", kSlowdownHelp, labels)
+            .Set(steps.tracker->step_s() / steps.tracker->baseline_s());
+      }
+    }
+    ++it;
+  }
+  if (metrics_) {
+    for (const auto& [name, node] : nodes_) {
+      auto n = straggler_jobs.find(name);
+      metrics_->Gauge("hai_node_straggler_jobs", kStragglerHelp, {{"node", name}})
+          .Set(n == straggler_jobs.end() ? 0 : n->second);
+    }
+  }
+  if (changed.empty()) return;
+  std::vector<const hai::Job*> jobs(changed.begin(), changed.end());
+  std::sort(jobs.begin(), jobs.end());
+  jobs.erase(std::unique(jobs.begin(), jobs.end()), jobs.end());
+  // The events are news, not decisions: one that cannot be written is logged, the job goes on.
+  for (const hai::Job* job : jobs)
+    (void)Save(*job);
+}
+
+grpc::Status HaiServer::Steps(grpc::ServerContext* ctx, const hai::JobStepsRequest* req,
+                              hai::JobSteps* resp) {
+  return ServeRpc("Steps", [&]() -> Status {
+    FF_ASSIGN_OR_RETURN(hai::User user, Authenticate(*ctx));
+    MutexLock lock(&mu_);
+    FF_ASSIGN_OR_RETURN(hai::Job * job, OwnJob(user, req->id()));
+    resp->set_job_id(job->id());
+    const hai::Run* run = CurrentRun(*job);
+    if (run == nullptr) {
+      return FailedPrecondition("job " + std::to_string(job->id()) +
+                                " is not running: its steps are recorded only while it runs");
+    }
+    resp->set_run(run->index());
+    resp->mutable_finding()->set_rank(-1);  // nothing found (yet)
+    auto it = steps_.find(job->id());
+    if (it == steps_.end() || it->second.run != run->index()) return Status::Ok();
+    const JobSteps& steps = it->second;
+    for (const auto& [rank, s] : steps.ranks)
+      *resp->add_ranks() = s;
+    resp->set_step_s(steps.tracker->step_s());
+    resp->set_baseline_s(steps.tracker->baseline_s());
+    *resp->mutable_finding() = steps.tracker->current();
+    for (const hai::StepFinding& f : steps.tracker->past())
+      *resp->add_past() = f;
+    return Status::Ok();
+  });
+}
+
+}  // namespace ff::platform

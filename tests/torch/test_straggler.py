@@ -1,0 +1,176 @@
+"""Straggler detection on a real HAI-Platform (hai-server, two hai-agents as nodes): a
+data-parallel job over hfreduce whose code does nothing for telemetry, its steps seen in `hai top`
+and `hai show`, and faults injected from outside: one rank's CPU throttled by a cgroup (cpu quota:
+the compute class), one rank's data loader slowed (the data class). The detector must name the
+right node and cause within seconds, take the finding back when the fault goes, and say nothing
+of a healthy job, nor of one whose ranks are uneven by design. Root only (cgroups)."""
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+import pytest
+from hai_cluster import HaiCluster
+from launch import HERE
+
+CGROUP_CPU = "/sys/fs/cgroup/cpu"
+DIAGNOSIS_S = 30  # a generous bound for a loaded 2-core machine; straggler-bench measures it
+
+
+@pytest.fixture
+def cluster():
+    if os.geteuid() != 0 or not os.access(CGROUP_CPU, os.W_OK):
+        pytest.fail(f"the straggler tests throttle a rank with a cgroup: run as root with "
+                    f"{CGROUP_CPU} writable")
+    with tempfile.TemporaryDirectory() as tmp:
+        with HaiCluster(tmp, nodes=2) as c:
+            yield c
+
+
+class CpuThrottle:
+    """Puts a process (every thread) in a cgroup of its own capped at `share` of one CPU; release()
+    moves it back where it was."""
+
+    def __init__(self, pid, share):
+        self.pid = pid
+        with open(f"/proc/{pid}/cgroup") as f:
+            self.home = next(line.split(":", 2)[2].strip() for line in f
+                             if line.split(":")[1].split(",").count("cpu"))
+        self.path = os.path.join(CGROUP_CPU, f"ff-straggler-{os.getpid()}-{pid}")
+        os.makedirs(self.path, exist_ok=True)
+        self._write("cpu.cfs_period_us", 100000)
+        self._write("cpu.cfs_quota_us", int(share * 100000))
+        self._write("cgroup.procs", pid)
+
+    def _write(self, name, value, path=None):
+        with open(os.path.join(path or self.path, name), "w") as f:
+            f.write(str(value))
+
+    def release(self):
+        try:
+            self._write("cgroup.procs", self.pid, path=CGROUP_CPU + self.home)
+        except OSError:
+            pass  # the process is gone
+        os.rmdir(self.path)
+
+
+def _submit(cluster, out, extra_work=None):
+    args = [out] + ([extra_work] if extra_work else [])
+    command = (f"{sys.executable} {os.path.join(HERE, 'rank_runner.py')} "
+               f"straggler_worker:train '{json.dumps(args)}'")
+    job = cluster.submit("--nodes", "2", "--gpus-per-node", "1", "--env", "OMP_NUM_THREADS=1",
+                         "--", command)
+    cluster.wait_state(job, "RUNNING")
+    return job
+
+
+def _steps(cluster, job):
+    return json.loads(cluster.hai("top", str(job), "--json"))
+
+
+def _pid(out, rank):
+    path = os.path.join(out, f"pid.{rank}")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"rank {rank} never started"
+        time.sleep(0.1)
+    return int(open(path).read())
+
+
+def _healthy_for(cluster, job, seconds):
+    """Watches the job for `seconds`: every rank records steps, and nothing is found."""
+    deadline = time.monotonic() + seconds
+    seen = None
+    while time.monotonic() < deadline:
+        seen = _steps(cluster, job)
+        assert seen["finding"]["cause"] == "SLOW_NONE", json.dumps(seen)
+        time.sleep(0.5)
+    assert len(seen["ranks"]) == 2 and all(int(r["recorded"]) >= 8 for r in seen["ranks"]), seen
+    assert seen["baseline_s"] > 0, seen
+    return seen
+
+
+def _wait_finding(cluster, job, cause, node):
+    began = time.monotonic()
+    seen = None
+    while time.monotonic() - began < DIAGNOSIS_S:
+        seen = _steps(cluster, job)
+        if seen["finding"]["cause"] == cause:
+            assert seen["finding"]["node"] == node, seen
+            return seen, time.monotonic() - began
+        time.sleep(0.2)
+    raise AssertionError(f"no {cause} finding on {node} within {DIAGNOSIS_S} s: {seen}\n"
+                         + cluster.hai("show", str(job)))
+
+
+def _wait_cleared(cluster, job):
+    deadline = time.monotonic() + DIAGNOSIS_S
+    while time.monotonic() < deadline:
+        if _steps(cluster, job)["finding"]["cause"] == "SLOW_NONE":
+            return
+        time.sleep(0.3)
+    raise AssertionError("the finding never ended:\n" + cluster.hai("show", str(job)))
+
+
+def _stop(cluster, job, out):
+    open(os.path.join(out, "stop"), "w").close()
+    cluster.wait_state(job, "SUCCEEDED")
+
+
+def test_a_throttled_node_and_a_slow_loader_are_named_with_their_cause(cluster):
+    out = os.path.join(cluster.dir, "out")
+    os.makedirs(out)
+    job = _submit(cluster, out)
+    healthy = _healthy_for(cluster, job, 8)
+    for r in healthy["ranks"]:
+        assert r["collectives"] >= 1 and r["comm_s"] > 0, r  # from haiscale DDP, unasked
+        assert r["node"] == f"A-leaf-n0{r['rank']}", r
+
+    # Compute: rank 1 (node A-leaf-n01) gets a fifth of a CPU.
+    throttle = CpuThrottle(_pid(out, 1), 0.2)
+    try:
+        seen, took = _wait_finding(cluster, job, "SLOW_COMPUTE", "A-leaf-n01")
+        print(f"compute on A-leaf-n01 found in {took:.1f} s: {seen['finding']['text']}")
+        assert seen["finding"]["rank"] == 1
+        assert seen["finding"]["wait_s"] > 0 and seen["finding"]["phase_ratio"] > 1.3, seen
+        show = cluster.hai("show", str(job))
+        assert "slow steps: since" in show and "compute on A-leaf-n01" in show, show
+        top = cluster.hai("top", str(job), "--once")
+        assert "arrives last" in top and "A-leaf-n01" in top, top
+        nodes = json.loads(cluster.hai("nodes", "--json"))
+        nodes = nodes.get("nodes", nodes) if isinstance(nodes, dict) else nodes
+        n01 = next(n for n in nodes if n["name"] == "A-leaf-n01")
+        assert any(e["job_id"] == str(job) for e in n01["events"]), n01
+    finally:
+        throttle.release()
+    _wait_cleared(cluster, job)
+
+    # Data: rank 0's loader (node A-leaf-n00) takes 20 ms a sample, 0.16 s a batch.
+    with open(os.path.join(out, "slow-data.0"), "w") as f:
+        f.write("0.02")
+    seen, took = _wait_finding(cluster, job, "SLOW_DATA", "A-leaf-n00")
+    print(f"data loading on A-leaf-n00 found in {took:.1f} s: {seen['finding']['text']}")
+    os.unlink(os.path.join(out, "slow-data.0"))
+    _wait_cleared(cluster, job)
+
+    _stop(cluster, job, out)
+    history = "\n".join(e["text"] for e in cluster.show(job)["runs"][-1]["events"])
+    print(history)
+    assert "compute on A-leaf-n01" in history and "data loading on A-leaf-n00" in history, history
+    assert history.count("no longer makes the others wait") == 2, history
+
+
+def test_an_uneven_but_healthy_job_is_not_a_straggler(cluster):
+    # Rank 1 does twice the compute of rank 0 from its first step (a heavier pipeline stage):
+    # rank 0 always waits for it, and that is the job's normal, not a slow node.
+    out = os.path.join(cluster.dir, "out")
+    os.makedirs(out)
+    job = _submit(cluster, out, extra_work={"1": 60})
+    seen = _healthy_for(cluster, job, 15)
+    waits = {r["rank"]: r["comm_s"] for r in seen["ranks"]}
+    assert waits[0] > waits[1], seen  # rank 0 does wait for rank 1
+    _stop(cluster, job, out)
+    events = [e["text"] for e in cluster.show(job)["runs"][-1]["events"]]
+    assert not any("slower" in e for e in events), events
