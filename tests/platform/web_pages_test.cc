@@ -249,5 +249,60 @@ TEST(WebPagesTest, EachReportedMetricIsPlottedLossFirstAndNotFiniteValuesLeftOut
   EXPECT_NE(MetricSvg("loss", {{1, 2.0}}).find("<polyline"), std::string::npos);
 }
 
+TEST(WebPages, ARunningJobsStepsShowTheFindingEachRankAndAPlotOfThePhases) {
+  hai::JobSteps steps;
+  steps.set_job_id(12);
+  steps.set_step_s(0.2);
+  steps.set_baseline_s(0.05);
+  for (int rank = 0; rank < 2; ++rank) {
+    hai::StepSummary* r = steps.add_ranks();
+    r->set_rank(rank);
+    r->set_node(rank == 0 ? "n<0>" : "n1");
+    r->set_last_step(99);
+    r->set_step_s(0.2);
+    r->set_comm_s(rank == 1 ? 0.01 : 0.16);
+    r->set_compute_s(rank == 1 ? 0.19 : 0.04);
+    r->set_collectives(2);
+  }
+  steps.mutable_finding()->set_cause(hai::SLOW_COMPUTE);
+  steps.mutable_finding()->set_rank(1);
+  steps.mutable_finding()->set_text("since 10:00:00 UTC steps are 4.0x slower: compute on n1 & co");
+  hai::JobMetrics records;
+  records.set_reported(100);
+  for (int step = 1; step <= 100; step += 33) {
+    auto* rec = records.add_records();
+    rec->set_step(step);
+    (*rec->mutable_values())["step_s"] = 0.05 * step;
+    (*rec->mutable_values())["compute_s"] = 0.04 * step;
+    (*rec->mutable_values())["data_s"] = 0;  // never above 0: not plotted
+  }
+  Page p = JobPage(MakeJob(12, hai::RUNNING, "t"), "", nullptr, "", 0, &steps, &records);
+  EXPECT_NE(p.body.find("0.20 s a step over 2 ranks, 4.00× its best this run (50.0 ms)"),
+            std::string::npos)
+      << p.body;
+  EXPECT_NE(p.body.find("id=\"step-finding\" class=\"error\">since 10:00:00 UTC steps are 4.0x "
+                        "slower: compute on n1 &amp; co"),
+            std::string::npos);
+  EXPECT_NE(p.body.find("<td>n&lt;0&gt;</td>"), std::string::npos);
+  EXPECT_NE(p.body.find("0.0 ms (arrives last)"), std::string::npos);  // rank 1 waits 0
+  EXPECT_NE(p.body.find("<td>0.15 s</td>"), std::string::npos);        // rank 0 waits 0.15 s
+  const size_t plot = p.body.find("id=\"step-plot\"");
+  ASSERT_NE(plot, std::string::npos);
+  EXPECT_NE(p.body.find("<title>step_s</title>", plot), std::string::npos);
+  EXPECT_NE(p.body.find("<title>compute_s</title>", plot), std::string::npos);
+  EXPECT_EQ(p.body.find("<title>data_s</title>", plot), std::string::npos);
+  EXPECT_NE(p.body.find("rank 1 (the latest): seconds a step, 4 of 100 steps"), std::string::npos);
+  // Nothing found: said so. Nothing recorded: no section.
+  steps.mutable_finding()->set_cause(hai::SLOW_NONE);
+  steps.mutable_finding()->set_rank(-1);
+  EXPECT_NE(JobPage(MakeJob(12, hai::RUNNING, "t"), "", nullptr, "", 0, &steps, nullptr)
+                .body.find("No rank makes the others wait now."),
+            std::string::npos);
+  hai::JobSteps none;
+  EXPECT_EQ(JobPage(MakeJob(12, hai::RUNNING, "t"), "", nullptr, "", 0, &none, nullptr)
+                .body.find("id=\"steps\""),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace ff::platform::web

@@ -37,11 +37,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-# Reports six losses and a learning rate (hai_job.report), prints a line to escape, then waits.
+# Reports six losses and a learning rate (hai_job.report), prints a line to escape, then records
+# steps (hai_job.record_steps) until stopped: 24 ms each, except that rank 1's data loading takes
+# 0.1 s a step from its 30th on.
 LOSS_JOB = (f"{sys.executable} -c 'import hai_job\n"
             "for i in range(1, 7): hai_job.report(i, loss=20 - 3 * i + 0.25, lr=1e-3 / i)\n"
             "print(\"step 6 reported\")'; "
-            "echo 'done <for now> & waiting'; sleep 600")
+            "echo 'done <for now> & waiting'; "
+            f"exec {sys.executable} -c 'import hai_job, os, time\n"
+            "hai_job.record_steps(optimizer_hook=False, data_loader=False)\n"
+            "slow = os.environ[\"RANK\"] == \"1\"\n"
+            "for i in range(1, 30000):\n"
+            "    with hai_job.phase(\"data\"): time.sleep(0.1 if slow and i > 30 else 0.004)\n"
+            "    time.sleep(0.02)\n"
+            "    hai_job.step_done()'")
 PLATFORM_PYTHON = os.path.join(os.path.dirname(os.path.dirname(HERE)), "platform", "python")
 
 
@@ -67,7 +76,8 @@ def stack(tmp_path_factory):
             s.url = "http://" + web.start().ready["http"]
             s.metrics = "http://" + web.ready["metrics"] + "/metrics"
             s.other = json.loads(hai.hai("admin", "user", "add", "other", "--json", token=hai.admin))["token"]
-            s.running = int(hai.submit("--name", "lossy", "--nodes", "1", "--env", f"PYTHONPATH={PLATFORM_PYTHON}",
+            s.running = int(hai.submit("--name", "lossy", "--nodes", "1", "--procs-per-node", "2",
+                                       "--env", f"PYTHONPATH={PLATFORM_PYTHON}",
                                        "--", "sh", "-c", LOSS_JOB))
             s.done = int(hai.submit("--name", "quick", "--nodes", "1", "--", "true"))
             hai.wait_state(s.running, "RUNNING")
@@ -256,6 +266,26 @@ def test_a_job_page_has_runs_exit_codes_log_and_reported_metrics(stack, browser)
     curve = browser.find_element(By.CSS_SELECTOR, "#metric-loss svg polyline")
     assert len(curve.get_attribute("points").split()) == 6
     assert "loss: 6 points, step 1 to 6, last 2.25" in browser.find_element(By.ID, "metric-loss").text
+    # Its steps (hai_job.record_steps): rank 1's data loading slowed, named as `hai top` names it,
+    # each rank's last steps, and a plot of rank 1's step time and phases.
+    deadline = time.monotonic() + 40
+    while True:
+        found = browser.find_elements(By.ID, "step-finding")
+        if found and "data loading on" in found[0].text:
+            break
+        assert time.monotonic() < deadline, (found[0].text if found else "no Steps section",
+                                             stack.hai.hai("top", str(stack.running)))
+        time.sleep(1)
+        browser.get(stack.url + f"/jobs/{stack.running}")
+    top = json.loads(stack.hai.hai("top", str(stack.running), "--json"))
+    assert top["finding"]["cause"] == "SLOW_DATA" and top["finding"]["rank"] == 1, top
+    assert top["finding"]["node"] in found[0].text
+    rows = browser.find_elements(By.CSS_SELECTOR, "#step-ranks tbody tr")
+    assert len(rows) == 2 and all(top["finding"]["node"] in r.text for r in rows)
+    lines = browser.find_elements(By.CSS_SELECTOR, "#step-plot svg polyline")
+    titles = [line.find_element(By.TAG_NAME, "title").get_attribute("textContent") for line in lines]
+    assert titles[0] == "step_s" and "data_s" in titles, titles
+    assert "rank 1 (the latest)" in browser.find_element(By.ID, "step-plot").text
     look_at(browser, "job_running")
 
     browser.get(stack.url + f"/jobs/{stack.done}")

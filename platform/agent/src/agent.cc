@@ -430,7 +430,9 @@ grpc::Status Agent::ReadMetrics(grpc::ServerContext* ctx, const hai::ReadMetrics
     // At least two lines' worth, so that a reader always gets past a line too long to keep.
     FF_ASSIGN_OR_RETURN(
         FileRead read,
-        ReadFileAt(MetricsPath(req->job_id(), req->rank()), req->offset(),
+        ReadFileAt(req->steps() ? StepsPath(req->job_id(), req->rank())
+                                : MetricsPath(req->job_id(), req->rank()),
+                   req->offset(),
                    std::clamp<int64_t>(req->max_bytes(), 2 * kMaxMetricLine, 4 << 20)));
     MetricLines lines = ParseMetricLines(read.data);
     for (auto& r : lines.records)

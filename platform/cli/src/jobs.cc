@@ -437,6 +437,7 @@ struct MetricsArgs {
   std::string job;
   int rank = 0;
   int points = 0;  // 0: 20 in a table, 2000 with --json
+  bool steps = false;
 };
 
 int ShowMetrics(const MetricsArgs& a, const Globals& g, Client& client) {
@@ -445,6 +446,7 @@ int ShowMetrics(const MetricsArgs& a, const Globals& g, Client& client) {
   req.set_rank(a.rank);
   if (a.points < 0 || a.points > 100000) Die("--points is 1..100000", 2);
   req.set_max_points(a.points > 0 ? a.points : g.json ? 2000 : 20);
+  req.set_steps(a.steps);
   hai::JobMetrics m;
   client.Call("ReadMetrics", [&](grpc::ClientContext* c, hai::Hai::Stub& stub) {
     return stub.ReadMetrics(c, req, &m);
@@ -464,7 +466,10 @@ int ShowMetrics(const MetricsArgs& a, const Globals& g, Client& client) {
   for (const auto& node : m.unreachable())
     std::printf("(node %s did not answer: its records are missing)\n", node.c_str());
   if (records.empty()) {
-    std::printf("(nothing reported: a job reports with hai_job.report(step, loss=...))\n");
+    std::printf(a.steps
+                    ? "(no step recorded: haiscale, the hfreduce backend or "
+                      "hai_job.record_steps() record them)\n"
+                    : "(nothing reported: a job reports with hai_job.report(step, loss=...))\n");
     return 0;
   }
   const std::vector<std::string> names = MetricNames(records);
@@ -560,6 +565,9 @@ void AddJobCommands(CLI::App& app, std::vector<Command>& out) {
   metrics->add_option("--points", mt->points,
                       "At most this many records, spread over the run (default 20; 2000 with "
                       "--json); the last one is always among them");
+  metrics->add_flag("--steps", mt->steps,
+                    "The rank's step records instead (step time, compute, time in collectives, "
+                    "data loading, checkpoints: what hai top summarises)");
   out.push_back({metrics, [mt](const Globals& g, Client& c) { return ShowMetrics(*mt, g, c); }});
 
   auto tp = std::make_shared<TopArgs>();

@@ -339,6 +339,7 @@ grpc::Status HaiServer::ReadMetrics(grpc::ServerContext* ctx, const hai::Metrics
       r.set_job_id(req->id());
       r.set_rank(req->rank());
       r.set_max_bytes(4 << 20);
+      r.set_steps(req->steps());
       for (;;) {
         hai::ReadMetricsResponse chunk;
         Status st = CallRpc("hai-agent ReadMetrics", CallOptions::Idempotent(),

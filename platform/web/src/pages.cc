@@ -225,10 +225,86 @@ std::string MetricsSection(const hai::JobMetrics* metrics, std::string_view erro
   return out + "</div>";
 }
 
+std::string StepSeconds(double s) {
+  char buf[32];
+  if (s >= 10) {
+    std::snprintf(buf, sizeof buf, "%.0f s", s);
+  } else if (s >= 0.1) {
+    std::snprintf(buf, sizeof buf, "%.2f s", s);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f ms", s * 1000);
+  }
+  return buf;
+}
+
+// A running job's steps (hai top's view): why they are slow now, each rank's last steps with the
+// one the others wait for marked, and one rank's step time and phases over the run.
+std::string StepsSection(const hai::JobSteps* steps, const hai::JobMetrics* records) {
+  if (steps == nullptr || steps->ranks().empty()) return "";
+  std::string out = "<h2>Steps</h2><div id=\"steps\"><p id=\"step-summary\">" +
+                    StepSeconds(steps->step_s()) + " a step over " +
+                    std::to_string(steps->ranks_size()) + " ranks";
+  if (steps->baseline_s() > 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, ", %.2f× its best this run (",
+                  steps->step_s() / steps->baseline_s());
+    out += buf + StepSeconds(steps->baseline_s()) + ")";
+  }
+  out += "</p>";
+  const hai::StepFinding& f = steps->finding();
+  if (f.cause() != hai::SLOW_NONE) {
+    out += "<p id=\"step-finding\" class=\"error\">" + Escape(f.text()) + "</p>";
+  } else {
+    out += "<p id=\"step-finding\" class=\"empty\">No rank makes the others wait now.</p>";
+  }
+  double least = -1;
+  int last = -1;
+  for (const hai::StepSummary& r : steps->ranks()) {
+    if (r.collectives() > 0 && (least < 0 || r.comm_s() < least)) {
+      least = r.comm_s();
+      last = r.rank();
+    }
+  }
+  out +=
+      "<table id=\"step-ranks\"><thead><tr><th>Node</th><th>Rank</th><th>Step</th>"
+      "<th>Step time</th><th>Compute</th><th>In collectives</th><th>Waiting</th><th>Data</th>"
+      "<th>Checkpoint</th></tr></thead><tbody>";
+  for (const hai::StepSummary& r : steps->ranks()) {
+    const bool late = r.rank() == last && steps->ranks_size() > 1;
+    out += std::string("<tr") + (late ? " class=\"wait\"" : "") + "><td>" + Escape(r.node()) +
+           "</td><td>" + std::to_string(r.rank()) + "</td><td>" + std::to_string(r.last_step()) +
+           "</td><td>" + StepSeconds(r.step_s()) + "</td><td>" + StepSeconds(r.compute_s()) +
+           "</td><td>" + StepSeconds(r.comm_s()) + "</td><td>" +
+           (least >= 0 ? StepSeconds(r.comm_s() - least) : "-") + (late ? " (arrives last)" : "") +
+           "</td><td>" + StepSeconds(r.data_s()) + "</td><td>" + StepSeconds(r.ckpt_s()) +
+           "</td></tr>";
+  }
+  out += "</tbody></table>";
+  if (records != nullptr && !records->records().empty()) {
+    std::vector<hai::MetricRecord> rs(records->records().begin(), records->records().end());
+    std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> series;
+    for (const char* name : {"step_s", "compute_s", "comm_s", "data_s", "ckpt_s"}) {
+      auto points = MetricSeries(rs, name);
+      bool any = false;
+      for (const auto& [x, y] : points)
+        any = any || y > 0;
+      if (any || std::string(name) == "step_s") series.emplace_back(name, std::move(points));
+    }
+    const int rank = f.cause() != hai::SLOW_NONE && f.rank() >= 0 ? f.rank() : 0;
+    out += "<figure class=\"metric\" id=\"step-plot\">" +
+           SeriesSvg("rank " + std::to_string(rank) + "'s step time and its phases", series) +
+           "<figcaption>rank " + std::to_string(rank) + (rank == f.rank() ? " (the latest)" : "") +
+           ": seconds a step, " + std::to_string(rs.size()) + " of " +
+           std::to_string(records->reported()) + " steps</figcaption></figure>";
+  }
+  return out + "</div>";
+}
+
 }  // namespace
 
 Page JobPage(const hai::Job& job, std::string_view log_tail, const hai::JobMetrics* metrics,
-             std::string_view metrics_error, int64_t now_ms) {
+             std::string_view metrics_error, int64_t now_ms, const hai::JobSteps* steps,
+             const hai::JobMetrics* step_records) {
   Page p;
   p.title = "Job " + std::to_string(job.id()) + ": " + job.spec().name();
   const hai::JobSpec& s = job.spec();
@@ -333,6 +409,7 @@ Page JobPage(const hai::Job& job, std::string_view log_tail, const hai::JobMetri
     }
   }
 
+  p.body += StepsSection(steps, step_records);
   p.body += MetricsSection(metrics, metrics_error);
   p.body += "<h2>Rank 0's log (the end)</h2>";
   if (log_tail.empty()) {
@@ -494,16 +571,30 @@ Page ErrorPage(int status, std::string_view message) {
 
 std::string MetricSvg(std::string_view name,
                       const std::vector<std::pair<int64_t, double>>& points) {
-  if (points.empty()) return "";
-  constexpr double kW = 640, kH = 280, kLeft = 60, kRight = 16, kTop = 12, kBottom = 36;
-  int64_t x0 = points.front().first, x1 = points.front().first;
-  double y0 = points.front().second, y1 = points.front().second;
-  for (auto [x, y] : points) {
-    x0 = std::min(x0, x);
-    x1 = std::max(x1, x);
-    y0 = std::min(y0, y);
-    y1 = std::max(y1, y);
+  return SeriesSvg(name, {{std::string(name), points}});
+}
+
+std::string SeriesSvg(
+    std::string_view title,
+    const std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>& series) {
+  bool any = false;
+  int64_t x0 = 0, x1 = 0;
+  double y0 = 0, y1 = 0;
+  for (const auto& [name, points] : series) {
+    for (auto [x, y] : points) {
+      if (!any) {
+        x0 = x1 = x;
+        y0 = y1 = y;
+        any = true;
+      }
+      x0 = std::min(x0, x);
+      x1 = std::max(x1, x);
+      y0 = std::min(y0, y);
+      y1 = std::max(y1, y);
+    }
   }
+  if (!any) return "";
+  constexpr double kW = 640, kH = 280, kLeft = 60, kRight = 16, kTop = 12, kBottom = 36;
   if (x1 == x0) x1 = x0 + 1;
   if (y1 - y0 < 1e-9) {
     y0 -= 0.5;
@@ -514,16 +605,11 @@ std::string MetricSvg(std::string_view name,
   y1 += pad;
   auto px = [&](double x) { return kLeft + (x - x0) / double(x1 - x0) * (kW - kLeft - kRight); };
   auto py = [&](double y) { return kTop + (y1 - y) / (y1 - y0) * (kH - kTop - kBottom); };
-  char buf[96];
-  std::string path;
-  for (auto [x, y] : points) {
-    std::snprintf(buf, sizeof buf, "%s%.1f,%.1f", path.empty() ? "" : " ", px(double(x)), py(y));
-    path += buf;
-  }
+  char buf[128];
   std::string svg =
       "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 640 280\" "
       "width=\"640\" height=\"280\" role=\"img\" aria-label=\"" +
-      Escape(name) +
+      Escape(title) +
       " by step\">"
       "<rect x=\"60\" y=\"12\" width=\"564\" height=\"232\" class=\"plot\"/>";
   for (int i = 0; i <= 4; ++i) {
@@ -538,8 +624,22 @@ std::string MetricSvg(std::string_view name,
   std::snprintf(buf, sizeof buf, "<text x=\"624\" y=\"262\" text-anchor=\"end\">step %lld</text>",
                 static_cast<long long>(x1));
   svg += buf;
-  svg += "<polyline class=\"curve\" fill=\"none\" points=\"" + path + "\"/></svg>";
-  return svg;
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    std::string path;
+    for (auto [x, y] : series[i].second) {
+      std::snprintf(buf, sizeof buf, "%s%.1f,%.1f", path.empty() ? "" : " ", px(double(x)), py(y));
+      path += buf;
+    }
+    const std::string cls = "curve s" + std::to_string(i);
+    svg += "<polyline class=\"" + cls + "\" fill=\"none\" points=\"" + path + "\"><title>" +
+           Escape(series[i].first) + "</title></polyline>";
+    if (series.size() > 1) {  // a legend: the series' names along the top
+      std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"278\" class=\"%s\">",
+                    kLeft + 110.0 * static_cast<double>(i), cls.c_str());
+      svg += buf + Escape(series[i].first) + "</text>";
+    }
+  }
+  return svg + "</svg>";
 }
 
 }  // namespace ff::platform::web

@@ -36,8 +36,12 @@ Page JobsPage(const std::vector<hai::Job>& jobs, bool all_users, bool admin, int
 // "/jobs/ID": one job: spec, state, why it waits and its history, every run (nodes, exit codes,
 // how it ended), rank 0's log tail and a plot of each training metric rank 0 reported
 // (hai_job.report), loss first. `metrics` is null when they could not be read (`metrics_error`).
+// A running job that records its steps also gets a "Steps" section (`steps`, hai top's view:
+// the finding now and each rank's last steps) with a plot of one rank's step time and phases
+// (`step_records`, that rank's step records: the straggler's, else rank 0's).
 Page JobPage(const hai::Job& job, std::string_view log_tail, const hai::JobMetrics* metrics,
-             std::string_view metrics_error, int64_t now_ms);
+             std::string_view metrics_error, int64_t now_ms, const hai::JobSteps* steps = nullptr,
+             const hai::JobMetrics* step_records = nullptr);
 // "/nodes": nodes drawn by zone and leaf switch, with state, health, drain and what runs where;
 // jobs in `visible` link to their pages, the others are counted, not named.
 Page NodesPage(const std::vector<hai::Node>& nodes, const std::set<int64_t>& visible,
@@ -49,5 +53,10 @@ Page ErrorPage(int status, std::string_view message);
 
 // A metric's series as an inline SVG line plot ("" without points).
 std::string MetricSvg(std::string_view name, const std::vector<std::pair<int64_t, double>>& points);
+// Several named series on one plot (polylines of classes "curve s0", "curve s1", ...; a legend
+// when more than one); "" without points.
+std::string SeriesSvg(
+    std::string_view title,
+    const std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>& series);
 
 }  // namespace ff::platform::web

@@ -51,6 +51,9 @@ pre { background: #111827; color: #e5e7eb; padding: 12px; overflow: auto; max-he
 .target { margin-right: 10px; white-space: nowrap; }
 svg { background: #fff; } svg text { font-size: 11px; fill: #4a5568; }
 svg .plot { fill: none; stroke: #d1d5db; } svg .curve { stroke: #2563eb; stroke-width: 1.6; }
+svg .s1 { stroke: #16a34a; fill: #16a34a; } svg .s2 { stroke: #d97706; fill: #d97706; }
+svg .s3 { stroke: #9333ea; fill: #9333ea; } svg .s4 { stroke: #dc2626; fill: #dc2626; }
+svg text.s0 { fill: #2563eb; }
 figure.metric { display: inline-block; margin: 0 16px 16px 0; vertical-align: top; }
 form input { font-family: ui-monospace, monospace; }
 )css";
@@ -349,7 +352,34 @@ void WebServer::Routes() {
               metrics_error = ms.message();
             }
           }
-          return JobPage(job, tail, metrics ? &*metrics : nullptr, metrics_error, NowMs());
+          // A running job's steps: hai top's view, and the step records of the rank it names
+          // (else rank 0). Best effort: a job that does not record them has no such section.
+          std::optional<hai::JobSteps> steps;
+          std::optional<hai::JobMetrics> step_records;
+          if (job.state() == hai::RUNNING) {
+            hai::JobStepsRequest sr;
+            sr.set_id(job.id());
+            hai::JobSteps js;
+            if (hai.Call("Steps", CallOptions::Idempotent(),
+                         [&](auto* c, auto& stub) { return stub.Steps(c, sr, &js); })
+                    .ok() &&
+                js.ranks_size() > 0) {
+              hai::MetricsRequest mr;
+              mr.set_id(job.id());
+              mr.set_rank(js.finding().rank() >= 0 ? js.finding().rank() : 0);
+              mr.set_max_points(300);
+              mr.set_steps(true);
+              hai::JobMetrics m;
+              if (hai.Call("ReadMetrics", CallOptions::Idempotent(),
+                           [&](auto* c, auto& stub) { return stub.ReadMetrics(c, mr, &m); })
+                      .ok()) {
+                step_records = std::move(m);
+              }
+              steps = std::move(js);
+            }
+          }
+          return JobPage(job, tail, metrics ? &*metrics : nullptr, metrics_error, NowMs(),
+                         steps ? &*steps : nullptr, step_records ? &*step_records : nullptr);
         }));
 
   s.Get("/nodes", page("nodes", [](HaiClient& hai, const hai::User& user, const httplib::Request&) {
