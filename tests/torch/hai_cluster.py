@@ -47,9 +47,11 @@ name = "A"
 
 
 class HaiCluster:
-    def __init__(self, directory, nodes=2, ha=False):
+    def __init__(self, directory, nodes=2, ha=False, server_options=None):
         """ha: two hai-servers on etcd (one member), a leader and a standby; `servers` lists
-        them, `address` is both (the CLI and the agents follow the leader)."""
+        them, `address` is both (the CLI and the agents follow the leader). server_options: more
+        [hai] keys."""
+        self.server_options = server_options or {}
         build = os.environ.get("FF_BUILD_DIR")
         if not build:
             raise RuntimeError("FF_BUILD_DIR (the CMake build directory) is not set")
@@ -73,6 +75,7 @@ class HaiCluster:
             options = dict(checkpoint_root=self._file("ckpt"), heartbeat_timeout_ms=5000,
                            heartbeat_interval_ms=200, schedule_interval_ms=200,
                            suspend_grace_ms=30000)
+            options.update(self.server_options)
             if self.ha:
                 etcd = etcd_members(self.dir, 1)
                 self.daemons.extend(etcd)

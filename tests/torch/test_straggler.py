@@ -15,6 +15,8 @@ import pytest
 from hai_cluster import HaiCluster
 from launch import HERE
 
+from ffdeploy.daemons import hai_health
+
 CGROUP_CPU = "/sys/fs/cgroup/cpu"
 DIAGNOSIS_S = 30  # a generous bound for a loaded 2-core machine; straggler-bench measures it
 
@@ -54,6 +56,12 @@ class CpuThrottle:
         except OSError:
             pass  # the process is gone
         os.rmdir(self.path)
+
+
+def _nodes(cluster):
+    nodes = json.loads(cluster.hai("nodes", "--json"))
+    nodes = nodes.get("nodes", nodes) if isinstance(nodes, dict) else nodes
+    return {n["name"]: n for n in nodes}
 
 
 def _submit(cluster, out, extra_work=None):
@@ -139,10 +147,9 @@ def test_a_throttled_node_and_a_slow_loader_are_named_with_their_cause(cluster):
         assert "slow steps: since" in show and "compute on A-leaf-n01" in show, show
         top = cluster.hai("top", str(job), "--once")
         assert "arrives last" in top and "A-leaf-n01" in top, top
-        nodes = json.loads(cluster.hai("nodes", "--json"))
-        nodes = nodes.get("nodes", nodes) if isinstance(nodes, dict) else nodes
-        n01 = next(n for n in nodes if n["name"] == "A-leaf-n01")
+        n01 = _nodes(cluster)["A-leaf-n01"]
         assert any(e["job_id"] == str(job) for e in n01["events"]), n01
+        assert not n01["suspect"] and not n01["drained"], n01  # once is not a suspect
     finally:
         throttle.release()
     _wait_cleared(cluster, job)
@@ -174,3 +181,59 @@ def test_an_uneven_but_healthy_job_is_not_a_straggler(cluster):
     _stop(cluster, job, out)
     events = [e["text"] for e in cluster.show(job)["runs"][-1]["events"]]
     assert not any("slower" in e for e in events), events
+
+
+def test_a_node_every_job_waits_for_is_suspect_drained_and_undrained_by_its_validators():
+    """With straggler_suspect_findings = 2 and straggler_drain: the second finding naming n01
+    makes it suspect and drains it (its job keeps running: a gang is not evicted); a report of its
+    hai-health whose validators ran after the drain lifts it."""
+    if os.geteuid() != 0 or not os.access(CGROUP_CPU, os.W_OK):
+        pytest.fail(f"the straggler tests throttle a rank with a cgroup: run as root with "
+                    f"{CGROUP_CPU} writable")
+    with tempfile.TemporaryDirectory() as tmp, \
+            HaiCluster(tmp, nodes=2, server_options=dict(straggler_suspect_findings=2,
+                                                         straggler_drain=True)) as cluster:
+        out = os.path.join(tmp, "out")
+        os.makedirs(out)
+        job = _submit(cluster, out)
+        _healthy_for(cluster, job, 6)
+        pid = _pid(out, 1)
+        for time_ in (1, 2):
+            throttle = CpuThrottle(pid, 0.2)
+            try:
+                _wait_finding(cluster, job, "SLOW_COMPUTE", "A-leaf-n01")
+                if time_ == 1:
+                    assert not _nodes(cluster)["A-leaf-n01"]["suspect"]
+            finally:
+                throttle.release()
+            _wait_cleared(cluster, job)
+        n01 = _nodes(cluster)["A-leaf-n01"]
+        assert n01["suspect"] and n01["drained"] and n01["drained_by"] == "hai-straggler", n01
+        assert "named the straggler 2 times" in n01["suspect_reason"], n01
+        assert "straggler: named the straggler 2 times" in n01["drain_reason"], n01
+        assert any(e["text"].startswith("suspect: ") for e in n01["events"]), n01
+        assert "suspect" in cluster.hai("nodes", "--health")
+        assert not _nodes(cluster)["A-leaf-n00"]["drained"]
+        assert cluster.show(job)["state"] == "RUNNING"  # a gang job stays where it is
+        _stop(cluster, job, out)
+
+        # Its validators pass after the drain: undrained, no longer suspect.
+        kmsg = os.path.join(tmp, "kmsg")
+        with open(kmsg, "w") as f:
+            f.write("6,1,100,-;Linux version 6.1.0\n")
+        health = hai_health(cluster.bin, tmp, "A-leaf-n01", cluster.address,
+                            os.path.join(tmp, "agent.token"), interval_ms=200,
+                            validator_interval_s=1, kernel_log=kmsg, min_free_disk_mib=0,
+                            min_available_memory_mib=0, memory_bandwidth_mib=16,
+                            allreduce_mib=1)
+        health.start()
+        try:
+            deadline = time.monotonic() + 60
+            while _nodes(cluster)["A-leaf-n01"]["drained"]:
+                assert time.monotonic() < deadline, (_nodes(cluster)["A-leaf-n01"],
+                                                     health.log_tail(2000))
+                time.sleep(0.3)
+            n01 = _nodes(cluster)["A-leaf-n01"]
+            assert not n01["suspect"] and not n01["drained_by"], n01
+        finally:
+            health.stop()

@@ -15,6 +15,8 @@ std::string NodeState(const hai::Node& n) {
     s += ", drained";
     if (!n.drained_by().empty()) s += " by " + n.drained_by();
     s += ": " + n.drain_reason();
+  } else if (n.suspect()) {
+    s += ", suspect (a straggler): " + n.suspect_reason();
   }
   return s;
 }
@@ -52,6 +54,9 @@ int Nodes(const NodesArgs& a, const Globals& g, Client& client) {
       for (const hai::HealthCheck& c : n.health())
         std::printf("  %-18s %-4s %s\n", c.name().c_str(), c.ok() ? "ok" : "FAIL",
                     c.message().c_str());
+      if (n.suspect()) std::printf("  suspect: %s\n", n.suspect_reason().c_str());
+      for (const hai::NodeEvent& e : n.events())
+        std::printf("  %s  %s\n", Clock(e.time_ms()).c_str(), e.text().c_str());
     }
   } else if (a.tree) {
     std::string zone, leaf;

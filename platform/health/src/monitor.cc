@@ -181,6 +181,11 @@ std::vector<CheckResult> HealthMonitor::RunOnce(bool validators) {
         ->Gauge("hai_health_allreduce_gbps",
                 "HFReduce loopback allreduce rate of the last validation (2 local ranks)")
         .Set(gbps);
+    const int64_t ran_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    for (CheckResult& v : last_validators_)
+      v.time_ms = ran_ms;
   }
   checks.insert(checks.end(), last_validators_.begin(), last_validators_.end());
 
@@ -203,6 +208,7 @@ Status HealthMonitor::Report(const std::vector<CheckResult>& checks) {
     out->set_name(c.name);
     out->set_ok(c.ok);
     out->set_message(c.message.substr(0, 1024));
+    out->set_time_ms(c.time_ms);
   }
   hai::HealthReportResponse resp;
   Status st = server_->Call("ReportHealth", CallOptions::Idempotent(),

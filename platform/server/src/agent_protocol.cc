@@ -99,8 +99,28 @@ grpc::Status HaiServer::ReportHealth(grpc::ServerContext* ctx, const hai::Health
     hai::Node& current = it->second.record;
     current.mutable_health()->CopyFrom(req->checks());
     current.set_health_report_ms(NowMs());
-    // Only a drain hai-health made itself is its to change: an admin's drain stands.
+    // Only a drain hai-health made itself is its to change: an admin's drain stands. A straggler
+    // drain is lifted by a validator that ran after it, with every check passing.
     const bool ours = current.drained() && current.drained_by() == kHealthDrainer;
+    const bool validated =
+        failing.empty() &&
+        std::any_of(req->checks().begin(), req->checks().end(), [&](const hai::HealthCheck& c) {
+          return (c.name() == "memory-bandwidth" || c.name() == "hfreduce-loopback") &&
+                 c.time_ms() > current.drained_ms();
+        });
+    if (current.drained() && current.drained_by() == kStragglerDrainer && validated) {
+      hai::Node record = current;
+      record.set_drained(false);
+      record.clear_drain_reason();
+      record.clear_drained_by();
+      record.set_suspect(false);
+      record.clear_suspect_reason();
+      FF_RETURN_IF_ERROR(store_->PutNode(record));
+      spdlog::info("node {} undrained: its validators passed after its straggler drain",
+                   req->node());
+      current = record;
+      it->second.straggler_findings.clear();
+    }
     std::string reason = failing.empty() ? "" : "health: " + failing;
     if (reason.size() > 1024) reason = reason.substr(0, 1021) + "...";
     hai::Node record = current;
@@ -108,6 +128,7 @@ grpc::Status HaiServer::ReportHealth(grpc::ServerContext* ctx, const hai::Health
       record.set_drained(true);
       record.set_drain_reason(reason);
       record.set_drained_by(kHealthDrainer);
+      record.set_drained_ms(NowMs());
     } else if (failing.empty() && ours) {
       record.set_drained(false);
       record.clear_drain_reason();

@@ -64,6 +64,11 @@ void HaiOptions::Bind(ConfigSection& s) {
   s.Optional("replacement_backoff_max_s", replacement_backoff_max_s);
   s.Check(replacement_backoff_max_s >= replacement_backoff_s, "replacement_backoff_max_s",
           "must be at least replacement_backoff_s");
+  s.Optional("straggler_suspect_findings", straggler_suspect_findings);
+  s.Check(straggler_suspect_findings >= 0, "straggler_suspect_findings", "must not be negative");
+  s.Optional("straggler_window_s", straggler_window_s);
+  s.Check(straggler_window_s >= 1, "straggler_window_s", "must be at least 1");
+  s.Optional("straggler_drain", straggler_drain);
 }
 
 scheduler::SchedulerOptions SchedulerOptionsOf(const HaiOptions& options) {

@@ -14,6 +14,7 @@
 #include "platform/lifecycle.h"
 #include "platform/server.h"
 #include "platform/tokens.h"
+#include "store.h"
 
 namespace ff::platform {
 namespace {
@@ -61,6 +62,7 @@ void HaiServer::DetectStragglers() {
   const int64_t now_ms = NowMs();
   std::vector<hai::Job*> changed;
   std::map<std::string, int> straggler_jobs;
+  std::vector<std::pair<std::string, int64_t>> stragglers;  // findings that began: node, job
   for (auto it = steps_.begin(); it != steps_.end();) {
     auto job = jobs_.find(it->first);
     const hai::Run* run = job == jobs_.end() ? nullptr : CurrentRun(job->second);
@@ -96,6 +98,7 @@ void HaiServer::DetectStragglers() {
           if (rec.events_size() > kNodeEvents)
             rec.mutable_events()->erase(rec.mutable_events()->begin());
         }
+        stragglers.emplace_back(c.finding.node(), j.id());
       }
     }
     const hai::StepFinding& now = steps.tracker->current();
@@ -111,6 +114,22 @@ void HaiServer::DetectStragglers() {
     }
     ++it;
   }
+  for (const auto& [node, job] : stragglers)
+    NoteStraggler(node, job, now_ms);
+  // Suspicion ages out with the findings behind it (a drained node waits for its validators).
+  const int64_t window_ms = options_.straggler_window_s * 1000;
+  for (auto& [name, node] : nodes_) {
+    while (!node.straggler_findings.empty() && node.straggler_findings.front() < now_ms - window_ms)
+      node.straggler_findings.pop_front();
+    hai::Node& rec = node.record;
+    if (rec.suspect() && !(rec.drained() && rec.drained_by() == kStragglerDrainer) &&
+        static_cast<int64_t>(node.straggler_findings.size()) <
+            options_.straggler_suspect_findings) {
+      rec.set_suspect(false);
+      rec.clear_suspect_reason();
+      spdlog::info("node {} is no longer suspect: fewer findings name it", name);
+    }
+  }
   if (metrics_) {
     for (const auto& [name, node] : nodes_) {
       auto n = straggler_jobs.find(name);
@@ -125,6 +144,56 @@ void HaiServer::DetectStragglers() {
   // The events are news, not decisions: one that cannot be written is logged, the job goes on.
   for (const hai::Job* job : jobs)
     (void)Save(*job);
+}
+
+void HaiServer::NoteStraggler(const std::string& name, int64_t job, int64_t now_ms) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return;
+  NodeRuntime& node = it->second;
+  node.straggler_findings.push_back(now_ms);
+  const int64_t window_ms = options_.straggler_window_s * 1000;
+  while (node.straggler_findings.front() < now_ms - window_ms)
+    node.straggler_findings.pop_front();
+  const int64_t named = static_cast<int64_t>(node.straggler_findings.size());
+  if (options_.straggler_suspect_findings == 0 || named < options_.straggler_suspect_findings ||
+      node.record.suspect()) {
+    return;
+  }
+  // The straggler of every job on it: a job there whose ranks do not wait for it (no finding,
+  // or one naming another node) says the node is fine and something else is slow.
+  for (const auto& [id, j] : jobs_) {
+    const hai::Run* run = CurrentRun(j);
+    if (run == nullptr ||
+        std::find(run->nodes().begin(), run->nodes().end(), name) == run->nodes().end()) {
+      continue;
+    }
+    auto steps = steps_.find(id);
+    if (steps == steps_.end() || steps->second.ranks.empty()) continue;  // records no steps
+    if (steps->second.tracker->current().node() != name) return;
+  }
+  std::string reason = "named the straggler " + std::to_string(named) + " times in " +
+                       std::to_string(options_.straggler_window_s) + " s, last by job " +
+                       std::to_string(job) +
+                       " (every job on it that records its steps waits for it)";
+  hai::Node& rec = node.record;
+  rec.set_suspect(true);
+  rec.set_suspect_reason(reason);
+  hai::NodeEvent* e = rec.add_events();
+  e->set_time_ms(now_ms);
+  e->set_job_id(job);
+  e->set_text("suspect: " + reason);
+  if (rec.events_size() > kNodeEvents) rec.mutable_events()->erase(rec.mutable_events()->begin());
+  spdlog::warn("node {} is suspect: {}", name, reason);
+  if (!options_.straggler_drain || rec.drained()) return;
+  hai::Node drained = rec;
+  drained.set_drained(true);
+  drained.set_drain_reason("straggler: " + reason);
+  drained.set_drained_by(kStragglerDrainer);
+  drained.set_drained_ms(now_ms);
+  if (Status st = MustPersist(store_->PutNode(drained), "node " + name); !st.ok()) return;
+  rec = drained;
+  spdlog::warn("node {} drained by {} until its validators pass", name, kStragglerDrainer);
+  (void)EvictReplicaGroups(name, rec.drain_reason());
 }
 
 grpc::Status HaiServer::Steps(grpc::ServerContext* ctx, const hai::JobStepsRequest* req,

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -78,6 +79,14 @@ struct HaiOptions {
   int64_t replacement_quick_failure_s = 60;
   int64_t replacement_backoff_s = 1;
   int64_t replacement_backoff_max_s = 64;
+  // Stragglers (step telemetry): a node named the straggler straggler_suspect_findings times within
+  // straggler_window_s, by every job on it that records its steps, is suspect (0: never); with
+  // straggler_drain it is also drained (drained_by "hai-straggler") until a report of its
+  // hai-health carries a validator (memory bandwidth, HFReduce loopback) that ran after the drain
+  // and every check passes.
+  int64_t straggler_suspect_findings = 3;
+  int64_t straggler_window_s = 3600;
+  bool straggler_drain = false;
 
   void Bind(ConfigSection& s);
 };
@@ -127,6 +136,8 @@ class HaiServer final : public hai::Hai::Service {
 
   // The drained_by of drains made by hai-health.
   static constexpr const char* kHealthDrainer = "hai-health";
+  // ... and of drains of suspect stragglers (HaiOptions::straggler_drain).
+  static constexpr const char* kStragglerDrainer = "hai-straggler";
 
   // One scheduling pass (lost nodes, then a round); the loop calls it, tests may too.
   void Tick();
@@ -141,6 +152,7 @@ class HaiServer final : public hai::Hai::Service {
     std::optional<std::chrono::steady_clock::time_point> probation_since;
     std::set<std::tuple<int64_t, int, int>> reported_running;  // (job, run, rank)
     uint64_t generation = 1;  // bumped whenever the node's work changes (long polls wake)
+    std::deque<int64_t> straggler_findings;  // when jobs' findings named it, within the window
   };
 
   HaiServer(const HaiOptions& options, scheduler::Topology topology, std::unique_ptr<Store> store,
@@ -211,6 +223,10 @@ class HaiServer final : public hai::Hai::Service {
   // job's run events and the straggler node's events.
   void TakeStepSummaries(const hai::HeartbeatRequest& req) FF_REQUIRES(mu_);
   void DetectStragglers() FF_REQUIRES(mu_);
+  // A finding of `job` named `node` the straggler: counted, and the node made suspect (and
+  // drained, with straggler_drain) when that is its straggler_suspect_findings-th in the window
+  // and every job on it that records steps names it now.
+  void NoteStraggler(const std::string& node, int64_t job, int64_t now_ms) FF_REQUIRES(mu_);
 
   const HaiOptions options_;
   const scheduler::Topology topology_;

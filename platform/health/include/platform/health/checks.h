@@ -19,6 +19,7 @@ struct CheckResult {
   std::string name;
   bool ok = true;
   std::string message;
+  int64_t time_ms = 0;  // validators: when it ran (a report repeats the last run's result)
 };
 
 // ---- kernel log -------------------------------------------------------------------------------
