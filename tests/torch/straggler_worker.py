@@ -3,13 +3,15 @@ haiscale DDP over hfreduce, real CPU work each step, batches from a torch DataLo
 does nothing for telemetry: haiscale records every step ($HAI_STEPS_FILE) by itself.
 
 Faults come from outside (the test throttles a rank's CPU with a cgroup), or from files in
-`out_dir` the test writes: `slow-data.<rank>` makes that rank's data loader take the seconds the
+`out_dir` the test writes. It takes part in the suspend protocol (hai_job), every rank leaving at
+the same step. Files: `slow-data.<rank>` makes that rank's data loader take the seconds the
 file holds per batch; `stop` ends the training at the next step.
 """
 
 import os
 import time
 
+import hai_job
 import torch
 import torch.distributed as dist
 
@@ -35,9 +37,14 @@ class _Batches(torch.utils.data.Dataset):
         return torch.randn(DIM, generator=g), torch.randn(1, generator=g)
 
 
-def train(out_dir, extra_work=None, max_s=300):
-    """Trains until out_dir/stop appears (or max_s). extra_work: {rank: n}: that rank does n more
-    matrix products a step from the start (a heavier pipeline stage: uneven, but healthy)."""
+def train(out_dir, extra_work=None, max_s=300, steps=0, telemetry=True):
+    """Trains until out_dir/stop appears (or max_s, or `steps` steps when > 0). extra_work:
+    {rank: n}: that rank does n more matrix products a step from the start (a heavier pipeline
+    stage: uneven, but healthy). telemetry=False: steps are not recorded (the bench's "off").
+    Returns the steps done and the mean step time after the first 20."""
+    if not telemetry:
+        os.environ.pop("HAI_STEPS_FILE", None)
+    hai_job.install_suspend_handler()
     dist.init_process_group("hfreduce")
     rank = dist.get_rank()
     with open(os.path.join(out_dir, f"pid.{rank}"), "w") as f:
@@ -50,13 +57,17 @@ def train(out_dir, extra_work=None, max_s=300):
     work = torch.randn(256, 256)
     extra = int((extra_work or {}).get(str(rank), 0))
     stop = os.path.join(out_dir, "stop")
-    began, steps = time.monotonic(), 0
+    began, done_steps, times = time.monotonic(), 0, []
     while True:
         # Every rank stops at the same step: one that left early would fail the others' last
         # collective.
-        done = torch.tensor([float(os.path.exists(stop) or time.monotonic() - began > max_s)])
+        done = torch.tensor([float(os.path.exists(stop) or time.monotonic() - began > max_s
+                                   or 0 < steps <= done_steps), float(hai_job.should_suspend())])
         dist.all_reduce(done, op=dist.ReduceOp.MAX)
-        if done.item():
+        if done[1]:  # asked to make room (no state worth a checkpoint): leave, to be requeued
+            dist.destroy_process_group()
+            hai_job.suspend_now()
+        if done[0]:
             break
         x, y = next(loader)
         for _ in range(60 + extra):  # the step's compute: what a throttled CPU slows
@@ -65,6 +76,9 @@ def train(out_dir, extra_work=None, max_s=300):
         loss.backward()
         opt.step()
         opt.zero_grad()
-        steps += 1
+        done_steps += 1
+        times.append(time.perf_counter())
     dist.destroy_process_group()
-    return {"rank": rank, "steps": steps}
+    timed = times[20:]
+    mean = (timed[-1] - timed[0]) / (len(timed) - 1) if len(timed) > 1 else 0.0
+    return {"rank": rank, "steps": done_steps, "step_s": mean}

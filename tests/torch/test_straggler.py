@@ -64,12 +64,12 @@ def _nodes(cluster):
     return {n["name"]: n for n in nodes}
 
 
-def _submit(cluster, out, extra_work=None):
+def _submit(cluster, out, extra_work=None, hai_args=()):
     args = [out] + ([extra_work] if extra_work else [])
     command = (f"{sys.executable} {os.path.join(HERE, 'rank_runner.py')} "
                f"straggler_worker:train '{json.dumps(args)}'")
     job = cluster.submit("--nodes", "2", "--gpus-per-node", "1", "--env", "OMP_NUM_THREADS=1",
-                         "--", command)
+                         *hai_args, "--", command)
     cluster.wait_state(job, "RUNNING")
     return job
 
@@ -214,7 +214,10 @@ def test_a_node_every_job_waits_for_is_suspect_drained_and_undrained_by_its_vali
         assert any(e["text"].startswith("suspect: ") for e in n01["events"]), n01
         assert "suspect" in cluster.hai("nodes", "--health")
         assert not _nodes(cluster)["A-leaf-n00"]["drained"]
-        assert cluster.show(job)["state"] == "RUNNING"  # a gang job stays where it is
+        assert cluster.show(job)["state"] == "RUNNING"  # a gang job stays where it is, told why
+        events = [e["text"] for e in cluster.show(job)["runs"][0]["events"]]
+        assert any("node A-leaf-n01 is drained as a straggler: the job stays "
+                   "(hai-server's straggler_requeue_gangs is off)" in e for e in events), events
         _stop(cluster, job, out)
 
         # Its validators pass after the drain: undrained, no longer suspect.
@@ -237,3 +240,38 @@ def test_a_node_every_job_waits_for_is_suspect_drained_and_undrained_by_its_vali
             assert not n01["suspect"] and not n01["drained_by"], n01
         finally:
             health.stop()
+
+
+def test_a_gang_job_on_a_drained_straggler_is_requeued_elsewhere_when_it_pays():
+    """straggler_requeue_gangs: the job (an hour to run, by --time) would save far more than a
+    restart costs, so when its straggler node is drained it is suspended and requeued, and its
+    next run avoids the node."""
+    if os.geteuid() != 0 or not os.access(CGROUP_CPU, os.W_OK):
+        pytest.fail(f"the straggler tests throttle a rank with a cgroup: run as root with "
+                    f"{CGROUP_CPU} writable")
+    options = dict(straggler_suspect_findings=1, straggler_drain=True,
+                   straggler_requeue_gangs=True, straggler_requeue_cost_s=1)
+    with tempfile.TemporaryDirectory() as tmp, \
+            HaiCluster(tmp, nodes=3, server_options=options) as cluster:
+        out = os.path.join(tmp, "out")
+        os.makedirs(out)
+        job = _submit(cluster, out, hai_args=("--time", "1h"))
+        _healthy_for(cluster, job, 6)
+        slow = cluster.show(job)["runs"][0]["nodes"][1]  # rank 1's node
+        throttle = CpuThrottle(_pid(out, 1), 0.2)
+        try:
+            _wait_finding(cluster, job, "SLOW_COMPUTE", slow)
+            deadline = time.monotonic() + 60
+            while len(cluster.show(job)["runs"]) < 2 or cluster.show(job)["state"] != "RUNNING":
+                assert time.monotonic() < deadline, cluster.hai("show", str(job))
+                time.sleep(0.3)
+        finally:
+            throttle.release()
+        runs = cluster.show(job)["runs"]
+        assert runs[0]["end_reason"] == "suspended", runs[0]
+        assert slow not in runs[1]["nodes"], runs
+        assert _nodes(cluster)[slow]["drained_by"] == "hai-straggler"
+        events = [e["text"] for e in runs[0]["events"]]
+        assert any(f"node {slow} is drained as a straggler: suspended to be requeued elsewhere"
+                   in e for e in events), events
+        _stop(cluster, job, out)

@@ -69,6 +69,9 @@ void HaiOptions::Bind(ConfigSection& s) {
   s.Optional("straggler_window_s", straggler_window_s);
   s.Check(straggler_window_s >= 1, "straggler_window_s", "must be at least 1");
   s.Optional("straggler_drain", straggler_drain);
+  s.Optional("straggler_requeue_gangs", straggler_requeue_gangs);
+  s.Optional("straggler_requeue_cost_s", straggler_requeue_cost_s);
+  s.Check(straggler_requeue_cost_s >= 0, "straggler_requeue_cost_s", "must not be negative");
 }
 
 scheduler::SchedulerOptions SchedulerOptionsOf(const HaiOptions& options) {

@@ -12,6 +12,7 @@
 #include "common/rpc_server.h"
 #include "common/rpc_status.h"
 #include "platform/lifecycle.h"
+#include "platform/runs.h"
 #include "platform/server.h"
 #include "platform/tokens.h"
 #include "store.h"
@@ -194,6 +195,58 @@ void HaiServer::NoteStraggler(const std::string& name, int64_t job, int64_t now_
   rec = drained;
   spdlog::warn("node {} drained by {} until its validators pass", name, kStragglerDrainer);
   (void)EvictReplicaGroups(name, rec.drain_reason());
+  RequeueGangsOff(name, now_ms);
+}
+
+void HaiServer::RequeueGangsOff(const std::string& name, int64_t now_ms) {
+  for (auto& [id, job] : jobs_) {
+    const hai::Run* run = CurrentRun(job);
+    if (run == nullptr || job.state() != hai::RUNNING || FaultTolerant(job.spec()) ||
+        std::find(run->nodes().begin(), run->nodes().end(), name) == run->nodes().end()) {
+      continue;
+    }
+    // What it would save: the rest of its run at the speed it would have without the straggler.
+    double slowdown = 1;
+    if (auto steps = steps_.find(id);
+        steps != steps_.end() && steps->second.tracker && steps->second.tracker->baseline_s() > 0) {
+      slowdown =
+          std::max(1.0, steps->second.tracker->step_s() / steps->second.tracker->baseline_s());
+    }
+    int64_t ran_ms = 0;
+    for (const hai::Run& r : job.runs())
+      ran_ms += (r.end_ms() > 0 ? r.end_ms() : now_ms) - r.start_ms();
+    const int64_t left_s = job.spec().expected_runtime_s() - ran_ms / 1000;
+    const double saves_s = static_cast<double>(left_s) * (1 - 1 / slowdown);
+    char figures[160];
+    std::snprintf(figures, sizeof figures, "%llds left at %.1fx its best saves ~%.0f s",
+                  static_cast<long long>(left_s), slowdown, saves_s);
+    std::string text = "node " + name + " is drained as a straggler: ";
+    bool requeue = false;
+    if (!options_.straggler_requeue_gangs) {
+      text += "the job stays (hai-server's straggler_requeue_gangs is off)";
+    } else if (job.spec().expected_runtime_s() <= 0) {
+      text += "the job stays (its run time is unknown: hai submit --time would tell)";
+    } else if (saves_s <= static_cast<double>(options_.straggler_requeue_cost_s)) {
+      text += "the job stays (" + std::string(figures) + ", no more than the ~" +
+              std::to_string(options_.straggler_requeue_cost_s) + " s a restart costs)";
+    } else {
+      text += "suspended to be requeued elsewhere (" + std::string(figures) + ", more than the ~" +
+              std::to_string(options_.straggler_requeue_cost_s) + " s a restart costs)";
+      requeue = true;
+    }
+    hai::Job& j = job;
+    AddRunEvent(*j.mutable_runs(j.runs_size() - 1), now_ms, text);
+    spdlog::info("job {}: {}", id, text);
+    if (requeue) {
+      if (Status st =
+              ApplyEvent(j, SuspendRequested{kStragglerDrainer}, OnWriteFailure::kReturnError);
+          !st.ok()) {
+        spdlog::warn("job {}: not suspended: {}", id, st.message());
+      }
+    } else {
+      (void)Save(j);
+    }
+  }
 }
 
 grpc::Status HaiServer::Steps(grpc::ServerContext* ctx, const hai::JobStepsRequest* req,

@@ -87,6 +87,13 @@ struct HaiOptions {
   int64_t straggler_suspect_findings = 3;
   int64_t straggler_window_s = 3600;
   bool straggler_drain = false;
+  // When a straggler drain leaves a gang job running on the node: suspend it (it checkpoints and
+  // is requeued, off the drained node) if what it would save, its remaining run time (--time,
+  // less what it ran) times the share of each step lost to the straggler, beats
+  // straggler_requeue_cost_s (a suspend, checkpoint and restart); otherwise its history says why
+  // it stays.
+  bool straggler_requeue_gangs = false;
+  int64_t straggler_requeue_cost_s = 300;
 
   void Bind(ConfigSection& s);
 };
@@ -227,6 +234,9 @@ class HaiServer final : public hai::Hai::Service {
   // drained, with straggler_drain) when that is its straggler_suspect_findings-th in the window
   // and every job on it that records steps names it now.
   void NoteStraggler(const std::string& node, int64_t job, int64_t now_ms) FF_REQUIRES(mu_);
+  // `node` was drained as a straggler: each gang job on it is told, and suspended to be requeued
+  // elsewhere when straggler_requeue_gangs and it pays.
+  void RequeueGangsOff(const std::string& node, int64_t now_ms) FF_REQUIRES(mu_);
 
   const HaiOptions options_;
   const scheduler::Topology topology_;
