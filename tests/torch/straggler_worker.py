@@ -11,10 +11,10 @@ file holds per batch; `stop` ends the training at the next step.
 import os
 import time
 
-import hai_job
 import torch
 import torch.distributed as dist
 
+import hai_job
 from haiscale.ddp import DistributedDataParallel
 
 DIM = 256
