@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
+  hai::job::StepRecorder steps;  // each epoch a step, for hai top (platform/hai_job.h)
   for (int epoch = start; epoch < epochs; ++epoch) {
     // One full-batch gradient step on the mean squared error, averaged over ranks.
     std::vector<float> grad(kDim + 1, 0.0f);  // last element: this rank's loss
@@ -85,8 +86,12 @@ int main(int argc, char** argv) {
         grad[d] += 2 * err * x[s * kDim + d] / kSamplesPerRank;
       grad[kDim] += err * err / kSamplesPerRank;
     }
-    auto st = (*comm)->Allreduce(grad.data(), grad.data(), grad.size(), DataType::kFloat32,
-                                 ReduceOp::kAvg);
+    ff::Status st;
+    {
+      auto timed = steps.Time(hai::job::Phase::kComm);
+      st = (*comm)->Allreduce(grad.data(), grad.data(), grad.size(), DataType::kFloat32,
+                              ReduceOp::kAvg);
+    }
     if (!st.ok()) return Fail("allreduce: " + st.message());
     for (int d = 0; d < kDim; ++d)
       w[d] -= 0.1f * grad[d];
@@ -94,7 +99,10 @@ int main(int argc, char** argv) {
 
     // Suspend together: any rank asked makes every rank stop after this epoch.
     int32_t asked = hai::job::ShouldSuspend() ? 1 : 0;
-    st = (*comm)->Allreduce(&asked, &asked, 1, DataType::kInt32, ReduceOp::kMax);
+    {
+      auto timed = steps.Time(hai::job::Phase::kComm);
+      st = (*comm)->Allreduce(&asked, &asked, 1, DataType::kInt32, ReduceOp::kMax);
+    }
     if (!st.ok()) return Fail("allreduce: " + st.message());
     if (rank == 0) {
       std::string tmp = ckpt + ".tmp";
@@ -111,6 +119,9 @@ int main(int argc, char** argv) {
       if (!hai::job::Report(epoch + 1, {{"loss", grad[kDim]}})) {
         std::fprintf(stderr, "hai-demo-train: could not report epoch %d's loss\n", epoch + 1);
       }
+    }
+    if (!steps.Done(epoch + 1)) {
+      std::fprintf(stderr, "hai-demo-train: could not record epoch %d's step\n", epoch + 1);
     }
     if (asked) {
       if (rank == 0) std::printf("checkpointed after epoch %d; suspending\n", epoch + 1);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "platform/hai_job.h"
 
@@ -102,6 +103,50 @@ TEST(JobMetricsTest, WhatTheJobReportsIsWhatTheReaderReads) {
   EXPECT_GT(lines.records[0].time(), 1.7e9);
   EXPECT_TRUE(std::isnan(lines.records[1].values().at("loss")));
   EXPECT_TRUE(lines.records[2].values().empty());
+  std::filesystem::remove(path);
+}
+
+TEST(JobMetricsTest, AStepRecorderWritesOneRecordPerStepOfWhereItsTimeWent) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("job_steps_test." + std::to_string(getpid())))
+          .string();
+  std::filesystem::remove(path);
+  setenv("HAI_STEPS_FILE", path.c_str(), 1);
+  setenv("HAI_RUN", "2", 1);
+  {
+    hai::job::StepRecorder steps;
+    ASSERT_TRUE(steps.recording());
+    {
+      auto t = steps.Time(hai::job::Phase::kData);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    steps.Add(hai::job::Phase::kComm, 0.004);
+    steps.Add(hai::job::Phase::kComm, 0.001);
+    steps.Add(hai::job::Phase::kCheckpoint, 0.002);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_TRUE(steps.Done());
+    ASSERT_TRUE(steps.Done(41));
+  }
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  MetricLines lines = ParseMetricLines(text.str());
+  EXPECT_EQ(lines.unreadable, 0) << text.str();
+  ASSERT_EQ(lines.records.size(), 2u) << text.str();
+  const auto& v = lines.records[0].values();
+  EXPECT_EQ(lines.records[0].step(), 1);
+  EXPECT_EQ(lines.records[0].run(), 2);
+  EXPECT_EQ(lines.records[1].step(), 41);
+  EXPECT_GE(v.at("step_s"), 0.03);
+  EXPECT_GE(v.at("data_s"), 0.02);
+  EXPECT_LT(v.at("data_s"), v.at("step_s"));
+  EXPECT_DOUBLE_EQ(v.at("comm_s"), 0.005);
+  EXPECT_EQ(v.at("collectives"), 2);
+  EXPECT_DOUBLE_EQ(v.at("ckpt_s"), 0.002);
+  EXPECT_NEAR(v.at("compute_s"), v.at("step_s") - 0.005 - v.at("data_s") - 0.002, 2e-6);
+  EXPECT_EQ(lines.records[1].values().at("collectives"), 0);  // the next step starts afresh
+  unsetenv("HAI_STEPS_FILE");
+  EXPECT_FALSE(hai::job::StepRecorder().recording());  // outside the platform: nothing
   std::filesystem::remove(path);
 }
 

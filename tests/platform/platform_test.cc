@@ -188,10 +188,13 @@ class PlatformTest : public ::testing::Test {
   }
 
   // `hai metrics --json` (rank `rank`, at most `points` records).
-  json Metrics(int64_t id, const std::string& token, int rank = 0, int points = 2000) {
-    CliResult r = Hai({"metrics", std::to_string(id), "--rank", std::to_string(rank), "--points",
-                       std::to_string(points), "--json"},
-                      token);
+  json Metrics(int64_t id, const std::string& token, int rank = 0, int points = 2000,
+               bool steps = false) {
+    std::vector<std::string> args = {
+        "metrics",  std::to_string(id),     "--rank", std::to_string(rank),
+        "--points", std::to_string(points), "--json"};
+    if (steps) args.push_back("--steps");
+    CliResult r = Hai(args, token);
     EXPECT_EQ(r.code, 0) << r.err;
     return json::parse(r.out, nullptr, false);
   }
@@ -366,6 +369,15 @@ TEST_F(PlatformTest, DemoTrainingJobOverHFReduceSuspendsAndResumes) {
   EXPECT_EQ(records.back()["step"], "30");
   EXPECT_LT(records.back()["values"]["loss"].get<double>(),
             records.front()["values"]["loss"].get<double>() / 10);
+  // Each rank recorded every epoch as a step (hai::job::StepRecorder), both runs: hai metrics
+  // --steps reads them, two collectives a step.
+  for (int rank : {0, 1}) {
+    json steps = Metrics(id, alice_, rank, 2000, /*steps=*/true);
+    ASSERT_TRUE(steps.is_object()) << steps;
+    EXPECT_EQ(steps["reported"], "30") << steps;
+    EXPECT_EQ(steps["records"].back()["values"]["collectives"], 2) << steps;
+    EXPECT_GT(steps["records"].back()["values"]["step_s"].get<double>(), 0.1) << steps;
+  }
   // Rank 1 reported nothing; nobody else reads alice's; a rank the job never had is refused.
   EXPECT_EQ(Metrics(id, alice_, 1)["reported"], "0");
   CliResult other = Hai({"metrics", std::to_string(id)}, bob_);

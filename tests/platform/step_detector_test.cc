@@ -172,6 +172,22 @@ TEST(StepDetector, WithoutCollectivesTheLongestOwnPhasesAreLate) {
   EXPECT_EQ(f.node(), "n01");
 }
 
+TEST(StepDetector, RanksThatStoppedWhileTheOthersWentOnAreForgotten) {
+  std::map<int32_t, hai::StepSummary> ranks;
+  for (int r = 0; r < 4; ++r) {
+    ranks[r] = Rank(r, "n0" + std::to_string(r), 0.3, 0.28);
+    ranks[r].set_last_time(1000.0 + (r == 2 ? -31 : -r));  // rank 2: its group was replaced
+  }
+  DropStaleRanks(ranks);
+  EXPECT_EQ(ranks.size(), 3u);
+  EXPECT_FALSE(ranks.contains(2));
+  // All stopped together (a hang): nobody is dropped.
+  for (auto& [r, s] : ranks)
+    s.set_last_time(500);
+  DropStaleRanks(ranks);
+  EXPECT_EQ(ranks.size(), 3u);
+}
+
 TEST(StepTracker, AFindingIsConfirmedOnlyWithNewStepsAndEndsWhenItClears) {
   StepTracker tracker;
   int64_t steps = 100, now = 1'000'000;

@@ -21,12 +21,24 @@
 //   hai::job::Report(step, {{"loss", loss}, {"lr", lr}});
 //
 // (one JSON line in $HAI_METRICS_FILE; its format: platform/job_metrics.h).
+//
+// And its steps, for `hai top` and the platform's straggler detection (what haiscale does by
+// itself for Python code; one JSON line per step in $HAI_STEPS_FILE):
+//
+//   hai::job::StepRecorder steps;                // does nothing outside HAI-Platform
+//   for (...) {
+//     { auto t = steps.Time(hai::job::Phase::kData); batch = NextBatch(); }
+//     Forward(); Backward();
+//     { auto t = steps.Time(hai::job::Phase::kComm); comm->Allreduce(...); }  // one collective
+//     steps.Done();                              // the step's wall time, and where it went
+//   }
 #pragma once
 
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -133,5 +145,85 @@ inline bool Report(int64_t step,
   // One write of the whole line (O_APPEND): a reader never sees half of it beside another's.
   return write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
 }
+
+enum class Phase { kData, kCheckpoint, kComm };
+
+// Records each step of this rank in $HAI_STEPS_FILE: step_s (from one Done() to the next; the
+// first from construction), comm_s and collectives (the Time(kComm) spans: one collective each),
+// data_s, ckpt_s, and compute_s (what they leave). Not thread-safe: one training thread.
+class StepRecorder {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  StepRecorder() : last_(Clock::now()) {
+    const char* path = std::getenv("HAI_STEPS_FILE");
+    fd_ = path && *path ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -2;
+    const char* run = std::getenv("HAI_RUN");
+    run_ = run && *run ? std::atoi(run) : -1;
+  }
+  ~StepRecorder() {
+    if (fd_ >= 0) close(fd_);
+  }
+  StepRecorder(const StepRecorder&) = delete;
+  StepRecorder& operator=(const StepRecorder&) = delete;
+
+  // Whether steps are recorded (under HAI-Platform, the file open).
+  bool recording() const { return fd_ >= 0; }
+
+  // Counts `seconds` of the current step as `phase` (kComm: one collective).
+  void Add(Phase phase, double seconds) {
+    seconds_[static_cast<int>(phase)] += seconds;
+    if (phase == Phase::kComm) ++collectives_;
+  }
+
+  // The time until it goes out of scope counts as `phase`.
+  class Span {
+   public:
+    Span(StepRecorder* r, Phase p) : r_(r), p_(p), began_(Clock::now()) {}
+    ~Span() { r_->Add(p_, std::chrono::duration<double>(Clock::now() - began_).count()); }
+    Span(const Span&) = delete;
+    Span& operator=(const Span&) = delete;
+
+   private:
+    StepRecorder* r_;
+    Phase p_;
+    Clock::time_point began_;
+  };
+  [[nodiscard]] Span Time(Phase phase) { return Span(this, phase); }
+
+  // Ends the current step (numbered `step`, or one more than the last when < 0) and writes its
+  // record. False when the write failed (true outside the platform).
+  bool Done(int64_t step = -1) {
+    const Clock::time_point now = Clock::now();
+    const double step_s = std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+    step_ = step >= 0 ? step : step_ + 1;
+    const double data = seconds_[0], ckpt = seconds_[1], comm = seconds_[2];
+    const int collectives = collectives_;
+    seconds_[0] = seconds_[1] = seconds_[2] = 0;
+    collectives_ = 0;
+    if (fd_ == -2) return true;
+    if (fd_ < 0) return false;
+    const double wall =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    char line[512];
+    const int n = std::snprintf(
+        line, sizeof line,
+        "{\"step\": %lld, \"time\": %.3f%s, \"step_s\": %.6f, \"compute_s\": %.6f, "
+        "\"comm_s\": %.6f, \"collectives\": %d, \"data_s\": %.6f, \"ckpt_s\": %.6f}\n",
+        static_cast<long long>(step_), wall,
+        run_ >= 0 ? (", \"run\": " + std::to_string(run_)).c_str() : "", step_s,
+        std::max(0.0, step_s - comm - data - ckpt), comm, collectives, data, ckpt);
+    return n > 0 && write(fd_, line, static_cast<std::size_t>(n)) == n;
+  }
+
+ private:
+  int fd_ = -2;  // -2: not under the platform
+  int run_ = -1;
+  int64_t step_ = 0;
+  Clock::time_point last_;
+  double seconds_[3] = {0, 0, 0};
+  int collectives_ = 0;
+};
 
 }  // namespace hai::job

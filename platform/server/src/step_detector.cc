@@ -157,6 +157,13 @@ hai::StepFinding Diagnose(const std::vector<hai::StepSummary>& summaries, double
   return f;
 }
 
+void DropStaleRanks(std::map<int32_t, hai::StepSummary>& ranks, double stale_s) {
+  double newest = 0;
+  for (const auto& [rank, s] : ranks)
+    newest = std::max(newest, s.last_time());
+  std::erase_if(ranks, [&](const auto& r) { return r.second.last_time() < newest - stale_s; });
+}
+
 std::string DescribeFinding(const hai::StepFinding& f) {
   if (f.cause() == hai::SLOW_NONE) return "";
   if (f.cause() == hai::SLOW_JOB) {

@@ -80,6 +80,7 @@ void HaiServer::DetectStragglers() {
     }
     JobSteps& steps = it->second;
     hai::Job& j = job->second;
+    DropStaleRanks(steps.ranks);
     std::vector<hai::StepSummary> ranks;
     for (const auto& [rank, s] : steps.ranks)
       ranks.push_back(s);

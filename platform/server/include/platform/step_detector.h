@@ -65,6 +65,11 @@ hai::StepFinding Diagnose(const std::vector<hai::StepSummary>& ranks, double bas
                           const StepDetectorOptions& options = {}, const Waits& usual_waits = {},
                           Waits* waits = nullptr);
 
+// Forgets the ranks (by rank) whose last step is `stale_s` older than the newest one's: ranks that
+// stopped recording while the others went on (a replaced replica group; a rank of an older
+// membership) are not part of the job's steps any more, and must not pass for late ones.
+void DropStaleRanks(std::map<int32_t, hai::StepSummary>& ranks, double stale_s = 30);
+
 // The finding in words, without when ("node n2 (rank 3) arrives last ...").
 std::string DescribeFinding(const hai::StepFinding& finding);
 
