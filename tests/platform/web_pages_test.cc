@@ -171,6 +171,8 @@ TEST(WebPagesTest, NodesAreDrawnByZoneAndLeafAndOthersJobsAreOnlyCounted) {
   c->set_ok(false);
   c->set_message("7 GPUs");
   nodes[3].set_health_report_ms(1000);
+  nodes[2].set_suspect(true);
+  nodes[2].set_suspect_reason("named the straggler 3 times in 3600 s <last by job 5>");
   Page p = NodesPage(nodes, {5}, 2000);
   EXPECT_EQ(Count(p.body, "class=\"zone\""), 2u);
   EXPECT_EQ(Count(p.body, "class=\"leaf\""), 3u);
@@ -184,6 +186,9 @@ TEST(WebPagesTest, NodesAreDrawnByZoneAndLeafAndOthersJobsAreOnlyCounted) {
   EXPECT_NE(p.body.find("drained by hai-health: gpus: 7 GPUs"), std::string::npos);
   EXPECT_NE(p.body.find("1 failing"), std::string::npos);
   EXPECT_NE(p.body.find("4 nodes: 4 up, 1 drained."), std::string::npos);
+  EXPECT_NE(p.body.find("suspect (a straggler): named the straggler 3 times in 3600 s &lt;last by "
+                        "job 5&gt;"),
+            std::string::npos);
 }
 
 TEST(WebPagesTest, Fs3PageListsChainsHeadFirstAndSaysWhyWhenUnreachable) {

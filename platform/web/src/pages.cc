@@ -458,6 +458,10 @@ Page NodesPage(const std::vector<hai::Node>& nodes, const std::set<int64_t>& vis
         if (n->drained()) {
           p.body += "<div class=\"drain\">drained by " + Escape(n->drained_by()) + ": " +
                     Escape(n->drain_reason()) + "</div>";
+        } else if (n->suspect()) {
+          p.body +=
+              "<div class=\"suspect error\">suspect (a straggler): " + Escape(n->suspect_reason()) +
+              "</div>";
         }
         std::string mine;
         int others = 0;
