@@ -35,7 +35,7 @@ import time
 
 from hai_cluster import HaiCluster
 from launch import HERE
-from test_straggler import CpuThrottle
+from test_straggler import CpuThrottle, rank_pid
 
 NODES = 3
 DIAGNOSIS_LIMIT_S = 30
@@ -54,16 +54,6 @@ def top(cluster, job):
     return json.loads(cluster.hai("top", str(job), "--json"))
 
 
-def pid_of(out, rank):
-    path = os.path.join(out, f"pid.{rank}")
-    deadline = time.monotonic() + 60
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"rank {rank} never started")
-        time.sleep(0.1)
-    return int(open(path).read())
-
-
 class Inject:
     def __init__(self, kind, rank, out):
         self.kind, self.rank, self.out = kind, rank, out
@@ -71,7 +61,7 @@ class Inject:
 
     def __enter__(self):
         if self.kind == "compute":
-            self.throttle = CpuThrottle(pid_of(self.out, self.rank), 0.2)
+            self.throttle = CpuThrottle(rank_pid(self.out, self.rank), 0.2)
         else:
             with open(os.path.join(self.out, f"slow-data.{self.rank}"), "w") as f:
                 f.write("0.02")
@@ -159,7 +149,9 @@ def main():
         out = os.path.join(tmp, "out")
         os.makedirs(out)
         job = submit(cluster, out)
-        alarms += watch_healthy(cluster, job, args.healthy_s)  # the first: its baseline forms
+        # The first: the job's baseline forms (its best steps, the usual waits). A fault from the
+        # start would be the job's normal, never named.
+        alarms += watch_healthy(cluster, job, max(8.0, args.healthy_s))
         windows += 1
         for i, (kind, rank) in enumerate(injections):
             node = f"A-leaf-n0{rank}"

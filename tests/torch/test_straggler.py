@@ -78,7 +78,8 @@ def _steps(cluster, job):
     return json.loads(cluster.hai("top", str(job), "--json"))
 
 
-def _pid(out, rank):
+def rank_pid(out, rank):
+    """The pid of the worker of `rank` (it writes it at start)."""
     path = os.path.join(out, f"pid.{rank}")
     deadline = time.monotonic() + 60
     while not os.path.exists(path):
@@ -137,7 +138,7 @@ def test_a_throttled_node_and_a_slow_loader_are_named_with_their_cause(cluster):
         assert r["node"] == f"A-leaf-n0{r['rank']}", r
 
     # Compute: rank 1 (node A-leaf-n01) gets a fifth of a CPU.
-    throttle = CpuThrottle(_pid(out, 1), 0.2)
+    throttle = CpuThrottle(rank_pid(out, 1), 0.2)
     try:
         seen, took = _wait_finding(cluster, job, "SLOW_COMPUTE", "A-leaf-n01")
         print(f"compute on A-leaf-n01 found in {took:.1f} s: {seen['finding']['text']}")
@@ -197,7 +198,7 @@ def test_a_node_every_job_waits_for_is_suspect_drained_and_undrained_by_its_vali
         os.makedirs(out)
         job = _submit(cluster, out)
         _healthy_for(cluster, job, 6)
-        pid = _pid(out, 1)
+        pid = rank_pid(out, 1)
         for time_ in (1, 2):
             throttle = CpuThrottle(pid, 0.2)
             try:
@@ -258,7 +259,7 @@ def test_a_gang_job_on_a_drained_straggler_is_requeued_elsewhere_when_it_pays():
         job = _submit(cluster, out, hai_args=("--time", "1h"))
         _healthy_for(cluster, job, 6)
         slow = cluster.show(job)["runs"][0]["nodes"][1]  # rank 1's node
-        throttle = CpuThrottle(_pid(out, 1), 0.2)
+        throttle = CpuThrottle(rank_pid(out, 1), 0.2)
         try:
             _wait_finding(cluster, job, "SLOW_COMPUTE", slow)
             deadline = time.monotonic() + 60

@@ -216,18 +216,6 @@ int List(const ListArgs& a, const Globals& g, Client& client) {
   return 0;
 }
 
-std::string Secs(double s) {
-  char buf[32];
-  if (s >= 10) {
-    std::snprintf(buf, sizeof buf, "%.0fs", s);
-  } else if (s >= 0.1) {
-    std::snprintf(buf, sizeof buf, "%.2fs", s);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1fms", s * 1000);
-  }
-  return buf;
-}
-
 // A running job's steps, or nothing (not running, not recording, or a server without the call).
 std::optional<hai::JobSteps> ReadSteps(int64_t id, Client& client) {
   hai::JobStepsRequest req;
@@ -248,11 +236,11 @@ void PrintStepsSummary(const hai::JobSteps& steps) {
         "hai_job.record_steps() record them)\n");
     return;
   }
-  std::printf("  steps:     %s a step over %d rank(s)", Secs(steps.step_s()).c_str(),
+  std::printf("  steps:     %s a step over %d rank(s)", StepSecondsText(steps.step_s()).c_str(),
               steps.ranks_size());
   if (steps.baseline_s() > 0) {
     std::printf(", %.2fx its best this run (%s)", steps.step_s() / steps.baseline_s(),
-                Secs(steps.baseline_s()).c_str());
+                StepSecondsText(steps.baseline_s()).c_str());
   }
   std::printf("\n");
   if (steps.finding().cause() != hai::SLOW_NONE) {
@@ -290,10 +278,10 @@ struct TopArgs {
 void PrintTop(const hai::JobSteps& steps) {
   std::printf("job %lld run %d", static_cast<long long>(steps.job_id()), steps.run());
   if (steps.step_s() > 0) {
-    std::printf(": %s a step", Secs(steps.step_s()).c_str());
+    std::printf(": %s a step", StepSecondsText(steps.step_s()).c_str());
     if (steps.baseline_s() > 0) {
       std::printf(", %.2fx its best (%s)", steps.step_s() / steps.baseline_s(),
-                  Secs(steps.baseline_s()).c_str());
+                  StepSecondsText(steps.baseline_s()).c_str());
     }
   }
   std::printf("   [%s]\n", Clock(NowMs()).c_str());
@@ -319,10 +307,11 @@ void PrintTop(const hai::JobSteps& steps) {
               "COMPUTE", "COMM", "WAITING", "DATA", "CKPT", "COLL");
   for (const hai::StepSummary& r : steps.ranks()) {
     std::printf("%-16.16s %5d %9lld %8s %8s %8s %8s %8s %8s %5.0f%s\n", r.node().c_str(), r.rank(),
-                static_cast<long long>(r.last_step()), Secs(r.step_s()).c_str(),
-                Secs(r.compute_s()).c_str(), Secs(r.comm_s()).c_str(),
-                least >= 0 ? Secs(r.comm_s() - least).c_str() : "-", Secs(r.data_s()).c_str(),
-                Secs(r.ckpt_s()).c_str(), r.collectives(),
+                static_cast<long long>(r.last_step()), StepSecondsText(r.step_s()).c_str(),
+                StepSecondsText(r.compute_s()).c_str(), StepSecondsText(r.comm_s()).c_str(),
+                least >= 0 ? StepSecondsText(r.comm_s() - least).c_str() : "-",
+                StepSecondsText(r.data_s()).c_str(), StepSecondsText(r.ckpt_s()).c_str(),
+                r.collectives(),
                 r.rank() == last && steps.ranks_size() > 1 ? "  <- arrives last" : "");
   }
   std::printf(

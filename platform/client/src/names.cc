@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 
 namespace ff::platform {
 
@@ -37,6 +38,18 @@ std::string RunEndName(hai::RunEnd end) {
     default:
       return "";
   }
+}
+
+std::string StepSecondsText(double s) {
+  char buf[32];
+  if (s >= 10) {
+    std::snprintf(buf, sizeof buf, "%.0f s", s);
+  } else if (s >= 0.1) {
+    std::snprintf(buf, sizeof buf, "%.2f s", s);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f ms", s * 1000);
+  }
+  return buf;
 }
 
 }  // namespace ff::platform

@@ -6,6 +6,8 @@
 #include <ctime>
 #include <map>
 
+#include "platform/names.h"
+
 namespace ff::platform {
 namespace {
 
@@ -64,9 +66,7 @@ std::vector<Unit> UnitsOf(const std::vector<const hai::StepSummary*>& ranks) {
 }
 
 std::string Seconds(double s) {
-  if (s >= 10) return fmt::format("{:.0f} s", s);
-  if (s >= 0.1) return fmt::format("{:.2f} s", s);
-  return fmt::format("{:.1f} ms", s * 1000);
+  return StepSecondsText(s);
 }
 
 }  // namespace

@@ -225,30 +225,18 @@ std::string MetricsSection(const hai::JobMetrics* metrics, std::string_view erro
   return out + "</div>";
 }
 
-std::string StepSeconds(double s) {
-  char buf[32];
-  if (s >= 10) {
-    std::snprintf(buf, sizeof buf, "%.0f s", s);
-  } else if (s >= 0.1) {
-    std::snprintf(buf, sizeof buf, "%.2f s", s);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f ms", s * 1000);
-  }
-  return buf;
-}
-
 // A running job's steps (hai top's view): why they are slow now, each rank's last steps with the
 // one the others wait for marked, and one rank's step time and phases over the run.
 std::string StepsSection(const hai::JobSteps* steps, const hai::JobMetrics* records) {
   if (steps == nullptr || steps->ranks().empty()) return "";
   std::string out = "<h2>Steps</h2><div id=\"steps\"><p id=\"step-summary\">" +
-                    StepSeconds(steps->step_s()) + " a step over " +
+                    StepSecondsText(steps->step_s()) + " a step over " +
                     std::to_string(steps->ranks_size()) + " ranks";
   if (steps->baseline_s() > 0) {
     char buf[64];
     std::snprintf(buf, sizeof buf, ", %.2f× its best this run (",
                   steps->step_s() / steps->baseline_s());
-    out += buf + StepSeconds(steps->baseline_s()) + ")";
+    out += buf + StepSecondsText(steps->baseline_s()) + ")";
   }
   out += "</p>";
   const hai::StepFinding& f = steps->finding();
@@ -273,11 +261,11 @@ std::string StepsSection(const hai::JobSteps* steps, const hai::JobMetrics* reco
     const bool late = r.rank() == last && steps->ranks_size() > 1;
     out += std::string("<tr") + (late ? " class=\"wait\"" : "") + "><td>" + Escape(r.node()) +
            "</td><td>" + std::to_string(r.rank()) + "</td><td>" + std::to_string(r.last_step()) +
-           "</td><td>" + StepSeconds(r.step_s()) + "</td><td>" + StepSeconds(r.compute_s()) +
-           "</td><td>" + StepSeconds(r.comm_s()) + "</td><td>" +
-           (least >= 0 ? StepSeconds(r.comm_s() - least) : "-") + (late ? " (arrives last)" : "") +
-           "</td><td>" + StepSeconds(r.data_s()) + "</td><td>" + StepSeconds(r.ckpt_s()) +
-           "</td></tr>";
+           "</td><td>" + StepSecondsText(r.step_s()) + "</td><td>" +
+           StepSecondsText(r.compute_s()) + "</td><td>" + StepSecondsText(r.comm_s()) +
+           "</td><td>" + (least >= 0 ? StepSecondsText(r.comm_s() - least) : "-") +
+           (late ? " (arrives last)" : "") + "</td><td>" + StepSecondsText(r.data_s()) +
+           "</td><td>" + StepSecondsText(r.ckpt_s()) + "</td></tr>";
   }
   out += "</tbody></table>";
   if (records != nullptr && !records->records().empty()) {

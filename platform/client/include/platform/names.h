@@ -11,5 +11,7 @@ namespace ff::platform {
 std::string StateName(hai::JobState state);       // "running"
 std::string NodeStateName(hai::NodeState state);  // "up", "lost", "unknown"
 std::string RunEndName(hai::RunEnd end);          // "exited", "node lost", ... ("" while running)
+// A duration of steps and their phases: "12 s", "0.21 s", "34.7 ms".
+std::string StepSecondsText(double seconds);
 
 }  // namespace ff::platform
