@@ -82,3 +82,37 @@ def train(out_dir, extra_work=None, max_s=300, steps=0, telemetry=True):
     timed = times[20:]
     mean = (timed[-1] - timed[0]) / (len(timed) - 1) if len(timed) > 1 else 0.0
     return {"rank": rank, "steps": done_steps, "step_s": mean}
+
+
+def train_pipeline(out_dir, max_s=300):
+    """A 2-stage 1F1B pipeline (haiscale.pipeline.PipeDream, one stage a rank) whose second stage
+    costs about three times the first, until out_dir/stop appears: an uneven job by design, whose
+    first stage always waits for the second."""
+    from haiscale.pipeline import PipeDream
+
+    dist.init_process_group("hfreduce")
+    rank = dist.get_rank()
+    with open(os.path.join(out_dir, f"pid.{rank}"), "w") as f:
+        f.write(str(os.getpid()))
+    torch.manual_seed(rank)
+    layers = [torch.nn.Sequential(torch.nn.Linear(DIM, DIM), torch.nn.Tanh())
+              for _ in range(8 if rank == 0 else 24)]
+    if rank == 1:
+        layers.append(torch.nn.Linear(DIM, 1))
+    model = PipeDream(torch.nn.Sequential(*layers), chunks=4)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loader = iter(torch.utils.data.DataLoader(_Batches(out_dir, rank), batch_size=32))
+    stop = os.path.join(out_dir, "stop")
+    began, done_steps = time.monotonic(), 0
+    while True:
+        done = torch.tensor([float(os.path.exists(stop) or time.monotonic() - began > max_s)])
+        dist.all_reduce(done, op=dist.ReduceOp.MAX)
+        if done.item():
+            break
+        x, y = next(loader)
+        model.forward_backward(x, criterion=torch.nn.functional.mse_loss, labels=(y,))
+        opt.step()
+        opt.zero_grad()
+        done_steps += 1
+    dist.destroy_process_group()
+    return {"rank": rank, "steps": done_steps}
