@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""deploy/netlab.py up|down|status|hosts|exec|cut|heal ...: the network lab's command line
+"""deploy/netlab.py up|down|status|hosts|exec|cut|heal|slow|restore ...: the network lab's command line
 (ffdeploy.netlab, also the console script ff-netlab), run from the source tree."""
 
 import sys

@@ -205,7 +205,8 @@ class Lab:
                     run("ip", "-n", ns, "addr", "add", h["address"] + "/15", "dev", "eth0")
                     run("ip", "-n", ns, "link", "set", "eth0", "up")
                     hosts.append({"node": h["node"], "address": h["address"], "netns": ns,
-                                  "leaf": leaf["name"], "zone": zone["name"], "port": port})
+                                  "leaf": leaf["name"], "zone": zone["name"], "port": port,
+                                  "mbit": topo["node_mbit"]})
         os.makedirs(STATE_DIR, exist_ok=True)
         with open(self.state, "w") as f:
             json.dump({"hosts": hosts, "links": links, "classes": classes, "queue_kb": queue_kb}, f,
@@ -233,6 +234,32 @@ class Lab:
         for dev in self._ends(what):
             run("ip", "-n", self.sw, "link", "set", dev, "up")
 
+    def _shaped_ends(self, what):
+        """[(namespace, device)] at both ends of WHAT's link, and the rate it was built with."""
+        state = self.load()
+        for h in state["hosts"]:
+            if h["node"] == what:
+                return [(h["netns"], "eth0"), (self.sw, h["port"])], h.get("mbit")
+        for link in state["links"]:
+            if link.get("cut") == what:
+                return [(self.sw, dev) for dev in link["ends"]], link["mbit"]
+        raise RuntimeError(f"nothing called {what} in lab {self.name} (a node, a leaf or a zone)")
+
+    def slow(self, what, mbit):
+        """Shapes WHAT's link (both directions) to `mbit` (a degraded cable, a port renegotiated
+        down); packets queued at the moment are dropped. `mbit` None: back to its built rate."""
+        state = self.load()
+        ends, built = self._shaped_ends(what)
+        if mbit is None:
+            if built is None:
+                raise RuntimeError(f"{what}'s built rate is unknown (a lab made before 'slow')")
+            mbit = built
+        if mbit <= 0:
+            raise ValueError("the rate must be positive")
+        for ns, dev in ends:
+            run("tc", "-n", ns, "qdisc", "del", "dev", dev, "root", check=False)
+            self._shape(ns, dev, mbit, state["queue_kb"], state["classes"])
+
     def load(self):
         if not os.path.exists(self.state):
             raise RuntimeError(f"no lab named {self.name} is up (deploy/netlab.py up CLUSTER_TOML)")
@@ -242,9 +269,13 @@ class Lab:
 
 def main():
     p = argparse.ArgumentParser(description="An emulated fat-tree network of namespaces.")
-    p.add_argument("command", choices=["up", "down", "status", "hosts", "exec", "cut", "heal"])
+    p.add_argument("command",
+                   choices=["up", "down", "status", "hosts", "exec", "cut", "heal", "slow",
+                            "restore"])
     p.add_argument("arg", nargs="?",
-                   help="up: the cluster.toml; exec: the node; cut, heal: a node, leaf or zone")
+                   help="up: the cluster.toml; exec: the node; cut, heal, slow, restore: a node, "
+                   "leaf or zone")
+    p.add_argument("--mbit", type=float, help="slow: the link's new rate in Mb/s")
     p.add_argument("--name", default="fflab", help="prefix of every namespace it makes")
     p.add_argument("--scale", type=float, default=0.001, help="link rates x this (default 0.001)")
     p.add_argument("--queue-kb", type=int, default=256, help="each queue's buffer (default 256 KiB)")
@@ -290,6 +321,12 @@ def main():
                 sys.exit(f"netlab: {a.command} needs a node, a leaf or a zone")
             getattr(lab, a.command)(a.arg)
             print(f"netlab: {a.arg} {'cut' if a.command == 'cut' else 'healed'}", file=sys.stderr)
+        elif a.command in ("slow", "restore"):
+            if not a.arg or (a.command == "slow" and not a.mbit):
+                sys.exit("netlab: slow NODE|LEAF|ZONE --mbit RATE; restore NODE|LEAF|ZONE")
+            lab.slow(a.arg, a.mbit if a.command == "slow" else None)
+            print(f"netlab: {a.arg} {'at ' + str(a.mbit) + ' Mb/s' if a.command == 'slow' else 'restored'}",
+                  file=sys.stderr)
         elif a.command == "exec":
             if not a.arg or not rest:
                 sys.exit("netlab: exec NODE -- CMD...")

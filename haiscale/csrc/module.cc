@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/thread_annotations.h"
+#include "hfreduce/communicator.h"
 #include "hfreduce/store.h"
 #include "hfreduce_backend.h"
 
@@ -254,6 +255,17 @@ PYBIND11_MODULE(_C, m) {
       },
       "(collectives, seconds): this process's collectives on hfreduce backends so far and their "
       "time from issue to completion, summed (point-to-point not counted).");
+  m.def(
+      "link_clock",
+      [] {
+        py::dict out;
+        for (const ff::hfreduce::LinkTime& t : ff::hfreduce::ProcessLinkTimes())
+          out[py::str(t.peer)] = py::make_tuple(t.frames, t.bytes, t.wait_s, t.move_s);
+        return out;
+      },
+      "{peer node: (frames, bytes, wait_s, move_s)}: what this process received over HFReduce's "
+      "trees from each neighbouring node so far (a node's leader only): frames, payload bytes, "
+      "time waiting for each frame's first byte and time moving the rest (hfreduce::LinkTime).");
   m.def(
       "num_nodes",
       [](const c10::intrusive_ptr<c10d::Backend>& b) { return AsHFReduce(b).num_nodes(); },

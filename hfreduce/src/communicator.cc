@@ -423,8 +423,15 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, Store& s
     return InvalidArgument("hfreduce: node id must not contain a newline");
   }
 
-  // 1. Everyone says which node it is on; nodes are ordered by their lowest rank.
-  FF_RETURN_IF_ERROR(store.Set(prefix + "/rank/" + std::to_string(rank_), node_id));
+  std::string label = options.node_label;
+  for (const char* var : {"HFREDUCE_NODE_LABEL", "HAI_NODE"}) {
+    if (const char* v = std::getenv(var); label.empty() && v && *v) label = v;
+  }
+  if (label.empty() || label.find('\n') != std::string::npos) label = node_id;
+
+  // 1. Everyone says which node it is on (its id, a newline and its label); nodes are ordered by
+  // their lowest rank.
+  FF_RETURN_IF_ERROR(store.Set(prefix + "/rank/" + std::to_string(rank_), node_id + "\n" + label));
   std::vector<std::string> keys;
   for (int r = 0; r < world_size_; ++r)
     keys.push_back(prefix + "/rank/" + std::to_string(r));
@@ -433,11 +440,17 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, Store& s
     return nodes_of.status().WithContext("hfreduce: rank " + std::to_string(rank_) +
                                          " waiting for the other ranks to join");
   }
-  std::vector<std::string> node_ids;
+  std::vector<std::string> node_ids, node_labels;
   std::map<std::string, std::vector<int>> members;
   for (int r = 0; r < world_size_; ++r) {
-    const std::string& id = (*nodes_of)[r];
-    if (!members.contains(id)) node_ids.push_back(id);
+    std::string& id = (*nodes_of)[r];
+    const auto nl = id.find('\n');
+    const std::string their_label = nl == std::string::npos ? id : id.substr(nl + 1);
+    if (nl != std::string::npos) id.resize(nl);
+    if (!members.contains(id)) {
+      node_ids.push_back(id);
+      node_labels.push_back(their_label);
+    }
     members[id].push_back(r);
   }
   num_nodes_ = static_cast<int>(node_ids.size());
@@ -530,6 +543,7 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, Store& s
     config.world_size = world_size_;
     config.local_global_ranks = local_ranks_;
     config.node_of_rank = node_of_rank;
+    config.node_labels = node_labels;
     config.timeout = options.timeout;
     config.chunk_bytes = options.chunk_bytes;
     const std::string failure_key = prefix + "/failure";
@@ -685,6 +699,7 @@ Result<CommunicatorOptions> CommunicatorOptions::FromEnvironment() {
   o.world_size = static_cast<int>(world);
   o.store_address = host + ":" + std::to_string(port);
   if (const char* v = std::getenv("HFREDUCE_NODE_ID"); v && *v) o.node_id = v;
+  if (const char* v = std::getenv("HFREDUCE_NODE_LABEL"); v && *v) o.node_label = v;
   if (const char* v = std::getenv("HFREDUCE_LISTEN_HOST"); v && *v) o.listen_host = v;
   if (const char* v = std::getenv("HFREDUCE_TRANSPORT"); v && *v) o.transport = v;
   if (const char* v = std::getenv("HFREDUCE_IB_DEVICE"); v && *v) o.ib_device = v;

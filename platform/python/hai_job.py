@@ -121,11 +121,16 @@ def report(step, **metrics):
 # ---- step telemetry --------------------------------------------------------------------------
 
 _PHASES = ("data", "ckpt")
+_PEER_KINDS = ("link", "read")
+_PEER = re.compile(r"[A-Za-z0-9_.:/-]{1,40}")
+_MAX_PEERS = 16
 
 
 class _StepRecorder:
     """Writes one line per step to $HAI_STEPS_FILE: {"step", "time", "run", "step_s", "compute_s",
-    "comm_s", "collectives", "data_s", "ckpt_s"}; compute_s is what the others leave of step_s."""
+    "comm_s", "collectives", "data_s", "ckpt_s"}; compute_s is what the others leave of step_s.
+    Peer clocks (add_peer_clock) add, per peer with traffic that step, "{kind}_bytes:{peer}",
+    "{kind}_wait_s:{peer}" and "{kind}_move_s:{peer}"."""
 
     def __init__(self, path):
         self.path = path
@@ -134,6 +139,7 @@ class _StepRecorder:
         self.lock = threading.Lock()
         self.comm_clock = None
         self.comm_at = (0, 0.0)
+        self.peer_clocks = {}  # kind -> (clock, its last reading)
         self.phases = dict.fromkeys(_PHASES, 0.0)
         self.step = 0
         self.began = time.perf_counter()
@@ -142,6 +148,30 @@ class _StepRecorder:
         with self.lock:
             self.comm_clock = clock
             self.comm_at = tuple(clock())
+
+    def add_peer_clock(self, kind, clock):
+        with self.lock:
+            self.peer_clocks[kind] = (clock, dict(clock()))
+
+    def _peer_times(self):
+        """Per kind and peer, what its clock moved since the last step, flattened into the record's
+        keys: {kind}_bytes:{peer}, {kind}_wait_s:{peer}, {kind}_move_s:{peer} (peers with traffic)."""
+        out = {}
+        for kind, (clock, last) in list(self.peer_clocks.items()):
+            now = dict(clock())
+            self.peer_clocks[kind] = (clock, now)
+            moved = []
+            for peer, (count, nbytes, wait_s, move_s) in now.items():
+                was = last.get(peer, (0, 0, 0.0, 0.0))
+                if count != was[0] and _PEER.fullmatch(peer):
+                    moved.append((wait_s - was[2] + move_s - was[3], peer, nbytes - was[1],
+                                  wait_s - was[2], move_s - was[3]))
+            # The busiest peers only: a line stays far below the 16 KiB a reader takes.
+            for _, peer, nbytes, wait_s, move_s in sorted(moved, reverse=True)[:_MAX_PEERS]:
+                out[f"{kind}_bytes:{peer}"] = nbytes
+                out[f"{kind}_wait_s:{peer}"] = round(wait_s, 6)
+                out[f"{kind}_move_s:{peer}"] = round(move_s, 6)
+        return out
 
     def add(self, phase, seconds):
         with self.lock:
@@ -163,10 +193,12 @@ class _StepRecorder:
                 self.comm_at = (ops, seconds)
             data_s, ckpt_s = self.phases["data"], self.phases["ckpt"]
             self.phases = dict.fromkeys(_PHASES, 0.0)
+            peers = self._peer_times()
         record.update(step_s=round(step_s, 6),
                       compute_s=round(max(0.0, step_s - comm_s - data_s - ckpt_s), 6),
                       comm_s=round(comm_s, 6), collectives=collectives,
                       data_s=round(data_s, 6), ckpt_s=round(ckpt_s, 6))
+        record.update(peers)
         line = (json.dumps(record) + "\n").encode()
         if os.write(self.fd, line) != len(line):  # one write: a reader never sees half of it
             raise OSError(f"short write to {self.path}")
@@ -174,6 +206,7 @@ class _StepRecorder:
 
 _recorder = None
 _recorder_lock = threading.Lock()
+_peer_clocks = {}  # kind -> clock, kept for a recorder that starts later
 _optimizer = None  # the optimizer whose steps end steps (the first seen)
 _hook = None  # torch's handle of the optimizer hook
 
@@ -193,6 +226,8 @@ def record_steps(optimizer_hook=True, data_loader=True):
         if _recorder is not None:
             return True
         _recorder = _StepRecorder(path)
+        for kind, clock in _peer_clocks.items():  # given before recording began
+            _recorder.add_peer_clock(kind, clock)
     try:
         import torch  # noqa: F401 (only when the job uses torch)
     except ImportError:
@@ -243,6 +278,18 @@ def set_comm_clock(clock):
     its own); each step records the difference."""
     if _recorder is not None:
         _recorder.set_comm_clock(clock)
+
+
+def add_peer_clock(kind, clock):
+    """clock() -> {peer: (count, bytes, wait_s, move_s)} so far in this process; each step records
+    what moved, per peer with traffic. kind "link": HFReduce's tree edges, by neighbouring node
+    (haiscale gives its own); "read": storage reads, by the fs3 storage target that served them."""
+    if kind not in _PEER_KINDS:
+        raise ValueError(f"kind must be one of {_PEER_KINDS}, not {kind!r}")
+    with _recorder_lock:
+        _peer_clocks[kind] = clock
+        if _recorder is not None:
+            _recorder.add_peer_clock(kind, clock)
 
 
 def add_phase_time(phase, seconds):

@@ -143,6 +143,121 @@ TEST(StepDetector, EveryRankAlikeSlowerIsTheJobItself) {
   EXPECT_NE(f.text().find("the job itself"), std::string::npos) << f.text();
 }
 
+// Gives each node's first rank (its leader) the tree edges of a job on `nodes` nodes in a ring
+// (every node two neighbours), `bytes` each way a step, moved at `s_per_mb`, except edges touching
+// `slow_node`, moved `factor` times slower.
+void AddLinks(std::vector<hai::StepSummary>& ranks, int nodes, double bytes, double s_per_mb,
+              int slow_node = -1, double factor = 1) {
+  for (hai::StepSummary& r : ranks) {
+    if (r.rank() % 2 != 0) continue;
+    const int n = r.rank() / 2;
+    for (int peer : {(n + 1) % nodes, (n + nodes - 1) % nodes}) {
+      if (peer == n) continue;
+      hai::PeerTime* p = r.add_links();
+      p->set_peer("n0" + std::to_string(peer));
+      p->set_bytes(bytes);
+      const bool slow = n == slow_node || peer == slow_node;
+      p->set_move_s(bytes / 1e6 * s_per_mb * (slow ? factor : 1));
+      p->set_wait_s(0.001);
+    }
+  }
+}
+
+TEST(StepDetector, ANodeWhoseLinkIsSlowIsNamedByItsTreeEdges) {
+  // Every rank alike waits in the collectives (0.2 s more a step), no one is late: the edges into
+  // and out of n02 move bytes 5x slower than the others.
+  std::vector<hai::StepSummary> ranks = Job(4);
+  for (auto& r : ranks) {
+    r.set_step_s(0.52);
+    r.set_comm_s(0.219);
+  }
+  AddLinks(ranks, 4, 4e6, 0.012, 2, 5.0);
+  hai::StepFinding f = Diagnose(ranks, 0.32);
+  EXPECT_EQ(f.cause(), hai::SLOW_NETWORK) << f.text();
+  EXPECT_EQ(f.node(), "n02");
+  EXPECT_EQ(f.rank(), 4);
+  EXPECT_NEAR(f.phase_ratio(), 5.0, 0.01);
+  EXPECT_NE(f.text().find("node n02's links move bytes 5.0x slower"), std::string::npos)
+      << f.text();
+
+  // The same edges on a job at its best are its normal (one node across a slower uplink): no
+  // finding; the tracker learns the ratio and names only what goes beyond it.
+  std::vector<hai::StepSummary> healthy = Job(4);
+  AddLinks(healthy, 4, 4e6, 0.012, 2, 5.0);
+  EXPECT_EQ(Diagnose(healthy, 0.32).cause(), hai::SLOW_NONE);
+  Waits usual = {{"link:n02", 5.0}};
+  EXPECT_NE(Diagnose(ranks, 0.32, {}, usual).cause(), hai::SLOW_NETWORK);
+}
+
+TEST(StepDetector, TwoNodesCannotTellWhichEndOfTheirLinkIsSlow) {
+  std::vector<hai::StepSummary> ranks = Job(2);
+  for (auto& r : ranks) {
+    r.set_step_s(0.52);
+    r.set_comm_s(0.219);
+  }
+  AddLinks(ranks, 2, 4e6, 0.012, 1, 5.0);
+  hai::StepFinding f = Diagnose(ranks, 0.32);
+  // Both nodes see the one edge slow: no node is named, and every rank is alike 1.6x slower.
+  EXPECT_EQ(f.cause(), hai::SLOW_JOB) << f.text();
+  EXPECT_EQ(f.node(), "");
+}
+
+TEST(StepDetector, ALateNodesSlowComputeIsNotBlamedOnItsLinks) {
+  // A CPU-starved node is late, and its receive threads are slow too: compute is the cause.
+  std::vector<hai::StepSummary> ranks = Job(4, 1, 0.3);
+  AddLinks(ranks, 4, 4e6, 0.012, 1, 3.0);
+  hai::StepFinding f = Diagnose(ranks, 0.32);
+  EXPECT_EQ(f.cause(), hai::SLOW_COMPUTE) << f.text();
+  EXPECT_EQ(f.node(), "n01");
+}
+
+// Gives every rank reads of `bytes` a step from each of `targets` targets at `s_per_mb`, except
+// `slow` (read `factor` times slower).
+void AddReads(std::vector<hai::StepSummary>& ranks, int targets, double bytes, double s_per_mb,
+              const std::string& slow = "", double factor = 1) {
+  for (hai::StepSummary& r : ranks) {
+    for (int t = 1; t <= targets; ++t) {
+      hai::PeerTime* p = r.add_reads();
+      p->set_peer("t" + std::to_string(t));
+      p->set_bytes(bytes);
+      p->set_move_s(bytes / 1e6 * s_per_mb * (p->peer() == slow ? factor : 1));
+    }
+  }
+}
+
+TEST(StepDetector, AStorageTargetThatServesReadsSlowerIsNamed) {
+  // Every rank reads from every target (striped files) and waits for its data alike.
+  std::vector<hai::StepSummary> ranks = Job(2);
+  for (auto& r : ranks) {
+    r.set_step_s(0.62);
+    r.set_data_s(0.301);
+  }
+  AddReads(ranks, 4, 2e6, 0.02, "t3", 8.0);
+  hai::StepFinding f = Diagnose(ranks, 0.32);
+  EXPECT_EQ(f.cause(), hai::SLOW_STORAGE) << f.text();
+  EXPECT_EQ(f.target(), "t3");
+  EXPECT_EQ(f.node(), "");
+  EXPECT_NE(f.text().find("storage target t3 serves reads 8.0x slower"), std::string::npos)
+      << f.text();
+
+  // One rank late for its data, reading from the slow target: storage, not its node.
+  std::vector<hai::StepSummary> one = Job(2, 1, 0.3, "data");
+  for (auto& r : one) {
+    hai::PeerTime* p = r.add_reads();
+    p->set_peer(r.node() == "n01" ? "t2" : "t1");
+    p->set_bytes(2e6);
+    p->set_move_s(r.node() == "n01" ? 0.3 : 0.03);
+  }
+  f = Diagnose(one, 0.32);
+  EXPECT_EQ(f.cause(), hai::SLOW_STORAGE) << f.text();
+  EXPECT_EQ(f.target(), "t2");
+
+  // Slow reads that cost no step (prefetched data the ranks never wait for): nothing.
+  std::vector<hai::StepSummary> prefetched = Job(2);
+  AddReads(prefetched, 4, 2e6, 0.02, "t3", 8.0);
+  EXPECT_EQ(Diagnose(prefetched, 0.32).cause(), hai::SLOW_NONE);
+}
+
 TEST(StepDetector, TwoLateNodesAreNotOneStraggler) {
   std::vector<hai::StepSummary> ranks = Job(4, 1, 0.3);
   for (auto& r : ranks)

@@ -13,7 +13,10 @@ from ffdeploy.daemons import fs3_meta, fs3_mgmtd, fs3_storage, stop_all
 
 
 class Fs3Cluster:
-    def __init__(self, directory, storage=3, replication=3, chunk_size=1 << 20):
+    def __init__(self, directory, storage=3, replication=3, chunk_size=1 << 20,
+                 storage_options=None):
+        """storage_options(i) -> more [storage] keys for storage service i (1..storage)."""
+        self.storage_options = storage_options or (lambda i: {})
         build = os.environ.get("FF_BUILD_DIR")
         if not build:
             raise RuntimeError("FF_BUILD_DIR (the CMake build directory) is not set")
@@ -36,7 +39,7 @@ class Fs3Cluster:
             for i in range(1, self.storage + 1):
                 self._start(fs3_storage(self.bin, self.dir, f"storage-{i}", self.mgmtd,
                                         [(100 + i, os.path.join(self.dir, f"st{i}"))],
-                                        name=f"storage{i}"))
+                                        name=f"storage{i}", **self.storage_options(i)))
             fs3 = os.path.join(self.bin, "fs3")
             deadline = time.time() + 20
             while time.time() < deadline:

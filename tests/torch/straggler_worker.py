@@ -37,10 +37,31 @@ class _Batches(torch.utils.data.Dataset):
         return torch.randn(DIM, generator=g), torch.randn(1, generator=g)
 
 
-def train(out_dir, extra_work=None, max_s=300, steps=0, telemetry=True):
+def _fs3_reader(fs3):
+    """fs3: {"meta", "mgmtd", "path", "ranges"}: a function reading `ranges` 128 KiB ranges of the
+    file, one from each of its first chunks (1 MiB each: every target it is striped over), with
+    fs3's native client in one batch."""
+    if not fs3:
+        return None
+    from fs3client import FileSystem
+
+    fs = FileSystem(fs3["meta"], fs3["mgmtd"])
+    f = fs.open(fs3["path"])
+    bufs = [bytearray(128 << 10) for _ in range(fs3["ranges"])]
+
+    def read():
+        with hai_job.phase("data"):
+            got = fs.read_batch([(f, i << 20, b) for i, b in enumerate(bufs)])
+        assert all(n == len(b) for n, b in zip(got, bufs)), got
+    return read
+
+
+def train(out_dir, extra_work=None, max_s=300, steps=0, telemetry=True, comm_mb=0, fs3=None):
     """Trains until out_dir/stop appears (or max_s, or `steps` steps when > 0). extra_work:
     {rank: n}: that rank does n more matrix products a step from the start (a heavier pipeline
     stage: uneven, but healthy). telemetry=False: steps are not recorded (the bench's "off").
+    comm_mb: one more allreduce of that many MiB a step (a bigger model's gradients: traffic
+    between the nodes). fs3: each step also reads from fs3 (_fs3_reader), as data loading.
     Returns the steps done and the mean step time after the first 20."""
     if not telemetry:
         os.environ.pop("HAI_STEPS_FILE", None)
@@ -56,6 +77,8 @@ def train(out_dir, extra_work=None, max_s=300, steps=0, telemetry=True):
     loader = iter(torch.utils.data.DataLoader(_Batches(out_dir, rank), batch_size=8))
     work = torch.randn(256, 256)
     extra = int((extra_work or {}).get(str(rank), 0))
+    payload = torch.zeros(int(comm_mb * (1 << 20)) // 4)
+    read_fs3 = _fs3_reader(fs3)
     stop = os.path.join(out_dir, "stop")
     began, done_steps, times = time.monotonic(), 0, []
     while True:
@@ -70,10 +93,14 @@ def train(out_dir, extra_work=None, max_s=300, steps=0, telemetry=True):
         if done[0]:
             break
         x, y = next(loader)
+        if read_fs3:
+            read_fs3()
         for _ in range(60 + extra):  # the step's compute: what a throttled CPU slows
             work = torch.tanh(work @ work) * 0.5
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
+        if payload.numel():
+            dist.all_reduce(payload)
         opt.step()
         opt.zero_grad()
         done_steps += 1

@@ -64,8 +64,8 @@ def _nodes(cluster):
     return {n["name"]: n for n in nodes}
 
 
-def _submit(cluster, out, extra_work=None, hai_args=(), function="train"):
-    args = [out] + ([extra_work] if extra_work else [])
+def _submit(cluster, out, extra_work=None, hai_args=(), function="train", args=None):
+    args = args or [out] + ([extra_work] if extra_work else [])
     command = (f"{sys.executable} {os.path.join(HERE, 'rank_runner.py')} "
                f"straggler_worker:{function} '{json.dumps(args)}'")
     job = cluster.submit("--nodes", "2", "--gpus-per-node", "1", "--env", "OMP_NUM_THREADS=1",
@@ -168,6 +168,60 @@ def test_a_throttled_node_and_a_slow_loader_are_named_with_their_cause(cluster):
     print(history)
     assert "compute on A-leaf-n01" in history and "data loading on A-leaf-n00" in history, history
     assert history.count("no longer makes the others wait") == 2, history
+
+
+def test_a_slow_storage_target_is_named():
+    """The storage class: every rank reads a batch a step from a file striped over three fs3
+    storage targets (the native client, as data loading); one target's service is slowed (its
+    fault_read_delay_file: 150 ms a read). Every rank alike waits for its data, so no node is
+    late: the finding names the target, from the reads each rank times by target."""
+    if os.geteuid() != 0 or not os.access(CGROUP_CPU, os.W_OK):
+        pytest.fail("the straggler tests run as root")
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))  # tests/python
+    from fs3_cluster import Fs3Cluster
+
+    from fs3client import FileSystem
+
+    with tempfile.TemporaryDirectory() as tmp:
+        slow = os.path.join(tmp, "slow-reads")
+        options = lambda i: {"fault_read_delay_file": slow} if i == 2 else {}  # noqa: E731
+        os.makedirs(os.path.join(tmp, "fs3"))
+        os.makedirs(os.path.join(tmp, "hai"))
+        with Fs3Cluster(os.path.join(tmp, "fs3"), storage=3, replication=1,
+                        storage_options=options) as fs3, \
+                HaiCluster(os.path.join(tmp, "hai"), nodes=2) as cluster:
+            fs = FileSystem(fs3.meta, fs3.mgmtd)
+            fs.write_file("/data", os.urandom(6 << 20))
+            fs.close()
+            out = os.path.join(tmp, "out")
+            os.makedirs(out)
+            reads = {"meta": fs3.meta, "mgmtd": fs3.mgmtd, "path": "/data", "ranges": 6}
+            job = _submit(cluster, out, args=[out, None, 300, 0, True, 0, reads])
+            healthy = _healthy_for(cluster, job, 8)
+            targets = {p["peer"] for r in healthy["ranks"] for p in r.get("reads", [])}
+            assert targets == {"t101", "t102", "t103"}, healthy  # striped over every target
+
+            with open(slow, "w") as f:
+                f.write("150")
+            began, seen = time.monotonic(), None
+            try:
+                while time.monotonic() - began < DIAGNOSIS_S:
+                    seen = _steps(cluster, job)
+                    if seen["finding"]["cause"] not in ("SLOW_NONE",):
+                        break
+                    time.sleep(0.2)
+                finding = seen["finding"]
+                assert finding["cause"] == "SLOW_STORAGE" and finding["target"] == "t102", seen
+                print(f"storage target t102 found in {time.monotonic() - began:.1f} s: "
+                      f"{finding['text']}")
+                assert "storage target t102 serves reads" in cluster.hai("show", str(job))
+            finally:
+                os.unlink(slow)
+            _wait_cleared(cluster, job)
+            _stop(cluster, job, out)
+            history = "\n".join(e["text"] for e in cluster.show(job)["runs"][-1]["events"])
+            assert "storage target t102 serves reads" in history, history
+            assert "storage target t102 no longer makes the others wait" in history, history
 
 
 def test_an_uneven_but_healthy_job_is_not_a_straggler(cluster):

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 
+#include "fs3/client.h"
 #include "fs3/errors.h"
 #include "fs3/fs.h"
 
@@ -167,6 +168,20 @@ int fs3_list(fs3_fs* fs, const char* path, char* buf, size_t buf_len, size_t* ne
       std::memcpy(buf, e.name.c_str(), e.name.size() + 1);
       buf += e.name.size() + 1;
     }
+    return 0;
+  });
+}
+
+int fs3_read_clock(char* buf, size_t buf_len, size_t* needed, char* err, size_t err_len) {
+  return Guard(err, err_len, [&] {
+    std::string text;
+    for (const ff::fs3::TargetReads& t : ff::fs3::ProcessTargetReads()) {
+      text += std::to_string(t.target) + " " + std::to_string(t.reads) + " " +
+              std::to_string(t.bytes) + " " + std::to_string(t.seconds) + "\n";
+    }
+    *needed = text.size() + 1;
+    if (*needed > buf_len) return FailWith(ERANGE, "buffer too small", err, err_len);
+    std::memcpy(buf, text.c_str(), text.size() + 1);
     return 0;
   });
 }

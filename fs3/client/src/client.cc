@@ -204,6 +204,52 @@ Result<std::string> StorageClient::Read(uint64_t inode, uint64_t offset, uint32_
   return out;
 }
 
+namespace {
+
+struct ReadCounters {
+  std::atomic<uint64_t> reads{0}, bytes{0}, ns{0};
+};
+
+struct ReadRegistry {
+  Mutex mu;
+  std::map<uint64_t, std::unique_ptr<ReadCounters>> targets FF_GUARDED_BY(mu);
+};
+
+ReadRegistry& Reads() {
+  static ReadRegistry* r = new ReadRegistry;  // never destroyed: reader threads may outlive statics
+  return *r;
+}
+
+void CountRead(uint64_t target, uint64_t bytes, std::chrono::steady_clock::duration took) {
+  ReadCounters* c;
+  {
+    ReadRegistry& r = Reads();
+    MutexLock lock(&r.mu);
+    std::unique_ptr<ReadCounters>& slot = r.targets[target];
+    if (!slot) slot = std::make_unique<ReadCounters>();
+    c = slot.get();
+  }
+  c->reads.fetch_add(1, std::memory_order_relaxed);
+  c->bytes.fetch_add(bytes, std::memory_order_relaxed);
+  c->ns.fetch_add(
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()),
+      std::memory_order_relaxed);
+}
+
+}  // namespace
+
+std::vector<TargetReads> ProcessTargetReads() {
+  ReadRegistry& r = Reads();
+  MutexLock lock(&r.mu);
+  std::vector<TargetReads> out;
+  for (const auto& [target, c] : r.targets) {
+    out.push_back({target, c->reads.load(std::memory_order_relaxed),
+                   c->bytes.load(std::memory_order_relaxed),
+                   static_cast<double>(c->ns.load(std::memory_order_relaxed)) * 1e-9});
+  }
+  return out;
+}
+
 Result<std::string> StorageClient::ReadChunk(uint64_t inode, uint32_t index, uint32_t offset,
                                              uint32_t length, Chains chains) {
   fs3rpc::ReadRequest req;
@@ -254,8 +300,10 @@ Result<std::string> StorageClient::ReadChunk(uint64_t inode, uint32_t index, uin
       const auto& [target, address] = replicas[(start + k) % replicas.size()];
       req.set_target(target);
       fs3rpc::ReadResponse resp;
+      const auto issued = std::chrono::steady_clock::now();
       last = transport_->Read(address, req, &resp, options_.rpc_timeout);
       if (last.ok()) {
+        CountRead(target, resp.data().size(), std::chrono::steady_clock::now() - issued);
         // The bytes must be what the chunk's length says is there: fewer would be read as a
         // hole (zeros). A replica that answers otherwise is passed over.
         const uint64_t has = resp.chunk_length() > offset ? resp.chunk_length() - offset : 0;

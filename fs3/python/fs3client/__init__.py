@@ -72,6 +72,7 @@ def _load():
         "fs3_read_batch_submit": [P, c.c_size_t, c.POINTER(c.c_uint64), c.POINTER(c.c_uint64),
                                   c.POINTER(c.c_uint32), c.POINTER(P), c.POINTER(P)],
         "fs3_batch_wait": [P, c.POINTER(c.c_uint32)],
+        "fs3_read_clock": [c.c_char_p, c.c_size_t, c.POINTER(c.c_size_t)],
     }
     for name, args in sigs.items():
         fn = getattr(lib, name)
@@ -83,6 +84,45 @@ def _load():
     lib.fs3_batch_ready.restype = c.c_int
     _lib = lib
     return lib
+
+
+def read_clock() -> dict:
+    """{"t<target>": (reads, bytes, 0.0, seconds)}: the reads this process issued to each storage
+    target so far, their bytes and their time from issue to answer (hai_job's "read" peer clock:
+    step telemetry names the target a job waits on)."""
+    size = 4096
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        needed = ctypes.c_size_t()
+        try:
+            _call(_load().fs3_read_clock, buf, size, ctypes.byref(needed), what="fs3 read clock")
+        except OSError as e:
+            if e.errno == errno.ERANGE:
+                size = needed.value + 1
+                continue
+            raise
+        out = {}
+        for line in buf.value.decode().splitlines():
+            target, reads, nbytes, seconds = line.split()
+            out[f"t{target}"] = (int(reads), int(nbytes), 0.0, float(seconds))
+        return out
+
+
+def _record_reads():
+    """Under HAI-Platform's step telemetry ($HAI_STEPS_FILE), each step records the reads of this
+    process by target (once a process; hai_job keeps the clock for when recording starts)."""
+    global _reads_recorded
+    if _reads_recorded or not os.environ.get("HAI_STEPS_FILE"):
+        return
+    _reads_recorded = True
+    try:
+        import hai_job
+    except ImportError:
+        return
+    hai_job.add_peer_clock("read", read_clock)
+
+
+_reads_recorded = False
 
 
 def _call(fn, *args, what: str):
@@ -173,6 +213,7 @@ class FileSystem:
         _call(lib.fs3_connect, meta.encode(), mgmtd.encode(), self.uid, self.gid,
               ctypes.byref(handle), what=f"fs3 connect to meta {meta}, mgmtd {mgmtd}")
         self._h = handle
+        _record_reads()
         self._pid = os.getpid()
 
     @classmethod

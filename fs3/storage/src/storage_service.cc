@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <sys/statvfs.h>
 
+#include <algorithm>
+#include <fstream>
 #include <thread>
 
 #include "common/rpc_client.h"
@@ -29,6 +31,7 @@ void StorageOptions::Bind(ConfigSection& s) {
   s.Check(dedup_retention_s > 0, "dedup_retention_s", "must be positive");
   s.Optional("dedup_max_entries", dedup_max_entries);
   s.Check(dedup_max_entries >= 1, "dedup_max_entries", "must be at least 1");
+  s.Optional("fault_read_delay_file", fault_read_delay_file);
 }
 
 Result<std::unique_ptr<StorageService>> StorageService::Create(
@@ -332,9 +335,23 @@ fs3rpc::Storage::Stub* StorageService::Peer(const std::string& address) {
 
 // ---- reads -------------------------------------------------------------------------------------
 
+std::chrono::milliseconds StorageService::FaultReadDelay() {
+  MutexLock lock(&fault_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - fault_checked_ >= std::chrono::milliseconds(100)) {
+    fault_checked_ = now;
+    std::ifstream in(options_.fault_read_delay_file);
+    int64_t ms = 0;
+    fault_delay_ =
+        std::chrono::milliseconds(in && (in >> ms) && ms > 0 ? std::min<int64_t>(ms, 60000) : 0);
+  }
+  return fault_delay_;
+}
+
 grpc::Status StorageService::Read(grpc::ServerContext* ctx, const fs3rpc::ReadRequest* req,
                                   fs3rpc::ReadResponse* resp) {
   const auto start = Clock::now();
+  if (!options_.fault_read_delay_file.empty()) std::this_thread::sleep_for(FaultReadDelay());
   grpc::Status st = DoRead(ctx, req, resp);
   if (metrics_) {
     metrics_->Histogram("fs3_storage_read_seconds", "Read latency", Metrics::LatencyBuckets())

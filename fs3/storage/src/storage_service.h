@@ -129,6 +129,10 @@ struct StorageOptions {
   // `dedup_retention_s` (longer than any client retries), at most `dedup_max_entries` of them.
   int64_t dedup_retention_s = 600;
   int64_t dedup_max_entries = 1000000;
+  // Fault injection (tests and benches: a slow disk, a hot target): a file whose contents, while
+  // it exists, are milliseconds every read waits before it is served. Looked at no more than
+  // every 100 ms; empty: off.
+  std::string fault_read_delay_file;
 
   void Bind(ConfigSection& s);
 };
@@ -207,6 +211,11 @@ class StorageService final : public fs3rpc::Storage::Service {
   Status SyncSuccessor(uint64_t target, const Position& pos);
 
   const StorageOptions options_;
+  // fault_read_delay_file's delay, as last read.
+  std::chrono::milliseconds FaultReadDelay();
+  Mutex fault_mu_;
+  std::chrono::steady_clock::time_point fault_checked_ FF_GUARDED_BY(fault_mu_){};
+  std::chrono::milliseconds fault_delay_ FF_GUARDED_BY(fault_mu_){0};
   Metrics* metrics_;
   std::string address_;
   std::map<uint64_t, std::unique_ptr<ChunkStore>> stores_;

@@ -59,6 +59,7 @@ def _record_steps():
         return
     if hai_job.record_steps():
         hai_job.set_comm_clock(_C.comm_clock)
+        hai_job.add_peer_clock("link", _C.link_clock)
 
 
 def _create(dist_options, backend_options):

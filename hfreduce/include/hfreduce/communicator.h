@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -57,6 +58,9 @@ struct CommunicatorOptions {
   std::string store_prefix = "hfreduce";
   // Ranks with the same node id share a node (shared memory). Default: the host name.
   std::string node_id;
+  // What this node is called in LinkTimes (step telemetry): HFREDUCE_NODE_LABEL, else HAI_NODE
+  // (the platform's node name), else the node id.
+  std::string node_label;
   // Address other nodes' leaders reach this node at (the TCP listener binds it).
   std::string listen_host = "127.0.0.1";
   // Between nodes: "tcp", "verbs" (ibverbs RC; needs an RDMA device and a build with
@@ -78,10 +82,10 @@ struct CommunicatorOptions {
   Metrics* metrics = nullptr;
 
   // Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (required) and LOCAL_RANK,
-  // HFREDUCE_NODE_ID, HFREDUCE_LISTEN_HOST, HFREDUCE_TRANSPORT, HFREDUCE_IB_DEVICE,
-  // HFREDUCE_TIMEOUT_MS, HFREDUCE_CHUNK_BYTES, HFREDUCE_PIPELINE_DEPTH, HFREDUCE_DSCP,
-  // HFREDUCE_IB_SL (optional) over the
-  // defaults above. kInvalidArgument names a bad variable.
+  // HFREDUCE_NODE_ID, HFREDUCE_NODE_LABEL, HFREDUCE_LISTEN_HOST, HFREDUCE_TRANSPORT,
+  // HFREDUCE_IB_DEVICE, HFREDUCE_TIMEOUT_MS, HFREDUCE_CHUNK_BYTES, HFREDUCE_PIPELINE_DEPTH,
+  // HFREDUCE_DSCP, HFREDUCE_IB_SL (optional) over the defaults above. kInvalidArgument names a bad
+  // variable.
   static Result<CommunicatorOptions> FromEnvironment();
 };
 
@@ -193,5 +197,21 @@ class Communicator {
   // What carries data between nodes: "shm" (a single node), "tcp" or "verbs".
   virtual const std::string& transport() const = 0;
 };
+
+// What crossed each tree edge into this node, summed over the process's life and every
+// communicator it leads (only a node's leader, local rank 0, moves bytes between nodes; the
+// others have none). Per neighbouring node, by its label: the frames received from it, their
+// payload bytes, the time waiting for each frame's first byte (the neighbour is late, or what it
+// waits for is) and the time from there to its last byte (moving the bytes: bounded by the link,
+// the one measure a slow link lengthens and a late peer does not). Step telemetry takes the
+// differences over a step (hai_job; haiscale._C.link_clock).
+struct LinkTime {
+  std::string peer;
+  uint64_t frames = 0;
+  uint64_t bytes = 0;
+  double wait_s = 0;
+  double move_s = 0;
+};
+std::vector<LinkTime> ProcessLinkTimes();
 
 }  // namespace ff::hfreduce

@@ -450,6 +450,29 @@ Status NodeEngine::StartFromOwner(const OpPlan& plan, uint32_t c, const Route& r
 
 // ---- Network threads --------------------------------------------------------------------------
 
+LinkCounters* NodeEngine::LinkOf(int node) const {
+  const auto i = static_cast<std::size_t>(node);
+  return LinkCountersOf(i < config_.node_labels.size() && !config_.node_labels[i].empty()
+                            ? config_.node_labels[i]
+                            : std::to_string(node));
+}
+
+Status NodeEngine::RecvFrame(Connection& conn, LinkCounters* link, FrameHeader* h,
+                             const std::function<Status(const FrameHeader&)>& check,
+                             const std::function<void*(const FrameHeader&)>& dest) {
+  const auto began = Clock::now();
+  FF_RETURN_IF_ERROR(conn.Recv(h, sizeof *h));
+  const auto first = Clock::now();
+  FF_RETURN_IF_ERROR(check(*h));
+  if (h->bytes > 0) FF_RETURN_IF_ERROR(conn.Recv(dest(*h), h->bytes));
+  const auto last = Clock::now();
+  auto ns = [](Clock::duration d) {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+  };
+  link->Add(h->bytes, ns(first - began), ns(last - first));
+  return Status::Ok();
+}
+
 bool NodeEngine::NextPlan(std::size_t index, OpPlan* plan) {
   UniqueLock lock(&plans_mu_);
   while (true) {
@@ -547,6 +570,7 @@ void NodeEngine::UpSender(int id, int t) {
 void NodeEngine::DownReceiver(int id, int t) {
   Connection& conn = *config_.parent[t];
   EdgeRing& from_parent = *from_parent_[t];
+  LinkCounters* link = LinkOf(tree_[t].parent);
   ForEachTreeChunk(
       id, t,
       [&](const OpPlan& plan, uint32_t c, uint32_t g, uint32_t ti, Clock::time_point deadline) {
@@ -563,20 +587,27 @@ void NodeEngine::DownReceiver(int id, int t) {
             },
             deadline, [&] { return "a free slot for chunk " + std::to_string(c); }));
         FrameHeader h;
-        FF_RETURN_IF_ERROR(conn.Recv(&h, sizeof h));
-        FF_RETURN_IF_ERROR(ValidateFrame(h, plan, g, conn.peer()));
-        std::size_t expected = plan.kind() == CollectiveKind::kBarrier ? 0 : plan.ChunkSize(c);
-        if (h.bytes != expected) {
-          return DataLoss("hfreduce: " + conn.peer() + " sent " + std::to_string(h.bytes) +
-                          " bytes for chunk " + std::to_string(c) + ", expected " +
-                          std::to_string(expected));
-        }
+        Status received = RecvFrame(
+            conn, link, &h,
+            [&](const FrameHeader& hh) {
+              FF_RETURN_IF_ERROR(ValidateFrame(hh, plan, g, conn.peer()));
+              std::size_t expected =
+                  plan.kind() == CollectiveKind::kBarrier ? 0 : plan.ChunkSize(c);
+              if (hh.bytes != expected) {
+                return DataLoss("hfreduce: " + conn.peer() + " sent " + std::to_string(hh.bytes) +
+                                " bytes for chunk " + std::to_string(c) + ", expected " +
+                                std::to_string(expected));
+              }
+              return Status::Ok();
+            },
+            [&](const FrameHeader&) -> void* {
+              return partial ? from_parent.slot(es) : seg_.result(slot);
+            });
+        if (!received.ok()) return received;
         if (partial) {
-          if (h.bytes > 0) FF_RETURN_IF_ERROR(conn.Recv(from_parent.slot(es), h.bytes));
           from_parent.bytes[es].store(h.bytes, std::memory_order_release);
           from_parent.filled[es].store(ti + 1, std::memory_order_release);
         } else {
-          if (h.bytes > 0) FF_RETURN_IF_ERROR(conn.Recv(seg_.result(slot), h.bytes));
           // Every local rank copies it out, and every child gets it.
           seg_.result_pending(slot).store(static_cast<uint32_t>(seg_.local_size() + Children(t)),
                                           std::memory_order_release);
@@ -590,6 +621,7 @@ void NodeEngine::DownReceiver(int id, int t) {
 void NodeEngine::ChildReceiver(int id, int t, int i) {
   Connection& conn = *config_.children[t][i];
   EdgeRing& ring = *from_child_[t][i];
+  LinkCounters* link = LinkOf(tree_[t].children[static_cast<std::size_t>(i)]);
   ForEachTreeChunk(
       id, t,
       [&](const OpPlan& plan, uint32_t c, uint32_t g, uint32_t ti, Clock::time_point deadline) {
@@ -606,23 +638,29 @@ void NodeEngine::ChildReceiver(int id, int t, int i) {
             },
             deadline, [&] { return "a free receive slot for chunk " + std::to_string(c); }));
         FrameHeader h;
-        FF_RETURN_IF_ERROR(conn.Recv(&h, sizeof h));
-        FF_RETURN_IF_ERROR(ValidateFrame(h, plan, g, conn.peer()));
-        // A tree-flow partial may be empty (a subtree without data for the chunk).
-        if (h.bytes != plan.ChunkSize(c) && (spread || h.bytes != 0)) {
-          return DataLoss("hfreduce: " + conn.peer() + " sent " + std::to_string(h.bytes) +
-                          " bytes for chunk " + std::to_string(c) + ", expected " +
-                          std::to_string(plan.ChunkSize(c)));
-        }
+        Status received = RecvFrame(
+            conn, link, &h,
+            [&](const FrameHeader& hh) {
+              FF_RETURN_IF_ERROR(ValidateFrame(hh, plan, g, conn.peer()));
+              // A tree-flow partial may be empty (a subtree without data for the chunk).
+              if (hh.bytes != plan.ChunkSize(c) && (spread || hh.bytes != 0)) {
+                return DataLoss("hfreduce: " + conn.peer() + " sent " + std::to_string(hh.bytes) +
+                                " bytes for chunk " + std::to_string(c) + ", expected " +
+                                std::to_string(plan.ChunkSize(c)));
+              }
+              return Status::Ok();
+            },
+            [&](const FrameHeader&) -> void* {
+              return spread ? seg_.result(slot) : ring.slot(es);
+            });
+        if (!received.ok()) return received;
         if (spread) {
-          if (h.bytes > 0) FF_RETURN_IF_ERROR(conn.Recv(seg_.result(slot), h.bytes));
           // Every local rank, the parent and the other child get it.
           int outgoing = (route.up ? 1 : 0) + (route.child_out[1 - i] ? 1 : 0);
           seg_.result_pending(slot).store(static_cast<uint32_t>(seg_.local_size() + outgoing),
                                           std::memory_order_release);
           seg_.result_filled(slot).store(g + 1, std::memory_order_release);
         } else {
-          if (h.bytes > 0) FF_RETURN_IF_ERROR(conn.Recv(ring.slot(es), h.bytes));
           ring.bytes[es].store(h.bytes, std::memory_order_release);
           ring.filled[es].store(ti + 1, std::memory_order_release);
         }

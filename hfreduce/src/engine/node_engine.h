@@ -26,11 +26,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "common/double_binary_tree.h"
 #include "common/thread_annotations.h"
+#include "engine/link_clock.h"
 #include "engine/op.h"
 #include "engine/route.h"
 #include "engine/waiter.h"
@@ -42,8 +44,9 @@ struct NodeEngineConfig {
   int node_index = 0;
   int num_nodes = 1;
   int world_size = 1;
-  std::vector<int> local_global_ranks;  // global rank of each local rank
-  std::vector<int> node_of_rank;        // node index of every global rank
+  std::vector<int> local_global_ranks;   // global rank of each local rank
+  std::vector<int> node_of_rank;         // node index of every global rank
+  std::vector<std::string> node_labels;  // each node's label (LinkTimes); empty: its index
   std::chrono::milliseconds timeout{300000};
   std::size_t chunk_bytes = 1 << 20;
   // Failures across nodes: a node that fails for a cause of its own (a dead local rank, ranks
@@ -82,6 +85,12 @@ class NodeEngine {
   void DownReceiver(int id, int t);
   void ChildReceiver(int id, int t, int i);
   void DownSender(int id, int t, int i);
+  // Receives one frame from `conn` into `h` and its payload (h->bytes, checked by `check` before
+  // any is read) into wherever `dest(*h)` says, timing both into `link`.
+  Status RecvFrame(Connection& conn, LinkCounters* link, FrameHeader* h,
+                   const std::function<Status(const FrameHeader&)>& check,
+                   const std::function<void*(const FrameHeader&)>& dest);
+  LinkCounters* LinkOf(int node) const;
   void Monitor();
   // While operations are in flight: a neighbour that closed its connection (it aborted, or its
   // leader died) and whose edge's threads have not moved on since the previous look. `seen`

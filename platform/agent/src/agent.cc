@@ -14,8 +14,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string_view>
 
 #include "common/rpc_client.h"
 #include "common/rpc_status.h"
@@ -515,6 +517,31 @@ void Agent::SummariseSteps(const std::vector<Key>& running, hai::HeartbeatReques
       s->set_data_s(median("data_s"));
       s->set_ckpt_s(median("ckpt_s"));
       s->set_collectives(median("collectives"));
+      // Peer clocks ("{link,read}_{bytes,wait_s,move_s}:PEER"): per step over the window.
+      std::map<std::string, hai::PeerTime> links, reads;
+      for (const hai::MetricRecord& r : tail.last) {
+        for (const auto& [name, value] : r.values()) {
+          const auto colon = name.find(':');
+          if (colon == std::string::npos || !std::isfinite(value)) continue;
+          const std::string_view kind = std::string_view(name).substr(0, colon);
+          const std::string peer = name.substr(colon + 1);
+          std::map<std::string, hai::PeerTime>* to = kind.starts_with("link_")   ? &links
+                                                     : kind.starts_with("read_") ? &reads
+                                                                                 : nullptr;
+          if (to == nullptr || peer.empty()) continue;
+          hai::PeerTime& p = (*to)[peer];
+          p.set_peer(peer);
+          const std::string_view field = kind.substr(5);
+          const double per_step = value / static_cast<double>(tail.last.size());
+          if (field == "bytes") p.set_bytes(p.bytes() + per_step);
+          if (field == "wait_s") p.set_wait_s(p.wait_s() + per_step);
+          if (field == "move_s") p.set_move_s(p.move_s() + per_step);
+        }
+      }
+      for (auto& [peer, p] : links)
+        *s->add_links() = std::move(p);
+      for (auto& [peer, p] : reads)
+        *s->add_reads() = std::move(p);
     }
     tails[key] = std::move(tail);
   }

@@ -69,6 +69,110 @@ std::string Seconds(double s) {
   return StepSecondsText(s);
 }
 
+// A peer (a node's links, a storage target) that moves bytes slower than the others.
+struct SlowPeer {
+  std::string who;
+  int rank = -1;      // the rank that reported most of its time
+  double mine = 0;    // its seconds per byte
+  double others = 0;  // the others' (median)
+  double excess = 0;  // per step, the time beyond what the others' rate would take
+};
+
+// Network: each edge's seconds per byte (both ends' reports together); per node, its fastest
+// edge's. With `ratios`, every node's over the others' median.
+SlowPeer SlowLink(const std::vector<const hai::StepSummary*>& ranks, double min_bytes,
+                  Waits* ratios) {
+  std::map<std::pair<std::string, std::string>, std::pair<double, double>> edges;
+  std::map<std::string, int> leader;
+  for (const hai::StepSummary* r : ranks) {
+    for (const hai::PeerTime& p : r->links()) {
+      if (p.peer() == r->node()) continue;
+      auto key = std::minmax(r->node(), p.peer());
+      auto& e = edges[{key.first, key.second}];
+      e.first += p.bytes();
+      e.second += p.move_s();
+      leader[r->node()] = r->rank();
+    }
+  }
+  std::map<std::string, double> best;  // s/byte of the node's fastest edge
+  for (const auto& [ends, e] : edges) {
+    if (e.first < min_bytes) continue;
+    for (const std::string& n : {ends.first, ends.second}) {
+      auto [it, fresh] = best.emplace(n, e.second / e.first);
+      if (!fresh) it->second = std::min(it->second, e.second / e.first);
+    }
+  }
+  SlowPeer out;
+  if (best.size() < 3) return out;
+  auto others_of = [&](const std::string& n) {
+    std::vector<double> v;
+    for (const auto& [m, rate] : best)
+      if (m != n) v.push_back(rate);
+    return Median(v);
+  };
+  for (const auto& [n, rate] : best) {
+    const double others = others_of(n);
+    if (ratios != nullptr && others > 0) (*ratios)["link:" + n] = rate / others;
+    if (out.who.empty() || rate > out.mine) {
+      out.who = n;
+      out.mine = rate;
+      out.others = others;
+    }
+  }
+  out.rank = leader.contains(out.who) ? leader[out.who] : -1;
+  for (const auto& [ends, e] : edges) {
+    if (ends.first == out.who || ends.second == out.who)
+      out.excess = std::max(out.excess, e.second - e.first * out.others);
+  }
+  return out;
+}
+
+// Storage: each target's seconds per byte over every rank's reads from it.
+SlowPeer SlowTarget(const std::vector<const hai::StepSummary*>& ranks, double min_bytes,
+                    Waits* ratios) {
+  std::map<std::string, std::pair<double, double>> targets;
+  std::map<std::string, std::pair<int, double>> reader;  // the rank with most time on it
+  for (const hai::StepSummary* r : ranks) {
+    for (const hai::PeerTime& p : r->reads()) {
+      auto& t = targets[p.peer()];
+      t.first += p.bytes();
+      t.second += p.move_s();
+      auto [it, fresh] = reader.emplace(p.peer(), std::make_pair(r->rank(), p.move_s()));
+      if (!fresh && p.move_s() > it->second.second) it->second = {r->rank(), p.move_s()};
+    }
+  }
+  std::erase_if(targets, [&](const auto& t) { return t.second.first < min_bytes; });
+  SlowPeer out;
+  if (targets.size() < 2) return out;
+  for (const auto& [t, e] : targets) {
+    std::vector<double> v;
+    for (const auto& [u, f] : targets)
+      if (u != t) v.push_back(f.second / f.first);
+    const double others = Median(v);
+    const double rate = e.second / e.first;
+    if (ratios != nullptr && others > 0) (*ratios)["read:" + t] = rate / others;
+    if (out.who.empty() || rate > out.mine) {
+      out.who = t;
+      out.mine = rate;
+      out.others = others;
+      out.excess = e.second - e.first * others;
+    }
+  }
+  out.rank = reader[out.who].first;
+  // Per step and rank: the reads of a batch run at once, so the most any one rank spends.
+  out.excess /= static_cast<double>(std::max<std::size_t>(1, ranks.size()));
+  return out;
+}
+
+// Whether `p` is slow enough to name: ratio beyond its usual one, and it costs enough a step.
+bool Names(const SlowPeer& p, const std::string& key, double ratio, double floor_s,
+           const Waits& usual) {
+  if (p.who.empty() || p.others <= 0) return false;
+  const auto u = usual.find(key + p.who);
+  const double usual_ratio = u == usual.end() ? 1.0 : std::max(1.0, u->second);
+  return p.mine / p.others >= ratio * usual_ratio && p.excess >= floor_s;
+}
+
 }  // namespace
 
 hai::StepFinding Diagnose(const std::vector<hai::StepSummary>& summaries, double baseline_s,
@@ -92,6 +196,35 @@ hai::StepFinding Diagnose(const std::vector<hai::StepSummary>& summaries, double
   f.set_slowdown(slowdown);
   if (ranks.size() < 2 || step <= 0) return f;
 
+  const double floor_s = std::max(options.min_wait_s, options.min_wait_share * step);
+  Waits peer_ratios;
+  const SlowPeer link = SlowLink(ranks, options.min_peer_bytes, &peer_ratios);
+  const SlowPeer target = SlowTarget(ranks, options.min_peer_bytes, &peer_ratios);
+  const bool slow_link = slowdown >= options.min_slowdown &&
+                         Names(link, "link:", options.link_ratio, floor_s, usual_waits);
+  std::vector<double> data_all;
+  for (const hai::StepSummary* r : ranks)
+    data_all.push_back(r->data_s());
+  const bool slow_target =
+      slowdown >= options.min_slowdown &&
+      Names(target, "read:", options.read_ratio, options.min_wait_s, usual_waits) &&
+      *std::max_element(data_all.begin(), data_all.end()) >= floor_s;
+  auto name_peer = [&](hai::SlowCause cause, const SlowPeer& p) {
+    f.set_cause(cause);
+    f.set_rank(p.rank);
+    f.set_wait_s(p.excess);
+    f.set_usual_wait_s(0);
+    f.set_phase_s(p.mine * 1e6);  // seconds per MB
+    f.set_others_phase_s(p.others * 1e6);
+    f.set_phase_ratio(p.mine / p.others);
+    if (cause == hai::SLOW_NETWORK) {
+      f.set_node(p.who);
+    } else {
+      f.clear_node();
+      f.set_target(p.who);
+    }
+  };
+
   std::vector<Unit> units = UnitsOf(ranks);
   const bool by_comm = Median(collectives) > 0;
   // Lateness: how much the unit makes the others wait. By comm: the others' excess of time in
@@ -108,6 +241,7 @@ hai::StepFinding Diagnose(const std::vector<hai::StepSummary>& summaries, double
         if (&v != &u) rest.push_back(key(v));
       (*waits_out)[u.id] = key(u) - Median(rest);
     }
+    waits_out->insert(peer_ratios.begin(), peer_ratios.end());
   }
   std::vector<double> others_key, others_compute, others_data, others_ckpt;
   for (std::size_t i = 1; i < units.size(); ++i) {
@@ -149,6 +283,14 @@ hai::StepFinding Diagnose(const std::vector<hai::StepSummary>& summaries, double
     const Phase& shown = f.cause() == hai::SLOW_UNKNOWN ? phases[0] : *worst;
     f.set_phase_s(shown.mine);
     f.set_others_phase_s(shown.others);
+    // A late node no phase explains: its link, when the edges say so; a rank late for its data:
+    // the storage target it reads from, when one is slower.
+    if (f.cause() == hai::SLOW_UNKNOWN && slow_link) name_peer(hai::SLOW_NETWORK, link);
+    if (f.cause() == hai::SLOW_DATA && slow_target) name_peer(hai::SLOW_STORAGE, target);
+  } else if (slow_link) {
+    name_peer(hai::SLOW_NETWORK, link);
+  } else if (slow_target) {
+    name_peer(hai::SLOW_STORAGE, target);
   } else if (!waits && slowdown >= options.job_slowdown) {
     // (Several nodes late together is neither one straggler nor every rank alike: not named.)
     f.set_cause(hai::SLOW_JOB);
@@ -169,6 +311,21 @@ std::string DescribeFinding(const hai::StepFinding& f) {
   if (f.cause() == hai::SLOW_JOB) {
     return fmt::format("every rank alike ({} a step, best {}): the job itself, not a straggler",
                        Seconds(f.step_s()), Seconds(f.baseline_s()));
+  }
+  auto per_mb = [](double s) { return StepSecondsText(s) + "/MB"; };
+  if (f.cause() == hai::SLOW_NETWORK) {
+    return fmt::format(
+        "node {}'s links move bytes {:.1f}x slower than the other nodes' (its fastest tree edge "
+        "{} vs {}), {} a step more on the wire: its network",
+        f.node(), f.phase_ratio(), per_mb(f.phase_s()), per_mb(f.others_phase_s()),
+        Seconds(f.wait_s()));
+  }
+  if (f.cause() == hai::SLOW_STORAGE) {
+    return fmt::format(
+        "storage target {} serves reads {:.1f}x slower than the others ({} vs {}){}: the ranks "
+        "reading from it wait for their data: storage",
+        f.target(), f.phase_ratio(), per_mb(f.phase_s()), per_mb(f.others_phase_s()),
+        f.rank() >= 0 ? fmt::format(", rank {} most", f.rank()) : "");
   }
   std::string who = f.rank() >= 0 ? fmt::format("node {} (rank {})", f.node(), f.rank())
                                   : fmt::format("node {}", f.node());
@@ -196,7 +353,7 @@ std::string DescribeFinding(const hai::StepFinding& f) {
 }
 
 bool StepTracker::Same(const hai::StepFinding& a, const hai::StepFinding& b) {
-  return a.cause() == b.cause() && a.node() == b.node();
+  return a.cause() == b.cause() && a.node() == b.node() && a.target() == b.target();
 }
 
 namespace {
@@ -248,7 +405,9 @@ std::vector<StepTracker::Change> StepTracker::Update(const std::vector<hai::Step
   const bool holds = current_.cause() != hai::SLOW_NONE;
   if (holds) {
     ++evaluations_;
-    if (f.node() == current_.node() && f.node() != "") ++named_;
+    if (f.node() == current_.node() && f.target() == current_.target() &&
+        (f.node() != "" || f.target() != ""))
+      ++named_;
     if (Same(f, current_)) {
       clear_count_ = 0;
       // Figures follow the latest evaluation; cause, node and since stay.
@@ -273,15 +432,17 @@ std::vector<StepTracker::Change> StepTracker::Update(const std::vector<hai::Step
                    ? fmt::format("steps back to {:.1f}x of the best ({} a step)", f.slowdown(),
                                  Seconds(f.step_s()))
                    : fmt::format(
-                         "node {} no longer makes the others wait (steps {:.1f}x of the "
-                         "best, {} a step)",
-                         ended.node(), f.slowdown(), Seconds(f.step_s()));
+                         "{} no longer makes the others wait (steps {:.1f}x of the best, {} a "
+                         "step)",
+                         ended.node().empty() ? "storage target " + ended.target()
+                                              : "node " + ended.node(),
+                         f.slowdown(), Seconds(f.step_s()));
       changes.push_back(c);
       current_ = hai::StepFinding();
       current_.set_rank(-1);
       clear_count_ = 0;
     }
-    if (!current_.node().empty())
+    if (!current_.node().empty() || !current_.target().empty())
       current_.set_late_share(evaluations_ > 0 ? static_cast<double>(named_) / evaluations_ : 0);
     if (current_.cause() != hai::SLOW_NONE) return changes;
   }
@@ -309,8 +470,9 @@ std::vector<StepTracker::Change> StepTracker::Update(const std::vector<hai::Step
                                   Seconds(current_.step_s()), Seconds(current_.baseline_s()),
                                   DescribeFinding(current_)));
     evaluations_ = candidate_count_;
-    named_ = current_.node().empty() ? 0 : candidate_count_;
-    current_.set_late_share(current_.node().empty() ? 0 : 1.0);
+    const bool names = !current_.node().empty() || !current_.target().empty();
+    named_ = names ? candidate_count_ : 0;
+    current_.set_late_share(names ? 1.0 : 0);
     candidate_count_ = 0;
     clear_count_ = 0;
     changes.push_back({true, current_, current_.text()});

@@ -50,6 +50,11 @@ int fs3_batch_wait(fs3_batch* batch, uint32_t* read_lengths, char* err, size_t e
 /* 1 when fs3_batch_wait would not block, else 0. */
 int fs3_batch_ready(fs3_batch* batch);
 
+/* The reads this process issued to each storage target so far (fs3/client.h TargetReads): one
+ * line per target, "TARGET READS BYTES SECONDS\n", into buf (size buf_len, NUL-terminated);
+ * *needed is the size required (ERANGE when buf_len is smaller). */
+int fs3_read_clock(char* buf, size_t buf_len, size_t* needed, char* err, size_t err_len);
+
 #ifdef __cplusplus
 }
 #endif

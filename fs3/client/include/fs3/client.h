@@ -45,6 +45,18 @@ struct ClientOptions {
 // default placement, chunk i of inode n on the (n + i) mod chains'th chain of the routing table.
 using Chains = std::span<const uint32_t>;
 
+// The reads this process's clients issued to each storage target so far (every StorageClient
+// together): how many a target answered, their bytes, and their time from issue to answer (its
+// queue and disk, and the wire both ways). Step telemetry takes the differences over a step
+// (hai_job's "read" peer clock, through fs3client.read_clock()): the target a job waits on.
+struct TargetReads {
+  uint64_t target = 0;
+  uint64_t reads = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+};
+std::vector<TargetReads> ProcessTargetReads();
+
 struct ReadOp {
   uint64_t inode = 0;
   uint64_t offset = 0;

@@ -18,6 +18,14 @@
 //   - Why. The straggler's phase that is longer than the others' median by at least half of the
 //     wait: compute, data loading or checkpoint writing; none (SLOW_UNKNOWN: its network, or work
 //     outside the step) otherwise.
+//   - The network. A slow link slows every rank alike (they all wait in the collectives), so it
+//     is told by HFReduce's tree edges instead (StepSummary.links, from each node's leader): each
+//     edge's seconds per byte moving frames, both directions together. A node whose fastest edge
+//     is link_ratio slower than the other nodes' fastest is the one whose link is slow (an edge's
+//     two ends cannot be told apart alone: it takes three nodes). Named when no phase of a late
+//     node explains the slowdown better (a CPU-starved node's receive threads are slow too).
+//   - Storage. Reads by fs3 target (StepSummary.reads, from the native client): a target whose
+//     reads take read_ratio longer per byte than the others', when the job's ranks wait for data.
 //   - The job itself. Every rank alike job_slowdown slower than its best and no straggler: the job
 //     (its input, its model, the whole cluster's storage), not a node.
 //
@@ -51,9 +59,19 @@ struct StepDetectorOptions {
   int clear = 3;                  // evaluations in a row without it before it ends
   int64_t clear_ms = 2000;        // and for at least this long
   double baseline_quantile = 0.2;
+  // Network: a node whose fastest tree edge moves bytes this much slower than the other nodes'
+  // fastest (median), beyond what it usually does, and costs at least min_wait_share of a step.
+  double link_ratio = 2.0;
+  // Storage: a target whose reads take this much longer per byte than the other targets'
+  // (median), beyond what it usually does, and cost at least min_wait_share of a step.
+  double read_ratio = 2.0;
+  // Bytes a step a peer must carry to be compared at all.
+  double min_peer_bytes = 16 * 1024;
 };
 
-// Per node (or "node#rank" for a job on one node): how long the others wait for it a step.
+// Per node (or "node#rank" for a job on one node): how long the others wait for it a step. Also
+// "link:NODE", its fastest edge's slowness over the other nodes', and "read:TARGET", a storage
+// target's over the others' (ratios; what is usual for them is learnt the same way).
 using Waits = std::map<std::string, double>;
 
 // What one evaluation of a job's ranks finds (node, rank, cause and figures; no times). `ranks`
