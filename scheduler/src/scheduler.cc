@@ -668,6 +668,14 @@ bool Scheduler::Round::StartGroup(const JobRequest& job, const MissingGroup& gro
                        ? work_.topology().nodes()[running->placement.nodes.front()].zone
                        : -1;
   std::string why;
+  // The nodes it avoids count as drained while it is placed.
+  std::vector<int> avoided;
+  for (int n : job.avoid_nodes) {
+    if (n >= 0 && n < static_cast<int>(work_.topology().nodes().size()) && !work_.drained(n)) {
+      work_.SetDrained(n, true);
+      avoided.push_back(n);
+    }
+  }
   Placement placement = PlaceAs(part, /*within_leaf=*/false, &why, !ends_in_time, zone);
   // A replacement may suspend jobs of lower priority (none of them started this round: it comes
   // in its job's place in the order); a group the run began without does not.
@@ -681,8 +689,13 @@ bool Scheduler::Round::StartGroup(const JobRequest& job, const MissingGroup& gro
     std::vector<JobId> victims = scheduler_.FindVictims(part, where, now_, false, &placement);
     Suspend(victims, job.id);
   }
+  for (int n : avoided)
+    work_.SetDrained(n, false);
   if (placement.empty()) {
     reason = waits + "it " + why;
+    if (!avoided.empty())
+      reason += " (off the " + Plural(static_cast<int>(avoided.size()), "node") +
+                " its groups straggled on)";
     if (zone >= 0) {
       reason += " in zone " + work_.topology().zones()[zone].name + " (where its other groups run)";
     }

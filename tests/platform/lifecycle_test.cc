@@ -432,6 +432,22 @@ TEST(LifecycleTest, ADrainedNodesGroupIsReplacedUnlessTooFewWouldBeLeft) {
   EXPECT_FALSE(Must(Running(), NodeDrained{"n0", "maintenance"}).changed);
 }
 
+TEST(LifecycleTest, AStragglingGroupIsMovedOffItsNodeUnlessTooFewWouldBeLeft) {
+  Transition t = Must(RunningGroups(3, 2), GroupStraggles{"n1", "steps 0.4 s, best 0.2 s"});
+  EXPECT_EQ(t.job.runs(0).groups(1).end_reason(),
+            "it straggles on node n1: steps 0.4 s, best 0.2 s");
+  EXPECT_THAT(t.job.runs(0).straggler_nodes(), ElementsAre("n1"));
+  EXPECT_TRUE(t.round_due);
+  // Another would leave 1 of min 2: it stays, and the history says so.
+  t = Must(t.job, GroupStraggles{"n2", "steps 0.4 s, best 0.2 s"});
+  EXPECT_TRUE(t.job.runs(0).groups(2).end_reason().empty());
+  EXPECT_THAT(t.job.runs(0).straggler_nodes(), ElementsAre("n1"));
+  EXPECT_THAT(t.job.runs(0).events(t.job.runs(0).events_size() - 1).text(),
+              HasSubstr("straggles on node n2 but stays: without it fewer than min_replicas 2"));
+  // A gang is not touched.
+  EXPECT_FALSE(Must(Running(), GroupStraggles{"n0", "x"}).changed);
+}
+
 TEST(LifecycleTest, StoppingAFaultTolerantJobKillsEveryGroupAndEndsIt) {
   hai::Job job = Must(RunningGroups(2, 1), StopRequested{"alice"}).job;
   job = Must(job, RankExited{0, 0, 143}).job;

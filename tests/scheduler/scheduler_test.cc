@@ -859,6 +859,25 @@ TEST_F(SchedulerTest, ALostReplicaGroupIsReplacedByTheRound) {
   EXPECT_THAT(d.groups_waiting, IsEmpty());
 }
 
+TEST_F(SchedulerTest, AReplacementAvoidsTheNodesItsGroupsStraggledOn) {
+  // Free in zone B: nodes 8-11. The group straggled on 8 and 9: the replacement takes 10 and 11,
+  // and the avoided nodes are free again for everyone after the round.
+  JobRequest ft = RunningReplicas();
+  ft.avoid_nodes = {8, 9};
+  Run(ft, {12, 13, 14, 15});
+  Run(Job(10, 8, 3, "bob"), {0, 1, 2, 3, 4, 5, 6, 7});
+  Decision d = Decide({ft}, 100, NoPreemption());
+  ASSERT_THAT(GroupsStarted(d), ElementsAre(std::pair<JobId, int>(5, 2)));
+  EXPECT_THAT(d.group_starts[0].placement.nodes, ElementsAre(10, 11));
+  EXPECT_FALSE(state_->drained(8));
+  // Only the avoided nodes free: it waits, saying why.
+  ft.avoid_nodes = {8, 9, 10, 11};
+  d = Decide({ft}, 100, NoPreemption());
+  EXPECT_THAT(d.group_starts, IsEmpty());
+  ASSERT_EQ(d.groups_waiting.count(5), 1u);
+  EXPECT_THAT(d.groups_waiting.at(5).at(2), HasSubstr("off the 4 nodes its groups straggled on"));
+}
+
 TEST_F(SchedulerTest, AReplacementComesInItsJobsPlaceInTheOrder) {
   // Free: nodes 8 and 9 only (zone B, the job's). A queued job of higher priority takes them; one
   // of lower priority waits behind the replacement.

@@ -143,3 +143,45 @@ def train_pipeline(out_dir, max_s=300):
         done_steps += 1
     dist.destroy_process_group()
     return {"rank": rank, "steps": done_steps}
+
+
+def train_ft(out_dir, steps=1000000):
+    """One replica group (one process) of a fault-tolerant job (`hai submit --replicas R`,
+    haiscale.ft): the same compute a step as train(), gradients averaged over the quorum's groups.
+    Its code does nothing for telemetry. Writes its pid to out_dir/pid.<group> and its last
+    committed step to out_dir/step.<group>; stops at the step out_dir/stop_at names."""
+    import haiscale.ft
+
+    dist.init_process_group("hfreduce")  # the group's own ranks: steps are recorded from here
+    name = os.environ["HAI_REPLICA_GROUP"]
+    with open(os.path.join(out_dir, f"pid.{name}"), "w") as f:
+        f.write(str(os.getpid()))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(DIM, DIM), torch.nn.Tanh(), torch.nn.Linear(DIM, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    ft = haiscale.ft.Manager(model, opt, batch_size=8, join_timeout=1.0, timeout=5.0,
+                             quorum_timeout=120.0)
+    work = torch.randn(256, 256)
+    stop_at = os.path.join(out_dir, "stop_at")
+    while True:
+        ft.start_step()
+        if os.path.exists(stop_at):
+            with open(stop_at) as f:
+                steps = min(steps, int(f.read() or steps))
+        if ft.step >= steps:
+            break
+        for _ in range(60):  # the step's compute: what a throttled CPU slows
+            work = torch.tanh(work @ work) * 0.5
+        g = torch.Generator().manual_seed(ft.step)
+        x, y = torch.randn(8, DIM, generator=g), torch.randn(8, 1, generator=g)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        if ft.sync_gradients():
+            opt.step()
+            tmp = os.path.join(out_dir, f".step.{name}")
+            with open(tmp, "w") as f:
+                f.write(str(ft.step))
+            os.replace(tmp, os.path.join(out_dir, f"step.{name}"))
+        opt.zero_grad()
+    ft.shutdown()
+    dist.destroy_process_group()
+    return {"step": ft.step}

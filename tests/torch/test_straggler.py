@@ -342,3 +342,76 @@ def test_a_gang_job_on_a_drained_straggler_is_requeued_elsewhere_when_it_pays():
         assert any(f"node {slow} is drained as a straggler: suspended to be requeued elsewhere"
                    in e for e in events), events
         _stop(cluster, job, out)
+
+
+def _ft_steps_at(out):
+    """The highest step any group of a train_ft job committed."""
+    best = 0
+    for name in os.listdir(out):
+        if name.startswith("step."):
+            with open(os.path.join(out, name)) as f:
+                best = max(best, int(f.read() or 0))
+    return best
+
+
+def test_a_fault_tolerant_jobs_straggling_group_is_replaced_off_its_node():
+    """--replicas 2 (one process a group) on a three-node platform: one group's CPU is capped at
+    20%, so both groups' steps slow to its pace. The finding names its node, and since the other
+    group alone steps faster than both do now, the group is lost and replaced elsewhere (never on
+    the straggler's node, which stays undrained: slow for this job); the job's steps are back
+    within 10% of healthy soon after, and the replacement joins with the live state."""
+    if os.geteuid() != 0 or not os.access(CGROUP_CPU, os.W_OK):
+        pytest.fail(f"the straggler tests throttle a rank with a cgroup: run as root with "
+                    f"{CGROUP_CPU} writable")
+    with tempfile.TemporaryDirectory() as tmp, HaiCluster(tmp, nodes=3) as cluster:
+        out = os.path.join(tmp, "out")
+        os.makedirs(out)
+        command = (f"{sys.executable} {os.path.join(HERE, 'rank_runner.py')} "
+                   f"straggler_worker:train_ft '{json.dumps([out])}'")
+        job = cluster.submit("--nodes", "1", "--gpus-per-node", "1", "--replicas", "2",
+                             "--min-replicas", "1", "--env", "OMP_NUM_THREADS=1", "--", command)
+        cluster.wait_state(job, "RUNNING")
+        healthy = _healthy_for(cluster, job, 10)
+        healthy_s = healthy["step_s"]
+        run = cluster.show(job)["runs"][-1]
+        slow_node = run["nodes"][1]  # replica 1's group
+        throttle = CpuThrottle(rank_pid(out, "1"), 0.2)
+        began = time.monotonic()
+        try:
+            seen, took = _wait_finding(cluster, job, "SLOW_COMPUTE", slow_node)
+            print(f"group 1 on {slow_node} found straggling in {took:.1f} s: "
+                  f"{seen['finding']['text']}")
+            deadline = time.monotonic() + 60
+            back = None
+            while time.monotonic() < deadline:
+                now = _steps(cluster, job)
+                if (now["step_s"] and now["step_s"] <= 1.1 * healthy_s
+                        and all(r["node"] != slow_node for r in now["ranks"])):
+                    back = time.monotonic() - began
+                    break
+                time.sleep(0.3)
+            assert back is not None, cluster.hai("show", str(job))
+            print(f"steps back within 10% of healthy ({healthy_s * 1000:.0f} ms) "
+                  f"{back:.1f} s after the throttle")
+            assert back <= 60
+        finally:
+            throttle.release()
+        run = cluster.show(job)["runs"][-1]
+        assert len(cluster.show(job)["runs"]) == 1, "the job was requeued"
+        events = "\n".join(e["text"] for e in run["events"])
+        assert f"replica 1 lost: it straggles on node {slow_node}" in events, events
+        assert "the other 1 groups alone step at 50% of the best" in events, events
+        assert run["straggler_nodes"] == [slow_node], run
+        replacement = [g for g in run["groups"] if g.get("incarnation", 0) > 0]
+        assert replacement and run["nodes"][replacement[0]["first_node"]] != slow_node, run
+        assert not _nodes(cluster)[slow_node]["drained"]  # slow for this job, not drained
+        deadline = time.monotonic() + 60
+        while "quorum: group 1.1 joined the quorum" not in "\n".join(
+                e["text"] for e in cluster.show(job)["runs"][-1]["events"]):
+            assert time.monotonic() < deadline, cluster.hai("show", str(job))
+            time.sleep(0.3)
+        with open(os.path.join(out, "stop_at.tmp"), "w") as f:
+            f.write(str(_ft_steps_at(out) + 20))
+        os.replace(os.path.join(out, "stop_at.tmp"), os.path.join(out, "stop_at"))
+        final = cluster.wait_state(job, "SUCCEEDED", timeout=180)
+        print("\n".join(e["text"] for e in final["runs"][-1]["events"]))

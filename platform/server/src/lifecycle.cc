@@ -345,6 +345,33 @@ struct Visitor {
     return Status::Ok();
   }
 
+  Status operator()(const GroupStraggles& e) {
+    hai::Job& job = t.job;
+    if (!Active(job) || !FaultTolerant(job.spec()) || !RunGoesOn(job)) return Status::Ok();
+    const hai::JobSpec& spec = job.spec();
+    for (int i : HeldNodeSlots(job)) {
+      hai::Run& run = *job.mutable_runs(job.runs_size() - 1);
+      if (run.nodes(i) != e.node) continue;
+      const int g = GroupOfNode(run, spec, i);
+      if (g < 0 || !Live(run.groups(g))) continue;
+      if (LiveGroups(run) - 1 < MinReplicas(spec)) {
+        AddRunEvent(run, now_ms,
+                    ReplicaName(run.groups(g)) + " straggles on node " + e.node +
+                        " but stays: without it fewer than min_replicas " +
+                        std::to_string(MinReplicas(spec)) + " groups would be left");
+        t.changed = true;
+        continue;
+      }
+      if (std::find(run.straggler_nodes().begin(), run.straggler_nodes().end(), e.node) ==
+          run.straggler_nodes().end()) {
+        run.add_straggler_nodes(e.node);
+      }
+      LoseGroup(t, g, "it straggles on node " + e.node + ": " + e.reason, hai::RUN_NODE_LOST,
+                now_ms);
+    }
+    return Status::Ok();
+  }
+
   Status operator()(const QuorumChanged& e) {
     hai::Job& job = t.job;
     if (!Active(job) || !FaultTolerant(job.spec())) return Status::Ok();  // (it ended meanwhile)

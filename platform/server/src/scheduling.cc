@@ -321,6 +321,9 @@ std::optional<JobRequest> HaiServer::GroupsAskedFor(const hai::Job& job) const {
     if (!live) request.missing_groups.push_back(std::move(missing));
   }
   if (request.missing_groups.empty()) return {};
+  for (const std::string& n : run.straggler_nodes()) {
+    if (const int index = topology_.FindNode(n); index >= 0) request.avoid_nodes.push_back(index);
+  }
   // Replacements placed so far (the groups the run began without are not replacements).
   request.replacements_placed = run.groups_size() - static_cast<int>(started.size());
   return request;

@@ -72,6 +72,9 @@ void HaiOptions::Bind(ConfigSection& s) {
   s.Optional("straggler_requeue_gangs", straggler_requeue_gangs);
   s.Optional("straggler_requeue_cost_s", straggler_requeue_cost_s);
   s.Check(straggler_requeue_cost_s >= 0, "straggler_requeue_cost_s", "must not be negative");
+  s.Optional("straggler_replace_groups", straggler_replace_groups);
+  s.Optional("straggler_replace_cost_s", straggler_replace_cost_s);
+  s.Check(straggler_replace_cost_s >= 0, "straggler_replace_cost_s", "must not be negative");
 }
 
 scheduler::SchedulerOptions SchedulerOptionsOf(const HaiOptions& options) {

@@ -7,11 +7,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include "common/rpc_server.h"
 #include "common/rpc_status.h"
 #include "platform/lifecycle.h"
+#include "platform/names.h"
 #include "platform/runs.h"
 #include "platform/server.h"
 #include "platform/tokens.h"
@@ -81,6 +83,13 @@ void HaiServer::DetectStragglers() {
     JobSteps& steps = it->second;
     hai::Job& j = job->second;
     DropStaleRanks(steps.ranks);
+    if (FaultTolerant(j.spec())) {
+      // A lost group's ranks are gone: their last summaries must not stand for the job.
+      const std::vector<std::string> held = HeldNodes(j);
+      std::erase_if(steps.ranks, [&](const auto& r) {
+        return std::find(held.begin(), held.end(), r.second.node()) == held.end();
+      });
+    }
     std::vector<hai::StepSummary> ranks;
     for (const auto& [rank, s] : steps.ranks)
       ranks.push_back(s);
@@ -105,6 +114,10 @@ void HaiServer::DetectStragglers() {
     }
     const hai::StepFinding& now = steps.tracker->current();
     if (!now.node().empty()) ++straggler_jobs[now.node()];
+    if (!now.node().empty() && FaultTolerant(j.spec()) && j.state() == hai::RUNNING &&
+        steps.replaced_since_ms != now.since_ms()) {
+      ReplaceStragglingGroup(j, steps, now_ms);
+    }
     if (metrics_ && steps.tracker->step_s() > 0) {
       const MetricLabels labels{{"job", std::to_string(j.id())}};
       metrics_->Gauge("hai_job_step_seconds", kStepSecondsHelp, labels)
@@ -247,6 +260,60 @@ void HaiServer::RequeueGangsOff(const std::string& name, int64_t now_ms) {
     } else {
       (void)Save(j);
     }
+  }
+}
+
+void HaiServer::ReplaceStragglingGroup(hai::Job& job, JobSteps& steps, int64_t now_ms) {
+  const hai::StepFinding f = steps.tracker->current();
+  const hai::Run& run = job.runs(job.runs_size() - 1);
+  const int live = LiveGroups(run);
+  if (live < 2 || steps.tracker->baseline_s() <= 0 || steps.tracker->step_s() <= 0) return;
+  const bool told = steps.told_since_ms == f.since_ms();
+  steps.told_since_ms = f.since_ms();
+  // Shares of the best speed: now, with the straggling group, and with the others alone.
+  const double now_share = std::min(1.0, steps.tracker->baseline_s() / steps.tracker->step_s());
+  const double without = static_cast<double>(live - 1) / live;
+  int64_t ran_ms = 0;
+  for (const hai::Run& r : job.runs())
+    ran_ms += (r.end_ms() > 0 ? r.end_ms() : now_ms) - r.start_ms();
+  const bool known = job.spec().expected_runtime_s() > 0;
+  const double left_s =
+      known ? std::max<double>(0, job.spec().expected_runtime_s() - ran_ms / 1000.0) : 3600;
+  const double gains_s = left_s * (1 - now_share);
+  const double loses_s =
+      static_cast<double>(options_.straggler_replace_cost_s) * std::max(0.0, now_share - without);
+  char figures[200];
+  if (without >= now_share) {
+    std::snprintf(figures, sizeof figures,
+                  "the other %d groups alone step at %.0f%% of the best, all of them now at %.0f%%",
+                  live - 1, without * 100, now_share * 100);
+  } else {
+    std::snprintf(figures, sizeof figures,
+                  "%.0f s %s at the best speed gain ~%.0f s, a replacement's ~%lld s to join "
+                  "loses ~%.0f s",
+                  left_s, known ? "left" : "(an hour: its run time is unknown)", gains_s,
+                  static_cast<long long>(options_.straggler_replace_cost_s), loses_s);
+  }
+  const bool move =
+      options_.straggler_replace_groups && (without >= now_share || gains_s > loses_s);
+  if (!move) {
+    if (told) return;
+    const std::string text =
+        "its group on node " + f.node() + " stays (" +
+        (options_.straggler_replace_groups ? std::string(figures)
+                                           : "hai-server's straggler_replace_groups is off") +
+        ")";
+    AddRunEvent(*job.mutable_runs(job.runs_size() - 1), now_ms, text);
+    spdlog::info("job {}: {}", job.id(), text);
+    (void)Save(job);
+    return;
+  }
+  steps.replaced_since_ms = f.since_ms();
+  const std::string reason = "steps " + StepSecondsText(steps.tracker->step_s()) + ", best " +
+                             StepSecondsText(steps.tracker->baseline_s()) + "; " + figures;
+  if (Status st = ApplyEvent(job, GroupStraggles{f.node(), reason}, OnWriteFailure::kReturnError);
+      !st.ok()) {
+    spdlog::warn("job {}: its group on {} not moved: {}", job.id(), f.node(), st.message());
   }
 }
 

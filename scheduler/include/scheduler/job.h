@@ -68,6 +68,9 @@ struct JobRequest {
   // A running fault-tolerant job in a round's queue asks for these groups only (its run goes on
   // meanwhile): lost ones to replace, and those its run began without.
   std::vector<MissingGroup> missing_groups;
+  // Nodes its replacement groups must not be placed on (those its run's straggling groups were
+  // moved off: they are slow for this job, not drained for everyone).
+  std::vector<int> avoid_nodes;
   int replacements_placed = 0;  // in its current run
   int max_replacements = 0;     // a run's most; 0: ReplacementPolicy::per_replica per replica
 

@@ -87,6 +87,13 @@ struct NodeDrained {
   std::string node;
   std::string reason;
 };
+// Step telemetry found a fault-tolerant job's group on `node` making the others wait (`reason`),
+// and moving it pays: the group is lost and replaced off the node (the run's straggler_nodes,
+// which its replacements avoid), unless that would leave fewer than min_replicas groups.
+struct GroupStraggles {
+  std::string node;
+  std::string reason;
+};
 // The scheduler placed a replacement for replica `group.replica` of fault-tolerant run `run`:
 // `nodes` (with `gpus`) are appended to the run, group.first_node set accordingly.
 struct GroupStarted {
@@ -102,7 +109,7 @@ struct QuorumChanged {
   hfreduce::QuorumEvent event;
 };
 using JobEvent = std::variant<Started, StopRequested, SuspendRequested, Preempted, RankExited,
-                              NodeLost, NodeDrained, GroupStarted, QuorumChanged>;
+                              NodeLost, NodeDrained, GroupStraggles, GroupStarted, QuorumChanged>;
 
 // What an event did.
 struct Transition {

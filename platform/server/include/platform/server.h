@@ -94,6 +94,14 @@ struct HaiOptions {
   // it stays.
   bool straggler_requeue_gangs = false;
   int64_t straggler_requeue_cost_s = 300;
+  // A fault-tolerant job (--replicas) whose finding names the node of one of its groups: that
+  // group is lost and replaced off the node (which only this run's replacements avoid) when it
+  // pays: at once if the other groups alone step faster than all of them wait now
+  // ((live - 1) / live >= best / now), else when the rest of the run (--time less what it ran; an
+  // hour when unknown) at the best speed gains more than the straggler_replace_cost_s a
+  // replacement takes to start and join loses.
+  bool straggler_replace_groups = true;
+  int64_t straggler_replace_cost_s = 30;
 
   void Bind(ConfigSection& s);
 };
@@ -237,6 +245,10 @@ class HaiServer final : public hai::Hai::Service {
   // `node` was drained as a straggler: each gang job on it is told, and suspended to be requeued
   // elsewhere when straggler_requeue_gangs and it pays.
   void RequeueGangsOff(const std::string& node, int64_t now_ms) FF_REQUIRES(mu_);
+  struct JobSteps;
+  // The finding of fault-tolerant job `job` names the node of one of its groups: move the group
+  // off it when that pays (HaiOptions::straggler_replace_groups); its history says either way.
+  void ReplaceStragglingGroup(hai::Job& job, JobSteps& steps, int64_t now_ms) FF_REQUIRES(mu_);
 
   const HaiOptions options_;
   const scheduler::Topology topology_;
@@ -274,6 +286,8 @@ class HaiServer final : public hai::Hai::Service {
     int32_t run = 0;
     std::map<int32_t, hai::StepSummary> ranks;
     std::unique_ptr<StepTracker> tracker;
+    int64_t replaced_since_ms = -1;  // the finding (its since_ms) whose group was moved off
+    int64_t told_since_ms = -1;      // the finding whose group's staying was told
   };
   std::map<int64_t, JobSteps> steps_ FF_GUARDED_BY(mu_);
   // SUSPENDING jobs, as UpdateGauges saw them.
