@@ -112,6 +112,10 @@ def main():
             if finding["node"] != slow:
                 fail(f"the network finding names {finding['node']}, not {slow}: {finding['text']}")
             say(f"found in {took:.1f} s: {finding['text']}")
+            live = cluster.hai("top", str(job), "--once")
+            if "tree edges (into each node's leader, per step):" not in live or \
+                    f"<- {slow}" not in live:
+                fail(f"hai top shows no tree edges from {slow}: {live}")
             shown = cluster.hai("show", str(job))
             if f"node {slow}'s links move bytes" not in shown:
                 fail(f"hai show has no slow steps line for {slow}: {shown}")

@@ -215,6 +215,8 @@ def test_a_slow_storage_target_is_named():
                 print(f"storage target t102 found in {time.monotonic() - began:.1f} s: "
                       f"{finding['text']}")
                 assert "storage target t102 serves reads" in cluster.hai("show", str(job))
+                top = cluster.hai("top", str(job), "--once")
+                assert "fs3 targets (every rank's reads, per step):" in top and "t102" in top, top
             finally:
                 os.unlink(slow)
             _wait_cleared(cluster, job)

@@ -320,6 +320,35 @@ void PrintTop(const hai::JobSteps& steps) {
       std::max_element(steps.ranks().begin(), steps.ranks().end(),
                        [](const auto& a, const auto& b) { return a.window() < b.window(); })
           ->window());
+  // The network and storage classes' evidence: each tree edge's rate into a node's leader, and
+  // each fs3 target's over every rank's reads.
+  auto rate = [](double bytes, double s) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f MB/s", s > 0 ? bytes / s / 1e6 : 0.0);
+    return std::string(buf);
+  };
+  bool links = false;
+  for (const hai::StepSummary& r : steps.ranks()) {
+    for (const hai::PeerTime& p : r.links()) {
+      if (!links) std::printf("tree edges (into each node's leader, per step):\n");
+      links = true;
+      std::printf("  %-16.16s <- %-16.16s %8.2f MB  %12s  waiting %s\n", r.node().c_str(),
+                  p.peer().c_str(), p.bytes() / 1e6, rate(p.bytes(), p.move_s()).c_str(),
+                  StepSecondsText(p.wait_s()).c_str());
+    }
+  }
+  std::map<std::string, std::pair<double, double>> targets;
+  for (const hai::StepSummary& r : steps.ranks()) {
+    for (const hai::PeerTime& p : r.reads()) {
+      targets[p.peer()].first += p.bytes();
+      targets[p.peer()].second += p.move_s();
+    }
+  }
+  if (!targets.empty()) std::printf("fs3 targets (every rank's reads, per step):\n");
+  for (const auto& [target, t] : targets) {
+    std::printf("  %-8s %8.2f MB  %12s  %s reading\n", target.c_str(), t.first / 1e6,
+                rate(t.first, t.second).c_str(), StepSecondsText(t.second).c_str());
+  }
   for (const hai::StepFinding& p : steps.past())
     std::printf("earlier (until %s): %s\n", Clock(p.until_ms()).c_str(), p.text().c_str());
 }
