@@ -15,9 +15,9 @@ Each injection runs until `hai top --json` names a node (or target) and a cause 
 on the lab), is then removed, and the finding must end. Between injections the job runs healthy
 for a while, and any finding then is a false alarm. ft recovery: a fault-tolerant job (2 replica
 groups) with one group's CPU capped: the seconds from the cap until the job's step time is back
-within 10% of its healthy one (hai-server moves the group off its node). Telemetry overhead: the
-same job with step recording off and on, alternated, its mean step time compared; and the cost of
-recording one step, timed in process.
+within 10% of its healthy one (hai-server moves the group off its node). Telemetry overhead: in
+the same job, every rank records its steps in every other block of 50 (off, on, off, ...): the
+median block step time on over off; and the cost of recording one step, timed in process.
 
 Prints a table of every injection and a last line:
 
@@ -136,16 +136,19 @@ def wait_cleared(top_fn, limit=DIAGNOSIS_LIMIT_S):
     return False
 
 
-def run_job(cluster, out, telemetry, steps):
-    """One job of `steps` steps: its ranks' mean step time."""
-    job = submit(cluster, out, None, 600, steps, telemetry)
-    cluster.wait_state(job, "SUCCEEDED", timeout=600)
-    times = []
+def run_alternating(cluster, out, steps):
+    """One job of `steps` steps whose ranks record their steps in every other block of 50
+    (straggler_worker.train, telemetry "alternate"): every rank's block means, on and off."""
+    job = submit(cluster, out, None, 900, steps, "alternate")
+    cluster.wait_state(job, "SUCCEEDED", timeout=900)
+    on, off = [], []
     for rank in range(NODES):
         for line in cluster.logs(job, rank).splitlines():
             if line.startswith("RESULT "):
-                times.append(json.loads(line[7:])["step_s"])
-    return statistics.median(times)
+                blocks = json.loads(line[7:])["blocks"]
+                on += blocks["on"]
+                off += blocks["off"]
+    return on, off
 
 
 def record_cost(steps=20000):
@@ -222,13 +225,13 @@ def loopback_phase(args, tmp, rows, alarms):
 
         recoveries = [ft_recovery(cluster, os.path.join(tmp, f"ft-{k}")) for k in range(args.ft)]
 
-        off, on = [], []
-        for pair in range(args.overhead_pairs):  # ABBA: a drift of the machine cancels out
-            order = ((False, off), (True, on)) if pair % 2 == 0 else ((True, on), (False, off))
-            for telemetry, into in order:
-                d = os.path.join(tmp, f"overhead-{pair}-{int(telemetry)}")
-                os.makedirs(d)
-                into.append(run_job(cluster, d, telemetry, args.overhead_steps))
+        on, off = [], []
+        for k in range(args.overhead_runs):  # the same run, on and off in turn
+            d = os.path.join(tmp, f"overhead-{k}")
+            os.makedirs(d)
+            blocks_on, blocks_off = run_alternating(cluster, d, args.overhead_steps)
+            on += blocks_on
+            off += blocks_off
     return windows, recoveries, history, off, on
 
 
@@ -366,9 +369,9 @@ def main():
     parser.add_argument("--healthy", type=int, default=10,
                         help="healthy windows on the loopback platform (default 10)")
     parser.add_argument("--healthy-s", type=float, default=10, help="seconds of each")
-    parser.add_argument("--overhead-pairs", type=int, default=4,
-                        help="jobs with telemetry off and on, in ABBA order (default 4 of each)")
-    parser.add_argument("--overhead-steps", type=int, default=300)
+    parser.add_argument("--overhead-runs", type=int, default=2,
+                        help="jobs recording their steps in every other block of 50 (default 2)")
+    parser.add_argument("--overhead-steps", type=int, default=1000)
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("straggler-bench throttles ranks with cgroups: run it as root")
@@ -402,8 +405,9 @@ def main():
     print(f"ft recovery (a group's CPU capped at 20%, back within 10% of healthy): "
           f"{', '.join('%.1f s' % r if r is not None else 'never' for r in recoveries)}")
     print(f"step time, telemetry off: {step_off * 1000:.2f} ms, on: {step_on * 1000:.2f} ms "
-          f"(median of {len(off)} jobs each, {args.overhead_steps} steps, 3 ranks; off "
-          f"{', '.join('%.1f' % (t * 1000) for t in off)}, on "
+          f"(medians of {len(off)} and {len(on)} blocks of 50 steps, every rank of "
+          f"{args.overhead_runs} jobs of {args.overhead_steps} steps recording in every other "
+          f"block; off {', '.join('%.1f' % (t * 1000) for t in off)}, on "
           f"{', '.join('%.1f' % (t * 1000) for t in on)} ms); "
           f"recording one step costs {cost * 1e6:.1f} us in process "
           f"({cost / step_off * 100:.3f}% of a step)")

@@ -59,7 +59,9 @@ def _fs3_reader(fs3):
 def train(out_dir, extra_work=None, max_s=300, steps=0, telemetry=True, comm_mb=0, fs3=None):
     """Trains until out_dir/stop appears (or max_s, or `steps` steps when > 0). extra_work:
     {rank: n}: that rank does n more matrix products a step from the start (a heavier pipeline
-    stage: uneven, but healthy). telemetry=False: steps are not recorded (the bench's "off").
+    stage: uneven, but healthy). telemetry=False: steps are not recorded (the bench's "off");
+    "alternate": recording goes off and on every 50 steps, at the same step on every rank, and
+    the result has each block's mean step time by mode (the bench's same-run overhead).
     comm_mb: one more allreduce of that many MiB a step (a bigger model's gradients: traffic
     between the nodes). fs3: each step also reads from fs3 (_fs3_reader), as data loading.
     Returns the steps done and the mean step time after the first 20."""
@@ -81,7 +83,19 @@ def train(out_dir, extra_work=None, max_s=300, steps=0, telemetry=True, comm_mb=
     read_fs3 = _fs3_reader(fs3)
     stop = os.path.join(out_dir, "stop")
     began, done_steps, times = time.monotonic(), 0, []
+    blocks = {"on": [], "off": []}
     while True:
+        if telemetry == "alternate" and done_steps % 50 == 0 and done_steps > 0:
+            # The block that ended (its first step, after the switch, left out).
+            block = times[-49:]
+            blocks["on" if (done_steps // 50) % 2 == 1 else "off"].append(
+                (block[-1] - block[0]) / (len(block) - 1))
+            if (done_steps // 50) % 2 == 1:
+                hai_job._stop_recording()
+            else:
+                from haiscale import _backend
+
+                _backend._record_steps()
         # Every rank stops at the same step: one that left early would fail the others' last
         # collective.
         done = torch.tensor([float(os.path.exists(stop) or time.monotonic() - began > max_s
@@ -108,7 +122,7 @@ def train(out_dir, extra_work=None, max_s=300, steps=0, telemetry=True, comm_mb=
     dist.destroy_process_group()
     timed = times[20:]
     mean = (timed[-1] - timed[0]) / (len(timed) - 1) if len(timed) > 1 else 0.0
-    return {"rank": rank, "steps": done_steps, "step_s": mean}
+    return {"rank": rank, "steps": done_steps, "step_s": mean, "blocks": blocks}
 
 
 def train_pipeline(out_dir, max_s=300):
