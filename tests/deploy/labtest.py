@@ -30,6 +30,19 @@ def fail(msg):
     sys.exit(1)
 
 
+def wait_for(what, check, timeout, every=0.2):
+    """Polls check() until it returns something true, which it returns; fails naming `what` after
+    `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            fail(f"{what}: not within {timeout} s")
+        time.sleep(every)
+
+
 @contextlib.contextmanager
 def lab(prefix, topology, queue_kb, classes=False, needs=()):
     """Checks root, the command line (BUILD_DIR) and the programs in `needs`; writes TOPOLOGY (a

@@ -21,7 +21,7 @@ import json
 import os
 import time
 
-from labtest import fail, lab, say
+from labtest import fail, lab, say, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ffdeploy.daemons import etcd_members, fs3_meta, fs3_mgmtd, fs3_storage, hai_server, start_etcd  # noqa: E402
@@ -54,16 +54,6 @@ ETCD_HOSTS = ["L00-n01", "L01-n00", "R-n00"]
 STORAGE = "R-n01"
 TTL = 2
 
-
-def wait_for(what, check, timeout):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            fail(f"{what}: not within {timeout} s")
-        time.sleep(0.2)
 
 
 def main():

@@ -22,7 +22,7 @@ import json
 import os
 import time
 
-from labtest import fail, lab, say
+from labtest import fail, lab, say, wait_for
 
 TOPOLOGY = """
 name = "platform"
@@ -51,17 +51,6 @@ NODES = [f"{leaf}-n0{n}" for leaf in ("L00", "L01", "R") for n in range(2)]
 HEARTBEAT_TIMEOUT_MS = 3000
 HFREDUCE_TIMEOUT_MS = 5000
 JOB_SECONDS = 8
-
-def wait_for(what, check, timeout):
-    """Polls check() until it returns something true; fails naming `what` after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            fail(f"{what}: not within {timeout} s")
-        time.sleep(0.2)
 
 
 class Platform:

@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from labtest import ROOT, fail, lab, say
+from labtest import ROOT, fail, lab, say, wait_for
 
 TOPOLOGY = """
 name = "straggler"
@@ -39,16 +39,6 @@ NODES = [f"L-n0{n}" for n in range(4)]
 DIAGNOSIS_S = 40  # a loaded 2-core machine running three torch ranks and the emulated switches
 SLOW_MBIT = 25
 
-
-def wait_for(what, check, timeout):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            fail(f"{what}: not within {timeout} s")
-        time.sleep(0.3)
 
 
 def main():

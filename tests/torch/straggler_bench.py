@@ -42,7 +42,7 @@ import time
 
 from hai_cluster import HaiCluster
 from launch import HERE
-from test_straggler import CpuThrottle, rank_pid
+from test_straggler import CpuThrottle, rank_pid, stop_ft, submit_ft
 
 NODES = 3
 DIAGNOSIS_LIMIT_S = 30
@@ -240,11 +240,7 @@ def ft_recovery(cluster, out):
     at 20% after a healthy while: seconds until the job's step time is back within 10% of its
     healthy one (None: not within 60 s)."""
     os.makedirs(out)
-    command = (f"{sys.executable} {os.path.join(HERE, 'rank_runner.py')} "
-               f"straggler_worker:train_ft '{json.dumps([out])}'")
-    job = cluster.submit("--nodes", "1", "--gpus-per-node", "1", "--replicas", "2",
-                         "--min-replicas", "1", "--env", "OMP_NUM_THREADS=1", "--", command)
-    cluster.wait_state(job, "RUNNING")
+    job = submit_ft(cluster, out)
     deadline = time.monotonic() + 60
     healthy = None
     while time.monotonic() < deadline:  # both groups recording, a baseline formed
@@ -269,15 +265,7 @@ def ft_recovery(cluster, out):
                 time.sleep(0.2)
         finally:
             throttle.release()
-    steps = 0
-    for name in os.listdir(out):
-        if name.startswith("step."):
-            with open(os.path.join(out, name)) as f:
-                steps = max(steps, int(f.read() or 0))
-    with open(os.path.join(out, "stop_at.tmp"), "w") as f:
-        f.write(str(steps + 20))
-    os.replace(os.path.join(out, "stop_at.tmp"), os.path.join(out, "stop_at"))
-    cluster.wait_state(job, "SUCCEEDED", timeout=180)
+    stop_ft(cluster, job, out)
     print(f"ft: healthy {healthy * 1000 if healthy else float('nan'):.0f} ms a step; back within "
           f"10% {'%.1f s' % back if back else 'never (60 s)'} after the cap", flush=True)
     return back

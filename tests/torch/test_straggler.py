@@ -346,14 +346,29 @@ def test_a_gang_job_on_a_drained_straggler_is_requeued_elsewhere_when_it_pays():
         _stop(cluster, job, out)
 
 
-def _ft_steps_at(out):
-    """The highest step any group of a train_ft job committed."""
+def submit_ft(cluster, out):
+    """A fault-tolerant job of 2 replica groups of one process (straggler_worker.train_ft), at
+    least 1 going on; waits until it runs."""
+    command = (f"{sys.executable} {os.path.join(HERE, 'rank_runner.py')} "
+               f"straggler_worker:train_ft '{json.dumps([out])}'")
+    job = cluster.submit("--nodes", "1", "--gpus-per-node", "1", "--replicas", "2",
+                         "--min-replicas", "1", "--env", "OMP_NUM_THREADS=1", "--", command)
+    cluster.wait_state(job, "RUNNING")
+    return job
+
+
+def stop_ft(cluster, job, out):
+    """Tells a train_ft job's groups to stop 20 steps after the highest any committed (a step they
+    all reach); waits until it succeeded."""
     best = 0
     for name in os.listdir(out):
         if name.startswith("step."):
             with open(os.path.join(out, name)) as f:
                 best = max(best, int(f.read() or 0))
-    return best
+    with open(os.path.join(out, "stop_at.tmp"), "w") as f:
+        f.write(str(best + 20))
+    os.replace(os.path.join(out, "stop_at.tmp"), os.path.join(out, "stop_at"))
+    return cluster.wait_state(job, "SUCCEEDED", timeout=180)
 
 
 def test_a_fault_tolerant_jobs_straggling_group_is_replaced_off_its_node():
@@ -368,11 +383,7 @@ def test_a_fault_tolerant_jobs_straggling_group_is_replaced_off_its_node():
     with tempfile.TemporaryDirectory() as tmp, HaiCluster(tmp, nodes=3) as cluster:
         out = os.path.join(tmp, "out")
         os.makedirs(out)
-        command = (f"{sys.executable} {os.path.join(HERE, 'rank_runner.py')} "
-                   f"straggler_worker:train_ft '{json.dumps([out])}'")
-        job = cluster.submit("--nodes", "1", "--gpus-per-node", "1", "--replicas", "2",
-                             "--min-replicas", "1", "--env", "OMP_NUM_THREADS=1", "--", command)
-        cluster.wait_state(job, "RUNNING")
+        job = submit_ft(cluster, out)
         healthy = _healthy_for(cluster, job, 10)
         healthy_s = healthy["step_s"]
         run = cluster.show(job)["runs"][-1]
@@ -412,8 +423,5 @@ def test_a_fault_tolerant_jobs_straggling_group_is_replaced_off_its_node():
                 e["text"] for e in cluster.show(job)["runs"][-1]["events"]):
             assert time.monotonic() < deadline, cluster.hai("show", str(job))
             time.sleep(0.3)
-        with open(os.path.join(out, "stop_at.tmp"), "w") as f:
-            f.write(str(_ft_steps_at(out) + 20))
-        os.replace(os.path.join(out, "stop_at.tmp"), os.path.join(out, "stop_at"))
-        final = cluster.wait_state(job, "SUCCEEDED", timeout=180)
+        final = stop_ft(cluster, job, out)
         print("\n".join(e["text"] for e in final["runs"][-1]["events"]))
