@@ -61,7 +61,8 @@ def train(out_dir, extra_work=None, max_s=300, steps=0, telemetry=True, comm_mb=
     {rank: n}: that rank does n more matrix products a step from the start (a heavier pipeline
     stage: uneven, but healthy). telemetry=False: steps are not recorded (the bench's "off");
     "alternate": recording goes off and on every 50 steps, at the same step on every rank, and
-    the result has each block's mean step time by mode (the bench's same-run overhead).
+    the result has each block's mean step time by mode, the first (warm-up) block left out (the
+    bench's same-run overhead).
     comm_mb: one more allreduce of that many MiB a step (a bigger model's gradients: traffic
     between the nodes). fs3: each step also reads from fs3 (_fs3_reader), as data loading.
     Returns the steps done and the mean step time after the first 20."""
@@ -86,10 +87,12 @@ def train(out_dir, extra_work=None, max_s=300, steps=0, telemetry=True, comm_mb=
     blocks = {"on": [], "off": []}
     while True:
         if telemetry == "alternate" and done_steps % 50 == 0 and done_steps > 0:
-            # The block that ended (its first step, after the switch, left out).
+            # The block that ended (its first step, after the switch, left out; the first block,
+            # the job's warm-up, not counted).
             block = times[-49:]
-            blocks["on" if (done_steps // 50) % 2 == 1 else "off"].append(
-                (block[-1] - block[0]) / (len(block) - 1))
+            if done_steps > 50:
+                blocks["on" if (done_steps // 50) % 2 == 1 else "off"].append(
+                    (block[-1] - block[0]) / (len(block) - 1))
             if (done_steps // 50) % 2 == 1:
                 hai_job._stop_recording()
             else:
