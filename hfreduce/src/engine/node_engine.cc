@@ -457,9 +457,9 @@ LinkCounters* NodeEngine::LinkOf(int node) const {
                             : std::to_string(node));
 }
 
+template <typename Check, typename Dest>
 Status NodeEngine::RecvFrame(Connection& conn, LinkCounters* link, FrameHeader* h,
-                             const std::function<Status(const FrameHeader&)>& check,
-                             const std::function<void*(const FrameHeader&)>& dest) {
+                             const Check& check, const Dest& dest) {
   const auto began = Clock::now();
   FF_RETURN_IF_ERROR(conn.Recv(h, sizeof *h));
   const auto first = Clock::now();

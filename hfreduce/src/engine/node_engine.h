@@ -87,9 +87,10 @@ class NodeEngine {
   void DownSender(int id, int t, int i);
   // Receives one frame from `conn` into `h` and its payload (h->bytes, checked by `check` before
   // any is read) into wherever `dest(*h)` says, timing both into `link`.
-  Status RecvFrame(Connection& conn, LinkCounters* link, FrameHeader* h,
-                   const std::function<Status(const FrameHeader&)>& check,
-                   const std::function<void*(const FrameHeader&)>& dest);
+  // (Templates, not std::function: no allocation per frame on the small-message path.)
+  template <typename Check, typename Dest>
+  Status RecvFrame(Connection& conn, LinkCounters* link, FrameHeader* h, const Check& check,
+                   const Dest& dest);
   LinkCounters* LinkOf(int node) const;
   void Monitor();
   // While operations are in flight: a neighbour that closed its connection (it aborted, or its
