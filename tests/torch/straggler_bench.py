@@ -42,7 +42,7 @@ import time
 
 from hai_cluster import HaiCluster
 from launch import HERE
-from test_straggler import CpuThrottle, rank_pid, stop_ft, submit_ft
+from test_straggler import CpuThrottle, ft_steps_back, rank_pid, stop_ft, submit_ft
 
 NODES = 3
 DIAGNOSIS_LIMIT_S = 30
@@ -253,15 +253,8 @@ def ft_recovery(cluster, out):
     if healthy:
         slow_node = cluster.show(job)["runs"][-1]["nodes"][1]
         throttle = CpuThrottle(rank_pid(out, "1"), 0.2)
-        began = time.monotonic()
         try:
-            while time.monotonic() - began < 60:
-                t = top(cluster, job)
-                if (t["step_s"] and t["step_s"] <= 1.1 * healthy
-                        and all(r["node"] != slow_node for r in t["ranks"])):
-                    back = time.monotonic() - began
-                    break
-                time.sleep(0.2)
+            back = ft_steps_back(cluster, job, healthy, slow_node, time.monotonic())
         finally:
             throttle.release()
     stop_ft(cluster, job, out)

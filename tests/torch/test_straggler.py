@@ -357,6 +357,18 @@ def submit_ft(cluster, out):
     return job
 
 
+def ft_steps_back(cluster, job, healthy_s, slow_node, began, limit=60):
+    """Seconds from `began` until the job's step time is back within 10% of `healthy_s` without
+    ranks on `slow_node` (its group moved off), or None after `limit` s from `began`."""
+    while time.monotonic() - began < limit:
+        now = _steps(cluster, job)
+        if (now["step_s"] and now["step_s"] <= 1.1 * healthy_s
+                and all(r["node"] != slow_node for r in now["ranks"])):
+            return time.monotonic() - began
+        time.sleep(0.2)
+    return None
+
+
 def stop_ft(cluster, job, out):
     """Tells a train_ft job's groups to stop 20 steps after the highest any committed (a step they
     all reach); waits until it succeeded."""
@@ -394,15 +406,7 @@ def test_a_fault_tolerant_jobs_straggling_group_is_replaced_off_its_node():
             seen, took = _wait_finding(cluster, job, "SLOW_COMPUTE", slow_node)
             print(f"group 1 on {slow_node} found straggling in {took:.1f} s: "
                   f"{seen['finding']['text']}")
-            deadline = time.monotonic() + 60
-            back = None
-            while time.monotonic() < deadline:
-                now = _steps(cluster, job)
-                if (now["step_s"] and now["step_s"] <= 1.1 * healthy_s
-                        and all(r["node"] != slow_node for r in now["ranks"])):
-                    back = time.monotonic() - began
-                    break
-                time.sleep(0.3)
+            back = ft_steps_back(cluster, job, healthy_s, slow_node, began)
             assert back is not None, cluster.hai("show", str(job))
             print(f"steps back within 10% of healthy ({healthy_s * 1000:.0f} ms) "
                   f"{back:.1f} s after the throttle")
