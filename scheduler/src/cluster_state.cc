@@ -172,13 +172,14 @@ const TrafficLoad& ClusterState::load(JobId id) const {
   return i < running_.size() && running_[i]->job.request.id == id ? running_[i]->load : kNone;
 }
 
-Status ClusterState::SetLastCheckpoint(JobId id, Seconds when) {
+Status ClusterState::SetLastCheckpoint(JobId id, Seconds when, Seconds checkpoint_s) {
   std::size_t i = Slot(id);
   if (i >= running_.size() || running_[i]->job.request.id != id) {
     return NotFound("job " + std::to_string(id) + " is not running");
   }
   Entry changed = *running_[i];  // shared with copies of this state: replace, do not modify
   changed.job.last_checkpoint = when;
+  if (checkpoint_s >= 0) changed.job.request.checkpoint_s = checkpoint_s;
   running_[i] = std::make_shared<const Entry>(std::move(changed));
   return Status::Ok();
 }

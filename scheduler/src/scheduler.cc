@@ -1,6 +1,10 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <optional>
 #include <tuple>
 
 namespace ff::scheduler {
@@ -53,6 +57,55 @@ std::string FormatDuration(Seconds s) {
          (s % 86400 >= 3600 ? std::to_string(s % 86400 / 3600) + "h" : "");
 }
 
+Seconds SuspendDeadline(const JobRequest& job, const SuspendPolicy& policy) {
+  if (job.checkpoint_s <= 0) return policy.min_deadline;
+  const auto wanted =
+      static_cast<Seconds>(std::ceil(policy.margin * static_cast<double>(job.checkpoint_s))) +
+      policy.slack;
+  return std::clamp(wanted, policy.min_deadline,
+                    std::max(policy.min_deadline, policy.max_deadline));
+}
+
+bool SavesInTime(const JobRequest& job, const SuspendPolicy& policy) {
+  return job.checkpoint_s > 0 && policy.margin * static_cast<double>(job.checkpoint_s) +
+                                         static_cast<double>(policy.slack) <=
+                                     static_cast<double>(SuspendDeadline(job, policy));
+}
+
+std::string FormatGpuSeconds(double gpu_seconds) {
+  char buf[32];
+  if (gpu_seconds < 600) {
+    std::snprintf(buf, sizeof buf, "%.0f GPU-s", gpu_seconds);
+  } else if (gpu_seconds < 3 * 3600) {
+    std::snprintf(buf, sizeof buf, "%.0f GPU-min", gpu_seconds / 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f GPU-h", gpu_seconds / 3600);
+  }
+  return buf;
+}
+
+SuspendCost LostBySuspending(const RunningJob& r, Seconds now, const SuspendPolicy& policy) {
+  const JobRequest& job = r.request;
+  const double gpus = static_cast<double>(r.placement.nodes.size()) * r.placement.gpus_per_node;
+  const Seconds restart = policy.restart_s + job.checkpoint_s;  // start-up, then reading it back
+  SuspendCost cost;
+  if (SavesInTime(job, policy)) {
+    cost.gpu_seconds = gpus * static_cast<double>(job.checkpoint_s + restart);
+    cost.text = "~" + FormatGpuSeconds(cost.gpu_seconds) + ": a " +
+                FormatDuration(job.checkpoint_s) + " checkpoint and a " + FormatDuration(restart) +
+                " restart";
+    return cost;
+  }
+  const Seconds since = std::max<Seconds>(0, now - r.last_checkpoint);
+  cost.gpu_seconds = gpus * static_cast<double>(since + restart);
+  cost.text = "~" + FormatGpuSeconds(cost.gpu_seconds) + ": " + FormatDuration(since) +
+              (job.checkpoint_s <= 0
+                   ? " since it started (it reports no checkpoints)"
+                   : " since its checkpoint (a save takes " + FormatDuration(job.checkpoint_s) +
+                         ", more than its deadline allows)");
+  return cost;
+}
+
 Scheduler::Scheduler(std::unique_ptr<PlacementPolicy> policy, SchedulerOptions options)
     : policy_(std::move(policy)), options_(std::move(options)) {}
 
@@ -71,66 +124,127 @@ Placement Scheduler::PlaceJob(const JobRequest& job, const ClusterState& state, 
 }
 
 std::vector<JobId> Scheduler::FindVictims(const JobRequest& job, const ClusterState& state,
-                                          Seconds now, bool one_leaf, Placement* placement) const {
+                                          Seconds now, bool one_leaf, Placement* placement,
+                                          std::map<JobId, std::string>* reasons) const {
+  const SuspendPolicy& suspend = options_.suspend;
   std::vector<const RunningJob*> candidates;
+  std::map<JobId, SuspendCost> cost;
   for (const RunningJob& r : state.running()) {
     if (r.request.priority < job.priority && now - r.start_time >= r.request.min_runtime) {
       candidates.push_back(&r);
+      cost[r.request.id] = LostBySuspending(r, now, suspend);
     }
   }
   if (candidates.empty()) return {};
-  // Least lost work first; then the lowest priority; then the smallest; then id.
-  std::sort(candidates.begin(), candidates.end(), [&](const RunningJob* a, const RunningJob* b) {
-    Seconds la = now - a->last_checkpoint, lb = now - b->last_checkpoint;
-    if (la != lb) return la < lb;
+  auto lost = [&](const RunningJob* r) { return cost[r->request.id].gpu_seconds; };
+  auto per_gpu = [&](const RunningJob* r) { return lost(r) / std::max(1, r->request.TotalGpus()); };
+  // Ties: the lowest priority; then the smallest; then id.
+  auto tie = [](const RunningJob* a, const RunningJob* b) {
     if (a->request.priority != b->request.priority)
       return a->request.priority < b->request.priority;
     if (a->request.TotalGpus() != b->request.TotalGpus()) {
       return a->request.TotalGpus() < b->request.TotalGpus();
     }
     return a->request.id < b->request.id;
-  });
-  // Suspending more never hurts, so binary-search the shortest prefix of candidates that makes
-  // room (if all of them do not, no subset does).
-  std::string why;
-  auto without_first = [&](std::size_t k) {
-    ClusterState trial = state;
-    std::vector<JobId> ids;
-    for (std::size_t i = 0; i < k; ++i)
-      ids.push_back(candidates[i]->request.id);
-    (void)trial.ReleaseAll(std::move(ids));
-    return trial;
   };
+  std::string why;
   auto fits = [&](const ClusterState& trial) {
     return !PlaceJob(job, trial, one_leaf, &why).empty();
   };
-  if (!fits(without_first(candidates.size()))) return {};
-  std::size_t lo = 1, hi = candidates.size();
-  while (lo < hi) {
-    std::size_t mid = (lo + hi) / 2;
-    if (fits(without_first(mid))) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
+  // The victims taken in `order`: the shortest prefix that makes room (suspending more never
+  // hurts, so it is binary-searched; if all of them do not, no subset does), less every one the
+  // job can do without, given back in `give_back` order. Empty if none makes room.
+  struct Choice {
+    std::vector<const RunningJob*> victims;
+    ClusterState trial;
+    double lost = 0;
+  };
+  auto choose = [&](const std::vector<const RunningJob*>& order,
+                    const std::function<bool(const RunningJob*, const RunningJob*)>& give_back)
+      -> std::optional<Choice> {
+    auto without_first = [&](std::size_t k) {
+      ClusterState trial = state;
+      std::vector<JobId> ids;
+      for (std::size_t i = 0; i < k; ++i)
+        ids.push_back(order[i]->request.id);
+      (void)trial.ReleaseAll(std::move(ids));
+      return trial;
+    };
+    if (!fits(without_first(order.size()))) return std::nullopt;
+    std::size_t lo = 1, hi = order.size();
+    while (lo < hi) {
+      std::size_t mid = (lo + hi) / 2;
+      if (fits(without_first(mid))) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    Choice c{{order.begin(), order.begin() + static_cast<std::ptrdiff_t>(lo)}, without_first(lo)};
+    // The last one taken is needed; the others are tried in give_back order.
+    std::vector<const RunningJob*> others(c.victims.begin(), c.victims.end() - 1);
+    std::stable_sort(others.begin(), others.end(), give_back);
+    for (const RunningJob* v : others) {
+      if (!c.trial.Allocate(v->request, v->placement, v->start_time).ok()) continue;
+      if (fits(c.trial)) {
+        c.victims.erase(std::find(c.victims.begin(), c.victims.end(), v));
+      } else {
+        (void)c.trial.Release(v->request.id);  // needed after all
+      }
+    }
+    for (const RunningJob* v : c.victims)
+      c.lost += lost(v);
+    return c;
+  };
+  std::optional<Choice> best;
+  if (suspend.order == SuspendPolicy::VictimOrder::kNewestFirst) {
+    std::sort(candidates.begin(), candidates.end(), [&](const RunningJob* a, const RunningJob* b) {
+      return a->start_time != b->start_time ? a->start_time > b->start_time : tie(a, b);
+    });
+    // Latest taken, first given back.
+    std::map<const RunningJob*, std::size_t> rank;
+    for (std::size_t i = 0; i < candidates.size(); ++i)
+      rank[candidates[i]] = i;
+    best = choose(candidates,
+                  [&](const RunningJob* a, const RunningJob* b) { return rank[a] > rank[b]; });
+  } else {
+    // The fewest GPU-seconds lost: taken by what each loses, and by what each loses per GPU it
+    // frees (one big job that just saved can beat many small ones that did not); the cheaper
+    // set wins. The dearest are given back first.
+    auto dearest = [&](const RunningJob* a, const RunningJob* b) { return lost(a) > lost(b); };
+    for (int by_gpu = 0; by_gpu < 2; ++by_gpu) {
+      std::sort(candidates.begin(), candidates.end(),
+                [&](const RunningJob* a, const RunningJob* b) {
+                  const double la = by_gpu ? per_gpu(a) : lost(a);
+                  const double lb = by_gpu ? per_gpu(b) : lost(b);
+                  return la != lb ? la < lb : tie(a, b);
+                });
+      std::optional<Choice> c = choose(candidates, dearest);
+      if (c && (!best || c->lost < best->lost)) best = std::move(c);
+      if (!best) break;  // (no subset makes room)
     }
   }
-  ClusterState trial = without_first(lo);
-  std::vector<const RunningJob*> victims(candidates.begin(),
-                                         candidates.begin() + static_cast<std::ptrdiff_t>(lo));
-  // Give back every victim the job can do without, latest first (the last one is needed).
-  for (std::size_t i = victims.size() - 1; i-- > 0;) {
-    const RunningJob& v = *victims[i];
-    if (!trial.Allocate(v.request, v.placement, v.start_time).ok()) continue;
-    if (fits(trial)) {
-      victims.erase(victims.begin() + static_cast<std::ptrdiff_t>(i));
-    } else {
-      (void)trial.Release(v.request.id);  // needed after all
-    }
-  }
-  *placement = PlaceJob(job, trial, one_leaf, &why);
+  if (!best) return {};
+  *placement = PlaceJob(job, best->trial, one_leaf, &why);
   std::vector<JobId> ids;
-  for (const RunningJob* v : victims)
+  for (const RunningJob* v : best->victims)
     ids.push_back(v->request.id);
+  if (reasons != nullptr) {
+    // The cheapest candidate spared, for comparison.
+    const RunningJob* spared = nullptr;
+    for (const RunningJob* c : candidates) {
+      if (std::find(best->victims.begin(), best->victims.end(), c) != best->victims.end()) continue;
+      if (spared == nullptr || lost(c) < lost(spared)) spared = c;
+    }
+    for (const RunningJob* v : best->victims) {
+      std::string& text = (*reasons)[v->request.id];
+      text = "lost " + cost[v->request.id].text;
+      if (spared != nullptr) {
+        text += "; rather than job " + std::to_string(spared->request.id) + " (" +
+                cost[spared->request.id].text + ")";
+      }
+    }
+  }
   return ids;
 }
 
@@ -224,7 +338,8 @@ class Scheduler::Round {
   void Start(const JobRequest& job, Placement placement);
   void StartGroups(const JobRequest& job, bool lost);
   bool StartGroup(const JobRequest& job, const MissingGroup& group, const std::string& waits);
-  void Suspend(const std::vector<JobId>& victims, JobId for_job);
+  void Suspend(const std::vector<JobId>& victims, JobId for_job,
+               const std::map<JobId, std::string>& why);
   void Wait(const JobRequest& job, std::string reason);
 
   Placement PlaceAs(const JobRequest& request, bool within_leaf, std::string* reason,
@@ -470,10 +585,12 @@ void Scheduler::Round::Preempt(Candidate& c) {
   if (!options_.preemption || searches_ >= options_.max_preemption_searches) return;
   ++searches_;
   const JobRequest& job = c.job;
-  std::vector<JobId> victims = scheduler_.FindVictims(job, work_, now_, c.may_wait, &c.placement);
+  std::map<JobId, std::string> why;
+  std::vector<JobId> victims =
+      scheduler_.FindVictims(job, work_, now_, c.may_wait, &c.placement, &why);
   if (victims.empty() && c.may_wait && !c.one_leaf) {
     Placement across;
-    std::vector<JobId> spread = scheduler_.FindVictims(job, work_, now_, false, &across);
+    std::vector<JobId> spread = scheduler_.FindVictims(job, work_, now_, false, &across, &why);
     if (!spread.empty() &&
         (!SpansLeaves(work_.topology(), across) ||
          !HoldForLeaf(c, across,
@@ -483,7 +600,7 @@ void Scheduler::Round::Preempt(Candidate& c) {
       c.placement = std::move(across);
     }
   }
-  Suspend(victims, job.id);
+  Suspend(victims, job.id, why);
 }
 
 // An elastic gang that cannot start whole, even by suspending others, starts with the most whole
@@ -686,8 +803,10 @@ bool Scheduler::Round::StartGroup(const JobRequest& job, const MissingGroup& gro
     for (int n = 0; zone >= 0 && n < static_cast<int>(where.topology().nodes().size()); ++n) {
       if (where.topology().nodes()[n].zone != zone) where.SetDrained(n, true);
     }
-    std::vector<JobId> victims = scheduler_.FindVictims(part, where, now_, false, &placement);
-    Suspend(victims, job.id);
+    std::map<JobId, std::string> costs;
+    std::vector<JobId> victims =
+        scheduler_.FindVictims(part, where, now_, false, &placement, &costs);
+    Suspend(victims, job.id, costs);
   }
   for (int n : avoided)
     work_.SetDrained(n, false);
@@ -717,9 +836,11 @@ bool Scheduler::Round::StartGroup(const JobRequest& job, const MissingGroup& gro
   return true;
 }
 
-void Scheduler::Round::Suspend(const std::vector<JobId>& victims, JobId for_job) {
+void Scheduler::Round::Suspend(const std::vector<JobId>& victims, JobId for_job,
+                               const std::map<JobId, std::string>& why) {
   for (JobId v : victims) {
     decision_.suspended_for[v] = for_job;
+    if (auto w = why.find(v); w != why.end()) decision_.suspend_reasons[v] = w->second;
     const RunningJob& victim = *work_.find(v);
     held_[victim.request.user] -= NodesHeld(victim);
     free_gpus_ += static_cast<long>(victim.placement.nodes.size()) * victim.placement.gpus_per_node;

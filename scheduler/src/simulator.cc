@@ -10,10 +10,11 @@ namespace {
 
 struct JobRun {
   JobRequest request;
-  double remaining = 0;  // seconds of work left at full speed
-  double rate = 1;       // work seconds per wall second
-  Seconds started = 0;   // of the current run
-  Seconds queued = 0;    // when it last joined the queue (submitted, or suspended)
+  double remaining = 0;   // seconds of work left at full speed
+  double rate = 1;        // work seconds per wall second
+  Seconds started = 0;    // of the current run's work (after it waited for its nodes to free)
+  double idle_until = 0;  // it holds its nodes but waits for suspended jobs to leave them
+  Seconds queued = 0;     // when it last joined the queue (submitted, or suspended)
   JobOutcome outcome;
   // A fault-tolerant job's replica groups in its current run: each one's nodes (empty while
   // missing), whether a missing one was lost (else the run began without it), since when it is
@@ -22,6 +23,12 @@ struct JobRun {
   std::vector<bool> lost;
   std::vector<double> missing_since;
   int replacements = 0;
+  // Its checkpoints (CheckpointModel): seconds to write one, whether it reports them (and saves
+  // when suspended), and whether the platform has seen one (it then knows checkpoint_s).
+  double checkpoint_s = 0;
+  double checkpoint_interval = 300;
+  bool reports = false;
+  bool reported = false;
 
   int LiveGroups() const {
     return static_cast<int>(std::count_if(groups.begin(), groups.end(),
@@ -48,6 +55,16 @@ double Mean(const std::vector<double>& v) {
   for (double x : v)
     sum += x;
   return sum / static_cast<double>(v.size());
+}
+
+// A number in [0, 1) from a seed and a job id (splitmix64): the job's own draws.
+double Draw(uint64_t seed, JobId id, uint64_t salt) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(id) * 0xBF58476D1CE4E5B9ULL +
+               salt * 0x94D049BB133111EBULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) / 9007199254740992.0;  // 2^53
 }
 
 // Whether `job` fits an empty cluster at all (else it would wait forever).
@@ -83,6 +100,16 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
     runs[i].outcome.gpus = jobs[i].TotalGpus();
     runs[i].outcome.submit = jobs[i].submit_time;
     runs[i].queued = jobs[i].submit_time;
+    const CheckpointModel& m = options.checkpoints;
+    const double factor =
+        m.spread > 1 ? std::pow(m.spread, 2 * Draw(m.seed, jobs[i].id, 1) - 1) : 1.0;
+    runs[i].checkpoint_s = m.gbps_per_gpu > 0 ? m.gb_per_gpu * factor / m.gbps_per_gpu : 0;
+    runs[i].reports = Draw(m.seed, jobs[i].id, 2) < m.reporting_share;
+    runs[i].checkpoint_interval =
+        static_cast<double>(options.checkpoint_interval) *
+        (m.interval_spread > 1 ? std::pow(m.interval_spread, 2 * Draw(m.seed, jobs[i].id, 3) - 1)
+                               : 1.0);
+    runs[i].request.checkpoint_s = 0;  // the platform knows nothing until it reports one
     arrival_order[i] = i;
   }
   std::stable_sort(arrival_order.begin(), arrival_order.end(), [&](std::size_t a, std::size_t b) {
@@ -139,10 +166,11 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
   };
   // A running job leaves its nodes and waits in the queue again, losing the work since its last
   // checkpoint; returns that work in GPU-seconds.
-  auto requeue = [&](std::size_t i, Seconds now_s) {
+  // `saved`: it saved just now (a suspended job, within its deadline): nothing is lost.
+  auto requeue = [&](std::size_t i, Seconds now_s, bool saved = false) {
     JobRun& r = runs[i];
-    const double ran = now - static_cast<double>(r.started);
-    const double lost = std::fmod(ran, static_cast<double>(options.checkpoint_interval)) * r.rate;
+    const double ran = std::max(0.0, now - static_cast<double>(r.started));
+    const double lost = saved ? 0.0 : std::fmod(ran, r.checkpoint_interval) * r.rate;
     r.remaining += lost;
     (void)state.Release(r.request.id);
     for (std::size_t g = 0; g < r.groups.size(); ++g)
@@ -154,6 +182,8 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
     return lost * r.request.TotalGpus();
   };
 
+  // Nodes that suspended jobs are still leaving (saving their checkpoints), until when.
+  std::vector<double> leaving_until(topology.nodes().size(), 0);
   // Failures: when each node fails next, and when a failed one is back (infinity: not pending).
   const double never = std::numeric_limits<double>::infinity();
   const std::size_t node_count = topology.nodes().size();
@@ -204,8 +234,10 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
     if (next_arrival < arrival_order.size()) {
       t_next = static_cast<double>(jobs[arrival_order[next_arrival]].submit_time);
     }
-    for (std::size_t i : running)
-      t_next = std::min(t_next, now + runs[i].remaining / runs[i].rate);
+    for (std::size_t i : running) {
+      t_next =
+          std::min(t_next, std::max(now, runs[i].idle_until) + runs[i].remaining / runs[i].rate);
+    }
     if (!queue.empty() && recheck > now) t_next = std::min(t_next, recheck);
     if (options.node_mtbf > 0) {
       for (std::size_t n = 0; n < node_count; ++n)
@@ -225,7 +257,7 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
     double leaf_gbps = 0, zone_gbps = 0;  // sent across leaf uplinks and zones, until t_next
     for (std::size_t i : running) {
       JobRun& r = runs[i];
-      r.remaining -= dt * r.rate;
+      r.remaining -= std::max(0.0, t_next - std::max(now, r.idle_until)) * r.rate;
       const TrafficLoad& load = state.load(r.request.id);
       leaf_gbps += r.rate * load.cross_leaf_gbps;
       zone_gbps += r.rate * load.cross_zone_gbps;
@@ -302,6 +334,23 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
       update_rates();
       continue;
     }
+    // What the platform knows of running jobs' checkpoints: those that report theirs, from their
+    // first one on (a resumed job has saved before).
+    for (std::size_t i : running) {
+      JobRun& r = runs[i];
+      const double interval = r.checkpoint_interval;
+      const double ran = now - static_cast<double>(r.started);
+      if (!r.reports || interval <= 0 || (!r.reported && ran < interval)) continue;
+      const auto last =
+          r.started + static_cast<Seconds>(std::floor(std::max(0.0, ran) / interval) * interval);
+      const auto seconds = static_cast<Seconds>(std::ceil(r.checkpoint_s));
+      const RunningJob* known = state.find(r.request.id);
+      if (known->last_checkpoint != last || known->request.checkpoint_s != seconds) {
+        (void)state.SetLastCheckpoint(r.request.id, last, seconds);
+        r.request.checkpoint_s = seconds;
+      }
+      r.reported = true;
+    }
     Decision d = scheduler.Decide(state, waiting, now_s);
     recheck = d.recheck_at >= 0 ? static_cast<double>(d.recheck_at)
                                 : std::numeric_limits<double>::infinity();
@@ -333,7 +382,27 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
                          std::to_string(r.request.preempted_by_priority) + ")";
         result.pending_history.push_back({now_s, v, last_reason[i]});
       }
-      (void)requeue(i, now_s);  // work since the last checkpoint is lost
+      // It is given its deadline: it saves within it (holding its nodes while it writes), or is
+      // killed at it, or does not save; then it pays a restart when it resumes.
+      const SuspendPolicy& suspend = options.scheduler.suspend;
+      const double deadline = static_cast<double>(SuspendDeadline(r.request, suspend));
+      const bool saved = r.reports && r.checkpoint_s <= deadline;
+      const double hold = saved ? r.checkpoint_s : r.reports ? deadline : 0;
+      ++(saved       ? result.saved_on_suspend
+         : r.reports ? result.killed_at_deadline
+                     : result.suspended_unsaved);
+      const RunningJob* held = state.find(v);
+      const double gpus =
+          static_cast<double>(held->placement.nodes.size()) * held->placement.gpus_per_node;
+      for (int n : held->placement.nodes) {
+        double& until = leaving_until[static_cast<std::size_t>(n)];
+        until = std::max(until, now + hold);
+      }
+      const double restart = static_cast<double>(suspend.restart_s) + r.checkpoint_s;
+      const double lost_work = requeue(i, now_s, saved);  // (GPU-seconds; none if it saved)
+      r.remaining += restart;
+      r.reported |= saved;
+      result.preemption_lost_gpu_hours += (lost_work + gpus * (hold + restart)) / 3600;
       ++r.outcome.preemptions;
       ++result.preemptions;
     }
@@ -342,7 +411,12 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
       JobRun& r = runs[i];
       Status st = state.Allocate(r.request, s.placement, now_s);
       if (!st.ok()) return Internal("simulator: the scheduler's decision failed: " + st.message());
-      r.started = now_s;
+      // It holds its nodes from now, and works once the jobs suspended for it have left them.
+      double begins = now;
+      for (int n : s.placement.nodes)
+        begins = std::max(begins, leaving_until[static_cast<std::size_t>(n)]);
+      r.idle_until = begins;
+      r.started = static_cast<Seconds>(std::llround(begins));
       if (r.request.node_step > 0) {  // replica groups: those it starts with, the rest missing
         const std::size_t replicas = static_cast<std::size_t>(r.request.Replicas());
         r.groups.assign(replicas, {});
@@ -362,7 +436,7 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
         r.outcome.first_start = now_s;
         r.outcome.first_nodes = s.placement.nodes;
       }
-      r.outcome.waited += now_s - r.queued;
+      r.outcome.waited += r.started - r.queued;
       running.push_back(i);
       queue.erase(std::find(queue.begin(), queue.end(), i));
     }
@@ -382,11 +456,13 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
     update_rates();
   }
 
-  std::vector<double> jct, wait;
+  std::vector<double> jct, wait, hp_wait;
   Seconds last_finish = 0;
   for (const JobRun& r : runs) {
     jct.push_back(static_cast<double>(r.outcome.finish - r.outcome.submit));
     wait.push_back(static_cast<double>(r.outcome.waited));
+    if (r.request.priority >= options.high_priority)
+      hp_wait.push_back(static_cast<double>(r.outcome.waited));
     last_finish = std::max(last_finish, r.outcome.finish);
     result.jobs.push_back(r.outcome);
   }
@@ -397,6 +473,8 @@ Result<SimulationResult> Simulate(const Topology& topology, const std::vector<Jo
   result.median_wait = Percentile(wait, 0.5);
   result.p95_wait = Percentile(wait, 0.95);
   result.p99_wait = Percentile(wait, 0.99);
+  result.hp_mean_wait = Mean(hp_wait);
+  result.hp_p95_wait = Percentile(hp_wait, 0.95);
   result.makespan = last_finish - static_cast<Seconds>(first_submit);
   double span = std::max(1.0, now - first_submit);
   result.arrival_span = static_cast<Seconds>(last_submit - first_submit);

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "common/cli_exit.h"
 #include "scheduler/simulator.h"
@@ -98,6 +99,46 @@ int Main(int argc, char** argv) {
   app.add_option("--node-repair-hours", repair_hours, "How long a failed node is out")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  SimulationOptions base;
+  CheckpointModel& ckpt = base.checkpoints;
+  SuspendPolicy& suspend = base.scheduler.suspend;
+  app.add_option("--checkpoint-interval", base.checkpoint_interval,
+                 "Seconds between a job's periodic checkpoints")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--checkpoint-interval-spread", ckpt.interval_spread,
+                 "Each job's interval is --checkpoint-interval times a seeded factor in "
+                 "[1/spread, spread] (1: every job's is the same)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1000.0));
+  app.add_option("--checkpoint-gb-per-gpu", ckpt.gb_per_gpu,
+                 "The median job's checkpoint, GB per GPU (each job's is this times a seeded "
+                 "factor in [1/spread, spread])")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--checkpoint-spread", ckpt.spread, "See --checkpoint-gb-per-gpu")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1000.0));
+  app.add_option("--checkpoint-gbps-per-gpu", ckpt.gbps_per_gpu,
+                 "Checkpoint write (and read) rate of one GPU's share, GB/s")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--reporting-share", ckpt.reporting_share,
+                 "Share of jobs that report their checkpoints to the platform and save when "
+                 "suspended (the rest save nothing then)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--max-suspend-deadline", suspend.max_deadline,
+                 "Most seconds a suspended job is given to save (its deadline: 1.5x its "
+                 "checkpoint's write time + 10 s, at least 30 s)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  std::string victim_order = "least-lost";
+  app.add_option("--victim-order", victim_order,
+                 "least-lost (fewest GPU-seconds lost first) or newest-first (the baseline); with "
+                 "least-lost, the last policy is replayed again newest-first for the comparison")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"least-lost", "newest-first"}));
   app.add_option("--ft-share", rules.ft_share,
                  "Share of multi-node jobs that run as replica groups (fault tolerant: 8, 4 or 2 "
                  "groups, half of them needed)")
@@ -176,8 +217,20 @@ int Main(int argc, char** argv) {
 
   std::vector<SimulationResult> results;
   const bool tty = isatty(STDERR_FILENO);
-  for (const std::string& policy : policies) {
-    SimulationOptions options;
+  ckpt.seed = rules.seed;
+  suspend.order = victim_order == "newest-first" ? SuspendPolicy::VictimOrder::kNewestFirst
+                                                 : SuspendPolicy::VictimOrder::kLeastLost;
+  // Without victims to choose there is nothing to compare: the newest-first replay runs only when
+  // the last policy suspended jobs.
+  std::vector<std::string> replays = policies;
+  for (std::size_t k = 0; k < replays.size(); ++k) {
+    const std::string policy = replays[k];
+    const bool baseline = k >= policies.size();
+    if (k + 1 == policies.size() && suspend.order == SuspendPolicy::VictimOrder::kLeastLost) {
+      replays.push_back(policy);  // decided after it ran (below)
+    }
+    SimulationOptions options = base;
+    if (baseline) options.scheduler.suspend.order = SuspendPolicy::VictimOrder::kNewestFirst;
     options.policy = policy_options;
     options.record_reasons = reasons && !out_dir.empty();
     options.node_mtbf = static_cast<Seconds>(mtbf_hours * 3600);
@@ -195,9 +248,17 @@ int Main(int argc, char** argv) {
     auto r = Simulate(*topology, jobs, policy, options);
     if (!r.ok()) return fail(r.status());
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stderr, "%shai-sim: %-16s done in %.1f s\n", tty ? "\r" : "", policy.c_str(),
-                 secs);
+    std::fprintf(stderr, "%shai-sim: %-16s done in %.1f s%s\n", tty ? "\r" : "", policy.c_str(),
+                 secs, baseline ? " (victims newest-first)" : "");
+    if (k + 1 == policies.size() && replays.size() > policies.size() && r->preemptions == 0) {
+      replays.pop_back();
+    }
     results.push_back(std::move(*r));
+  }
+  std::optional<SimulationResult> newest_first;
+  if (results.size() > policies.size()) {
+    newest_first = std::move(results.back());
+    results.pop_back();
   }
 
   std::printf("\nhai-sim %s: %zu jobs on %s, arrivals x%g (arriving over %s)\n", trace_name.c_str(),
@@ -332,6 +393,40 @@ int Main(int argc, char** argv) {
         Ratio(ours->cross_leaf_tb, slurm->cross_leaf_tb).c_str(),
         Ratio(ours->mean_jct, ff->mean_jct).c_str(),
         Ratio(ours->mean_jct, slurm->mean_jct).c_str());
+  }
+  bool any_preempted = newest_first.has_value();
+  for (const SimulationResult& r : results)
+    any_preempted |= r.preemptions > 0;
+  if (any_preempted) {
+    std::printf(
+        "\npreemption: checkpoints every %s, %g GB a GPU (median; each job's x/%g) at %g GB/s a "
+        "GPU, %.0f%% of jobs report theirs and save when suspended; deadlines %s..%s\n",
+        FormatDuration(base.checkpoint_interval).c_str(), ckpt.gb_per_gpu, ckpt.spread,
+        ckpt.gbps_per_gpu, 100 * ckpt.reporting_share, FormatDuration(suspend.min_deadline).c_str(),
+        FormatDuration(suspend.max_deadline).c_str());
+    std::printf("%-17s %-13s %8s %11s %7s %7s %8s %13s %12s\n", "policy", "victims", "preempt",
+                "lost GPU-h", "saved", "killed", "unsaved", "hp mean wait", "hp p95 wait");
+    auto row = [&](const SimulationResult& r, const char* order) {
+      std::printf("%-17s %-13s %8d %11.1f %7d %7d %8d %13s %12s\n", r.policy.c_str(), order,
+                  r.preemptions, r.preemption_lost_gpu_hours, r.saved_on_suspend,
+                  r.killed_at_deadline, r.suspended_unsaved, Hours(r.hp_mean_wait).c_str(),
+                  Hours(r.hp_p95_wait).c_str());
+    };
+    for (const SimulationResult& r : results)
+      row(r, victim_order.c_str());
+    if (newest_first) row(*newest_first, "newest-first");
+    std::printf(
+        "(lost GPU-h: work since the checkpoint, the checkpoint written or the wait for the "
+        "deadline, and the restart, of every suspension; hp: jobs of priority >= 4)\n");
+    if (newest_first) {
+      const SimulationResult& ours_last = results.back();
+      const bool none_waited = ours_last.hp_mean_wait <= 0 && newest_first->hp_mean_wait <= 0;
+      std::printf(
+          "preemption: lost GPU-h %sx of newest-first, hp wait %sx\n",
+          Ratio(ours_last.preemption_lost_gpu_hours, newest_first->preemption_lost_gpu_hours)
+              .c_str(),
+          none_waited ? "1.00" : Ratio(ours_last.hp_mean_wait, newest_first->hp_mean_wait).c_str());
+    }
   }
   return 0;
 }

@@ -12,6 +12,7 @@ namespace ff {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using namespace std::chrono_literals;
 
 class HaiSimCliTest : public ::testing::Test {
@@ -260,6 +261,33 @@ TEST_F(HaiSimCliTest, FailuresAndReplacementsAreReportedPerPolicy) {
   r = Command({"--trace", dir_.File("ft.csv"), "--cluster", small_, "--ft-share", "1"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("failures:")));
+}
+
+// Jobs that queue and preempt (priorities are drawn per job): the preemption table has a row of
+// the default victim order and one of the newest-first replay, and the last line compares them;
+// chosen newest-first, there is nothing to compare.
+TEST_F(HaiSimCliTest, PreemptionsCostIsComparedWithNewestFirstVictims) {
+  std::string trace = "job_id,submission_time,duration,num_gpu\n";
+  for (int i = 0; i < 60; ++i) {
+    trace += "j" + std::to_string(i) + "," + std::to_string(i * 300) + "," +
+             std::to_string(5000 + i * 200) + "," + std::to_string(i % 3 ? 16 : 32) + "\n";
+  }
+  test::WriteFile(dir_.File("busy.csv"), trace);
+  Run r = Command({"--trace", dir_.File("busy.csv"), "--cluster", small_, "--policies",
+                   "congestion-aware", "--checkpoint-interval", "900"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("preemption: checkpoints every 15m, 10 GB a GPU (median; each "
+                               "job's x/4) at 0.5 GB/s a GPU, 80% of jobs report theirs"));
+  EXPECT_THAT(r.out,
+              ::testing::ContainsRegex("congestion-aware +least-lost +[1-9][0-9]* +[0-9.]+"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("congestion-aware +newest-first +[1-9][0-9]* +"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex(
+                         "\npreemption: lost GPU-h [0-9.]+x of newest-first, hp wait [0-9.]+x\n$"));
+  r = Command({"--trace", dir_.File("busy.csv"), "--cluster", small_, "--policies",
+               "congestion-aware", "--victim-order", "newest-first"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("congestion-aware +newest-first +[1-9]"));
+  EXPECT_THAT(r.out, Not(HasSubstr("x of newest-first")));
 }
 
 // A command line that does not parse exits 2 with CLI11's one-line error, as the tools' other

@@ -155,6 +155,49 @@ TEST_F(SchedulerTest, VictimIsTheJobThatLosesTheLeastWork) {
   EXPECT_THAT(d.suspends, ElementsAre(11));  // 10 s lost instead of 90 s
 }
 
+TEST_F(SchedulerTest, VictimsAreChosenByGpuSecondsLostAndTheReasonSaysWhy) {
+  // Job 10 saves in 20 s (it reported its checkpoints) and last saved long ago; job 11 never
+  // reported one and has run 50 minutes. Suspending 10 costs its 64 GPUs a save and a restart
+  // (60 s + 20 s reading it back): ~107 GPU-min; suspending 11, 50 minutes and a minute's
+  // restart: ~54 GPU-h. Newest-first (the baseline) takes job 11, started later.
+  JobRequest saves = Job(10, 8, 1, "bob");
+  saves.checkpoint_s = 20;
+  Run(saves, {0, 1, 2, 3, 4, 5, 6, 7}, 0, /*checkpoint=*/60);
+  Run(Job(11, 8, 1, "carol"), {8, 9, 10, 11, 12, 13, 14, 15}, /*start=*/60, /*checkpoint=*/60);
+  Decision d = Decide({Job(1, 4, 5)}, 3060);
+  ASSERT_THAT(d.suspends, ElementsAre(10));
+  EXPECT_EQ(d.suspend_reasons.at(10),
+            "lost ~107 GPU-min: a 20s checkpoint and a 1m20s restart; rather than job 11 (~54.4 "
+            "GPU-h: 50m since it started (it reports no checkpoints))");
+  SchedulerOptions newest;
+  newest.suspend.order = SuspendPolicy::VictimOrder::kNewestFirst;
+  EXPECT_THAT(Decide({Job(1, 4, 5)}, 3060, newest).suspends, ElementsAre(11));
+}
+
+TEST_F(SchedulerTest, ASuspendDeadlineComesFromTheCheckpointsWriteTimeWithinAdminBounds) {
+  SuspendPolicy policy;  // 1.5 x + 10 s, within 30 s .. 10 min
+  JobRequest job = Job(1, 1);
+  EXPECT_EQ(SuspendDeadline(job, policy), 30);  // never reported: the least
+  EXPECT_FALSE(SavesInTime(job, policy));
+  job.checkpoint_s = 4;
+  EXPECT_EQ(SuspendDeadline(job, policy), 30);
+  EXPECT_TRUE(SavesInTime(job, policy));
+  job.checkpoint_s = 100;
+  EXPECT_EQ(SuspendDeadline(job, policy), 160);
+  EXPECT_TRUE(SavesInTime(job, policy));
+  job.checkpoint_s = 500;
+  EXPECT_EQ(SuspendDeadline(job, policy), 600);  // capped: it would not make it
+  EXPECT_FALSE(SavesInTime(job, policy));
+  // A job that cannot save in time loses what it did since its checkpoint.
+  ASSERT_TRUE(state_->Allocate(job, Placement{{0}, 8}, 0).ok());
+  ASSERT_TRUE(state_->SetLastCheckpoint(1, 1000).ok());
+  SuspendCost cost = LostBySuspending(*state_->find(1), 1600, policy);
+  EXPECT_DOUBLE_EQ(cost.gpu_seconds, 8 * (600 + 60 + 500));
+  EXPECT_EQ(cost.text,
+            "~155 GPU-min: 10m since its checkpoint (a save takes 8m20s, more than its deadline "
+            "allows)");
+}
+
 TEST_F(SchedulerTest, NeverSuspendsForEqualPriorityOrBeforeMinRuntime) {
   Run(Job(10, 8, 3, "alice"), {0, 1, 2, 3, 4, 5, 6, 7});
   JobRequest young = Job(11, 8, 1, "bob");

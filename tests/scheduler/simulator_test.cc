@@ -103,6 +103,7 @@ TEST_F(SimulatorTest, ReasonsOverTimeNameThePreemptingJob) {
   JobRequest urgent = Job(2, 4, 1000, 100, /*priority=*/5);
   SimulationOptions options;
   options.record_reasons = true;
+  options.checkpoints.reporting_share = 0;  // it leaves at once (saving nothing)
   auto r = Simulate(*topology_, {big, urgent}, "congestion-aware", options);
   ASSERT_TRUE(r.ok()) << r.status();
   std::vector<std::string> big_history;
@@ -117,6 +118,48 @@ TEST_F(SimulatorTest, ReasonsOverTimeNameThePreemptingJob) {
   EXPECT_EQ(big_history[2], "1100 ");
   // Off by default: nothing recorded.
   EXPECT_TRUE(Run({big, urgent}, "congestion-aware").pending_history.empty());
+}
+
+TEST_F(SimulatorTest, ASuspendedJobThatSavesHoldsItsNodesWhileItWritesAndLosesOnlyARestart) {
+  // The big job checkpoints every 300 s, 20 s a save (10 GB a GPU at 0.5 GB/s), and reports them:
+  // suspended at t=1000, it is given 1.5 x 20 + 10 = 40 s, saves in 20 s, and the urgent job
+  // starts on its nodes at t=1020. It loses no work, but pays the save and a restart (60 s
+  // start-up and 20 s reading the checkpoint back): 128 GPUs x 100 s. Not reporting, it leaves at
+  // once and loses the 100 s since its checkpoint at t=900, and the restart.
+  JobRequest big = Job(1, 16, 0, 10000, /*priority=*/1);
+  big.comm = CommKind::kNone;
+  JobRequest urgent = Job(2, 4, 1000, 100, /*priority=*/5);
+  urgent.comm = CommKind::kNone;
+  SimulationOptions options;
+  options.checkpoints.spread = 1;
+  options.checkpoints.reporting_share = 1;
+  auto saves = Simulate(*topology_, {big, urgent}, "first-fit", options);
+  ASSERT_TRUE(saves.ok()) << saves.status();
+  EXPECT_EQ(saves->saved_on_suspend, 1);
+  EXPECT_EQ(saves->jobs[1].first_start, 1000);  // placed (holding the nodes) at once,
+  EXPECT_EQ(saves->jobs[1].waited, 20);         // working once the big job has saved
+  EXPECT_EQ(saves->jobs[1].finish, 1120);
+  EXPECT_EQ(saves->jobs[0].finish, 1120 + 9000 + 80);
+  EXPECT_NEAR(saves->preemption_lost_gpu_hours, 128 * 100 / 3600.0, 1e-9);
+
+  options.checkpoints.reporting_share = 0;
+  auto unsaved = Simulate(*topology_, {big, urgent}, "first-fit", options);
+  ASSERT_TRUE(unsaved.ok()) << unsaved.status();
+  EXPECT_EQ(unsaved->suspended_unsaved, 1);
+  EXPECT_EQ(unsaved->jobs[1].waited, 0);
+  EXPECT_EQ(unsaved->jobs[0].finish, 1100 + 9100 + 80);
+  EXPECT_NEAR(unsaved->preemption_lost_gpu_hours, 128 * (100 + 80) / 3600.0, 1e-9);
+
+  // A save longer than the most an admin allows (15 s): it tries, is killed at its deadline, and
+  // loses the work since its checkpoint too.
+  options.checkpoints.reporting_share = 1;
+  options.scheduler.suspend.min_deadline = 10;
+  options.scheduler.suspend.max_deadline = 15;
+  auto killed = Simulate(*topology_, {big, urgent}, "first-fit", options);
+  ASSERT_TRUE(killed.ok()) << killed.status();
+  EXPECT_EQ(killed->killed_at_deadline, 1);
+  EXPECT_EQ(killed->jobs[1].waited, 15);
+  EXPECT_NEAR(killed->preemption_lost_gpu_hours, 128 * (100 + 15 + 80) / 3600.0, 1e-9);
 }
 
 TEST_F(SimulatorTest, ALocalityWaitEndsWithARoundOfItsOwn) {
@@ -162,7 +205,9 @@ TEST_F(SimulatorTest, WaitsCountEveryWaitAndUtilisationTheArrivalSpan) {
                                   Job(3, 1, 100, 20000, 0)};
   for (JobRequest& j : jobs)
     j.comm = CommKind::kNone;  // run times as given, not slowed by congestion
-  auto r = Simulate(*topology_, jobs, "first-fit", SimulationOptions{});
+  SimulationOptions options;
+  options.checkpoints.reporting_share = 0;  // a suspended job leaves at once (saving nothing)
+  auto r = Simulate(*topology_, jobs, "first-fit", options);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->jobs[0].first_start, 0);
   EXPECT_EQ(r->jobs[0].preemptions, 1);

@@ -66,9 +66,10 @@ class ClusterState {
   // kNotFound, changing nothing, when it is not running or does not hold one of them.
   Status Shrink(JobId id, const std::vector<int>& nodes);
   void SetDrained(int node, bool drained);
-  // Records a checkpoint of a running job (work before it survives a suspension).
+  // Records a checkpoint of a running job (work before it survives a suspension) and, when
+  // checkpoint_s >= 0, the seconds its checkpoints take to write (JobRequest::checkpoint_s).
   // kNotFound when it is not running.
-  Status SetLastCheckpoint(JobId id, Seconds when);
+  Status SetLastCheckpoint(JobId id, Seconds when, Seconds checkpoint_s = -1);
 
  private:
   struct Entry;

@@ -71,6 +71,10 @@ struct JobRequest {
   // Nodes its replacement groups must not be placed on (those its run's straggling groups were
   // moved off: they are slow for this job, not drained for everyone).
   std::vector<int> avoid_nodes;
+  // What suspending it costs (checkpoint-aware time-sharing): the seconds its checkpoints take
+  // to write, as it reported them (0: it never reported one, so nothing says it can save on
+  // suspension). RunningJob::last_checkpoint says when it last saved.
+  Seconds checkpoint_s = 0;
   int replacements_placed = 0;  // in its current run
   int max_replacements = 0;     // a run's most; 0: ReplacementPolicy::per_replica per replica
 

@@ -5,8 +5,9 @@
 //   - Jobs are considered by priority (higher first), then submission time, then id: FIFO within
 //     a priority level. Gangs start whole or not at all (an elastic gang: below).
 //   - A job may suspend running jobs of strictly lower priority (so never one of the same user and
-//     priority) that have run at least their min_runtime, choosing those that lose the least work
-//     (time since their last checkpoint) and no more than needed.
+//     priority) that have run at least their min_runtime, choosing those whose suspension loses
+//     the fewest GPU-seconds (LostBySuspending: a checkpoint and a restart for a job that saves
+//     within its deadline, else the work since its last checkpoint) and no more than needed.
 //   - Per-user quotas cap the nodes a user's running jobs hold.
 //   - The first job that cannot start holds a reservation: the earliest time enough nodes free up
 //     as running jobs reach their expected run times, on the nodes it would start on then. A job
@@ -66,6 +67,42 @@ struct ReplacementPolicy {
   Seconds max_backoff = 64;
 };
 
+// What suspending a job costs, and how long it is given to save (checkpoint-aware time-sharing).
+// A job that reports its checkpoints (JobRequest::checkpoint_s) gets a deadline of `margin` times
+// its checkpoint's write time plus `slack`, within [min_deadline, max_deadline]; one that never
+// reported gets min_deadline. It saves in time when that deadline was not cut by max_deadline:
+// then suspending it costs its GPUs for the checkpoint and a restart (start-up plus reading the
+// checkpoint back, taken to be as long as writing it); otherwise the work since its last
+// checkpoint (RunningJob::last_checkpoint; its start when it never reported one) and a restart.
+struct SuspendPolicy {
+  enum class VictimOrder {
+    kLeastLost,    // fewest GPU-seconds lost first (LostBySuspending)
+    kNewestFirst,  // the latest started first (what Slurm and Kueue do): the baseline
+  };
+  VictimOrder order = VictimOrder::kLeastLost;
+  Seconds min_deadline = 30;
+  Seconds max_deadline = 600;
+  double margin = 1.5;
+  Seconds slack = 10;
+  Seconds restart_s = 60;  // a restart's start-up, before it reads its checkpoint
+};
+
+// The seconds `job` is given from its suspend signal to its exit (SuspendPolicy).
+Seconds SuspendDeadline(const JobRequest& job, const SuspendPolicy& policy);
+// Whether its checkpoint fits its deadline (it reported one, and the deadline was not capped).
+bool SavesInTime(const JobRequest& job, const SuspendPolicy& policy);
+
+// What suspending a running job at `now` costs, in GPU-seconds, and why ("~40 GPU-s: a 10 s
+// checkpoint and a 30 s restart" or "~3.2 GPU-h since its checkpoint").
+struct SuspendCost {
+  double gpu_seconds = 0;
+  std::string text;
+};
+SuspendCost LostBySuspending(const RunningJob& job, Seconds now, const SuspendPolicy& policy);
+
+// "40 GPU-s", "12 GPU-min", "3.2 GPU-h".
+std::string FormatGpuSeconds(double gpu_seconds);
+
 struct SchedulerOptions {
   // Most nodes a user's running jobs may hold (a sub-node job counts as one node); users not
   // listed are unlimited.
@@ -74,6 +111,7 @@ struct SchedulerOptions {
   bool preemption = true;
   // Blocked jobs per round that may search for jobs to suspend (bounds the round's cost).
   int max_preemption_searches = 8;
+  SuspendPolicy suspend;
   ReplacementPolicy replacements;
 };
 
@@ -84,7 +122,11 @@ struct Decision {
   };
   std::vector<JobId> suspends;           // suspend these first; their nodes go to `starts`
   std::map<JobId, JobId> suspended_for;  // each suspended job -> the job it makes room for
-  std::vector<Start> starts;             // in the order decided
+  // Each suspended job -> what it loses and why it was chosen over the next candidate ("lost
+  // ~40 GPU-s: a 10 s checkpoint and a 30 s restart; rather than job 9: ~3.0 GPU-h since its
+  // checkpoint").
+  std::map<JobId, std::string> suspend_reasons;
+  std::vector<Start> starts;  // in the order decided
   struct GroupStart {
     JobId job;
     int replica;
@@ -124,8 +166,10 @@ class Scheduler {
   class Round;  // one Decide: its state and stages (scheduler.cc)
 
   // Running jobs whose suspension lets `job` start, and where it would run; empty if none.
+  // `why`, if given, gets each victim's cost and the cheapest candidate spared.
   std::vector<JobId> FindVictims(const JobRequest& job, const ClusterState& state, Seconds now,
-                                 bool one_leaf, Placement* placement) const;
+                                 bool one_leaf, Placement* placement,
+                                 std::map<JobId, std::string>* why = nullptr) const;
   // When `job` could start if running jobs end at their expected times; -1 if never known.
   // `where`, if given, gets the nodes it would start on then.
   Seconds EarliestStart(const JobRequest& job, const ClusterState& state, Seconds now,

@@ -10,8 +10,20 @@
 // cross_zone_penalty on top. Its progress rate is then 1 / ((1 - f) + f * slowdown), slowdown =
 // (1 - b) + b * max(1, load / capacity). deploy/netlab-bench.py's placement experiment calibrates
 // f, b and traffic_gbps on real HFReduce traffic (deploy/NETLAB.md).
-// Suspended jobs lose the work since their last checkpoint (taken every checkpoint_interval)
-// and wait in the queue again.
+// Checkpoints (CheckpointModel). Every job saves periodically, every checkpoint_interval of its
+// run times its own factor (CheckpointModel::interval_spread). A job's
+// checkpoint holds its own number of GB per GPU (the model's median times a factor drawn
+// log-uniform in [1/spread, spread], seeded by the job's id), written and read back at
+// gbps_per_gpu per GPU. A share of jobs (seeded) report their checkpoints to the platform (the
+// scheduler then knows their checkpoint's write time and when they last saved, from their first
+// checkpoint on) and save when suspended; the rest never report and save nothing when suspended.
+// A suspended job is given its deadline (SuspendDeadline, from what the scheduler knows of it):
+// one that saves within it holds its nodes while it writes and loses no work; one that does not
+// is killed at the deadline and loses the work since its last checkpoint; one that does not save
+// leaves at once with the same loss. Each then pays a restart (SuspendPolicy::restart_s and
+// reading its checkpoint back) when it resumes. The job that suspended it starts once they have
+// left its nodes. SimulationResult::preemption_lost_gpu_hours sums those costs: lost work, the
+// checkpoint or the wait for the deadline, and the restart, times the victim's GPUs.
 //
 // Failures (SimulationOptions::node_mtbf > 0). Each node fails after an exponentially distributed
 // time of mean node_mtbf and is back node_repair later; meanwhile it is drained. A job on a node
@@ -33,6 +45,17 @@
 
 namespace ff::scheduler {
 
+struct CheckpointModel {
+  double gb_per_gpu = 10;        // the median job's checkpoint, per GPU
+  double spread = 4;             // each job's size: the median times a factor in [1/spread, spread]
+  double gbps_per_gpu = 0.5;     // write (and read) rate of one GPU's share, GB/s
+  double reporting_share = 0.8;  // jobs that report checkpoints and save when suspended
+  // Each job's checkpoint interval: SimulationOptions::checkpoint_interval times a factor in
+  // [1/interval_spread, interval_spread] (seeded by its id).
+  double interval_spread = 1;
+  uint64_t seed = 1;
+};
+
 struct SimulationOptions {
   // The physics of the replay; the scheduler's own estimates (PolicyOptions::model) are set to
   // the same model, so the policy judges by what the replay does.
@@ -40,6 +63,8 @@ struct SimulationOptions {
   SchedulerOptions scheduler;
   PolicyOptions policy;
   Seconds checkpoint_interval = 300;
+  CheckpointModel checkpoints;
+  int high_priority = 4;  // jobs of this priority and above count in SimulationResult::hp_*
   Seconds sample_interval = 3600;  // utilisation series resolution
   // Keep every change of every waiting job's reason (SimulationResult::pending_history).
   bool record_reasons = false;
@@ -78,6 +103,13 @@ struct SimulationResult {
   double cross_leaf_tb = 0;  // terabytes sent across leaf uplinks
   double cross_zone_tb = 0;  // terabytes sent between zones
   int preemptions = 0;
+  // Preemption's cost (CheckpointModel): GPU-hours suspended jobs lost (work since their
+  // checkpoint, the checkpoint written or the wait for the deadline, the restart); suspended jobs
+  // that saved in time, that were killed at their deadline, and that do not save.
+  double preemption_lost_gpu_hours = 0;
+  int saved_on_suspend = 0, killed_at_deadline = 0, suspended_unsaved = 0;
+  // Waits (JobOutcome::waited) of jobs of SimulationOptions::high_priority and above.
+  double hp_mean_wait = 0, hp_p95_wait = 0;
   // Failures: nodes that failed; jobs a failure sent back to the queue (gangs, and fault-tolerant
   // jobs left below their minimum); the GPU-hours of work they lost (since their checkpoints);
   // replacement groups placed; and the hours lost groups were missing before their replacement
