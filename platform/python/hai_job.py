@@ -13,7 +13,14 @@ before killing it. A job that wants to keep its progress::
             save_checkpoint(hai_job.checkpoint_dir(), step)
             hai_job.suspend_now()                # "I have checkpointed, suspend me now"
 
-The job is requeued and later restarted with $HAI_RESTART_COUNT incremented.
+The job is requeued and later restarted with $HAI_RESTART_COUNT incremented. The platform gives
+it a deadline to save and exit, from how long its checkpoints take to write (within the admin's
+bounds); ``hai_job.suspend_deadline()`` says when that is, and a job that misses it is killed.
+
+Completed checkpoints, so that the platform knows what suspending the job costs (its victims are
+the jobs that lose least) and how long to give it::
+
+    hai_job.report_checkpoint(step, nbytes, write_s)   # haiscale.checkpoint does it by itself
 
 Training metrics, for `hai metrics` and hai-web's plots::
 
@@ -70,6 +77,48 @@ def restart_count():
 def checkpoint_dir():
     """Where the job keeps checkpoints across runs ("" outside HAI-Platform)."""
     return os.environ.get("HAI_CHECKPOINT_DIR", "")
+
+
+def suspend_deadline():
+    """When the platform kills this job if it has not exited (seconds since the epoch), once it
+    was asked to suspend; None before that, or outside HAI-Platform."""
+    flag = os.environ.get("HAI_SUSPEND_FLAG")
+    if not flag or not (_signalled or os.path.exists(flag)):
+        return None
+    try:
+        with open(flag) as f:
+            return float(json.load(f)["deadline"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # an agent that did not write it, or the flag is being written
+
+
+_steps_fd = None
+
+
+def report_checkpoint(step, nbytes, write_s):
+    """Tell the platform this rank completed the checkpoint of `step`: `nbytes` it wrote in
+    `write_s` seconds (one line in $HAI_STEPS_FILE; nothing outside HAI-Platform). A bad argument
+    raises ValueError and nothing is written."""
+    global _steps_fd
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an integer >= 0, not {step!r}")
+    for name, value in (("nbytes", nbytes), ("write_s", write_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
+    path = os.environ.get("HAI_STEPS_FILE")
+    if not path:
+        return
+    record = {"step": step, "time": round(time.time(), 3)}
+    if os.environ.get("HAI_RUN", "").isdigit():
+        record["run"] = int(os.environ["HAI_RUN"])
+    record.update(ckpt_step=step, ckpt_bytes=float(nbytes), ckpt_write_s=round(float(write_s), 6))
+    with _recorder_lock:
+        if _steps_fd is None:
+            _steps_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        line = (json.dumps(record) + "\n").encode()
+        if os.write(_steps_fd, line) != len(line):  # one write: a reader never sees half of it
+            raise OSError(f"short write to {path}")
 
 
 def suspend_now():

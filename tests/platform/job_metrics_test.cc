@@ -106,6 +106,41 @@ TEST(JobMetricsTest, WhatTheJobReportsIsWhatTheReaderReads) {
   std::filesystem::remove(path);
 }
 
+// A completed checkpoint is one line of the steps file, which the agent reads apart from the
+// steps (by its ckpt_write_s); the suspend deadline is what the agent wrote into the flag.
+TEST(JobMetricsTest, ACheckpointReportIsOneLineAndTheSuspendDeadlineComesFromTheFlag) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string path = (dir / ("job_ckpt_test." + std::to_string(getpid()))).string();
+  const std::string flag = (dir / ("job_flag_test." + std::to_string(getpid()))).string();
+  std::filesystem::remove(path);
+  std::filesystem::remove(flag);
+  setenv("HAI_STEPS_FILE", path.c_str(), 1);
+  setenv("HAI_RUN", "4", 1);
+  EXPECT_FALSE(hai::job::ReportCheckpoint(-1, 10, 1));
+  EXPECT_FALSE(hai::job::ReportCheckpoint(1, std::nan(""), 1));
+  EXPECT_FALSE(hai::job::ReportCheckpoint(1, 10, -1));
+  ASSERT_TRUE(hai::job::ReportCheckpoint(300, 1.5e9, 2.25));
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  MetricLines lines = ParseMetricLines(text.str());
+  EXPECT_EQ(lines.unreadable, 0) << text.str();
+  ASSERT_EQ(lines.records.size(), 1u) << text.str();  // the refused ones wrote nothing
+  EXPECT_EQ(lines.records[0].step(), 300);
+  EXPECT_EQ(lines.records[0].run(), 4);
+  EXPECT_EQ(lines.records[0].values().at("ckpt_bytes"), 1.5e9);
+  EXPECT_EQ(lines.records[0].values().at("ckpt_write_s"), 2.25);
+
+  setenv("HAI_SUSPEND_FLAG", flag.c_str(), 1);
+  EXPECT_EQ(hai::job::SuspendDeadline(), 0);  // not asked yet
+  std::ofstream(flag) << "{\"deadline\": 1795884414.571, \"grace_s\": 5.500}\n";
+  EXPECT_DOUBLE_EQ(hai::job::SuspendDeadline(), 1795884414.571);
+  unsetenv("HAI_SUSPEND_FLAG");
+  unsetenv("HAI_STEPS_FILE");
+  std::filesystem::remove(path);
+  std::filesystem::remove(flag);
+}
+
 TEST(JobMetricsTest, AStepRecorderWritesOneRecordPerStepOfWhereItsTimeWent) {
   const std::string path =
       (std::filesystem::temp_directory_path() / ("job_steps_test." + std::to_string(getpid())))

@@ -254,6 +254,43 @@ TEST(LifecycleTest, APreemptedJobRecordsWhoForAndWhen) {
   EXPECT_THAT(t.wake, ElementsAre("n0", "n1"));
 }
 
+TEST(LifecycleTest, ASuspendedRunSaysWhetherItSavedWithinItsDeadlineOrWhatItLost) {
+  hai::Job job = Running();  // 2 nodes x 8 GPUs
+  job.mutable_spec()->set_gpus_per_node(8);
+  job = Must(job, Preempted{12, 6, 8000, "lost ~20 GPU-s: a 1s checkpoint and a 1s restart"}).job;
+  const hai::Run& asked = job.runs(0);
+  EXPECT_EQ(asked.suspend_ms(), kNow);
+  EXPECT_EQ(asked.suspend_grace_ms(), 8000);
+  ASSERT_GT(asked.events_size(), 0);
+  EXPECT_EQ(asked.events(asked.events_size() - 1).text(),
+            "suspended for job 12 (priority 6): lost ~20 GPU-s: a 1s checkpoint and a 1s "
+            "restart; given 8.0s to save and exit");
+  auto end = [](hai::Job j, int64_t step, int64_t time_ms, int code) {
+    hai::CheckpointInfo& c = *j.mutable_runs(0)->mutable_checkpoint();
+    c.set_step(step);
+    c.set_time_ms(time_ms);
+    c.set_write_s(3.25);
+    c.set_ranks(2);
+    j = Must(j, RankExited{0, 0, code}).job;
+    return Must(j, RankExited{0, 1, code}).job;
+  };
+  // Its ranks reported the checkpoint of step 40 after they were asked: saved in time.
+  hai::Job saved = end(job, 40, kNow + 3500, 0);
+  EXPECT_EQ(saved.state(), hai::SUSPENDED);
+  EXPECT_EQ(saved.message(),
+            "suspended (saved step 40 in 3.2s, within its 8.0s deadline); resumes from its "
+            "checkpoint when it is scheduled");
+  EXPECT_EQ(saved.runs(0).events(saved.runs(0).events_size() - 1).text(),
+            "suspended: saved step 40 in 3.2s, within its 8.0s deadline");
+  // Killed at the deadline (SIGKILL), its last checkpoint 10 minutes before: 16 GPUs x 600 s.
+  hai::Job killed = end(job, 30, kNow - 600'000, 128 + 9);
+  EXPECT_EQ(killed.state(), hai::SUSPENDED);
+  EXPECT_EQ(killed.runs(0).events(killed.runs(0).events_size() - 1).text(),
+            "suspended: missed its 8.0s suspend deadline: killed; lost ~160 GPU-min since its "
+            "checkpoint of step 30 at 00:06:40 UTC");
+  EXPECT_EQ(killed.runs(0).end_reason(), "suspended");  // what decisions read stays the same
+}
+
 TEST(LifecycleTest, ThePendingHistoryKeepsOneEntryPerShapeAndTheLastTwenty) {
   hai::Job job = Queued();
   RecordPending(job, 1, "2 jobs ahead");

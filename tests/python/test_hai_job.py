@@ -111,6 +111,31 @@ def test_each_step_is_one_record_of_where_its_time_went(steps):
     assert len(lines(path)) == 2
 
 
+def test_a_checkpoint_report_is_one_line_and_bad_input_writes_nothing(steps):
+    module, path = steps
+    for bad in ((-1, 10, 1.0), (1, -10, 1.0), (1, 10, float("nan")), (1, "10", 1.0), (True, 1, 1)):
+        with pytest.raises(ValueError):
+            module.report_checkpoint(*bad)
+    module.report_checkpoint(300, 1_500_000_000, 2.25)
+    (record,) = lines(path)
+    assert record["step"] == record["ckpt_step"] == 300 and record["run"] == 1
+    assert record["ckpt_bytes"] == 1.5e9 and record["ckpt_write_s"] == 2.25
+
+
+def test_the_suspend_deadline_is_what_the_agent_wrote_into_the_flag(tmp_path, monkeypatch):
+    flag = tmp_path / "suspend.flag"
+    monkeypatch.setenv("HAI_SUSPEND_FLAG", str(flag))
+    module = importlib.reload(hai_job)
+    try:
+        assert module.suspend_deadline() is None  # not asked
+        flag.write_text('{"deadline": 1795884414.571, "grace_s": 5.5}\n')
+        assert module.should_suspend() and module.suspend_deadline() == 1795884414.571
+        flag.write_text("")  # an agent of old: the flag only
+        assert module.suspend_deadline() is None
+    finally:
+        importlib.reload(hai_job)
+
+
 def test_torch_training_records_its_steps_unasked(steps):
     """The optimizer hook ends a step at each step() of the first optimizer (not of a second
     one); DataLoader time is data loading."""

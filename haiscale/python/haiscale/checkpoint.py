@@ -88,12 +88,15 @@ def save(directory, step, state, group=None, sharded=False, keep=2, collective=T
     sharded: every rank writes its own. Collective when torch.distributed is initialized, unless
     `collective` is False (one writer of a full state, e.g. one replica group of haiscale.ft).
     Returns the checkpoint's path. Under HAI-Platform its time counts as the step's checkpoint
-    phase (hai_job's step telemetry)."""
+    phase (hai_job's step telemetry), and the completed checkpoint is reported (its bytes and
+    write time: what a suspension costs the job, and the deadline it is given)."""
     began = time.perf_counter()
     try:
-        return _save(directory, step, state, group, sharded, keep, collective)
+        final, nbytes = _save(directory, step, state, group, sharded, keep, collective)
     finally:
         _count_checkpoint_time(time.perf_counter() - began)
+    _report_checkpoint(step, nbytes, time.perf_counter() - began)
+    return final
 
 
 def _count_checkpoint_time(seconds):
@@ -102,6 +105,16 @@ def _count_checkpoint_time(seconds):
     except ImportError:
         return
     hai_job.add_phase_time("ckpt", seconds)
+
+
+def _report_checkpoint(step, nbytes, seconds):
+    """Tells HAI-Platform this rank completed `step`'s checkpoint: `nbytes` written in
+    `seconds`."""
+    try:
+        import hai_job
+    except ImportError:
+        return
+    hai_job.report_checkpoint(step, nbytes, seconds)
 
 
 def _save(directory, step, state, group, sharded, keep, collective):
@@ -117,6 +130,7 @@ def _save(directory, step, state, group, sharded, keep, collective):
     final = os.path.join(directory, _name(step))
     tmp = os.path.join(directory, ".tmp-" + _name(step))
     error = None
+    mine = None  # the file this rank writes
     if rank == 0:
         try:
             os.makedirs(directory, exist_ok=True)
@@ -127,9 +141,11 @@ def _save(directory, step, state, group, sharded, keep, collective):
     _barrier_all_ok(error is None, group, f"creating {tmp}: {error}")
     try:
         if sharded:
-            _write_file(os.path.join(tmp, f"rank-{rank:05d}.pt"), lambda f: torch.save(state, f))
+            mine = f"rank-{rank:05d}.pt"
         elif rank == 0:
-            _write_file(os.path.join(tmp, "state.pt"), lambda f: torch.save(state, f))
+            mine = "state.pt"
+        if mine is not None:
+            _write_file(os.path.join(tmp, mine), lambda f: torch.save(state, f))
     except Exception as e:  # noqa: BLE001 -- every rank must learn of it before anyone commits
         error = e
     _barrier_all_ok(error is None, group, f"writing checkpoint {step} under {tmp}: {error}")
@@ -155,7 +171,7 @@ def _save(directory, step, state, group, sharded, keep, collective):
         except OSError as e:
             error = e
     _barrier_all_ok(error is None, group, f"committing checkpoint {step} in {directory}: {error}")
-    return final
+    return final, os.path.getsize(os.path.join(final, mine)) if mine is not None else 0
 
 
 def _host_copy(obj):
@@ -214,8 +230,10 @@ class AsyncCheckpointer:
 
         def write():
             try:
-                _save(self.directory, step, snapshot, None, False, self.keep, False)
+                began_write = time.perf_counter()
+                _, nbytes = _save(self.directory, step, snapshot, None, False, self.keep, False)
                 self.last_saved = step
+                _report_checkpoint(step, nbytes, time.perf_counter() - began_write)
             except BaseException as e:  # noqa: BLE001 -- handed to the training thread
                 self._error = e
 

@@ -19,6 +19,7 @@
 #include <set>
 #include <string_view>
 
+#include "common/files.h"
 #include "common/rpc_client.h"
 #include "common/rpc_status.h"
 #include "common/subprocess.h"
@@ -175,13 +176,15 @@ bool Agent::HeartbeatOnce() {
   req.set_node(options_.node);
   req.set_gpus(static_cast<int32_t>(options_.gpus));
   req.set_agent_address(address_);
-  std::vector<Key> running;
+  std::vector<Key> watched;
+  std::set<Key> exited;
   {
     MutexLock lock(&mu_);
     req.set_generation(generation_);
     req.set_wait_ms(interval_ms_.load());
     for (const auto& [key, t] : tasks_) {
-      if (!t.exited) running.push_back(key);
+      watched.push_back(key);
+      if (t.exited) exited.insert(key);
       hai::TaskStatus* s = req.add_tasks();
       s->set_job_id(std::get<0>(key));
       s->set_run(std::get<1>(key));
@@ -190,7 +193,7 @@ bool Agent::HeartbeatOnce() {
       s->set_exit_code(t.exit_code);
     }
   }
-  SummariseSteps(running, &req);
+  SummariseSteps(watched, exited, &req);
   hai::HeartbeatResponse resp;
   CallOptions call;
   call.deadline = std::chrono::milliseconds(interval_ms_.load() + 2000);
@@ -251,11 +254,21 @@ void Agent::Reconcile(const hai::HeartbeatResponse& response) {
       dirty_ = true;
     }
     if (t.action() == hai::TASK_SUSPEND && !task.exited && task.suspend_deadline_ms == 0) {
-      // The suspend protocol: a flag the job can poll, the signal, then a grace period.
-      int fd = open(FlagPath(key).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-      if (fd >= 0) close(fd);
-      kill(-task.pid, SIGUSR1);
+      // The suspend protocol: a flag the job can poll (holding its deadline), the signal, then
+      // the deadline.
       task.suspend_deadline_ms = now + t.grace_ms();
+      const std::string flag = FlagPath(key);
+      char deadline[96];
+      std::snprintf(deadline, sizeof deadline, "{\"deadline\": %.3f, \"grace_s\": %.3f}\n",
+                    static_cast<double>(task.suspend_deadline_ms) / 1000,
+                    static_cast<double>(t.grace_ms()) / 1000);
+      // Written whole under another name, then renamed: a job polling the flag never reads half.
+      if (Status st = WriteFileAtomically(flag, deadline); !st.ok()) {
+        spdlog::warn("job {} rank {}: {}", t.job_id(), t.rank(), st.message());
+        int fd = open(flag.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);  // the flag, at least
+        if (fd >= 0) close(fd);
+      }
+      kill(-task.pid, SIGUSR1);
       dirty_ = true;
       spdlog::info("job {} rank {}: asked to checkpoint and exit within {} ms", t.job_id(),
                    t.rank(), t.grace_ms());
@@ -462,9 +475,10 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-void Agent::SummariseSteps(const std::vector<Key>& running, hai::HeartbeatRequest* req) {
+void Agent::SummariseSteps(const std::vector<Key>& tasks, const std::set<Key>& exited,
+                           hai::HeartbeatRequest* req) {
   std::map<Key, StepTail> tails;
-  for (const Key& key : running) {
+  for (const Key& key : tasks) {
     auto [job, run, rank] = key;
     StepTail tail;
     if (auto it = step_tails_.find(key); it != step_tails_.end()) tail = std::move(it->second);
@@ -490,12 +504,30 @@ void Agent::SummariseSteps(const std::vector<Key>& running, hai::HeartbeatReques
       tail.offset += lines.consumed;
       for (hai::MetricRecord& r : lines.records) {
         if (r.run() != run) continue;
+        // A completed checkpoint (hai_job.report_checkpoint), not a step.
+        if (auto w = r.values().find("ckpt_write_s"); w != r.values().end()) {
+          auto value = [&](const char* name) {
+            auto it = r.values().find(name);
+            return it != r.values().end() && std::isfinite(it->second) ? it->second : 0.0;
+          };
+          hai::CheckpointReport c;
+          c.set_job_id(job);
+          c.set_run(run);
+          c.set_rank(rank);
+          c.set_step(r.step());
+          c.set_time(r.time());
+          c.set_bytes(std::max(0.0, value("ckpt_bytes")));
+          c.set_write_s(std::max(0.0, value("ckpt_write_s")));
+          tail.checkpoint = std::move(c);
+          continue;
+        }
         ++tail.recorded;
         tail.last.push_back(std::move(r));
         if (tail.last.size() > kStepWindow) tail.last.pop_front();
       }
     }
-    if (!tail.last.empty()) {
+    if (tail.checkpoint) *req->add_checkpoints() = *tail.checkpoint;
+    if (!tail.last.empty() && !exited.contains(key)) {
       hai::StepSummary* s = req->add_steps();
       s->set_job_id(job);
       s->set_run(run);

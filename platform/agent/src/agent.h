@@ -12,6 +12,8 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -79,7 +81,10 @@ class Agent final : public hai::HaiAgent::Service {
   std::string StepsPath(int64_t job, int rank) const;
   // Reads what the running tasks recorded of their steps since the last heartbeat and adds a
   // summary of each one's last steps to `req` (the heartbeat thread's).
-  void SummariseSteps(const std::vector<Key>& running, hai::HeartbeatRequest* req);
+  // Tasks in `exited` (ended, not yet acknowledged) are read one last time for the checkpoints
+  // they reported (a suspended job's save just before it exits), without a step summary.
+  void SummariseSteps(const std::vector<Key>& tasks, const std::set<Key>& exited,
+                      hai::HeartbeatRequest* req);
   Status CheckToken(const grpc::ServerContext& ctx) const;
   std::string ExitPath(const Key& key) const;
   std::string FlagPath(const Key& key) const;
@@ -103,6 +108,7 @@ class Agent final : public hai::HaiAgent::Service {
     int64_t offset = -1;  // -1: not opened yet
     int64_t recorded = 0;
     std::deque<hai::MetricRecord> last;
+    std::optional<hai::CheckpointReport> checkpoint;  // the last one it reported
   };
   std::map<Key, StepTail> step_tails_;
   // The heartbeat in progress, to cut it short.

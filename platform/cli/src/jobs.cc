@@ -85,6 +85,16 @@ void PrintJob(const hai::Job& j) {
                 r.end_ms() > 0 ? (", ended " + Clock(r.end_ms())).c_str() : ", running",
                 r.end_reason().empty() ? "" : (" (" + r.end_reason() + ")").c_str());
     if (!codes.empty()) std::printf("         exit codes (rank:code): %s\n", codes.c_str());
+    if (const hai::CheckpointInfo& c = r.checkpoint(); c.ranks() > 0) {
+      std::printf("         checkpoint: step %lld at %s, %.1f MB written in %.1fs by %d rank(s)\n",
+                  static_cast<long long>(c.step()), Clock(c.time_ms()).c_str(), c.bytes() / 1e6,
+                  c.write_s(), c.ranks());
+    }
+    if (r.suspend_ms() > 0) {
+      std::printf("         suspend: asked at %s to save and exit within %.1fs%s\n",
+                  Clock(r.suspend_ms()).c_str(), static_cast<double>(r.suspend_grace_ms()) / 1000,
+                  r.end_ms() > 0 ? "" : " (saving now)");
+    }
     const int procs = std::max(1, s.procs_per_node());
     if (!r.ft_store().empty()) std::printf("         quorum service: %s\n", r.ft_store().c_str());
     for (const hai::ReplicaGroup& g : r.groups()) {

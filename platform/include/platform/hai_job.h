@@ -14,7 +14,10 @@
 //   }
 //
 // The job is requeued and later restarted with $HAI_RESTART_COUNT incremented; it resumes from its
-// checkpoint.
+// checkpoint. Its deadline comes from how long its checkpoints take, which it reports:
+//
+//   hai::job::ReportCheckpoint(step, bytes, write_seconds);   // after each completed checkpoint
+//   double deadline = hai::job::SuspendDeadline();           // once asked: when it is killed
 //
 // A job reports its training metrics for `hai metrics` and hai-web's plots:
 //
@@ -44,6 +47,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -85,6 +89,51 @@ inline int RestartCount() {
 inline std::string CheckpointDir() {
   const char* v = std::getenv("HAI_CHECKPOINT_DIR");
   return v ? v : "";
+}
+
+// When the platform kills this job if it has not exited (seconds since the epoch), once it was
+// asked to suspend: the deadline its agent wrote into $HAI_SUSPEND_FLAG ({"deadline": ...}, from
+// its checkpoints' write time). 0 before that, or outside HAI-Platform.
+inline double SuspendDeadline() {
+  const char* flag = std::getenv("HAI_SUSPEND_FLAG");
+  if (flag == nullptr || !ShouldSuspend()) return 0;
+  int fd = open(flag, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[256];
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char* at = std::strstr(buf, "\"deadline\":");
+  return at != nullptr ? std::strtod(at + 11, nullptr) : 0;
+}
+
+// Tells the platform this rank completed the checkpoint of `step`: `bytes` written in `write_s`
+// seconds (one line in $HAI_STEPS_FILE), so that it knows what suspending the job costs and how
+// long to give it. Nothing outside HAI-Platform (true); false, writing nothing, for a negative or
+// non-finite argument, or when the write failed.
+inline bool ReportCheckpoint(int64_t step, double bytes, double write_s) {
+  static int fd = [] {
+    const char* path = std::getenv("HAI_STEPS_FILE");
+    return path && *path ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -2;
+  }();
+  if (step < 0 || !std::isfinite(bytes) || bytes < 0 || !std::isfinite(write_s) || write_s < 0) {
+    return false;
+  }
+  if (fd == -2) return true;
+  if (fd < 0) return false;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const char* run = std::getenv("HAI_RUN");
+  char line[320];
+  const int n = std::snprintf(
+      line, sizeof line,
+      "{\"step\": %lld, \"time\": %.3f%s%s, \"ckpt_step\": %lld, \"ckpt_bytes\": %.17g, "
+      "\"ckpt_write_s\": %.6f}\n",
+      static_cast<long long>(step), now, run && *run ? ", \"run\": " : "",
+      run && *run ? std::to_string(std::atoi(run)).c_str() : "", static_cast<long long>(step),
+      bytes, write_s);
+  return n > 0 && n < static_cast<int>(sizeof line) && write(fd, line, n) == n;
 }
 
 // Ends the process after a checkpoint: the platform records the job as suspended (not failed)

@@ -40,6 +40,8 @@ grpc::Status HaiServer::Heartbeat(grpc::ServerContext* ctx, const hai::Heartbeat
     if (!write_failure_.ok()) return write_failure_;
     if (changed)
       FF_RETURN_IF_ERROR(MustPersist(store_->PutNode(node.record), "node " + req->node()));
+    // Checkpoints before exits: a suspended job's save is reported with the exit that follows it.
+    FF_RETURN_IF_ERROR(TakeCheckpoints(*req));
     node.reported_running.clear();
     for (const hai::TaskStatus& t : req->tasks()) {
       if (!t.exited()) {
@@ -184,7 +186,8 @@ std::vector<hai::Task> HaiServer::TasksFor(const std::string& node) const {
         t.set_action(kill || (group && !Live(*group)) ? hai::TASK_KILL
                      : job.state() == hai::SUSPENDING ? hai::TASK_SUSPEND
                                                       : hai::TASK_RUN);
-        t.set_grace_ms(options_.suspend_grace_ms);
+        t.set_grace_ms(run.suspend_grace_ms() > 0 ? run.suspend_grace_ms()
+                                                  : options_.suspend_grace_ms);
         auto& env = *t.mutable_env();
         for (const auto& [k, v] : spec.env())
           env[k] = v;

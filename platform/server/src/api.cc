@@ -207,8 +207,8 @@ grpc::Status HaiServer::SuspendJob(grpc::ServerContext* ctx, const hai::JobRef* 
     FF_ASSIGN_OR_RETURN(hai::User user, Authenticate(*ctx));
     MutexLock lock(&mu_);
     FF_ASSIGN_OR_RETURN(hai::Job * job, OwnJob(user, req->id()));
-    FF_RETURN_IF_ERROR(
-        ApplyEvent(*job, SuspendRequested{user.name()}, OnWriteFailure::kReturnError));
+    FF_RETURN_IF_ERROR(ApplyEvent(*job, SuspendRequested{user.name(), SuspendGraceMs(*job)},
+                                  OnWriteFailure::kReturnError));
     *resp = *job;
     return Status::Ok();
   });

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <ctime>
 
 #include "common/status.h"
 #include "platform/names.h"
+#include "scheduler/scheduler.h"
 
 namespace ff::platform {
 namespace {
@@ -15,6 +18,36 @@ std::vector<std::string> NodesOf(const hai::Job& job) {
 
 std::string JobName(const hai::Job& job) {
   return "job " + std::to_string(job.id());
+}
+
+std::string ClockTime(int64_t ms) {
+  std::time_t t = ms / 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+  return std::string(buf) + " UTC";
+}
+
+std::string Seconds1(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s < 10 ? "%.1fs" : "%.0fs", s);
+  return buf;
+}
+
+// The suspend protocol's start: the run keeps when it was asked and its deadline, and says why.
+void AskToSave(hai::Job& job, int64_t grace_ms, const std::string& why, int64_t now_ms) {
+  hai::Run& run = *job.mutable_runs(job.runs_size() - 1);
+  run.set_suspend_ms(now_ms);
+  run.set_suspend_grace_ms(grace_ms);
+  std::string text = why;
+  if (grace_ms > 0) {
+    text += "; given " + Seconds1(static_cast<double>(grace_ms) / 1000) + " to save and exit";
+    if (run.checkpoint().ranks() > 0) {
+      text += " (its checkpoints take " + Seconds1(run.checkpoint().write_s()) + ")";
+    }
+  }
+  AddRunEvent(run, now_ms, text);
 }
 
 // Ends the current run as `end` unless it already ended as a lost node (a rank failing as its
@@ -65,7 +98,10 @@ void FinishRunIfDone(Transition& t, int64_t now_ms) {
       run.set_end(hai::RUN_SUSPENDED);
       run.set_end_reason("suspended");
     }
-    next(hai::SUSPENDED, "suspended; resumes from its checkpoint when it is scheduled");
+    const std::string outcome = SuspendOutcome(job, run);
+    if (!outcome.empty()) AddRunEvent(run, now_ms, "suspended: " + outcome);
+    next(hai::SUSPENDED, "suspended" + (outcome.empty() ? "" : " (" + outcome + ")") +
+                             "; resumes from its checkpoint when it is scheduled");
   } else if (all_zero) {
     run.set_end(hai::RUN_EXITED);
     run.set_end_reason("exited");
@@ -217,6 +253,7 @@ struct Visitor {
                                 "; only running jobs can be suspended");
     }
     job.set_state(hai::SUSPENDING);
+    AskToSave(job, e.grace_ms, "suspend requested by " + e.by, now_ms);
     t.log = JobName(job) + ": suspend requested by " + e.by;
     t.wake = NodesOf(job);
     t.changed = true;
@@ -230,6 +267,12 @@ struct Visitor {
                                 "; only running jobs can be preempted");
     }
     job.set_state(hai::SUSPENDING);
+    AskToSave(job, e.grace_ms,
+              e.for_job != 0
+                  ? "suspended for job " + std::to_string(e.for_job) + " (priority " +
+                        std::to_string(e.for_priority) + ")" + (e.why.empty() ? "" : ": " + e.why)
+                  : "suspended for a job of higher priority",
+              now_ms);
     if (e.for_job != 0) {
       job.set_preempted_by(e.for_job);
       job.set_preempted_by_priority(e.for_priority);
@@ -480,6 +523,33 @@ int MaxReplacements(const hai::JobSpec& spec) {
 int LiveGroups(const hai::Run& run) {
   return static_cast<int>(std::count_if(run.groups().begin(), run.groups().end(),
                                         [](const hai::ReplicaGroup& g) { return Live(g); }));
+}
+
+int RunGpus(const hai::Job& job, const hai::Run& run) {
+  return run.nodes_size() * std::max(1, job.spec().gpus_per_node());
+}
+
+std::string SuspendOutcome(const hai::Job& job, const hai::Run& run) {
+  if (run.suspend_ms() <= 0) return "";
+  const hai::CheckpointInfo& c = run.checkpoint();
+  const std::string deadline = Seconds1(static_cast<double>(run.suspend_grace_ms()) / 1000);
+  if (c.ranks() > 0 && c.time_ms() >= run.suspend_ms()) {
+    return "saved step " + std::to_string(c.step()) + " in " + Seconds1(c.write_s()) +
+           ", within its " + deadline + " deadline";
+  }
+  const bool killed = std::any_of(run.exit_codes().begin(), run.exit_codes().end(),
+                                  [](const auto& rc) { return rc.second == 128 + 9; });
+  const int64_t since_ms = c.ranks() > 0 ? c.time_ms() : run.start_ms();
+  const double gpu_s = static_cast<double>(RunGpus(job, run)) *
+                       static_cast<double>(std::max<int64_t>(0, run.suspend_ms() - since_ms)) /
+                       1000;
+  std::string lost =
+      "lost ~" + scheduler::FormatGpuSeconds(gpu_s) + " since " +
+      (c.ranks() > 0
+           ? "its checkpoint of step " + std::to_string(c.step()) + " at " + ClockTime(c.time_ms())
+           : "its run started at " + ClockTime(run.start_ms()) + " (no checkpoint reported)");
+  return killed ? "missed its " + deadline + " suspend deadline: killed; " + lost
+                : "left without a checkpoint reported; " + lost;
 }
 
 void AddRunEvent(hai::Run& run, int64_t now_ms, const std::string& text) {

@@ -50,6 +50,14 @@ JobRequest HaiServer::RequestOf(const hai::Job& job) const {
   r.preempted_at = job.preempted_at_ms() / 1000;
   r.locality_wait_since =
       job.locality_wait_since_ms() > 0 ? job.locality_wait_since_ms() / 1000 : -1;
+  // What suspending it costs: its checkpoints' write time, as it last reported one (a resumed run
+  // writes as its last run did until it reports again).
+  for (int i = job.runs_size() - 1; i >= 0; --i) {
+    if (job.runs(i).checkpoint().ranks() == 0) continue;
+    r.checkpoint_s = static_cast<scheduler::Seconds>(std::ceil(job.runs(i).checkpoint().write_s()));
+    r.checkpoint_s = std::max<scheduler::Seconds>(1, r.checkpoint_s);
+    break;
+  }
   return r;
 }
 
@@ -101,6 +109,11 @@ void HaiServer::ScheduleRound() {
       p.nodes.push_back(topology_.FindNode(n));
     Status st = state.Allocate(RequestOf(job), p, run.start_ms() / 1000);
     if (!st.ok()) spdlog::error("job {}: cannot account its nodes: {}", id, st.message());
+    // Work before its run's last checkpoint survives a suspension (a run starts from one).
+    if (st.ok() && run.checkpoint().ranks() > 0) {
+      (void)state.SetLastCheckpoint(id,
+                                    std::max(run.start_ms(), run.checkpoint().time_ms()) / 1000);
+    }
   }
   // A node not heard from for a while, without a heartbeat held open, is not lost yet but gets
   // no new work: a healthy agent calls again as soon as a heartbeat returns, so its silence means
@@ -196,6 +209,8 @@ void HaiServer::ScheduleRound() {
       event.for_job = f->second;
       event.for_priority = jobs_.at(f->second).spec().priority();
     }
+    if (auto w = d.suspend_reasons.find(v); w != d.suspend_reasons.end()) event.why = w->second;
+    event.grace_ms = SuspendGraceMs(job);
     if (!apply(job, event)) continue;
     for (const std::string& n : HeldNodes(job))
       leaving[topology_.FindNode(n)] = v;

@@ -45,6 +45,19 @@ void HaiOptions::Bind(ConfigSection& s) {
   s.Check(schedule_interval_ms > 0, "schedule_interval_ms", "must be positive");
   s.Optional("suspend_grace_ms", suspend_grace_ms);
   s.Check(suspend_grace_ms >= 0, "suspend_grace_ms", "must not be negative");
+  s.Optional("suspend_max_grace_ms", suspend_max_grace_ms);
+  s.Check(suspend_max_grace_ms >= suspend_grace_ms, "suspend_max_grace_ms",
+          "must be at least suspend_grace_ms");
+  s.Optional("suspend_grace_margin", suspend_grace_margin);
+  s.Check(suspend_grace_margin >= 1 && suspend_grace_margin <= 100, "suspend_grace_margin",
+          "must be between 1 and 100");
+  s.Optional("suspend_grace_slack_ms", suspend_grace_slack_ms);
+  s.Check(suspend_grace_slack_ms >= 0, "suspend_grace_slack_ms", "must not be negative");
+  s.Optional("victim_order", victim_order);
+  s.Check(victim_order == "least-lost" || victim_order == "newest-first", "victim_order",
+          "must be least-lost or newest-first");
+  s.Optional("restart_cost_s", restart_cost_s);
+  s.Check(restart_cost_s >= 0, "restart_cost_s", "must not be negative");
   s.Optional("master_port_base", master_port_base);
   s.Check(master_port_base > 0 && master_port_base < 65000, "master_port_base",
           "must be a port number below 65000");
@@ -84,6 +97,16 @@ scheduler::SchedulerOptions SchedulerOptionsOf(const HaiOptions& options) {
   sched.replacements.quick_failure = options.replacement_quick_failure_s;
   sched.replacements.first_backoff = options.replacement_backoff_s;
   sched.replacements.max_backoff = options.replacement_backoff_max_s;
+  // The scheduler prices suspensions in whole seconds, with the deadlines SuspendGraceMs gives.
+  scheduler::SuspendPolicy& suspend = sched.suspend;
+  suspend.order = options.victim_order == "newest-first"
+                      ? scheduler::SuspendPolicy::VictimOrder::kNewestFirst
+                      : scheduler::SuspendPolicy::VictimOrder::kLeastLost;
+  suspend.min_deadline = (options.suspend_grace_ms + 999) / 1000;
+  suspend.max_deadline = (options.suspend_max_grace_ms + 999) / 1000;
+  suspend.margin = options.suspend_grace_margin;
+  suspend.slack = (options.suspend_grace_slack_ms + 999) / 1000;
+  suspend.restart_s = options.restart_cost_s;
   return sched;
 }
 

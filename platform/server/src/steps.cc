@@ -252,8 +252,8 @@ void HaiServer::RequeueGangsOff(const std::string& name, int64_t now_ms) {
     AddRunEvent(*j.mutable_runs(j.runs_size() - 1), now_ms, text);
     spdlog::info("job {}: {}", id, text);
     if (requeue) {
-      if (Status st =
-              ApplyEvent(j, SuspendRequested{kStragglerDrainer}, OnWriteFailure::kReturnError);
+      if (Status st = ApplyEvent(j, SuspendRequested{kStragglerDrainer, SuspendGraceMs(j)},
+                                 OnWriteFailure::kReturnError);
           !st.ok()) {
         spdlog::warn("job {}: not suspended: {}", id, st.message());
       }

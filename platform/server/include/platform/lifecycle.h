@@ -55,6 +55,12 @@ int WorldSize(const hai::JobSpec& spec);
 int MaxReplacements(const hai::JobSpec& spec);
 // The groups that neither finished nor were lost.
 int LiveGroups(const hai::Run& run);
+// The GPUs a run holds.
+int RunGpus(const hai::Job& job, const hai::Run& run);
+// What a suspended run lost, for its history: "saved step 40 in 3.2s, within its 8s deadline", or
+// "missed its 8s suspend deadline: killed; lost ~12 GPU-min since its checkpoint of step 30 at
+// 12:00:01" (by the exit codes: a rank killed by SIGKILL after the deadline).
+std::string SuspendOutcome(const hai::Job& job, const hai::Run& run);
 // Adds to the run's events (hai show) in time order, keeping the last 50.
 void AddRunEvent(hai::Run& run, int64_t now_ms, const std::string& text);
 
@@ -65,12 +71,17 @@ struct Started {  // the scheduler placed it: `run` (nodes, GPUs, master) become
 struct StopRequested {  // its user (or an admin) stops it
   std::string by;
 };
+// Suspensions give the job `grace_ms` to save and exit (0: hai-server's suspend_grace_ms), from
+// its checkpoints' write time (SuspendGraceMs); its run keeps when it was asked and the deadline.
 struct SuspendRequested {  // its user suspends it: checkpoint, leave, wait in the queue
   std::string by;
+  int64_t grace_ms = 0;
 };
 struct Preempted {  // the scheduler suspends it for a job of higher priority (0: for none named)
   int64_t for_job = 0;
   int for_priority = 0;
+  int64_t grace_ms = 0;
+  std::string why{};  // what it loses, and the cheapest job spared (Decision::suspend_reasons)
 };
 struct RankExited {  // an agent reports a rank of run `run` gone with `code` (128 + signal)
   int run = 0;

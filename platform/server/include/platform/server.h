@@ -63,7 +63,18 @@ struct HaiOptions {
   int64_t heartbeat_timeout_ms = 10000;                  // a node silent this long is lost
   int64_t heartbeat_interval_ms = 1000;                  // told to agents
   int64_t schedule_interval_ms = 500;
-  int64_t suspend_grace_ms = 30000;  // checkpoint time before a suspended job is killed
+  // A suspended job's deadline to save and exit: suspend_grace_margin x its checkpoints' write
+  // time (as it reported them: hai_job.report_checkpoint) + suspend_grace_slack_ms, within
+  // [suspend_grace_ms, suspend_max_grace_ms]; suspend_grace_ms for a job that never reported one.
+  int64_t suspend_grace_ms = 30000;
+  int64_t suspend_max_grace_ms = 600000;
+  double suspend_grace_margin = 1.5;
+  int64_t suspend_grace_slack_ms = 10000;
+  // Victims of preemption: "least-lost" (the fewest GPU-seconds lost: a save and a restart for a
+  // job that saves within its deadline, else the work since its checkpoint) or "newest-first";
+  // restart_cost_s is a restart's start-up before it reads its checkpoint back.
+  std::string victim_order = "least-lost";
+  int64_t restart_cost_s = 60;
   int64_t master_port_base = 29500;
   std::string policy = "congestion-aware";
   // Unset: the scheduler library's default (scheduler::PolicyOptions::locality_wait), the wait the
@@ -237,6 +248,11 @@ class HaiServer final : public hai::Hai::Service {
   // and, every round, each running job's evaluation (StepTracker), whose findings go into the
   // job's run events and the straggler node's events.
   void TakeStepSummaries(const hai::HeartbeatRequest& req) FF_REQUIRES(mu_);
+  // Checkpoints (checkpoints.cc): a heartbeat's reports, into each job's current run
+  // (Run.checkpoint: the latest step, every rank's bytes, the slowest rank's write time), written
+  // when that changes; and the deadline a suspended job is given.
+  Status TakeCheckpoints(const hai::HeartbeatRequest& req) FF_REQUIRES(mu_);
+  int64_t SuspendGraceMs(const hai::Job& job) const;
   void DetectStragglers() FF_REQUIRES(mu_);
   // A finding of `job` named `node` the straggler: counted, and the node made suspect (and
   // drained, with straggler_drain) when that is its straggler_suspect_findings-th in the window
@@ -290,6 +306,9 @@ class HaiServer final : public hai::Hai::Service {
     int64_t told_since_ms = -1;      // the finding whose group's staying was told
   };
   std::map<int64_t, JobSteps> steps_ FF_GUARDED_BY(mu_);
+  // The last checkpoint each rank of a running job reported: job -> (run, rank) -> report.
+  std::map<int64_t, std::map<std::pair<int, int>, hai::CheckpointReport>> checkpoint_reports_
+      FF_GUARDED_BY(mu_);
   // SUSPENDING jobs, as UpdateGauges saw them.
   std::map<int64_t, int64_t> suspending_since_ms_ FF_GUARDED_BY(mu_);
   int64_t next_id_ FF_GUARDED_BY(mu_) = 1;
