@@ -87,6 +87,34 @@ def test_many_ranges_in_one_batch(fs):
         assert (buf == k % 20).all()
 
 
+def test_rename_replaces_at_once_and_a_missing_source_changes_nothing(fs):
+    fs.makedirs("/ren")
+    fs.write_file("/ren/new.tmp", b"new contents")
+    fs.write_file("/ren/current", b"old")
+    fs.rename("/ren/new.tmp", "/ren/current")  # how a writer commits what it wrote
+    assert sorted(fs.listdir("/ren")) == ["current"]
+    assert fs.read(fs.open("/ren/current")) == b"new contents"
+    with pytest.raises(FileNotFoundError):
+        fs.rename("/ren/none", "/ren/current")
+    assert fs.read(fs.open("/ren/current")) == b"new contents"
+    fs.makedirs("/ren/sub/deeper")
+    with pytest.raises(OSError) as e:
+        fs.rmdir("/ren")  # not empty: refused
+    assert e.value.errno == errno.ENOTEMPTY
+    fs.rmtree("/ren")
+    assert not fs.exists("/ren")
+
+
+def test_a_write_of_many_chunks_lands_whole_from_a_read_only_buffer(fs):
+    """Chunks of one write go out side by side; bytes (read-only) are written without a copy."""
+    data = np.random.default_rng(2).integers(0, 256, (9 << 20) + 123, dtype=np.uint8).tobytes()
+    fs.create("/wide")
+    assert fs.write("/wide", 5, data) == len(data)
+    f = fs.open("/wide")
+    assert f.size == len(data) + 5
+    assert fs.read(f, 5) == data
+
+
 def test_bad_input_raises_and_changes_nothing(fs, cluster):
     with pytest.raises(FileNotFoundError, match="/nope"):
         fs.open("/nope")

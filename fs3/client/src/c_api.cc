@@ -125,6 +125,20 @@ int fs3_unlink(fs3_fs* fs, const char* path, char* err, size_t err_len) {
   });
 }
 
+int fs3_rmdir(fs3_fs* fs, const char* path, char* err, size_t err_len) {
+  return Guard(err, err_len, [&] {
+    ff::Status st = fs->fs->Rmdir(path);
+    return st.ok() ? 0 : Fail(st, err, err_len);
+  });
+}
+
+int fs3_rename(fs3_fs* fs, const char* from, const char* to, char* err, size_t err_len) {
+  return Guard(err, err_len, [&] {
+    ff::Status st = fs->fs->Rename(from, to);
+    return st.ok() ? 0 : Fail(st, err, err_len);
+  });
+}
+
 int fs3_create(fs3_fs* fs, const char* path, uint32_t mode, int exclusive, uint64_t* ino, char* err,
                size_t err_len) {
   return Guard(err, err_len, [&] {

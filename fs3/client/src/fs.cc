@@ -177,6 +177,39 @@ Status FileSystem::CloseWriteSession(fs3rpc::CloseRequest& close, const OpenedSe
   return Lease()->End(session.handle, close);
 }
 
+Status FileSystem::WriteChunks(const File& file, uint64_t offset, std::string_view data) {
+  // The chunks it spans, each written by one of up to kParallelChunkWrites threads (a file's
+  // chunks lie on different chains, so they land side by side rather than one after another).
+  constexpr std::size_t kParallelChunkWrites = 8;
+  const uint64_t size = data_->chunk_size();
+  std::vector<std::pair<uint64_t, std::string_view>> pieces;
+  for (uint64_t at = offset; !data.empty();) {
+    const std::size_t n = std::min<uint64_t>(data.size(), size - at % size);
+    pieces.emplace_back(at, data.substr(0, n));
+    data.remove_prefix(n);
+    at += n;
+  }
+  if (pieces.size() <= 1) {
+    return pieces.empty() ? Status::Ok()
+                          : data_->Write(file.ino, pieces[0].first, pieces[0].second, file.chains);
+  }
+  const std::size_t workers = std::min(kParallelChunkWrites, pieces.size());
+  std::vector<std::future<Status>> done;
+  for (std::size_t w = 0; w < workers; ++w) {
+    done.push_back(std::async(std::launch::async, [&, w]() -> Status {
+      for (std::size_t i = w; i < pieces.size(); i += workers)
+        FF_RETURN_IF_ERROR(data_->Write(file.ino, pieces[i].first, pieces[i].second, file.chains));
+      return Status::Ok();
+    }));
+  }
+  Status first = Status::Ok();
+  for (auto& d : done) {
+    Status st = d.get();  // every worker ends before the data it points into goes away
+    if (first.ok() && !st.ok()) first = std::move(st);
+  }
+  return first;
+}
+
 Status FileSystem::Write(File& file, uint64_t offset, std::string_view data) {
   if (!file.writable) {
     return PermissionDenied("inode " + std::to_string(file.ino) + " was not opened for writing");
@@ -186,7 +219,7 @@ Status FileSystem::Write(File& file, uint64_t offset, std::string_view data) {
   if (end > file.size) {
     FF_ASSIGN_OR_RETURN(session, OpenWriteSession(file.ino));
   }
-  Status st = data_->Write(file.ino, offset, data, file.chains);
+  Status st = WriteChunks(file, offset, data);
   if (st.ok() && end > file.size) {
     // The length grows to the write's end, and never shrinks: another writer may have written
     // past it since this one's Open.
@@ -251,6 +284,31 @@ Status FileSystem::Unlink(const std::string& path) {
   r.set_request_id(next_request_++);
   fs3rpc::DirsReply e;
   return meta_->Unlink(r, &e);
+}
+
+Status FileSystem::Rmdir(const std::string& path) {
+  FF_ASSIGN_OR_RETURN(auto where, ResolveParent(path));
+  fs3rpc::NameRequest r;
+  *r.mutable_cred() = Cred();
+  r.set_parent(where.first);
+  r.set_name(where.second);
+  r.set_request_id(next_request_++);
+  fs3rpc::DirsReply e;
+  return meta_->Rmdir(r, &e);
+}
+
+Status FileSystem::Rename(const std::string& from, const std::string& to) {
+  FF_ASSIGN_OR_RETURN(auto src, ResolveParent(from));
+  FF_ASSIGN_OR_RETURN(auto dst, ResolveParent(to));
+  fs3rpc::RenameRequest r;
+  *r.mutable_cred() = Cred();
+  r.set_src_parent(src.first);
+  r.set_src_name(src.second);
+  r.set_dst_parent(dst.first);
+  r.set_dst_name(dst.second);
+  r.set_request_id(next_request_++);
+  fs3rpc::DirsReply e;
+  return meta_->Rename(r, &e);
 }
 
 Status FileSystem::SetStripe(const std::string& path, uint32_t stripe) {

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import stat as stat_module
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -66,6 +67,8 @@ def _load():
                      c.POINTER(c.c_uint32), c.POINTER(c.c_int64)],
         "fs3_mkdir": [P, c.c_char_p, c.c_uint32],
         "fs3_unlink": [P, c.c_char_p],
+        "fs3_rename": [P, c.c_char_p, c.c_char_p],
+        "fs3_rmdir": [P, c.c_char_p],
         "fs3_create": [P, c.c_char_p, c.c_uint32, c.c_int, c.POINTER(c.c_uint64)],
         "fs3_write": [P, c.c_char_p, c.c_uint64, P, c.c_size_t],
         "fs3_list": [P, c.c_char_p, c.c_char_p, c.c_size_t, c.POINTER(c.c_size_t)],
@@ -300,6 +303,24 @@ class FileSystem:
     def unlink(self, path: str):
         _call(_load().fs3_unlink, self._handle(), path.encode(), what=f"fs3 unlink {path}")
 
+    def rmdir(self, path: str):
+        """Removes the empty directory `path`."""
+        _call(_load().fs3_rmdir, self._handle(), path.encode(), what=f"fs3 rmdir {path}")
+
+    def rmtree(self, path: str):
+        """Removes `path` and everything under it (as shutil.rmtree)."""
+        if not stat_module.S_ISDIR(self.stat(path).st_mode):
+            self.unlink(path)
+            return
+        for name in self.listdir(path):
+            self.rmtree(path.rstrip("/") + "/" + name)
+        self.rmdir(path)
+
+    def rename(self, src: str, dst: str):
+        """Renames `src` to `dst` at once, replacing a file `dst` (as os.replace does)."""
+        _call(_load().fs3_rename, self._handle(), src.encode(), dst.encode(),
+              what=f"fs3 rename {src} to {dst}")
+
     # ---- data -------------------------------------------------------------------------------
 
     def create(self, path: str, mode: int = 0o644, exclusive: bool = False) -> File:
@@ -316,12 +337,27 @@ class FileSystem:
         if not mv.c_contiguous:
             raise ValueError("the data must be C-contiguous")
         n = mv.nbytes
-        # A read-only buffer (bytes) cannot give ctypes its address without a copy; a writable
-        # one (bytearray, numpy, tensor) is passed as is.
-        keep = (ctypes.c_char * n).from_buffer_copy(mv) if mv.readonly else (
-            (ctypes.c_char * n).from_buffer(mv) if n else None)
-        _call(_load().fs3_write, self._handle(), path.encode(), offset,
-              ctypes.addressof(keep) if n else None, n, what=f"fs3 write {path}")
+        # ctypes gives the address of a writable buffer (bytearray, numpy, tensor) as is; numpy,
+        # where installed, gives a read-only one's (bytes, a tensor's storage as torch.save writes
+        # it) without a copy (else it is copied). The buffer is not changed, and kept alive until
+        # the call returns.
+        if n == 0:
+            address, keep = None, None
+        elif mv.readonly:
+            try:
+                import numpy
+            except ImportError:
+                keep = (ctypes.c_char * n).from_buffer_copy(mv)
+                address = ctypes.addressof(keep)
+            else:
+                keep = numpy.frombuffer(mv, dtype=numpy.uint8)
+                address = keep.ctypes.data
+        else:
+            keep = (ctypes.c_char * n).from_buffer(mv)
+            address = ctypes.addressof(keep)
+        _call(_load().fs3_write, self._handle(), path.encode(), offset, address, n,
+              what=f"fs3 write {path}")
+        del keep
         return n
 
     def write_file(self, path: str, data, chunk: int = 16 << 20) -> File:

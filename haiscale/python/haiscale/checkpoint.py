@@ -15,6 +15,14 @@ fails to write makes every rank raise. The newest `keep` checkpoints are kept. (
 the rename and the update of `latest` leaves a complete newer checkpoint that `latest` does not
 name: it was never acknowledged, and a later save of that step replaces it.)
 
+Sharded state (FSDP2, DTensors) through torch.distributed.checkpoint, resharded on load (saved at
+one world size, loaded at another), on local disk or on fs3 by its native client:
+
+    model_state, optim_state = get_state_dict(model, opt)       # torch.distributed.checkpoint.state_dict
+    checkpoint.save_dcp("fs3:///ckpt/run1", step, {"model": model_state, "optim": optim_state})
+    future = checkpoint.save_dcp(..., async_save=True)         # training goes on while it writes
+    step = checkpoint.load_dcp("fs3:///ckpt/run1", state)       # into `state`, in place
+
 On HAI-Platform (`Job`): on the suspend signal, every rank learns it at the same step (a MAX
 allreduce of the local flag), saves, and exits so the job is requeued; on restart, `resume()`
 returns the latest checkpoint:
@@ -299,6 +307,179 @@ def load(directory, group=None, map_location="cpu", step=None):
     else:
         file = os.path.join(path, "state.pt")
     return meta["step"], torch.load(file, map_location=map_location, weights_only=False)
+
+
+# ---- sharded checkpoints through torch.distributed.checkpoint (DCP) -----------------------------
+
+def _is_fs3(directory):
+    return os.fspath(directory).startswith("fs3://")
+
+
+class _Dir:
+    """The few file operations save_dcp/load_dcp need, on a local (or mounted) directory or on fs3
+    through its native client (a path given as fs3:///...)."""
+
+    def __init__(self, directory, fs=None):
+        from . import dcp as _dcp
+
+        self.fs3 = _is_fs3(directory)
+        self.root = _dcp._fs3_path(directory) if self.fs3 else os.fspath(directory)
+        self.client = _dcp._connect(fs) if self.fs3 else None
+
+    def join(self, *names):
+        return "/".join([self.root.rstrip("/"), *names])
+
+    def target(self, *names):  # what DCP's writer and reader take
+        return ("fs3://" if self.fs3 else "") + self.join(*names)
+
+    def read_latest(self):
+        try:
+            if self.fs3:
+                f = self.client.open(self.join(_LATEST))
+                text = self.client.read(f).decode()
+            else:
+                with open(self.join(_LATEST)) as f:
+                    text = f.read()
+        except FileNotFoundError:
+            return None
+        name = text.strip()
+        if not name.startswith("step-") or not self.exists(self.join(name, ".metadata")):
+            raise RuntimeError(f"haiscale.checkpoint: {self.root}/latest names {name!r}, "
+                               "which is not a complete checkpoint")
+        return int(name[len("step-"):])
+
+    def exists(self, path):
+        return self.client.exists(path) if self.fs3 else os.path.exists(path)
+
+    def commit_latest(self, step):
+        """`latest` names step's checkpoint: written under another name, then renamed."""
+        text = (_name(step) + "\n").encode()
+        part = self.join(_LATEST + ".part")
+        if self.fs3:
+            self.client.write_file(part, text)  # durable when written
+            self.client.rename(part, self.join(_LATEST))
+        else:
+            _write_file(self.join(_LATEST), lambda f: f.write(text))
+            _fsync_dir(self.root)
+
+    def steps(self):
+        names = self.client.listdir(self.root) if self.fs3 else (
+            os.listdir(self.root) if os.path.isdir(self.root) else [])
+        out = []
+        for name in names:
+            if name.startswith("step-") and name[5:].isdigit() and \
+                    self.exists(self.join(name, ".metadata")):
+                out.append(int(name[5:]))
+        return sorted(out)
+
+    def remove(self, step):
+        if self.fs3:
+            self.client.rmtree(self.join(_name(step)))
+        else:
+            shutil.rmtree(self.join(_name(step)), ignore_errors=True)
+
+
+def _dcp_writer(d, step, thread_count):
+    if d.fs3:
+        from .dcp import Fs3StorageWriter
+
+        return Fs3StorageWriter(d.target(_name(step)), fs=d.client, thread_count=thread_count)
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    return FileSystemWriter(d.target(_name(step)), thread_count=thread_count)
+
+
+def save_dcp(directory, step, state_dict, keep=2, async_save=False, fs=None, thread_count=4):
+    """Saves a sharded state dict (FSDP2's or DTensors', as torch.distributed.checkpoint's
+    get_state_dict gives them) with torch.distributed.checkpoint as the checkpoint of `step` in
+    `directory`: a local or mounted path, or an fs3 path (``fs3:///ckpt/run1``) written by fs3's
+    native client (haiscale.dcp, no FUSE). Every rank writes its own shards; load_dcp loads them
+    at any world size. Collective: every rank calls it. `<dir>/step-NNNNNNNN/` is DCP's layout
+    (its `.metadata` written last), and `latest` names it once the whole checkpoint is written;
+    the newest `keep` stay. Returns the checkpoint's step; with `async_save`, a
+    concurrent.futures.Future that is done once it is written and named latest (training goes on
+    once the state is staged: dcp.async_save). Under HAI-Platform each rank reports it (its bytes
+    and write time) when it is written."""
+    import torch.distributed.checkpoint as dcp
+
+    d = _Dir(directory, fs)
+    rank, _ = _dist(None)
+    if rank == 0:
+        if d.fs3:
+            d.client.makedirs(d.root)
+        else:
+            os.makedirs(d.root, exist_ok=True)
+    began = time.perf_counter()
+    writer = _dcp_writer(d, step, thread_count)
+
+    def committed():
+        seconds = time.perf_counter() - began
+        if rank == 0:
+            d.commit_latest(step)
+            for old in d.steps()[:-keep] if keep > 0 else []:
+                if old != step:
+                    d.remove(old)
+        nbytes = sum(t.numel() * t.element_size() for t in _local_tensors(state_dict))
+        _report_checkpoint(step, nbytes, seconds)
+        return step
+
+    if not async_save:
+        try:
+            dcp.save(state_dict, storage_writer=writer)
+        finally:
+            _count_checkpoint_time(time.perf_counter() - began)
+        return committed()
+    import concurrent.futures
+
+    stall = time.perf_counter()
+    written = dcp.async_save(state_dict, storage_writer=writer)
+    _count_checkpoint_time(time.perf_counter() - stall)
+    done = concurrent.futures.Future()
+
+    def finish(f):
+        try:
+            f.result()
+            done.set_result(committed())
+        except BaseException as e:  # noqa: BLE001 -- handed to whoever waits on `done`
+            done.set_exception(e)
+
+    written.add_done_callback(finish)
+    return done
+
+
+def _local_tensors(state):
+    """The tensors of a (nested) state dict, a DTensor's local shard for a DTensor."""
+    if isinstance(state, dict):
+        for v in state.values():
+            yield from _local_tensors(v)
+    elif isinstance(state, (list, tuple)):
+        for v in state:
+            yield from _local_tensors(v)
+    elif torch.is_tensor(state):
+        yield state.to_local() if hasattr(state, "to_local") else state
+
+
+def load_dcp(directory, state_dict, step=None, fs=None):
+    """Loads the checkpoint of `step` (the latest when None) of `directory` into `state_dict` in
+    place (its tensors and DTensors say what this rank holds: DCP reshards what was saved at
+    another world size). Returns the step loaded, or None when there is no checkpoint (the state
+    dict is left as it was). Collective: every rank calls it."""
+    import torch.distributed.checkpoint as dcp
+
+    d = _Dir(directory, fs)
+    step = d.read_latest() if step is None else step
+    if step is None:
+        return None
+    if d.fs3:
+        from .dcp import Fs3StorageReader
+
+        reader = Fs3StorageReader(d.target(_name(step)), fs=d.client)
+    else:
+        from torch.distributed.checkpoint import FileSystemReader
+
+        reader = FileSystemReader(d.target(_name(step)))
+    dcp.load(state_dict, storage_reader=reader)
+    return step
 
 
 class Job:

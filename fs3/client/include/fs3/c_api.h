@@ -27,6 +27,10 @@ int fs3_stat(fs3_fs* fs, const char* path, uint64_t* ino, uint64_t* size, uint32
              int64_t* mtime_ns, char* err, size_t err_len);
 int fs3_mkdir(fs3_fs* fs, const char* path, uint32_t mode, char* err, size_t err_len);
 int fs3_unlink(fs3_fs* fs, const char* path, char* err, size_t err_len);
+/* Removes the empty directory `path`. */
+int fs3_rmdir(fs3_fs* fs, const char* path, char* err, size_t err_len);
+/* Renames `from` to `to` at once, replacing a file `to` (rename(2)'s rules). */
+int fs3_rename(fs3_fs* fs, const char* from, const char* to, char* err, size_t err_len);
 /* Creates a regular file (or truncates an existing one when !exclusive); its inode in *ino. */
 int fs3_create(fs3_fs* fs, const char* path, uint32_t mode, int exclusive, uint64_t* ino, char* err,
                size_t err_len);

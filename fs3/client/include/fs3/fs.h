@@ -76,6 +76,11 @@ class FileSystem {
   Status Write(File& file, uint64_t offset, std::string_view data);
   Result<std::vector<DirEntry>> List(const std::string& path);
   Status Unlink(const std::string& path);
+  // Removes the empty directory `path` (ENOTEMPTY, as rmdir(2), when it is not).
+  Status Rmdir(const std::string& path);
+  // Renames `from` to `to` at once, replacing a file `to` (rename(2)'s rules, checked by
+  // fs3-meta): how a writer commits a file it wrote under another name.
+  Status Rename(const std::string& from, const std::string& to);
   // The number of chains each file created in directory `path` from now on is spread over.
   Status SetStripe(const std::string& path, uint32_t stripe);
 
@@ -94,6 +99,8 @@ class FileSystem {
   // Makes the entry `path` (its parent resolved first) with a fresh request id.
   Status MakeAt(const std::string& path, uint32_t mode, fs3rpc::InodeType type, fs3rpc::Inode* out);
   fs3rpc::Credentials Cred() const;
+  // Writes `data` at `offset` of `file`, the chunks it spans concurrently; the first error.
+  Status WriteChunks(const File& file, uint64_t offset, std::string_view data);
   // A session on `ino` for a write that extends it (none where fs3-meta grants no lease: an
   // anonymous session would outlive a crash), and its end with `close` (the length it records
   // or settles), sent again later when fs3-meta is out of reach.
