@@ -45,14 +45,14 @@ sys.path.insert(0, os.path.join(REPO, "deploy"))
 
 
 def worker(place, target, mib, threads):
+    import resource
+
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemWriter
 
     from haiscale.dcp import Fs3StorageWriter
-
-    import resource
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
