@@ -121,6 +121,40 @@ def report_checkpoint(step, nbytes, write_s):
             raise OSError(f"short write to {path}")
 
 
+_slot_id = 0
+
+
+def checkpoint_slot(nbytes=0, timeout_s=None):
+    """Waits until the platform lets this job write a periodic checkpoint of about `nbytes` (0: as
+    its last one), and returns the seconds waited. The platform spreads the checkpoints of running
+    jobs so that their writes stay within what storage sustains (hai-server's
+    checkpoint_write_gbps); every rank of a job that asks is let through together. It waits at
+    most `timeout_s` (default: the platform's bound, $HAI_CKPT_MAX_DELAY_S, and 5 s more), then
+    goes ahead. Returns at once outside HAI-Platform, and once the job is asked to suspend (a
+    suspension's save always goes first)."""
+    global _slot_id
+    ask, grant = os.environ.get("HAI_CKPT_SLOT_FILE"), os.environ.get("HAI_CKPT_GRANT_FILE")
+    if not ask or not grant or should_suspend():
+        return 0.0
+    if timeout_s is None:
+        timeout_s = float(os.environ.get("HAI_CKPT_MAX_DELAY_S", "60")) + 5
+    _slot_id += 1
+    began = time.monotonic()
+    part = ask + ".part"
+    with open(part, "w") as f:
+        json.dump({"id": _slot_id, "bytes": float(nbytes)}, f)
+    os.replace(part, ask)  # the agent reads it whole
+    while time.monotonic() - began < timeout_s and not should_suspend():
+        try:
+            with open(grant) as f:
+                if int(json.load(f)["id"]) >= _slot_id:
+                    break
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # not granted yet (or the grant being replaced)
+        time.sleep(0.02)
+    return time.monotonic() - began
+
+
 def suspend_now():
     """End the process after a checkpoint: recorded as suspended (not failed) and requeued."""
     sys.stdout.flush()

@@ -69,6 +69,9 @@ class PlatformTest : public ::testing::Test {
                                  dir_.File("ckpt") +
                                  "\"\nheartbeat_timeout_ms = 2500\nheartbeat_interval_ms = 200\n"
                                  "schedule_interval_ms = 200\nsuspend_grace_ms = 2000\n" +
+                                 // Its own masters' ports: another platform on this machine (a
+                                 // test beside this one) would hand out the same ones.
+                                 "master_port_base = " + std::to_string(*FindFreePort()) + "\n" +
                                  MoreConfig("server"));
     StartServer();
     server_address_ = daemons_.ReadyField("server", "rpc");

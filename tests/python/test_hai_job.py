@@ -136,6 +136,29 @@ def test_the_suspend_deadline_is_what_the_agent_wrote_into_the_flag(tmp_path, mo
         importlib.reload(hai_job)
 
 
+def test_a_checkpoint_slot_is_asked_for_and_waited_for_within_its_bound(tmp_path, monkeypatch):
+    """hai_job.checkpoint_slot writes its ask whole ({"id", "bytes"}) and returns once the grant
+    names that id (here written by the test, as the agent would), or at its bound; outside the
+    platform, and for a job asked to suspend, at once."""
+    module = importlib.reload(hai_job)
+    try:
+        assert module.checkpoint_slot(1 << 20) == 0.0  # outside the platform
+        ask, grant = tmp_path / "slot", tmp_path / "grant"
+        monkeypatch.setenv("HAI_CKPT_SLOT_FILE", str(ask))
+        monkeypatch.setenv("HAI_CKPT_GRANT_FILE", str(grant))
+        assert module.checkpoint_slot(1 << 20, timeout_s=0.2) >= 0.2  # no go: it goes at its bound
+        assert json.loads(ask.read_text()) == {"id": 1, "bytes": 1048576.0}
+        grant.write_text('{"id": 2}\n')  # the agent's go for the next ask
+        assert module.checkpoint_slot(5, timeout_s=10) < 1
+        assert json.loads(ask.read_text())["id"] == 2
+        flag = tmp_path / "flag"
+        monkeypatch.setenv("HAI_SUSPEND_FLAG", str(flag))
+        flag.write_text("")
+        assert module.checkpoint_slot(5, timeout_s=10) == 0.0  # a suspension goes first
+    finally:
+        importlib.reload(hai_job)
+
+
 def test_torch_training_records_its_steps_unasked(steps):
     """The optimizer hook ends a step at each step() of the first optimizer (not of a second
     one); DataLoader time is data loading."""

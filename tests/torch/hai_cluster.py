@@ -74,7 +74,10 @@ class HaiCluster:
         try:
             options = dict(checkpoint_root=self._file("ckpt"), heartbeat_timeout_ms=5000,
                            heartbeat_interval_ms=200, schedule_interval_ms=200,
-                           suspend_grace_ms=30000)
+                           suspend_grace_ms=30000,
+                           # its own masters' ports: another platform on this machine (a test
+                           # beside this one) would hand out the same ones
+                           master_port_base=quiet_port())
             options.update(self.server_options)
             if self.ha:
                 etcd = etcd_members(self.dir, 1)

@@ -13,8 +13,8 @@ from hai_cluster import HaiCluster
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _submit(cluster, out, name, period_s, write_s, save_s, haiscale=False, priority=3):
-    args = json.dumps([out, name, period_s, write_s, save_s, haiscale])
+def _submit(cluster, out, name, period_s, write_s, save_s, haiscale=False, priority=3, slots=False):
+    args = json.dumps([out, name, period_s, write_s, save_s, haiscale, slots])
     command = f"{sys.executable} {os.path.join(HERE, 'rank_runner.py')} timesharing_worker:train '{args}'"
     return cluster.submit("--nodes", "1", "--gpus-per-node", "2", "--priority", str(priority),
                           "--name", name, "--env", "OMP_NUM_THREADS=1", "--", command)
@@ -118,3 +118,34 @@ def test_a_slow_checkpoint_gets_a_longer_deadline_and_a_job_that_misses_its_dead
         open(os.path.join(out, "stop"), "w").close()
         for job in (slow, late):
             cluster.wait_state(job, "SUCCEEDED", timeout=120)
+
+
+def test_staggered_checkpoints_of_jobs_on_the_same_period_do_not_overlap():
+    """Three jobs checkpoint every 3 s, each write taking 1 s at 0.1 GB/s (hai_job.checkpoint_slot
+    before it). With checkpoint_write_gbps = 0.1 the platform lets one through at a time: no two
+    writes overlap, and each waits less than the others' writes take (about 2 s). The first writes
+    are let through one at a time too (a job's rate is unknown until it reports one)."""
+    options = dict(checkpoint_write_gbps=0.1, checkpoint_max_delay_ms=20000)
+    with tempfile.TemporaryDirectory() as tmp, HaiCluster(tmp, nodes=3, server_options=options) as cluster:
+        out = os.path.join(tmp, "out")
+        os.makedirs(out)
+        jobs = [_submit(cluster, out, f"j{i}", 3, 1, 0, slots=True) for i in range(3)]
+        for job in jobs:
+            cluster.wait_state(job, "RUNNING")
+
+        def windows():
+            got = []
+            for i in range(3):
+                path = os.path.join(out, f"j{i}.ckpts")
+                if os.path.exists(path):
+                    got += [dict(json.loads(line), job=i) for line in open(path)]
+            return got
+
+        _wait(lambda: len(windows()) >= 9, "9 checkpoints", timeout=90)
+        open(os.path.join(out, "stop"), "w").close()
+        for job in jobs:
+            cluster.wait_state(job, "SUCCEEDED", timeout=60)
+        seen = sorted(windows(), key=lambda w: w["began"])
+        for a, b in zip(seen, seen[1:]):
+            assert b["began"] >= a["ended"] - 0.05, (a, b)  # one at a time
+        assert max(w["waited"] for w in seen) < 5, seen

@@ -389,7 +389,18 @@ def _dcp_writer(d, step, thread_count):
     return FileSystemWriter(d.target(_name(step)), thread_count=thread_count)
 
 
-def save_dcp(directory, step, state_dict, keep=2, async_save=False, fs=None, thread_count=4):
+def _wait_for_slot(nbytes):
+    """A periodic checkpoint waits for the platform's go (staggered checkpoints; see
+    hai_job.checkpoint_slot); nothing outside HAI-Platform."""
+    try:
+        import hai_job
+    except ImportError:
+        return 0.0
+    return hai_job.checkpoint_slot(nbytes)
+
+
+def save_dcp(directory, step, state_dict, keep=2, async_save=False, fs=None, thread_count=4,
+             slot=True):
     """Saves a sharded state dict (FSDP2's or DTensors', as torch.distributed.checkpoint's
     get_state_dict gives them) with torch.distributed.checkpoint as the checkpoint of `step` in
     `directory`: a local or mounted path, or an fs3 path (``fs3:///ckpt/run1``) written by fs3's
@@ -399,10 +410,13 @@ def save_dcp(directory, step, state_dict, keep=2, async_save=False, fs=None, thr
     the newest `keep` stay. Returns the checkpoint's step; with `async_save`, a
     concurrent.futures.Future that is done once it is written and named latest (training goes on
     once the state is staged: dcp.async_save). Under HAI-Platform each rank reports it (its bytes
-    and write time) when it is written."""
+    and write time) when it is written, and with `slot` first waits for the platform's go
+    (staggered checkpoints: hai_job.checkpoint_slot; a suspension's save does not wait)."""
     import torch.distributed.checkpoint as dcp
 
     d = _Dir(directory, fs)
+    if slot:
+        _wait_for_slot(sum(t.numel() * t.element_size() for t in _local_tensors(state_dict)))
     rank, _ = _dist(None)
     if rank == 0:
         if d.fs3:
@@ -505,6 +519,8 @@ class Job:
         return load(self.directory, self.group, map_location)
 
     def save(self, step, state):
+        """A periodic checkpoint: it waits for the platform's go first (staggered checkpoints)."""
+        _wait_for_slot(0)
         return save(self.directory, step, state, self.group, self.sharded, self.keep)
 
     def should_suspend(self):

@@ -137,6 +137,36 @@ std::string Agent::FlagPath(const Key& key) const {
          ".rank-" + std::to_string(rank) + ".suspend";
 }
 
+std::string Agent::SlotPath(const Key& key) const {
+  return FlagPath(key) + ".slot";
+}
+
+std::string Agent::GrantPath(const Key& key) const {
+  return FlagPath(key) + ".grant";
+}
+
+bool Agent::PollSlotAsks() {
+  bool asked = false;
+  for (auto& [key, task] : tasks_) {
+    if (task.exited) continue;
+    struct stat st {};
+    if (stat(SlotPath(key).c_str(), &st) != 0) continue;
+    const int64_t changed = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+    if (changed == task.slot_seen_ns) continue;
+    task.slot_seen_ns = changed;
+    Result<std::string> text = ReadWholeFile(SlotPath(key), "checkpoint slot ask");
+    if (!text.ok()) continue;
+    nlohmann::json ask = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!ask.is_object() || !ask["id"].is_number_integer()) continue;  // (being replaced)
+    const int64_t id = ask["id"].get<int64_t>();
+    if (id <= task.slot_id) continue;
+    task.slot_id = id;
+    task.slot_bytes = ask.value("bytes", 0.0);
+    asked = true;
+  }
+  return asked;
+}
+
 void Agent::PollLoop() {
   while (!stopping_) {
     {
@@ -156,8 +186,10 @@ void Agent::PollLoop() {
               .Increment(static_cast<double>(after - before));
         }
       }
-      // A task ended: report it now rather than when the long poll returns.
-      if (after > before && inflight_) inflight_->TryCancel();
+      // A task ended, or asks for a checkpoint slot: tell the server now rather than when the
+      // long poll returns.
+      const bool asked = PollSlotAsks();
+      if ((after > before || asked) && inflight_) inflight_->TryCancel();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -185,6 +217,14 @@ bool Agent::HeartbeatOnce() {
     for (const auto& [key, t] : tasks_) {
       watched.push_back(key);
       if (t.exited) exited.insert(key);
+      if (!t.exited && t.slot_id > 0) {
+        hai::CheckpointSlotRequest* ask = req.add_slot_requests();
+        ask->set_job_id(std::get<0>(key));
+        ask->set_run(std::get<1>(key));
+        ask->set_rank(std::get<2>(key));
+        ask->set_id(t.slot_id);
+        ask->set_bytes(t.slot_bytes);
+      }
       hai::TaskStatus* s = req.add_tasks();
       s->set_job_id(std::get<0>(key));
       s->set_run(std::get<1>(key));
@@ -228,6 +268,19 @@ bool Agent::HeartbeatOnce() {
 
 void Agent::Reconcile(const hai::HeartbeatResponse& response) {
   const int64_t now = NowMs();
+  // Checkpoint slots granted: each of the job's tasks here that asked for that one or an earlier
+  // one may write.
+  for (const hai::CheckpointSlotGrant& g : response.slot_grants()) {
+    for (auto& [key, task] : tasks_) {
+      if (std::get<0>(key) != g.job_id() || std::get<1>(key) != g.run() || task.slot_id == 0 ||
+          task.slot_id > g.id()) {
+        continue;
+      }
+      Status st = WriteFileAtomically(GrantPath(key), "{\"id\": " + std::to_string(g.id()) + "}\n");
+      if (!st.ok()) spdlog::warn("job {} rank {}: {}", g.job_id(), std::get<2>(key), st.message());
+      task.slot_id = 0;
+    }
+  }
   std::set<Key> wanted;
   for (const hai::Task& t : response.tasks()) {
     Key key{t.job_id(), t.run(), t.rank()};
@@ -284,6 +337,8 @@ void Agent::Reconcile(const hai::HeartbeatResponse& response) {
       // Reported, and no longer wanted: the server has it.
       unlink(FlagPath(it->first).c_str());
       unlink(ExitPath(it->first).c_str());
+      unlink(SlotPath(it->first).c_str());
+      unlink(GrantPath(it->first).c_str());
       it = tasks_.erase(it);
       dirty_ = true;
       continue;
@@ -348,6 +403,8 @@ void Agent::StartTask(const Key& key, const hai::Task& t) {
   }
   unlink(ExitPath(key).c_str());
   unlink(FlagPath(key).c_str());
+  unlink(SlotPath(key).c_str());
+  unlink(GrantPath(key).c_str());
   int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   Task task;
   task.child = true;
@@ -365,6 +422,8 @@ void Agent::StartTask(const Key& key, const hai::Task& t) {
 
   std::map<std::string, std::string> env(t.env().begin(), t.env().end());
   env["HAI_SUSPEND_FLAG"] = FlagPath(key);
+  env["HAI_CKPT_SLOT_FILE"] = SlotPath(key);
+  env["HAI_CKPT_GRANT_FILE"] = GrantPath(key);
   env["HAI_METRICS_FILE"] = MetricsPath(job, rank);
   env["HAI_STEPS_FILE"] = StepsPath(job, rank);
   // Where the cluster runs TLS, the job's gRPC (HFReduce's rendezvous and quorum stores, fs3's

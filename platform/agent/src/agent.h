@@ -67,6 +67,11 @@ class Agent final : public hai::HaiAgent::Service {
     int exit_code = 0;
     int64_t suspend_deadline_ms = 0;  // SIGKILL after this once suspension was signalled
     int64_t kill_deadline_ms = 0;     // SIGKILL after this once SIGTERM was sent
+    // Its ask to write a periodic checkpoint (SlotPath), sent with each heartbeat until granted
+    // (slot_id 0: none waiting), and the ask file's last change seen.
+    int64_t slot_id = 0;
+    double slot_bytes = 0;
+    int64_t slot_seen_ns = 0;
   };
 
   Agent(const AgentOptions& options, std::string token, Metrics* metrics);
@@ -88,6 +93,12 @@ class Agent final : public hai::HaiAgent::Service {
   Status CheckToken(const grpc::ServerContext& ctx) const;
   std::string ExitPath(const Key& key) const;
   std::string FlagPath(const Key& key) const;
+  // A task's ask for a checkpoint slot ({"id", "bytes"}, written by hai_job.checkpoint_slot) and
+  // the grant this agent writes back ({"id"}).
+  std::string SlotPath(const Key& key) const;
+  std::string GrantPath(const Key& key) const;
+  // Reads a changed ask of each running task; true when one is new (to send it now).
+  bool PollSlotAsks() FF_REQUIRES(mu_);
   void LoadState() FF_EXCLUDES(mu_);
   void SaveState() FF_REQUIRES(mu_);
 

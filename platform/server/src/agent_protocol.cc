@@ -56,7 +56,9 @@ grpc::Status HaiServer::Heartbeat(grpc::ServerContext* ctx, const hai::Heartbeat
                                     OnWriteFailure::kStopServer));
     }
     TakeStepSummaries(*req);
-    if (req->wait_ms() > 0 && req->generation() == node.generation) {
+    TakeSlotAsks(*req);
+    AdmitCheckpoints(NowMs());
+    if (req->wait_ms() > 0 && req->generation() == node.generation && SlotGrants(*req).empty()) {
       // Nothing new for this node: hold the call until there is, or the wait is over.
       const auto wait = LongPollWait(ctx, std::chrono::milliseconds(std::min<int64_t>(
                                               req->wait_ms(), options_.heartbeat_timeout_ms / 2)));
@@ -73,6 +75,8 @@ grpc::Status HaiServer::Heartbeat(grpc::ServerContext* ctx, const hai::Heartbeat
     if (!write_failure_.ok()) return write_failure_;  // work decided but not kept: none
     for (hai::Task& t : TasksFor(req->node()))
       *resp->add_tasks() = std::move(t);
+    for (hai::CheckpointSlotGrant& g : SlotGrants(*req))
+      *resp->add_slot_grants() = std::move(g);
     resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
     resp->set_generation(node.generation);
     return Status::Ok();
@@ -197,6 +201,7 @@ std::vector<hai::Task> HaiServer::TasksFor(const std::string& node) const {
         env["HAI_NODE"] = node;
         env["HAI_RUN"] = std::to_string(run.index());
         env["HAI_RESTART_COUNT"] = std::to_string(run.index());
+        env["HAI_CKPT_MAX_DELAY_S"] = std::to_string(options_.checkpoint_max_delay_ms / 1000.0);
         env["HAI_CHECKPOINT_DIR"] =
             options_.checkpoint_root + "/" + job.user() + "/" + std::to_string(id);
         env["RANK"] = std::to_string(rank - first_node * procs);

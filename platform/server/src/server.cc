@@ -56,6 +56,10 @@ void HaiOptions::Bind(ConfigSection& s) {
   s.Optional("victim_order", victim_order);
   s.Check(victim_order == "least-lost" || victim_order == "newest-first", "victim_order",
           "must be least-lost or newest-first");
+  s.Optional("checkpoint_write_gbps", checkpoint_write_gbps);
+  s.Check(checkpoint_write_gbps >= 0, "checkpoint_write_gbps", "must not be negative");
+  s.Optional("checkpoint_max_delay_ms", checkpoint_max_delay_ms);
+  s.Check(checkpoint_max_delay_ms >= 0, "checkpoint_max_delay_ms", "must not be negative");
   s.Optional("restart_cost_s", restart_cost_s);
   s.Check(restart_cost_s >= 0, "restart_cost_s", "must not be negative");
   s.Optional("master_port_base", master_port_base);
@@ -397,6 +401,7 @@ void HaiServer::Tick() {
     CheckLostNodes();
     if (write_failure_.ok()) ScheduleRound();
     if (write_failure_.ok()) DetectStragglers();
+    if (write_failure_.ok()) AdmitCheckpoints(NowMs());
     UpdateGauges();
   }
   if (metrics_) {

@@ -75,6 +75,12 @@ struct HaiOptions {
   // restart_cost_s is a restart's start-up before it reads its checkpoint back.
   std::string victim_order = "least-lost";
   int64_t restart_cost_s = 60;
+  // Staggered checkpoints: the periodic checkpoints of running jobs (hai_job.checkpoint_slot) are
+  // let through so that their writes, at each job's last measured rate, stay within
+  // checkpoint_write_gbps (what fs3 sustains for them; 0: every ask is granted at once); one
+  // waits at most checkpoint_max_delay_ms. A suspended job's save is never held, and counts.
+  double checkpoint_write_gbps = 0;
+  int64_t checkpoint_max_delay_ms = 60000;
   int64_t master_port_base = 29500;
   std::string policy = "congestion-aware";
   // Unset: the scheduler library's default (scheduler::PolicyOptions::locality_wait), the wait the
@@ -253,6 +259,13 @@ class HaiServer final : public hai::Hai::Service {
   // when that changes; and the deadline a suspended job is given.
   Status TakeCheckpoints(const hai::HeartbeatRequest& req) FF_REQUIRES(mu_);
   int64_t SuspendGraceMs(const hai::Job& job) const;
+  // Staggered checkpoints (checkpoints.cc): a heartbeat's asks join the queue; AdmitCheckpoints
+  // lets through what the budget allows (waking the nodes of the jobs let through); the grants
+  // for `req`'s asks. A job's next checkpoint report ends its slot.
+  void TakeSlotAsks(const hai::HeartbeatRequest& req) FF_REQUIRES(mu_);
+  void AdmitCheckpoints(int64_t now_ms) FF_REQUIRES(mu_);
+  std::vector<hai::CheckpointSlotGrant> SlotGrants(const hai::HeartbeatRequest& req) const
+      FF_REQUIRES(mu_);
   void DetectStragglers() FF_REQUIRES(mu_);
   // A finding of `job` named `node` the straggler: counted, and the node made suspect (and
   // drained, with straggler_drain) when that is its straggler_suspect_findings-th in the window
@@ -306,6 +319,23 @@ class HaiServer final : public hai::Hai::Service {
     int64_t told_since_ms = -1;      // the finding whose group's staying was told
   };
   std::map<int64_t, JobSteps> steps_ FF_GUARDED_BY(mu_);
+  // Staggered checkpoints: asks waiting (in arrival order), and slots let through, per job.
+  struct SlotAsk {
+    int64_t job = 0;
+    int run = 0;
+    int64_t id = 0;
+    double bytes = 0;
+    int64_t since_ms = 0;
+  };
+  struct Slot {
+    int run = 0;
+    int64_t id = 0;        // asks up to this one are granted
+    double gbps = 0;       // what its writes are taken to use
+    int64_t since_ms = 0;  // when it was let through
+    int64_t until_ms = 0;  // it ends by then at the latest (else at its next checkpoint report)
+  };
+  std::vector<SlotAsk> slot_asks_ FF_GUARDED_BY(mu_);
+  std::map<int64_t, Slot> slots_ FF_GUARDED_BY(mu_);
   // The last checkpoint each rank of a running job reported: job -> (run, rank) -> report.
   std::map<int64_t, std::map<std::pair<int, int>, hai::CheckpointReport>> checkpoint_reports_
       FF_GUARDED_BY(mu_);
