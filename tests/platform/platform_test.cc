@@ -61,6 +61,9 @@ class PlatformTest : public ::testing::Test {
   // [tls].
   virtual std::string MoreConfig(const std::string& /*who*/) const { return ""; }
 
+  // The first master port hai-server hands out (its own: see SetUp).
+  const int master_port_base_ = *FindFreePort();
+
   void SetUp() override {
     test::WriteFile(dir_.File("cluster.toml"), ClusterToml());
     daemons_.Write("server", "[hai]\ndata_dir = \"" + dir_.File("server") + "\"\ncluster = \"" +
@@ -71,7 +74,7 @@ class PlatformTest : public ::testing::Test {
                                  "schedule_interval_ms = 200\nsuspend_grace_ms = 2000\n" +
                                  // Its own masters' ports: another platform on this machine (a
                                  // test beside this one) would hand out the same ones.
-                                 "master_port_base = " + std::to_string(*FindFreePort()) + "\n" +
+                                 "master_port_base = " + std::to_string(master_port_base_) + "\n" +
                                  MoreConfig("server"));
     StartServer();
     server_address_ = daemons_.ReadyField("server", "rpc");
@@ -532,10 +535,10 @@ TEST_F(PlatformTest, AFaultTolerantJobsGroupsMoveOffADrainedNodeAndFailingReplac
   const std::string node0 = nodes[0], node1 = nodes[1];
   EXPECT_THAT(Logs(id, alice_, 0),
               HasSubstr("group=0 replica=0 rank=0 world=1 master=" + AgentHost(node0.back() - '0') +
-                        ":29500 replicas=2 min=1 ft=set"));
+                        ":" + std::to_string(master_port_base_) + " replicas=2 min=1 ft=set"));
   EXPECT_THAT(Logs(id, alice_, 1),
               HasSubstr("group=1 replica=1 rank=0 world=1 master=" + AgentHost(node1.back() - '0') +
-                        ":29500 replicas=2 min=1 ft=set"));
+                        ":" + std::to_string(master_port_base_) + " replicas=2 min=1 ft=set"));
   ASSERT_EQ(Hai({"admin", "drain", node1, "--reason", "maintenance"}, admin_token_).code, 0);
   // Replica 1 moves to the free node, where its replacements fail at once: 1, 2, 4, ... s apart.
   ASSERT_TRUE(WaitUntil(
