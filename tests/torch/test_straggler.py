@@ -102,13 +102,15 @@ def _healthy_for(cluster, job, seconds):
 
 
 def _wait_finding(cluster, job, cause, node):
-    began = time.monotonic()
+    began, began_ms = time.monotonic(), time.time() * 1000
     seen = None
     while time.monotonic() - began < DIAGNOSIS_S:
         seen = _steps(cluster, job)
         # The finding may have ended between two looks (the group it named was replaced): this
-        # run's ended findings are in `past`, newest last.
-        for finding in [seen["finding"]] + seen.get("past", [])[::-1]:
+        # run's ended findings are in `past`, newest last; only one that began during this wait
+        # counts (not an earlier one of the same cause).
+        ended = [f for f in seen.get("past", [])[::-1] if int(f["since_ms"]) >= began_ms - 1000]
+        for finding in [seen["finding"]] + ended:
             if finding["cause"] == cause:
                 assert finding["node"] == node, seen
                 return dict(seen, finding=finding), time.monotonic() - began
