@@ -2,6 +2,7 @@
 haiscale.dcp at one world size and loaded at another (rank_runner.py runs them; FS3_META and
 FS3_MGMTD name the fs3 the test started)."""
 
+import json
 import os
 import time
 
@@ -73,7 +74,12 @@ def save(path, reference, via="dcp", width=64):
             names = sorted(n for n in fs3client.FileSystem.from_env().listdir(path))
             assert names == ["latest", "step-00000002", "step-00000003"], names
     else:
-        dcp.save(state, storage_writer=Fs3StorageWriter(path))
+        dcp.save(state, storage_writer=Fs3StorageWriter(path, step=5))
+        if dist.get_rank() == 0:  # (run as a job, each rank would report this to the platform)
+            lines = [json.loads(line) for line in open(os.environ["HAI_STEPS_FILE"])]
+            reported = [r for r in lines if "ckpt_step" in r]
+            assert reported and reported[-1]["ckpt_step"] == 5, lines
+            assert reported[-1]["ckpt_bytes"] > 0 and reported[-1]["ckpt_write_s"] > 0, reported
     full_model, full_optim = get_state_dict(model, opt, options=FULL)
     if dist.get_rank() == 0:
         torch.save({"model": full_model, "optim": full_optim}, reference)

@@ -32,7 +32,9 @@ def test_fsdp2_state_saved_at_one_world_size_loads_at_another_equal_to_the_origi
     for saved_at, loads_at, via in ((4, (2, 4), "haiscale"), (2, (4,), "dcp")):
         path = f"/dcp/saved-at-{saved_at}"
         reference = str(tmp_path / f"reference-{saved_at}.pt")
-        run("dcp_worker:save", 1, saved_at, args=[path, reference, via], env=env)
+        # (Its ranks report the checkpoint as a job's would: into a steps file.)
+        run("dcp_worker:save", 1, saved_at, args=[path, reference, via],
+            env=dict(env, HAI_STEPS_FILE=str(tmp_path / f"steps-{saved_at}.jsonl")))
         for world in loads_at:
             results = run("dcp_worker:load", 1, world, args=[path, reference, via], env=env)
             assert results[0] > 10, results  # rank 0 compared that many tensors and values
@@ -53,20 +55,20 @@ def test_an_incomplete_checkpoint_is_refused(fs3, tmp_path):
     import fs3client
     from haiscale.dcp import Fs3StorageReader, Fs3StorageWriter
 
-    fs = fs3client.FileSystem(fs3.meta, fs3.mgmtd)
-    state = {"w": torch.arange(1000, dtype=torch.float32), "step": 7}
-    dcp.save(state, storage_writer=Fs3StorageWriter("fs3:///dcp/single", fs=fs), no_dist=True)
-    loaded = {"w": torch.zeros(1000), "step": 0}
-    dcp.load(loaded, storage_reader=Fs3StorageReader("/dcp/single", fs=fs), no_dist=True)
-    assert torch.equal(loaded["w"], state["w"]) and loaded["step"] == 7
-    # Without its .metadata (a save that died before its end): nothing to load.
-    fs.rename("/dcp/single/.metadata", "/dcp/single/.metadata.lost")
-    with pytest.raises(CheckpointException, match="no entry '.metadata'"):
+    with fs3client.FileSystem(fs3.meta, fs3.mgmtd) as fs:
+        state = {"w": torch.arange(1000, dtype=torch.float32), "step": 7}
+        dcp.save(state, storage_writer=Fs3StorageWriter("fs3:///dcp/single", fs=fs), no_dist=True)
+        loaded = {"w": torch.zeros(1000), "step": 0}
         dcp.load(loaded, storage_reader=Fs3StorageReader("/dcp/single", fs=fs), no_dist=True)
-    fs.rename("/dcp/single/.metadata.lost", "/dcp/single/.metadata")
-    # Its data cut short: the short read is an error, not zeros.
-    data = [n for n in fs.listdir("/dcp/single") if n.endswith(".distcp")]
-    assert data, fs.listdir("/dcp/single")
-    fs.create(f"/dcp/single/{data[0]}")  # truncated to nothing
-    with pytest.raises(CheckpointException, match="short read"):
-        dcp.load(loaded, storage_reader=Fs3StorageReader("/dcp/single", fs=fs), no_dist=True)
+        assert torch.equal(loaded["w"], state["w"]) and loaded["step"] == 7
+        # Without its .metadata (a save that died before its end): nothing to load.
+        fs.rename("/dcp/single/.metadata", "/dcp/single/.metadata.lost")
+        with pytest.raises(CheckpointException, match="no entry '.metadata'"):
+            dcp.load(loaded, storage_reader=Fs3StorageReader("/dcp/single", fs=fs), no_dist=True)
+        fs.rename("/dcp/single/.metadata.lost", "/dcp/single/.metadata")
+        # Its data cut short: the short read is an error, not zeros.
+        data = [n for n in fs.listdir("/dcp/single") if n.endswith(".distcp")]
+        assert data, fs.listdir("/dcp/single")
+        fs.create(f"/dcp/single/{data[0]}")  # truncated to nothing
+        with pytest.raises(CheckpointException, match="short read"):
+            dcp.load(loaded, storage_reader=Fs3StorageReader("/dcp/single", fs=fs), no_dist=True)

@@ -56,7 +56,7 @@ def test_the_job_that_checkpointed_just_now_is_suspended_not_the_one_that_has_no
               "the saver never reported a checkpoint")
         idle = _submit(cluster, out, "idle", 0, 0, 0)
         cluster.wait_state(idle, "RUNNING")
-        time.sleep(8)  # idle's work since its start grows; saver keeps saving
+        time.sleep(5)  # idle's work since its start grows; saver keeps saving
         urgent = _submit(cluster, out, "urgent", 0, 0, 0, priority=5)
         cluster.wait_state(urgent, "RUNNING")
         assert cluster.show(idle)["state"] == "RUNNING"

@@ -27,6 +27,7 @@ import io
 import os
 import posixpath
 import threading
+import time
 from contextlib import contextmanager
 
 import torch
@@ -187,7 +188,12 @@ class Fs3StorageWriter(_dcp_fs._FileSystemWriter, BlockingAsyncStager):
     """DCP's StorageWriter onto fs3 (dcp.save and dcp.async_save); see the module's docstring."""
 
     def __init__(self, path, fs=None, thread_count=4, chunk_bytes=16 << 20,
-                 single_file_per_rank=True, overwrite=True, cache_staged_state_dict=False):
+                 single_file_per_rank=True, overwrite=True, cache_staged_state_dict=False,
+                 step=None):
+        """`step`: the training step this checkpoint holds; given, each rank reports what it wrote
+        (bytes, seconds) to HAI-Platform as that step's checkpoint (hai_job.report_checkpoint:
+        what a suspension of the job costs, and its deadline). haiscale.checkpoint.save_dcp
+        reports by itself and leaves it None."""
         _dcp_fs._FileSystemWriter.__init__(
             self, path=_fs3_path(path), single_file_per_rank=single_file_per_rank,
             sync_files=False,  # each piece is durable when written
@@ -195,6 +201,7 @@ class Fs3StorageWriter(_dcp_fs._FileSystemWriter, BlockingAsyncStager):
         BlockingAsyncStager.__init__(self, cache_staged_state_dict=cache_staged_state_dict)
         self.fs = Fs3FileSystem(fs, chunk_bytes)
         self.path = self.fs.init_path(path)
+        self.step = step
 
     def stage(self, state_dict):
         self.per_thread_copy_ahead = 0  # (as FileSystemWriter: the staged copy is on the CPU)
@@ -218,6 +225,7 @@ class Fs3StorageWriter(_dcp_fs._FileSystemWriter, BlockingAsyncStager):
             except BaseException as e:  # noqa: BLE001 -- raised below, on the caller's thread
                 errors.append(e)
 
+        began = time.perf_counter()
         threads = [threading.Thread(target=writer, name=f"dcp-fs3-{i}")
                    for i in range(1, self.thread_count)]
         for t in threads:
@@ -231,6 +239,11 @@ class Fs3StorageWriter(_dcp_fs._FileSystemWriter, BlockingAsyncStager):
         written = []
         while not results.empty():
             written += results.get_nowait()
+        if self.step is not None:
+            from .checkpoint import _report_checkpoint
+
+            _report_checkpoint(self.step, sum(r.size_in_bytes for r in written),
+                               time.perf_counter() - began)
         future = Future()
         future.set_result(written)
         return future
