@@ -275,7 +275,7 @@ Result<std::vector<DirEntry>> FileSystem::List(const std::string& path) {
   }
 }
 
-Status FileSystem::Unlink(const std::string& path) {
+Status FileSystem::RemoveName(const std::string& path, bool directory) {
   FF_ASSIGN_OR_RETURN(auto where, ResolveParent(path));
   fs3rpc::NameRequest r;
   *r.mutable_cred() = Cred();
@@ -283,18 +283,15 @@ Status FileSystem::Unlink(const std::string& path) {
   r.set_name(where.second);
   r.set_request_id(next_request_++);
   fs3rpc::DirsReply e;
-  return meta_->Unlink(r, &e);
+  return directory ? meta_->Rmdir(r, &e) : meta_->Unlink(r, &e);
+}
+
+Status FileSystem::Unlink(const std::string& path) {
+  return RemoveName(path, /*directory=*/false);
 }
 
 Status FileSystem::Rmdir(const std::string& path) {
-  FF_ASSIGN_OR_RETURN(auto where, ResolveParent(path));
-  fs3rpc::NameRequest r;
-  *r.mutable_cred() = Cred();
-  r.set_parent(where.first);
-  r.set_name(where.second);
-  r.set_request_id(next_request_++);
-  fs3rpc::DirsReply e;
-  return meta_->Rmdir(r, &e);
+  return RemoveName(path, /*directory=*/true);
 }
 
 Status FileSystem::Rename(const std::string& from, const std::string& to) {

@@ -265,16 +265,16 @@ class Fs3StorageReader(FileSystemReader):
     def read_data(self, plan, planner):
         fs = self.fs.fs
         files = {}
-        todo = []  # (request, its storage info), in file order
+        wanted = []  # (request, its storage info), in file order
         for req in plan.items:
             info = self.storage_data[req.storage_index]
             if info.relative_path not in files:
                 files[info.relative_path] = fs.open(
                     self.fs.concat_path(self.path, info.relative_path))
-            todo.append((req, info))
-        todo.sort(key=lambda r: (r[1].relative_path, r[1].offset))
+            wanted.append((req, info))
+        wanted.sort(key=lambda r: (r[1].relative_path, r[1].offset))
         batch, size = [], 0
-        for req, info in todo:
+        for req, info in wanted:
             if batch and size + info.length > self.batch_bytes:
                 self._read_batch(batch, files, planner)
                 batch, size = [], 0

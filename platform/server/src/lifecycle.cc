@@ -20,15 +20,6 @@ std::string JobName(const hai::Job& job) {
   return "job " + std::to_string(job.id());
 }
 
-std::string ClockTime(int64_t ms) {
-  std::time_t t = ms / 1000;
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
-  return std::string(buf) + " UTC";
-}
-
 std::string Seconds1(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, s < 10 ? "%.1fs" : "%.0fs", s);
@@ -525,6 +516,15 @@ int LiveGroups(const hai::Run& run) {
                                         [](const hai::ReplicaGroup& g) { return Live(g); }));
 }
 
+std::string UtcClock(int64_t ms) {
+  std::time_t t = ms / 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+  return std::string(buf) + " UTC";
+}
+
 int RunGpus(const hai::Job& job, const hai::Run& run) {
   return run.nodes_size() * std::max(1, job.spec().gpus_per_node());
 }
@@ -546,8 +546,8 @@ std::string SuspendOutcome(const hai::Job& job, const hai::Run& run) {
   std::string lost =
       "lost ~" + scheduler::FormatGpuSeconds(gpu_s) + " since " +
       (c.ranks() > 0
-           ? "its checkpoint of step " + std::to_string(c.step()) + " at " + ClockTime(c.time_ms())
-           : "its run started at " + ClockTime(run.start_ms()) + " (no checkpoint reported)");
+           ? "its checkpoint of step " + std::to_string(c.step()) + " at " + UtcClock(c.time_ms())
+           : "its run started at " + UtcClock(run.start_ms()) + " (no checkpoint reported)");
   return killed ? "missed its " + deadline + " suspend deadline: killed; " + lost
                 : "left without a checkpoint reported; " + lost;
 }

@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <ctime>
 #include <map>
 
+#include "platform/lifecycle.h"
 #include "platform/names.h"
 
 namespace ff::platform {
@@ -356,19 +356,6 @@ bool StepTracker::Same(const hai::StepFinding& a, const hai::StepFinding& b) {
   return a.cause() == b.cause() && a.node() == b.node() && a.target() == b.target();
 }
 
-namespace {
-
-std::string UtcTime(int64_t ms) {
-  std::time_t t = ms / 1000;
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
-  return std::string(buf) + " UTC";
-}
-
-}  // namespace
-
 std::vector<StepTracker::Change> StepTracker::Update(const std::vector<hai::StepSummary>& ranks,
                                                      int64_t now_ms) {
   std::vector<Change> changes;
@@ -466,7 +453,7 @@ std::vector<StepTracker::Change> StepTracker::Update(const std::vector<hai::Step
   if (candidate_count_ >= options_.confirm && now_ms - candidate_.since_ms() >= confirm_ms) {
     current_ = candidate_;
     current_.set_text(fmt::format("since {} steps are {:.1f}x slower ({} a step, best {}): {}",
-                                  UtcTime(current_.since_ms()), current_.slowdown(),
+                                  UtcClock(current_.since_ms()), current_.slowdown(),
                                   Seconds(current_.step_s()), Seconds(current_.baseline_s()),
                                   DescribeFinding(current_)));
     evaluations_ = candidate_count_;

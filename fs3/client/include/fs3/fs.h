@@ -99,6 +99,8 @@ class FileSystem {
   // Makes the entry `path` (its parent resolved first) with a fresh request id.
   Status MakeAt(const std::string& path, uint32_t mode, fs3rpc::InodeType type, fs3rpc::Inode* out);
   fs3rpc::Credentials Cred() const;
+  // Unlink or Rmdir of the entry `path`.
+  Status RemoveName(const std::string& path, bool directory);
   // Writes `data` at `offset` of `file`, the chunks it spans concurrently; the first error.
   Status WriteChunks(const File& file, uint64_t offset, std::string_view data);
   // A session on `ino` for a write that extends it (none where fs3-meta grants no lease: an

@@ -55,6 +55,8 @@ int WorldSize(const hai::JobSpec& spec);
 int MaxReplacements(const hai::JobSpec& spec);
 // The groups that neither finished nor were lost.
 int LiveGroups(const hai::Run& run);
+// "12:00:01 UTC" for messages.
+std::string UtcClock(int64_t ms);
 // The GPUs a run holds.
 int RunGpus(const hai::Job& job, const hai::Run& run);
 // What a suspended run lost, for its history: "saved step 40 in 3.2s, within its 8s deadline", or
