@@ -130,14 +130,16 @@ def checkpoint_slot(nbytes=0, timeout_s=None):
     jobs so that their writes stay within what storage sustains (hai-server's
     checkpoint_write_gbps); every rank of a job that asks is let through together. It waits at
     most `timeout_s` (default: the platform's bound, $HAI_CKPT_MAX_DELAY_S, and 5 s more), then
-    goes ahead. Returns at once outside HAI-Platform, and once the job is asked to suspend (a
+    goes ahead. Returns at once, asking nothing, outside HAI-Platform, where the platform does not
+    stagger checkpoints ($HAI_CKPT_MAX_DELAY_S is 0), and once the job is asked to suspend (a
     suspension's save always goes first)."""
     global _slot_id
     ask, grant = os.environ.get("HAI_CKPT_SLOT_FILE"), os.environ.get("HAI_CKPT_GRANT_FILE")
-    if not ask or not grant or should_suspend():
+    bound = float(os.environ.get("HAI_CKPT_MAX_DELAY_S", "60"))
+    if not ask or not grant or bound <= 0 or should_suspend():
         return 0.0
     if timeout_s is None:
-        timeout_s = float(os.environ.get("HAI_CKPT_MAX_DELAY_S", "60")) + 5
+        timeout_s = bound + 5
     _slot_id += 1
     began = time.monotonic()
     part = ask + ".part"

@@ -151,6 +151,10 @@ def test_a_checkpoint_slot_is_asked_for_and_waited_for_within_its_bound(tmp_path
         grant.write_text('{"id": 2}\n')  # the agent's go for the next ask
         assert module.checkpoint_slot(5, timeout_s=10) < 1
         assert json.loads(ask.read_text())["id"] == 2
+        monkeypatch.setenv("HAI_CKPT_MAX_DELAY_S", "0")  # the platform does not stagger
+        assert module.checkpoint_slot(5, timeout_s=10) == 0.0
+        assert json.loads(ask.read_text())["id"] == 2  # nothing asked
+        monkeypatch.setenv("HAI_CKPT_MAX_DELAY_S", "60")
         flag = tmp_path / "flag"
         monkeypatch.setenv("HAI_SUSPEND_FLAG", str(flag))
         flag.write_text("")

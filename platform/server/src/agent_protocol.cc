@@ -201,7 +201,9 @@ std::vector<hai::Task> HaiServer::TasksFor(const std::string& node) const {
         env["HAI_NODE"] = node;
         env["HAI_RUN"] = std::to_string(run.index());
         env["HAI_RESTART_COUNT"] = std::to_string(run.index());
-        env["HAI_CKPT_MAX_DELAY_S"] = std::to_string(options_.checkpoint_max_delay_ms / 1000.0);
+        // 0: checkpoints are not staggered, and a job does not ask.
+        env["HAI_CKPT_MAX_DELAY_S"] = std::to_string(
+            options_.checkpoint_write_gbps > 0 ? options_.checkpoint_max_delay_ms / 1000.0 : 0.0);
         env["HAI_CHECKPOINT_DIR"] =
             options_.checkpoint_root + "/" + job.user() + "/" + std::to_string(id);
         env["RANK"] = std::to_string(rank - first_node * procs);
