@@ -60,9 +60,7 @@ def worker(place, target, mib, threads):
     pieces = 16
     state = {f"rank{rank}.t{i}": torch.randn(mib * (1 << 20) // 4 // pieces) for i in range(pieces)}
     nbytes = sum(t.numel() * 4 for t in state.values())
-    writer = (Fs3StorageWriter(target, thread_count=threads,
-                               chunk_bytes=int(os.environ.get("DCP_BENCH_PIECE_MIB", "16")) << 20)
-              if place == "native"
+    writer = (Fs3StorageWriter(target, thread_count=threads) if place == "native"
               else FileSystemWriter(target, thread_count=threads, sync_files=True))
     def cpu():
         r = resource.getrusage(resource.RUSAGE_SELF)
