@@ -31,6 +31,18 @@ def quiet_port():
             return port
     raise RuntimeError("no free port between 20000 and 32000")
 
+def wait_for(what, check, timeout=60, every=0.2):
+    """Polls check() until it returns something true, which it returns; an AssertionError naming
+    `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
 CLUSTER = """
 name = "pytest"
 node_link_gbps = 200

@@ -8,7 +8,7 @@ import sys
 import tempfile
 import time
 
-from hai_cluster import HaiCluster
+from hai_cluster import HaiCluster, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -30,16 +30,6 @@ def _first_run_ended(cluster, job):
     return shown if shown["runs"][0]["end_ms"] != "0" else None
 
 
-def _wait(predicate, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what} within {timeout} s")
-
-
 def test_the_job_that_checkpointed_just_now_is_suspended_not_the_one_that_has_not():
     """Two same-priority jobs fill the two nodes: `saver` (haiscale.checkpoint every 0.5 s, so it
     saves in well under its deadline) started first, `idle` (never reports a checkpoint) after it.
@@ -52,8 +42,8 @@ def test_the_job_that_checkpointed_just_now_is_suspended_not_the_one_that_has_no
         os.makedirs(out)
         saver = _submit(cluster, out, "saver", 0.5, 0, 0, haiscale=True)
         cluster.wait_state(saver, "RUNNING")
-        _wait(lambda: cluster.show(saver)["runs"][0].get("checkpoint", {}).get("ranks"),
-              "the saver never reported a checkpoint")
+        wait_for("the saver's first checkpoint report",
+                 lambda: cluster.show(saver)["runs"][0].get("checkpoint", {}).get("ranks"))
         idle = _submit(cluster, out, "idle", 0, 0, 0)
         cluster.wait_state(idle, "RUNNING")
         time.sleep(5)  # idle's work since its start grows; saver keeps saving
@@ -87,15 +77,15 @@ def test_a_slow_checkpoint_gets_a_longer_deadline_and_a_job_that_misses_its_dead
         late = _submit(cluster, out, "late", 60, 1, 10)
         for job in (slow, late):
             cluster.wait_state(job, "RUNNING")
-            _wait(lambda job=job: cluster.show(job)["runs"][0].get("checkpoint", {}).get("ranks"),
-                  f"job {job} never reported its checkpoint")
+            wait_for(f"job {job}'s checkpoint report",
+                     lambda job=job: cluster.show(job)["runs"][0].get("checkpoint", {}).get("ranks"))
         for job in (slow, late):
             cluster.hai("suspend", str(job))
         shown = cluster.hai("show", str(slow))
         assert "to save and exit within 5.5s" in shown, shown
         # Each run 0 ends suspended (the job resumes at once: nothing else wants the node).
-        ended = {job: _wait(lambda job=job: _first_run_ended(cluster, job),
-                            f"job {job}'s first run never ended", timeout=30)
+        ended = {job: wait_for(f"the end of job {job}'s first run",
+                               lambda job=job: _first_run_ended(cluster, job), timeout=30)
                  for job in (slow, late)}
 
         run = ended[slow]["runs"][0]
@@ -141,7 +131,7 @@ def test_staggered_checkpoints_of_jobs_on_the_same_period_do_not_overlap():
                     got += [dict(json.loads(line), job=i) for line in open(path)]
             return got
 
-        _wait(lambda: len(windows()) >= 9, "9 checkpoints", timeout=90)
+        wait_for("9 checkpoints", lambda: len(windows()) >= 9, timeout=90)
         open(os.path.join(out, "stop"), "w").close()
         for job in jobs:
             cluster.wait_state(job, "SUCCEEDED", timeout=60)
