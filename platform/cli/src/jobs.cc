@@ -575,7 +575,7 @@ void AddJobCommands(CLI::App& app, std::vector<Command>& out) {
     auto job = std::make_shared<std::string>();
     CLI::App* cmd = app.add_subcommand(name, help);
     cmd->add_option("job", *job, "Job id")->required();
-    out.push_back({cmd, [job, fn](const Globals& g, Client& c) { return fn(*job, g, c); }});
+    out.push_back({cmd, [job, f = fn](const Globals& g, Client& c) { return f(*job, g, c); }});
   }
 
   auto lg = std::make_shared<LogsArgs>();

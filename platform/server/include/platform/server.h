@@ -264,6 +264,8 @@ class HaiServer final : public hai::Hai::Service {
   // for `req`'s asks. A job's next checkpoint report ends its slot.
   void TakeSlotAsks(const hai::HeartbeatRequest& req) FF_REQUIRES(mu_);
   void AdmitCheckpoints(int64_t now_ms) FF_REQUIRES(mu_);
+  // Whether job `id`'s run `run` is no longer its live run (the job ended, or it runs anew).
+  bool RunEnded(int64_t id, int run) const FF_REQUIRES(mu_);
   std::vector<hai::CheckpointSlotGrant> SlotGrants(const hai::HeartbeatRequest& req) const
       FF_REQUIRES(mu_);
   void DetectStragglers() FF_REQUIRES(mu_);
