@@ -377,10 +377,24 @@ Reduction ReductionOf(const c10d::ReduceOp& reduce_op, const at::Tensor& t, cons
       r.tensor_factor = supplement->tensor_factor;
       break;
     }
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR: {
+      const char* name = reduce_op.op_ == c10d::ReduceOp::BAND  ? "BAND"
+                         : reduce_op.op_ == c10d::ReduceOp::BOR ? "BOR"
+                                                                : "BXOR";
+      // As Gloo: on integer tensors and bool (which travels as uint8, 0 or 1).
+      TORCH_CHECK(at::isIntegralType(t.scalar_type(), /*includeBool=*/true), "hfreduce: ", what,
+                  " with ", name, " needs an integer or bool tensor, got ", TypeName(t));
+      r.op = reduce_op.op_ == c10d::ReduceOp::BAND  ? hf::ReduceOp::kBand
+             : reduce_op.op_ == c10d::ReduceOp::BOR ? hf::ReduceOp::kBor
+                                                    : hf::ReduceOp::kBxor;
+      break;
+    }
     default:
       TORCH_CHECK(false, "hfreduce: ", what, " with reduce op ", static_cast<int>(reduce_op.op_),
-                  " (BAND/BOR/BXOR) is not supported; sum, avg, min, max, product and "
-                  "premul_sum are");
+                  " is not supported; sum, avg, min, max, product, premul_sum, band, bor and "
+                  "bxor are");
   }
   (void)ReductionType(t, what);  // raises for unsupported element types
   return r;

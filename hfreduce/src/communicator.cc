@@ -130,6 +130,7 @@ class CommunicatorImpl final : public Communicator {
       return Failed(InvalidArgument("hfreduce: allreduce of " + std::to_string(count) +
                                     " elements with a null buffer"));
     }
+    if (Status st = CheckReduction("allreduce", type, op); !st.ok()) return Failed(st);
     OpDesc desc;
     desc.kind = static_cast<uint8_t>(CollectiveKind::kAllreduce);
     desc.dtype = static_cast<uint8_t>(type);
@@ -160,6 +161,7 @@ class CommunicatorImpl final : public Communicator {
     if (recv_count > 0 && (send == nullptr || recv == nullptr)) {
       return Failed(InvalidArgument("hfreduce: reduce-scatter with a null buffer"));
     }
+    if (Status st = CheckReduction("reduce-scatter", type, op); !st.ok()) return Failed(st);
     OpDesc desc;
     desc.kind = static_cast<uint8_t>(CollectiveKind::kReduceScatter);
     desc.dtype = static_cast<uint8_t>(type);
@@ -216,6 +218,22 @@ class CommunicatorImpl final : public Communicator {
     auto work = std::make_shared<WorkImpl>();
     work->Complete(std::move(status));
     return work;
+  }
+
+  static Status CheckReduction(const char* what, DataType type, ReduceOp op) {
+    if (ElementSize(type) == 0) {
+      return InvalidArgument(std::string("hfreduce: ") + what + " of element type " +
+                             std::to_string(static_cast<int>(type)) + ", which HFReduce lacks");
+    }
+    if (!ReduceOpDefinedOn(op, type)) {
+      return InvalidArgument(
+          std::string("hfreduce: ") + what + " with " +
+          (static_cast<std::size_t>(op) <= static_cast<std::size_t>(ReduceOp::kBxor)
+               ? std::string(ReduceOpName(op)) + " of " + std::string(DataTypeName(type)) +
+                     " elements (the bitwise ops take integer types)"
+               : "reduce op " + std::to_string(static_cast<int>(op)) + ", which HFReduce lacks"));
+    }
+    return Status::Ok();
   }
 
   Status CheckPeer(int peer, std::size_t count, const void* buf) const {

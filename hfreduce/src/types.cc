@@ -7,7 +7,8 @@ namespace {
 constexpr std::array<std::string_view, 8> kTypeNames = {"fp32",  "fp64",  "fp16",  "bf16",
                                                         "int32", "int64", "uint8", "int8"};
 constexpr std::array<std::size_t, 8> kTypeSizes = {4, 8, 2, 2, 4, 8, 1, 1};
-constexpr std::array<std::string_view, 5> kOpNames = {"sum", "avg", "max", "min", "product"};
+constexpr std::array<std::string_view, 8> kOpNames = {"sum",     "avg",  "max", "min",
+                                                      "product", "band", "bor", "bxor"};
 }  // namespace
 
 // Values from the network (a peer's frame) may be out of range: they get a name that says so
@@ -23,6 +24,20 @@ std::string_view DataTypeName(DataType type) {
 std::string_view ReduceOpName(ReduceOp op) {
   const auto i = static_cast<std::size_t>(op);
   return i < kOpNames.size() ? kOpNames[i] : "an unknown op";
+}
+
+bool IsBitwise(ReduceOp op) {
+  return op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
+}
+
+bool IsIntegral(DataType type) {
+  return type == DataType::kInt32 || type == DataType::kInt64 || type == DataType::kUInt8 ||
+         type == DataType::kInt8;
+}
+
+bool ReduceOpDefinedOn(ReduceOp op, DataType type) {
+  if (static_cast<std::size_t>(op) >= kOpNames.size() || ElementSize(type) == 0) return false;
+  return !IsBitwise(op) || IsIntegral(type);
 }
 
 bool ParseDataType(std::string_view name, DataType* type) {

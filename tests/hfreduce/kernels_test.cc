@@ -273,11 +273,19 @@ TEST(TypesTest, NamesRoundTrip) {
     ASSERT_TRUE(ParseDataType(DataTypeName(type), &back));
     EXPECT_EQ(back, type);
   }
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin,
+                      ReduceOp::kProduct, ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor}) {
     ReduceOp back;
     ASSERT_TRUE(ParseReduceOp(ReduceOpName(op), &back));
     EXPECT_EQ(back, op);
   }
+  // Values from the network past the last op are named as such and defined on nothing.
+  EXPECT_EQ(ReduceOpName(static_cast<ReduceOp>(8)), "an unknown op");
+  EXPECT_FALSE(ReduceOpDefinedOn(static_cast<ReduceOp>(8), DataType::kInt32));
+  EXPECT_FALSE(ReduceOpDefinedOn(ReduceOp::kBand, DataType::kFloat32));
+  EXPECT_FALSE(ReduceOpDefinedOn(ReduceOp::kSum, static_cast<DataType>(8)));
+  EXPECT_TRUE(ReduceOpDefinedOn(ReduceOp::kBxor, DataType::kInt8));
+  EXPECT_TRUE(ReduceOpDefinedOn(ReduceOp::kProduct, DataType::kBFloat16));
   DataType t;
   EXPECT_FALSE(ParseDataType("fp8", &t));
   EXPECT_EQ(ElementSize(DataType::kBFloat16), 2u);
@@ -327,6 +335,43 @@ TEST(KernelsTest, ProductsAndEightBitTypesWrapLikeTheirCTypes) {
     Reduce(isa, DataType::kInt64, ReduceOp::kProduct, inl, 2, prodl, 2);
     EXPECT_EQ(prodl[0], 0);  // 2^70 wraps to 0
     EXPECT_EQ(prodl[1], -9);
+  }
+}
+
+TEST(KernelsTest, BitwiseOpsCombineEveryIntegerTypeBitForBit) {
+  // Three ranks' int32 values with an odd length (the byte tail), and int64, int8 and uint8.
+  std::mt19937_64 rng(7);
+  for (DataType type : {DataType::kInt32, DataType::kInt64, DataType::kInt8, DataType::kUInt8}) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{37}, std::size_t{1000}}) {
+      const std::size_t bytes = n * ElementSize(type);
+      std::vector<std::vector<unsigned char>> ins(3, std::vector<unsigned char>(bytes));
+      for (auto& in : ins) {
+        for (auto& b : in)
+          b = static_cast<unsigned char>(rng());
+      }
+      const void* ptrs[3] = {ins[0].data(), ins[1].data(), ins[2].data()};
+      for (ReduceOp op : {ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor}) {
+        for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+          if (!IsaSupported(isa)) continue;
+          std::vector<unsigned char> out(bytes);
+          Reduce(isa, type, op, ptrs, 3, out.data(), n);
+          for (std::size_t b = 0; b < bytes; ++b) {
+            const unsigned char x = ins[0][b], y = ins[1][b], z = ins[2][b];
+            const unsigned char want = op == ReduceOp::kBand  ? (x & y & z)
+                                       : op == ReduceOp::kBor ? (x | y | z)
+                                                              : (x ^ y ^ z);
+            ASSERT_EQ(out[b], want) << ReduceOpName(op) << " " << DataTypeName(type) << " n=" << n
+                                    << " byte " << b << " " << IsaName(isa);
+          }
+        }
+      }
+      // In place, as the engine accumulates: out aliases the first input.
+      std::vector<unsigned char> acc = ins[0];
+      const void* inplace[3] = {acc.data(), ins[1].data(), ins[2].data()};
+      Reduce(type, ReduceOp::kBxor, inplace, 3, acc.data(), n);
+      for (std::size_t b = 0; b < bytes; ++b)
+        ASSERT_EQ(acc[b], ins[0][b] ^ ins[1][b] ^ ins[2][b]);
+    }
   }
 }
 

@@ -66,6 +66,11 @@ class Checker:
 def reference(op, inputs, dtype):
     """The exact reduction of the per-rank inputs, computed in int64/float64 then cast."""
     world = len(inputs)
+    if op in BITWISE:  # on the two's-complement bits, as the C types have them
+        r = inputs[0].to(torch.int64) if dtype != torch.bool else inputs[0]
+        for x in inputs[1:]:
+            r = BITWISE[op](r, x.to(r.dtype))
+        return r.to(dtype)
     if dtype == torch.bool:
         stack = torch.stack(inputs)
         if op in ("sum", "max"):
@@ -100,15 +105,21 @@ REDUCE_OPS = {
     "max": dist.ReduceOp.MAX,
     "min": dist.ReduceOp.MIN,
     "product": dist.ReduceOp.PRODUCT,
+    "band": dist.ReduceOp.BAND,
+    "bor": dist.ReduceOp.BOR,
+    "bxor": dist.ReduceOp.BXOR,
 }
+BITWISE = {"band": torch.bitwise_and, "bor": torch.bitwise_or, "bxor": torch.bitwise_xor}
 
 
 def ops_for(dtype):
     if dtype == torch.bool:
-        return ["sum", "max", "min", "product"]
+        return ["sum", "max", "min", "product", *BITWISE]
     ops = ["sum", "avg", "max", "min", "product"]
     if dtype.is_floating_point:
         ops.append("premul")
+    else:
+        ops += list(BITWISE)
     return ops
 
 
@@ -224,15 +235,22 @@ def check_against_gloo(c, gloo):
     def x(n=37, dtype=torch.float32, salt=0):
         g = torch.Generator().manual_seed(1000 * me + salt)
         return (torch.randn(n, generator=g) * 10).to(dtype) if dtype.is_floating_point else \
-            torch.randint(-50, 50, (n,), generator=g, dtype=dtype)
+            torch.randint(0 if dtype == torch.uint8 else -50, 50, (n,), generator=g, dtype=dtype)
 
-    for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT):
-        for dtype in (torch.float32, torch.int64):
-            def allreduce(g, op=op, dtype=dtype):
-                t = x(dtype=dtype) if op != dist.ReduceOp.PRODUCT else x(dtype=dtype).clamp(-2, 2)
+    arithmetic = [(op, dtype) for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN,
+                                         dist.ReduceOp.PRODUCT) for dtype in (torch.float32, torch.int64)]
+    bitwise = [(op, dtype) for op in (dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR)
+               for dtype in (torch.int64, torch.int32, torch.uint8, torch.bool)]
+    for op, dtype in arithmetic + bitwise:
+        def allreduce(g, op=op, dtype=dtype):
+            if dtype == torch.bool:
+                t = x(dtype=torch.int64) > 0
                 dist.all_reduce(t, op=op, group=g)
                 return [t]
-            same(f"all_reduce {op} {dtype}", allreduce)
+            t = x(dtype=dtype) if op != dist.ReduceOp.PRODUCT else x(dtype=dtype).clamp(-2, 2)
+            dist.all_reduce(t, op=op, group=g)
+            return [t]
+        same(f"all_reduce {op} {dtype}", allreduce)
 
     def allreduce_async(g):
         ts = [x(salt=i) for i in range(3)]
@@ -485,8 +503,8 @@ def check_point_to_point(c):
 def check_errors(c):
     t = torch.zeros(4, dtype=torch.int16)
     c.raises("allreduce of int16", lambda: dist.all_reduce(t), ["hfreduce", "allreduce", "Short"])
-    c.raises("allreduce with BAND", lambda: dist.all_reduce(torch.zeros(4, dtype=torch.int32), op=dist.ReduceOp.BAND),
-             ["hfreduce", "BAND"])
+    c.raises("allreduce with BAND of floats", lambda: dist.all_reduce(torch.zeros(4), op=dist.ReduceOp.BAND),
+             ["hfreduce", "BAND", "integer", "Float"])
     c.raises("allreduce of a sparse tensor", lambda: dist.all_reduce(torch.eye(3).to_sparse()),
              ["hfreduce", "allreduce", "Sparse", "dense tensors only"])
     c.raises("all_gather_into_tensor of the wrong size",

@@ -59,6 +59,7 @@ Isa DefaultIsa() {
 void Reduce(Isa isa, DataType type, ReduceOp op, const void* const* in, int k, void* out,
             std::size_t n) {
   if (n == 0) return;
+  if (IsBitwise(op)) return Bitwise(op, in, k, out, n * ElementSize(type));
   // Products are rare (torch's PRODUCT): the scalar path serves them for every type.
   if (op == ReduceOp::kProduct) isa = Isa::kScalar;
   switch (isa) {

@@ -24,8 +24,9 @@ std::string_view IsaName(Isa isa);
 Isa DefaultIsa();
 bool IsaSupported(Isa isa);
 
-// `op` must be kSum, kMax, kMin or kProduct (kAvg is a sum followed by DivideInPlace).
-// 8-bit types and products take the scalar path on every ISA.
+// `op` must be kSum, kMax, kMin, kProduct or, on integer types, a bitwise op (kAvg is a sum
+// followed by DivideInPlace). 8-bit types and products take the scalar path on every ISA; the
+// bitwise ops work on the bytes, whatever the integer type.
 // k >= 1; n may be 0.
 void Reduce(Isa isa, DataType type, ReduceOp op, const void* const* in, int k, void* out,
             std::size_t n);
@@ -34,9 +35,13 @@ inline void Reduce(DataType type, ReduceOp op, const void* const* in, int k, voi
   Reduce(DefaultIsa(), type, op, in, k, out, n);
 }
 
-// out = in[0] | in[1] | ... | in[k-1], byte for byte over `bytes` bytes (allgather merges ranks'
-// zero-padded pieces this way: exact for any type). `out` may alias in[0].
-void BitwiseOr(const void* const* in, int k, void* out, std::size_t bytes);
+// out = in[0] op in[1] op ... op in[k-1], byte for byte over `bytes` bytes, for op kBand, kBor or
+// kBxor (allgather merges ranks' zero-padded pieces with kBor: exact for any type). `out` may
+// alias in[0].
+void Bitwise(ReduceOp op, const void* const* in, int k, void* out, std::size_t bytes);
+inline void BitwiseOr(const void* const* in, int k, void* out, std::size_t bytes) {
+  Bitwise(ReduceOp::kBor, in, k, out, bytes);
+}
 
 // buf[i] = buf[i] / divisor (integer division for integer types). Scalar: only applied once per
 // element at the end of an average, never on the hot path of a sum.

@@ -188,7 +188,23 @@ void ReduceScalar(DataType type, ReduceOp op, const void* const* in, int k, void
   }
 }
 
-void BitwiseOr(const void* const* in, int k, void* out, std::size_t bytes) {
+namespace {
+
+template <typename W>
+W Combine(ReduceOp op, W a, W b) {
+  switch (op) {
+    case ReduceOp::kBand:
+      return static_cast<W>(a & b);
+    case ReduceOp::kBxor:
+      return static_cast<W>(a ^ b);
+    default:
+      return static_cast<W>(a | b);
+  }
+}
+
+template <ReduceOp kOp>
+void BitwiseLoop(const void* const* in, int k, void* out, std::size_t bytes) {
+  // Eight bytes at a time (the compiler widens this further), then the tail.
   const std::size_t words = bytes / 8;
   auto* o = static_cast<uint64_t*>(out);
   for (std::size_t w = 0; w < words; ++w) {
@@ -197,15 +213,28 @@ void BitwiseOr(const void* const* in, int k, void* out, std::size_t bytes) {
     for (int j = 1; j < k; ++j) {
       uint64_t v;
       std::memcpy(&v, static_cast<const char*>(in[j]) + w * 8, 8);
-      acc |= v;
+      acc = Combine(kOp, acc, v);
     }
     std::memcpy(o + w, &acc, 8);
   }
   for (std::size_t b = words * 8; b < bytes; ++b) {
     unsigned char acc = static_cast<const unsigned char*>(in[0])[b];
     for (int j = 1; j < k; ++j)
-      acc |= static_cast<const unsigned char*>(in[j])[b];
+      acc = Combine(kOp, acc, static_cast<const unsigned char*>(in[j])[b]);
     static_cast<unsigned char*>(out)[b] = acc;
+  }
+}
+
+}  // namespace
+
+void Bitwise(ReduceOp op, const void* const* in, int k, void* out, std::size_t bytes) {
+  switch (op) {
+    case ReduceOp::kBand:
+      return BitwiseLoop<ReduceOp::kBand>(in, k, out, bytes);
+    case ReduceOp::kBxor:
+      return BitwiseLoop<ReduceOp::kBxor>(in, k, out, bytes);
+    default:
+      return BitwiseLoop<ReduceOp::kBor>(in, k, out, bytes);
   }
 }
 
