@@ -9,6 +9,9 @@ using namespace detail;  // NOLINT: the helpers shared by the op files
 
 c10::intrusive_ptr<c10d::Work> HFReduceBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].layout() == at::kSparse) {
+    return SparseAllreduce(tensors[0], opts);
+  }
   CheckSingle(tensors, "allreduce");
   at::Tensor t = tensors[0];
   Reduction r = ReductionOf(opts.reduceOp, t, "allreduce");
@@ -23,6 +26,67 @@ c10::intrusive_ptr<c10d::Work> HFReduceBackend::allreduce(std::vector<at::Tensor
         return std::vector<std::shared_ptr<hf::Work>>{c.AllreduceAsync(data, data, n, type, r.op)};
       },
       {s});
+}
+
+c10::intrusive_ptr<c10d::Work> HFReduceBackend::SparseAllreduce(
+    at::Tensor& t, const c10d::AllreduceOptions& opts) {
+  const auto op = opts.reduceOp.op_;
+  TORCH_CHECK(op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::AVG,
+              "hfreduce: allreduce of a sparse tensor takes SUM or AVG (reduce op ",
+              static_cast<int>(op), " given)");
+  TORCH_CHECK(op != c10d::ReduceOp::AVG || at::isFloatingType(t.scalar_type()),
+              "hfreduce: allreduce with AVG of a sparse ", TypeName(t),
+              " tensor: AVG takes floating-point values");
+  const int world = getSize();
+  // This rank's entries, each index once, on the host.
+  at::Tensor mine = t.coalesce().to(at::kCPU);
+  at::Tensor indices = mine._indices().contiguous();  // sparse_dim x nnz
+  at::Tensor values = mine._values().contiguous();    // nnz x dense sizes
+  const int64_t nnz = mine._nnz();
+  // How many entries each rank has (a collective of its own, waited for here).
+  at::Tensor counts = at::empty({world}, at::kLong);
+  at::Tensor count = at::full({1}, nnz, at::kLong);
+  _allgather_base(counts, count, c10d::AllgatherOptions())->wait();
+  const int64_t most = counts.max().item<int64_t>();
+  // Every rank's entries, padded to the most any rank has.
+  std::vector<int64_t> value_shape = values.sizes().vec();
+  value_shape[0] = most;
+  at::Tensor my_indices = at::zeros({indices.size(0), most}, indices.options());
+  at::Tensor my_values = at::zeros(value_shape, values.options());
+  my_indices.narrow(1, 0, nnz).copy_(indices);
+  my_values.narrow(0, 0, nnz).copy_(values);
+  at::Tensor all_indices = at::empty({world, indices.size(0), most}, indices.options());
+  std::vector<int64_t> all_shape = value_shape;
+  all_shape.insert(all_shape.begin(), world);
+  at::Tensor all_values = at::empty(all_shape, values.options());
+  const std::size_t index_bytes = Bytes(my_indices), value_bytes = Bytes(my_values);
+  const void* send_i = my_indices.data_ptr();
+  const void* send_v = my_values.data_ptr();
+  void* recv_i = all_indices.data_ptr();
+  void* recv_v = all_values.data_ptr();
+  // The sum: every rank's entries together, coalesced (equal indices added), into `t`.
+  auto post = [t, counts, all_indices, all_values, my_indices, my_values, world,
+               avg = op == c10d::ReduceOp::AVG]() mutable {
+    std::vector<at::Tensor> is, vs;
+    for (int r = 0; r < world; ++r) {
+      const int64_t n = counts[r].item<int64_t>();
+      is.push_back(all_indices[r].narrow(1, 0, n));
+      vs.push_back(all_values[r].narrow(0, 0, n));
+    }
+    at::Tensor sum =
+        at::sparse_coo_tensor(at::cat(is, 1), at::cat(vs, 0), t.sizes(), t.options().device(at::kCPU))
+            .coalesce();
+    if (avg) sum = sum / world;
+    t.copy_(sum.to(t.device()));
+  };
+  return Launch(
+      c10d::OpType::ALLREDUCE, "allreduce (sparse)", {t},
+      [&](hf::Communicator& c) {
+        return std::vector<std::shared_ptr<hf::Work>>{
+            c.AllgatherAsync(send_i, recv_i, index_bytes, hf::DataType::kUInt8),
+            c.AllgatherAsync(send_v, recv_v, value_bytes, hf::DataType::kUInt8)};
+      },
+      {}, post);
 }
 
 c10::intrusive_ptr<c10d::Work> HFReduceBackend::allreduce_coalesced(

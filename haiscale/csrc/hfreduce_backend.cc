@@ -401,9 +401,9 @@ Reduction ReductionOf(const c10d::ReduceOp& reduce_op, const at::Tensor& t, cons
 }
 
 void CheckDense(const at::Tensor& t, const char* op) {
-  TORCH_CHECK(t.layout() == at::kStrided, "hfreduce: ", op, " of a ", c10::toString(t.layout()),
-              " tensor is not supported (dense tensors only: pass t.to_dense(), or use gloo for "
-              "sparse collectives)");
+  TORCH_CHECK(t.layout() == at::kStrided, "hfreduce: ", op, " of a ", t.layout(),
+              " tensor is not supported (dense tensors only, but for all_reduce of a sparse COO "
+              "tensor: pass t.to_dense())");
 }
 
 void CheckSingle(const std::vector<at::Tensor>& tensors, const char* op) {

@@ -10,7 +10,9 @@
 // comm hooks and FSDP2's overlap work unchanged.
 //
 // What each torch op becomes:
-//   allreduce (sum, avg, min, max, product, premul_sum)  HFReduce allreduce (premul: scaled first)
+//   allreduce (sum, avg, min, max, product, premul_sum,  HFReduce allreduce (premul: scaled first)
+//     band, bor, bxor)
+//   allreduce of a sparse COO tensor (sum, avg)          allgathers of its entries, coalesced
 //   reduce_scatter / _reduce_scatter_base                HFReduce reduce-scatter
 //   allgather / _allgather_base                          HFReduce allgather (bytes: any dtype)
 //   broadcast                                            HFReduce broadcast (bytes: any dtype)
@@ -183,6 +185,10 @@ class HFReduceBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> AllgatherLists(
       const std::vector<std::vector<at::Tensor>>& per_input, const std::vector<at::Tensor>& inputs,
       c10d::OpType type, const char* op);
+  // allreduce (SUM or AVG) of a sparse COO tensor, as Gloo does it: every rank's coalesced
+  // indices and values allgathered (after their counts), summed by coalescing, written back into
+  // `t`. Blocks the caller for the counts' allgather.
+  c10::intrusive_ptr<c10d::Work> SparseAllreduce(at::Tensor& t, const c10d::AllreduceOptions& opts);
   // A tag for the point-to-point messages of one collective (scatter, alltoall): above every
   // user tag, the same on every rank because collectives are issued in the same order.
   uint32_t NextCollectiveTag();

@@ -500,13 +500,81 @@ def check_point_to_point(c):
     c.equal("batch_isend_irecv", recv, torch.full((64,), float(left) * 2))
 
 
+def sparse_input(me, shape, dtype, nnz, sparse_dim=None, coalesced=True, salt=0):
+    """Rank `me`'s sparse COO tensor: `nnz` entries at random indices (repeats when not coalesced:
+    torch adds them), values small integers."""
+    g = torch.Generator().manual_seed(7919 * me + salt)
+    sparse_dim = sparse_dim or len(shape)
+    idx = torch.stack([torch.randint(0, shape[d], (nnz,), generator=g) for d in range(sparse_dim)]) \
+        if nnz else torch.zeros(sparse_dim, 0, dtype=torch.int64)
+    vals = torch.randint(-9, 10, (nnz, *shape[sparse_dim:]), generator=g).to(dtype)
+    t = torch.sparse_coo_tensor(idx, vals, shape, check_invariants=True)
+    return t.coalesce() if coalesced else t
+
+
+def check_sparse(c, gloo):
+    """allreduce of sparse COO tensors (what DDP sends for nn.Embedding(sparse=True)) against
+    gloo's on the same inputs, and DDP training a sparse embedding over hfreduce as over gloo."""
+    me, world = dist.get_rank(), dist.get_world_size()
+    hf = dist.distributed_c10d._get_default_group()
+    cases = [  # name, shape, dtype, entries of rank r, sparse dims, coalesced
+        ("2-D float32", (50, 7), torch.float32, lambda r: 12 + 5 * r, None, True),
+        ("an empty rank", (30, 4), torch.float64, lambda r: 0 if r == 1 else 6, None, True),
+        ("every rank empty", (5, 5), torch.float32, lambda r: 0, None, True),
+        ("uncoalesced input", (8, 3), torch.float32, lambda r: 40, None, False),
+        ("hybrid rows (an embedding's gradient)", (100, 16), torch.float32, lambda r: 9 + r, 1, False),
+        ("int64 values", (20, 20), torch.int64, lambda r: 15, None, True),
+    ]
+    for name, shape, dtype, nnz, sparse_dim, coalesced in cases:
+        for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
+            if op == dist.ReduceOp.AVG and not dtype.is_floating_point:
+                continue
+            got = sparse_input(me, shape, dtype, nnz(me), sparse_dim, coalesced)
+            want = sparse_input(me, shape, dtype, nnz(me), sparse_dim, coalesced)
+            exact = torch.stack([sparse_input(r, shape, dtype, nnz(r), sparse_dim).to_dense().to(torch.float64)
+                                 for r in range(world)]).sum(0)
+            if op == dist.ReduceOp.AVG:
+                exact = exact / world
+            dist.all_reduce(got, op=op, group=hf)
+            if op == dist.ReduceOp.SUM:  # gloo's sparse allreduce sums only
+                dist.all_reduce(want, op=op, group=gloo)
+                c.equal(f"sparse allreduce {op} of {name}: the same entries as gloo's",
+                        got.coalesce().to_dense(), want.coalesce().to_dense())
+            c.checked += 1
+            if not got.is_sparse or not torch.allclose(got.to_dense().to(torch.float64), exact):
+                c.failures.append(f"sparse allreduce {op} of {name}: wrong sum {got}")
+    # DDP with a sparse embedding: the same parameters after a few steps over either backend.
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def train(group):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Embedding(64, 8, sparse=True), nn.Flatten(), nn.Linear(32, 1))
+        ddp = DDP(model, process_group=group)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(100 + me)
+        for _ in range(3):
+            x = torch.randint(0, 64, (5, 4), generator=g)
+            opt.zero_grad()
+            ddp(x).pow(2).sum().backward()
+            opt.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    for k, (a, b) in enumerate(zip(train(hf), train(gloo))):
+        c.checked += 1
+        if not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
+            c.failures.append(f"DDP with a sparse embedding: parameter {k} differs from gloo's")
+
+
 def check_errors(c):
     t = torch.zeros(4, dtype=torch.int16)
     c.raises("allreduce of int16", lambda: dist.all_reduce(t), ["hfreduce", "allreduce", "Short"])
     c.raises("allreduce with BAND of floats", lambda: dist.all_reduce(torch.zeros(4), op=dist.ReduceOp.BAND),
              ["hfreduce", "BAND", "integer", "Float"])
-    c.raises("allreduce of a sparse tensor", lambda: dist.all_reduce(torch.eye(3).to_sparse()),
-             ["hfreduce", "allreduce", "Sparse", "dense tensors only"])
+    c.raises("allreduce of a sparse tensor with MAX",
+             lambda: dist.all_reduce(torch.eye(3).to_sparse(), op=dist.ReduceOp.MAX),
+             ["hfreduce", "sparse", "SUM or AVG"])
+    # (Other layouts, and sparse tensors in other collectives, torch's dispatcher refuses itself.)
     c.raises("all_gather_into_tensor of the wrong size",
              lambda: dist.all_gather_into_tensor(torch.empty(3), torch.empty(2)), ["hfreduce", "elements"])
 
@@ -521,6 +589,7 @@ def check_everything():
     gloo = dist.new_group(backend="gloo")
     check_list_forms(c, None, ranks, gloo)
     check_against_gloo(c, gloo)
+    check_sparse(c, gloo)
     check_callbacks(c)
     check_movement(c, None, ranks)
     check_point_to_point(c)
