@@ -373,9 +373,22 @@ c10::intrusive_ptr<c10d::Work> HFReduceBackend::recv(std::vector<at::Tensor>& te
                 {s});
 }
 
-c10::intrusive_ptr<c10d::Work> HFReduceBackend::recvAnysource(std::vector<at::Tensor>& /*tensors*/,
-                                                              int /*tag*/) {
-  TORCH_CHECK(false, "hfreduce: recv from any source is not supported; name the source rank");
+c10::intrusive_ptr<c10d::Work> HFReduceBackend::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                              int tag) {
+  CheckSingle(tensors, "recv");
+  TORCH_CHECK(tag >= 0, "hfreduce: recv: tags must be non-negative, got ", tag);
+  TORCH_CHECK(getSize() > 1, "hfreduce: recv from any source in a group of one rank");
+  Staged s = Stager::Stage<Staged>(tensors[0], false, true);
+  void* data = s.buf.data_ptr();
+  std::size_t bytes = Bytes(tensors[0]);
+  auto source = std::make_shared<int>(-1);
+  return Launch(
+      c10d::OpType::RECVANYSOURCE, "recv", tensors,
+      [&](hf::Communicator& c) {
+        return std::vector<std::shared_ptr<hf::Work>>{c.RecvAnyAsync(
+            data, bytes, hf::DataType::kUInt8, static_cast<uint32_t>(tag), source.get())};
+      },
+      {s}, {}, source);
 }
 
 c10::intrusive_ptr<c10d::Work> HFReduceBackend::barrier(const c10d::BarrierOptions& /*opts*/) {

@@ -73,9 +73,9 @@ c10::intrusive_ptr<c10d::Work> HFReduceBackend::SparseAllreduce(
       is.push_back(all_indices[r].narrow(1, 0, n));
       vs.push_back(all_values[r].narrow(0, 0, n));
     }
-    at::Tensor sum =
-        at::sparse_coo_tensor(at::cat(is, 1), at::cat(vs, 0), t.sizes(), t.options().device(at::kCPU))
-            .coalesce();
+    at::Tensor sum = at::sparse_coo_tensor(at::cat(is, 1), at::cat(vs, 0), t.sizes(),
+                                           t.options().device(at::kCPU))
+                         .coalesce();
     if (avg) sum = sum / world;
     t.copy_(sum.to(t.device()));
   };

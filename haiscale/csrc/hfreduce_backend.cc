@@ -268,6 +268,17 @@ class HFReduceWork final : public c10d::Work {
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
+  // A receive from any source: its sender, once completed.
+  void SetSource(std::shared_ptr<int> source) { source_ = std::move(source); }
+  int sourceRank() const override {
+    TORCH_CHECK(source_ != nullptr,
+                "hfreduce: sourceRank() of a work that is no receive from "
+                "any source");
+    MutexLock lock(&mu_);
+    TORCH_CHECK(done_ && !error_, "hfreduce: sourceRank() before the receive completed");
+    return *source_;
+  }
+
   // On a completion thread: completes the future (running its callbacks here), then records
   // the outcome and wakes waiters (as gloo does: wait() returns after the callbacks ran).
   void Finish(std::exception_ptr error) {
@@ -291,6 +302,7 @@ class HFReduceWork final : public c10d::Work {
   CondVar cv_;
   bool done_ FF_GUARDED_BY(mu_) = false;
   std::exception_ptr error_ FF_GUARDED_BY(mu_);
+  std::shared_ptr<int> source_;  // written by HFReduce before the work completes
 };
 
 std::exception_ptr ErrorOf(const Status& st) {
@@ -530,12 +542,11 @@ std::string HFReduceBackend::transport() const {
   return comm_->transport();
 }
 
-c10::intrusive_ptr<c10d::Work> HFReduceBackend::Launch(c10d::OpType type, const char* title,
-                                                       std::vector<at::Tensor> outputs,
-                                                       const Issue& issue,
-                                                       std::vector<Staged> staged,
-                                                       std::function<void()> post) {
+c10::intrusive_ptr<c10d::Work> HFReduceBackend::Launch(
+    c10d::OpType type, const char* title, std::vector<at::Tensor> outputs, const Issue& issue,
+    std::vector<Staged> staged, std::function<void()> post, std::shared_ptr<int> source) {
   auto work = c10::make_intrusive<HFReduceWork>(getRank(), type, std::move(outputs));
+  if (source) work->SetSource(std::move(source));
   std::vector<std::shared_ptr<hf::Work>> parts;
   std::vector<std::shared_ptr<PendingOp>> finished;  // dropped here, outside the lock
   Completer* completer = nullptr;

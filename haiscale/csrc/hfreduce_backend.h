@@ -176,11 +176,13 @@ class HFReduceBackend final : public c10d::Backend {
       std::function<std::vector<std::shared_ptr<hfreduce::Work>>(hfreduce::Communicator&)>;
 
   // Issues the HFReduce works of one torch op (under the submission lock) and returns the torch
-  // Work that completes, after `post` ran, when all of them have.
+  // Work that completes, after `post` ran, when all of them have. `source`: where a receive
+  // from any source writes its sender (the Work's sourceRank()).
   c10::intrusive_ptr<c10d::Work> Launch(c10d::OpType type, const char* title,
                                         std::vector<at::Tensor> outputs, const Issue& issue,
                                         std::vector<Staged> staged = {},
-                                        std::function<void()> post = {});
+                                        std::function<void()> post = {},
+                                        std::shared_ptr<int> source = nullptr);
   // allgather of each input into its list of per-rank outputs: per_input[i][rank].
   c10::intrusive_ptr<c10d::Work> AllgatherLists(
       const std::vector<std::vector<at::Tensor>>& per_input, const std::vector<at::Tensor>& inputs,

@@ -196,6 +196,20 @@ class CommunicatorImpl final : public Communicator {
     return p2p_->Recv(buf, count, type, peer, tag);
   }
 
+  std::shared_ptr<Work> RecvAnyAsync(void* buf, std::size_t count, DataType type, uint32_t tag,
+                                     int* source) override {
+    if (world_size_ < 2) {
+      return Failed(InvalidArgument("hfreduce: recv from any source in a world of one rank"));
+    }
+    if (count > 0 && buf == nullptr) {
+      return Failed(InvalidArgument("hfreduce: recv with a null buffer"));
+    }
+    if (source == nullptr)
+      return Failed(InvalidArgument("hfreduce: recv: no place for the source"));
+    if (Status st = segment_->AbortStatus(); !st.ok()) return Failed(st);
+    return p2p_->RecvAny(buf, count, type, tag, source);
+  }
+
   void Abort(const std::string& reason) override;
   Result<std::unique_ptr<Communicator>> Shrink(const std::vector<int>& excluded) override;
 

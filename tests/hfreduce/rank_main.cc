@@ -312,6 +312,51 @@ void ScenarioPointToPoint(Communicator& comm) {
     Status st = w->Wait();
     CHECK_OR_FAIL(st.ok(), "all-pairs send failed: %s", st.ToString().c_str());
   }
+  // From any source: every rank sends one message of tag 12 to every other; each takes them in
+  // whatever order they come and learns who sent each (every peer once). Half of the receives
+  // are posted before the barrier (waiting), half after (the messages buffered by then).
+  {
+    std::vector<std::vector<char>> outs_any;
+    std::vector<std::shared_ptr<Work>> sends_any;
+    const int early = (world - 1) / 2;
+    std::vector<std::vector<char>> ins(static_cast<std::size_t>(world - 1));
+    std::vector<int> sources(static_cast<std::size_t>(world - 1), -1);
+    std::vector<std::shared_ptr<Work>> recvs;
+    for (int i = 0; i < early; ++i) {
+      ins[i].resize(777 * 4);
+      recvs.push_back(comm.RecvAnyAsync(ins[i].data(), 777, DataType::kFloat32, 12, &sources[i]));
+    }
+    for (int peer = 0; peer < world; ++peer) {
+      if (peer == rank) continue;
+      outs_any.push_back(MakeInput(DataType::kFloat32, 500 + rank, rank, 777));
+      sends_any.push_back(
+          comm.SendAsync(outs_any.back().data(), 777, DataType::kFloat32, peer, 12));
+    }
+    for (auto& w : sends_any) {
+      Status st = w->Wait();
+      CHECK_OR_FAIL(st.ok(), "send of tag 12: %s", st.ToString().c_str());
+    }
+    Status st = comm.Barrier();
+    CHECK_OR_FAIL(st.ok(), "barrier: %s", st.ToString().c_str());
+    for (int i = early; i < world - 1; ++i) {
+      ins[i].resize(777 * 4);
+      recvs.push_back(comm.RecvAnyAsync(ins[i].data(), 777, DataType::kFloat32, 12, &sources[i]));
+    }
+    std::vector<int> seen;
+    for (std::size_t i = 0; i < recvs.size(); ++i) {
+      st = recvs[i]->Wait();
+      CHECK_OR_FAIL(st.ok() && sources[i] >= 0 && sources[i] < world && sources[i] != rank,
+                    "recv from any source: %s (source %d)", st.ToString().c_str(), sources[i]);
+      if (!st.ok() || sources[i] < 0 || sources[i] >= world) continue;
+      CHECK_OR_FAIL(ins[i] == MakeInput(DataType::kFloat32, 500 + sources[i], sources[i], 777),
+                    "recv from any source: wrong data for rank %d", sources[i]);
+      seen.push_back(sources[i]);
+    }
+    std::sort(seen.begin(), seen.end());
+    CHECK_OR_FAIL(std::adjacent_find(seen.begin(), seen.end()) == seen.end() &&
+                      static_cast<int>(seen.size()) == world - 1,
+                  "recv from any source: %zu distinct senders of %d", seen.size(), world - 1);
+  }
   // Bad peers are refused at once.
   Status bad = comm.Send(nullptr, 0, DataType::kFloat32, rank);
   CHECK_OR_FAIL(bad.code() == StatusCode::kInvalidArgument, "send to self: %s",
@@ -443,6 +488,11 @@ int ScenarioAbort(Communicator& comm) {
   }
   auto work =
       comm.AllreduceAsync(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+  // On the rank that aborts, a receive from any source no one sends to: the abort fails it too.
+  float nothing = 0;
+  int nobody = -1;
+  std::shared_ptr<Work> waiting;
+  if (comm.rank() == 0) waiting = comm.RecvAnyAsync(&nothing, 1, DataType::kFloat32, 99, &nobody);
   std::thread watchdog;
   if (comm.rank() == 0) {
     watchdog = std::thread([&] {
@@ -454,6 +504,11 @@ int ScenarioAbort(Communicator& comm) {
   const double seconds = SecondsSince(start);
   if (watchdog.joinable()) watchdog.join();
   CHECK_OR_FAIL(!st.ok(), "the collective succeeded without the last rank");
+  if (comm.rank() == 0) {
+    Status any = waiting->Wait();
+    CHECK_OR_FAIL(any.code() == StatusCode::kAborted && nobody == -1,
+                  "a receive from any source after the abort: %s", any.ToString().c_str());
+  }
   std::fprintf(stderr, "rank %d: error after %.1f s: %s\n", comm.rank(), seconds,
                st.ToString().c_str());
   // Later calls fail at once with the same cause, point-to-point included.

@@ -498,6 +498,48 @@ def check_point_to_point(c):
     for r in reqs:
         r.wait()
     c.equal("batch_isend_irecv", recv, torch.full((64,), float(left) * 2))
+    check_any_source(c)
+
+
+def check_any_source(c):
+    """recv without a source (MPI_ANY_SOURCE), as gloo does it: rank 0 takes every other rank's
+    message in whatever order they come, and learns who sent each; messages already buffered,
+    receives posted before the sends, and a receive of one source beside them."""
+    me, world = dist.get_rank(), dist.get_world_size()
+    hf = dist.distributed_c10d._get_default_group()
+    if me != 0:
+        dist.send(torch.full((1000,), float(me)), 0, tag=7)
+        dist.barrier()
+        dist.send(torch.full((10,), float(me)), 0, tag=8)  # after rank 0 posted its receives
+        dist.send(torch.arange(4) + me, 0, tag=9)  # a receive of one source waits for it
+        dist.barrier()
+        return
+    seen = []
+    for _ in range(world - 1):
+        t = torch.empty(1000)
+        src = dist.recv(t, tag=7)  # (each already arrived, or arriving)
+        seen.append(src)
+        c.equal(f"recv from any source: the message of rank {src}", t, torch.full((1000,), float(src)))
+    c.checked += 1
+    if sorted(seen) != list(range(1, world)):
+        c.failures.append(f"recv from any source: senders {seen}, expected each of 1..{world - 1} once")
+    dist.barrier()
+    bufs = [torch.empty(10) for _ in range(world - 1)]
+    works = [hf.recv_anysource([b], 8) for b in bufs]  # posted before the sends
+    specific = [torch.empty(4, dtype=torch.int64) for _ in range(world - 1)]
+    for r in range(1, world):
+        dist.recv(specific[r - 1], r, tag=9)
+        c.equal(f"recv of tag 9 from rank {r} beside receives from any source", specific[r - 1],
+                torch.arange(4) + r)
+    senders = []
+    for w, b in zip(works, bufs):
+        w.wait()
+        senders.append(w._source_rank())
+        c.equal(f"irecv from any source: rank {senders[-1]}'s message", b, torch.full((10,), float(senders[-1])))
+    c.checked += 1
+    if sorted(senders) != list(range(1, world)):
+        c.failures.append(f"irecv from any source: senders {senders}")
+    dist.barrier()
 
 
 def sparse_input(me, shape, dtype, nnz, sparse_dim=None, coalesced=True, salt=0):
@@ -575,6 +617,8 @@ def check_errors(c):
              lambda: dist.all_reduce(torch.eye(3).to_sparse(), op=dist.ReduceOp.MAX),
              ["hfreduce", "sparse", "SUM or AVG"])
     # (Other layouts, and sparse tensors in other collectives, torch's dispatcher refuses itself.)
+    c.raises("recv from any source with a negative tag", lambda: dist.recv(torch.empty(3), tag=-1),
+             ["hfreduce", "tags must be non-negative"])
     c.raises("all_gather_into_tensor of the wrong size",
              lambda: dist.all_gather_into_tensor(torch.empty(3), torch.empty(2)), ["hfreduce", "elements"])
 

@@ -148,6 +148,11 @@ class Communicator {
                                           int peer, uint32_t tag = 0) = 0;
   virtual std::shared_ptr<Work> RecvAsync(void* buf, std::size_t count, DataType type, int peer,
                                           uint32_t tag = 0) = 0;
+  // A Recv from whichever rank sends a message of `tag` first (MPI_ANY_SOURCE): the oldest
+  // buffered one, else the first to arrive from any peer. `*source` (valid until the work
+  // completes) is set to the sender before it completes successfully.
+  virtual std::shared_ptr<Work> RecvAnyAsync(void* buf, std::size_t count, DataType type,
+                                             uint32_t tag, int* source) = 0;
 
   Status Allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
     return AllreduceAsync(send, recv, count, type, op)->Wait();

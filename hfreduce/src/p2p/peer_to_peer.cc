@@ -41,8 +41,54 @@ constexpr std::size_t kMaxMessageBytes = std::size_t{1} << 40;
 // A message that arrives before its receive is posted is buffered in pieces of this size.
 constexpr std::size_t kBufferPieceBytes = std::size_t{16} << 20;
 
+// While only receives from any source are pending, a channel waits this long for a message
+// before it looks again (for expired receives, and for receives of its own).
+constexpr auto kAnySourcePoll = std::chrono::milliseconds(100);
+
 std::string Describe(std::size_t count, DataType type) {
   return std::to_string(count) + " x " + std::string(DataTypeName(type));
+}
+
+// A send or receive waiting for its channel's thread (or, from any source, for any channel's).
+struct Op {
+  void* buf = nullptr;
+  std::size_t count = 0;
+  DataType type = DataType::kUInt8;
+  uint32_t tag = 0;
+  Clock::time_point deadline;
+  std::shared_ptr<WorkImpl> work;
+  int* source = nullptr;  // a receive from any source: where its sender goes
+};
+
+// A message received before a receive of its tag was posted.
+struct Unexpected {
+  uint32_t tag = 0;
+  uint8_t dtype = 0;
+  uint64_t count = 0;
+  std::vector<char> data;
+};
+
+Status Mismatch(int rank, int peer, uint64_t count, DataType type, const Op& op) {
+  return InvalidArgument("hfreduce: rank " + std::to_string(peer) + " sent " +
+                         Describe(count, type) + " with tag " + std::to_string(op.tag) + ", rank " +
+                         std::to_string(rank) + " expected " + Describe(op.count, op.type));
+}
+
+// Copies a buffered message from `peer` into the receive posted for it.
+Status DeliverBuffered(int rank, int peer, const Op& op, const Unexpected& u) {
+  if (u.count != op.count || u.dtype != static_cast<uint8_t>(op.type)) {
+    return Mismatch(rank, peer, u.count, static_cast<DataType>(u.dtype), op);
+  }
+  const std::size_t bytes = op.count * ElementSize(op.type);
+  if (bytes > 0) {
+    if (int device = DeviceOf(op.buf); device >= 0) {
+      FF_RETURN_IF_ERROR(CopyFromHost(op.buf, u.data.data(), bytes, device));
+    } else {
+      std::memcpy(op.buf, u.data.data(), bytes);
+    }
+  }
+  if (op.source != nullptr) *op.source = peer;
+  return Status::Ok();
 }
 
 }  // namespace
@@ -56,6 +102,43 @@ struct PeerToPeer::State {
   std::map<int, std::unique_ptr<Channel>> channels FF_GUARDED_BY(mu);
   std::atomic<bool> stop{false};
   std::thread acceptor;
+  // Receives from any source, oldest first. any_mu is taken before a channel's lock, never after.
+  Mutex any_mu;
+  std::deque<Op> any FF_GUARDED_BY(any_mu);
+  std::atomic<int> any_pending{0};
+  Status any_broken FF_GUARDED_BY(any_mu);  // set by Abort: later ones fail with it
+
+  // The oldest receive from any source of `tag`, taken from the queue.
+  std::optional<Op> ClaimAny(uint32_t tag) FF_REQUIRES(any_mu) {
+    auto it = std::find_if(any.begin(), any.end(), [&](const Op& op) { return op.tag == tag; });
+    if (it == any.end()) return std::nullopt;
+    Op op = std::move(*it);
+    any.erase(it);
+    --any_pending;
+    return op;
+  }
+  // Fails the receives from any source whose deadline passed.
+  void ExpireAny() {
+    std::vector<Op> expired;
+    {
+      MutexLock lock(&any_mu);
+      const auto now = Clock::now();
+      for (auto it = any.begin(); it != any.end();) {
+        if (it->deadline > now) {
+          ++it;
+          continue;
+        }
+        expired.push_back(std::move(*it));
+        it = any.erase(it);
+        --any_pending;
+      }
+    }
+    for (Op& op : expired) {
+      op.work->Complete(DeadlineExceeded("hfreduce: rank " + std::to_string(rank) +
+                                         " waited too long for a message of tag " +
+                                         std::to_string(op.tag) + " from any rank"));
+    }
+  }
 };
 
 class PeerToPeer::Channel {
@@ -84,7 +167,7 @@ class PeerToPeer::Channel {
   std::shared_ptr<Work> Enqueue(bool send, void* buf, std::size_t count, DataType type,
                                 uint32_t tag) {
     auto work = std::make_shared<WorkImpl>();
-    Op op{buf, count, type, tag, Clock::now() + state_.timeout, work};
+    Op op{buf, count, type, tag, Clock::now() + state_.timeout, work, nullptr};
     std::optional<Unexpected> early;
     {
       MutexLock lock(&mu_);
@@ -103,12 +186,31 @@ class PeerToPeer::Channel {
       }
     }
     if (early) {
-      work->Complete(DeliverBuffered(op, *early));
+      work->Complete(DeliverBuffered(state_.rank, peer_, op, *early));
       return work;
     }
     cv_.notify_all();
     return work;
   }
+
+  // A buffered message of `tag`, taken (for a receive from any source).
+  std::optional<Unexpected> TakeUnexpected(uint32_t tag) {
+    MutexLock lock(&mu_);
+    auto it = std::find_if(unexpected_.begin(), unexpected_.end(),
+                           [&](const Unexpected& u) { return u.tag == tag; });
+    if (it == unexpected_.end()) return std::nullopt;
+    Unexpected u = std::move(*it);
+    unexpected_.erase(it);
+    return u;
+  }
+
+  // A receive from any source was posted: the receiver thread reads from now on.
+  void Wake() {
+    { MutexLock lock(&mu_); }
+    cv_.notify_all();
+  }
+
+  int peer() const { return peer_; }
 
   // Fails the queued operations with `status` and cuts the connection: the operation a loop
   // thread holds fails as the connection goes, with the same status.
@@ -139,22 +241,6 @@ class PeerToPeer::Channel {
   }
 
  private:
-  struct Op {
-    void* buf;
-    std::size_t count;
-    DataType type;
-    uint32_t tag;
-    Clock::time_point deadline;
-    std::shared_ptr<WorkImpl> work;
-  };
-  // A message received before a receive of its tag was posted.
-  struct Unexpected {
-    uint32_t tag = 0;
-    uint8_t dtype = 0;
-    uint64_t count = 0;
-    std::vector<char> data;
-  };
-
   // The connection, opening it if we are the lower rank. Returns null on stop or failure.
   Result<Connection*> Connection_(Clock::time_point deadline) {
     UniqueLock lock(&mu_);
@@ -211,23 +297,34 @@ class PeerToPeer::Channel {
     }
   }
 
-  // Reads messages while receives are pending: each goes to the oldest pending receive of its
-  // tag, or, when none is posted yet, into the unexpected queue.
+  // Reads messages while receives are pending (this channel's, or from any source): each goes to
+  // the oldest pending receive of its tag on this channel, else to the oldest from any source of
+  // its tag, else into the unexpected queue.
   void ReceiveLoop() {
     while (true) {
-      Clock::time_point deadline;
+      Clock::time_point deadline, connect_deadline;
+      bool idle_ok = false;  // only receives from any source: no message in time is no error
       {
         UniqueLock lock(&mu_);
         cv_.wait(lock, [&] {
           mu_.AssertHeld();
-          return stop_ || !recvs_.empty();
+          return stop_ || !recvs_.empty() || state_.any_pending.load() > 0;
         });
         if (stop_) return;
-        deadline = recvs_.front().deadline;
-        for (const Op& op : recvs_)
-          deadline = std::min(deadline, op.deadline);
+        if (!recvs_.empty()) {
+          deadline = recvs_.front().deadline;
+          for (const Op& op : recvs_)
+            deadline = std::min(deadline, op.deadline);
+          connect_deadline = deadline;
+        } else {
+          idle_ok = true;
+          deadline = Clock::now() + kAnySourcePoll;
+          connect_deadline = Clock::now() + state_.timeout;
+        }
       }
-      Status st = ReceiveOne(deadline);
+      Status st = ReceiveOne(deadline, connect_deadline, idle_ok);
+      if (idle_ok) state_.ExpireAny();
+      if (st.code() == StatusCode::kUnavailable && idle_ok) continue;  // nothing yet
       if (!st.ok()) {
         st = Break(st);
         std::deque<Op> failed;
@@ -250,11 +347,14 @@ class PeerToPeer::Channel {
     return broken_;
   }
 
-  Status ReceiveOne(Clock::time_point deadline) {
-    FF_ASSIGN_OR_RETURN(Connection * conn, Connection_(deadline));
+  // Reads one message, waiting for it until `deadline` (for the connection until
+  // `connect_deadline`). With `idle_ok`, no message by then returns kUnavailable.
+  Status ReceiveOne(Clock::time_point deadline, Clock::time_point connect_deadline, bool idle_ok) {
+    FF_ASSIGN_OR_RETURN(Connection * conn, Connection_(connect_deadline));
     Status readable = conn->WaitReadable(deadline);
     if (!readable.ok()) {
       if (readable.code() != StatusCode::kDeadlineExceeded) return readable;
+      if (idle_ok) return Status(StatusCode::kUnavailable, "no message yet");
       return DeadlineExceeded("hfreduce: rank " + std::to_string(state_.rank) +
                               " waited too long for a message from rank " + std::to_string(peer_));
     }
@@ -280,6 +380,10 @@ class PeerToPeer::Channel {
       }
     }
     if (!target) {
+      MutexLock any_lock(&state_.any_mu);
+      target = state_.ClaimAny(h.tag);
+    }
+    if (!target) {
       Unexpected u;
       u.tag = h.tag;
       u.dtype = h.dtype;
@@ -298,12 +402,22 @@ class PeerToPeer::Channel {
         FF_RETURN_IF_ERROR(conn->Recv(u.data.data() + got, piece));
         got += piece;
       }
-      MutexLock lock(&mu_);
-      unexpected_.push_back(std::move(u));
+      // A receive from any source posted while it arrived looked for it among the buffered
+      // messages before it was one: it takes it now.
+      std::optional<Op> late;
+      {
+        MutexLock any_lock(&state_.any_mu);
+        late = state_.ClaimAny(h.tag);
+        if (!late) {
+          MutexLock lock(&mu_);
+          unexpected_.push_back(std::move(u));
+        }
+      }
+      if (late) late->work->Complete(DeliverBuffered(state_.rank, peer_, *late, u));
       return Status::Ok();
     }
     if (h.count != target->count || h.dtype != static_cast<uint8_t>(target->type)) {
-      Status mismatch = Mismatch(h.count, type, *target);
+      Status mismatch = Mismatch(state_.rank, peer_, h.count, type, *target);
       target->work->Complete(mismatch);
       return mismatch;  // the payload is not read: the channel is broken
     }
@@ -318,29 +432,9 @@ class PeerToPeer::Channel {
       }
     }
     if (!st.ok()) st = Break(st);
+    if (st.ok() && target->source != nullptr) *target->source = peer_;
     target->work->Complete(st);
     return st;
-  }
-
-  Status Mismatch(uint64_t count, DataType type, const Op& op) const {
-    return InvalidArgument("hfreduce: rank " + std::to_string(peer_) + " sent " +
-                           Describe(count, type) + " with tag " + std::to_string(op.tag) +
-                           ", rank " + std::to_string(state_.rank) + " expected " +
-                           Describe(op.count, op.type));
-  }
-
-  // Copies a buffered message into the receive posted for it.
-  Status DeliverBuffered(const Op& op, const Unexpected& u) {
-    if (u.count != op.count || u.dtype != static_cast<uint8_t>(op.type)) {
-      return Mismatch(u.count, static_cast<DataType>(u.dtype), op);
-    }
-    const std::size_t bytes = op.count * ElementSize(op.type);
-    if (bytes == 0) return Status::Ok();
-    if (int device = DeviceOf(op.buf); device >= 0) {
-      return CopyFromHost(op.buf, u.data.data(), bytes, device);
-    }
-    std::memcpy(op.buf, u.data.data(), bytes);
-    return Status::Ok();
   }
 
   Status DoSend(const Op& op) {
@@ -385,11 +479,27 @@ PeerToPeer::~PeerToPeer() {
   state_->stop = true;
   state_->listener->Shutdown();  // the acceptor returns now, not at its next poll
   state_->acceptor.join();
-  MutexLock lock(&state_->mu);
-  state_->channels.clear();
+  {
+    MutexLock lock(&state_->mu);
+    state_->channels.clear();
+  }
+  FailAny(Status(StatusCode::kCancelled, "hfreduce: communicator destroyed"));
+}
+
+void PeerToPeer::FailAny(const Status& status) {
+  std::deque<Op> failed;
+  {
+    MutexLock lock(&state_->any_mu);
+    if (state_->any_broken.ok()) state_->any_broken = status;
+    failed.swap(state_->any);
+    state_->any_pending = 0;
+  }
+  for (Op& op : failed)
+    op.work->Complete(status);
 }
 
 void PeerToPeer::Abort(const Status& status) {
+  FailAny(status);
   MutexLock lock(&state_->mu);
   for (auto& [peer, channel] : state_->channels)
     channel->Abort(status);
@@ -427,6 +537,43 @@ std::shared_ptr<Work> PeerToPeer::Send(const void* buf, std::size_t count, DataT
 std::shared_ptr<Work> PeerToPeer::Recv(void* buf, std::size_t count, DataType type, int peer,
                                        uint32_t tag) {
   return ChannelTo(peer).Enqueue(false, buf, count, type, tag);
+}
+
+std::shared_ptr<Work> PeerToPeer::RecvAny(void* buf, std::size_t count, DataType type, uint32_t tag,
+                                          int* source) {
+  auto work = std::make_shared<WorkImpl>();
+  Op op{buf, count, type, tag, Clock::now() + state_->timeout, work, source};
+  std::vector<Channel*> peers;
+  for (int p = 0; p < static_cast<int>(state_->addresses.size()); ++p) {
+    if (p != state_->rank) peers.push_back(&ChannelTo(p));
+  }
+  std::optional<Unexpected> early;
+  int from = -1;
+  {
+    MutexLock lock(&state_->any_mu);
+    if (!state_->any_broken.ok()) {
+      work->Complete(state_->any_broken);
+      return work;
+    }
+    // A message of its tag already buffered (from the lowest rank that has one).
+    for (Channel* c : peers) {
+      if ((early = c->TakeUnexpected(tag))) {
+        from = c->peer();
+        break;
+      }
+    }
+    if (!early) {
+      state_->any.push_back(std::move(op));
+      ++state_->any_pending;
+    }
+  }
+  if (early) {
+    work->Complete(DeliverBuffered(state_->rank, from, op, *early));
+    return work;
+  }
+  for (Channel* c : peers)
+    c->Wake();
+  return work;
 }
 
 }  // namespace ff::hfreduce

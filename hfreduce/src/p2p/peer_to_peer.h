@@ -4,6 +4,9 @@
 // takes the oldest message of its tag (messages whose receive is not posted yet are buffered). A
 // receive must match its send in count and type, else both fail.
 //
+// A receive from any source waits in one queue shared by the channels; each channel reading a
+// message of its tag with no receive of its own posted claims it.
+//
 // Sends to one peer run in order on that peer's sender thread, receives from one peer in order on
 // its receiver thread, so traffic with different peers proceeds in parallel. Thread-safe.
 #pragma once
@@ -28,6 +31,11 @@ class PeerToPeer {
   std::shared_ptr<Work> Send(const void* buf, std::size_t count, DataType type, int peer,
                              uint32_t tag);
   std::shared_ptr<Work> Recv(void* buf, std::size_t count, DataType type, int peer, uint32_t tag);
+  // From any peer (Communicator::RecvAnyAsync). While one is pending, every peer's channel reads
+  // (the lower rank opening each connection, as for a Recv), and the first message of its tag
+  // from any of them is delivered to it; a buffered one is taken first.
+  std::shared_ptr<Work> RecvAny(void* buf, std::size_t count, DataType type, uint32_t tag,
+                                int* source);
   // Fails every pending operation with `status` and cuts every connection; later operations fail
   // with it too. Never blocks on a peer.
   void Abort(const Status& status);
@@ -36,6 +44,8 @@ class PeerToPeer {
   class Channel;
   Channel& ChannelTo(int peer);
   void AcceptLoop();
+  // Fails every pending receive from any source, and later ones, with `status`.
+  void FailAny(const Status& status);
 
   struct State;
   std::unique_ptr<State> state_;
