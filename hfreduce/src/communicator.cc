@@ -29,6 +29,10 @@ using Clock = std::chrono::steady_clock;
 // already; a neighbour killed outright publishes nothing, and this is what its loss costs on top).
 constexpr std::chrono::milliseconds kFailureLookup{500};
 
+// The latency path's default limit (CommunicatorOptions::small_bytes; hfreduce/README.md says
+// how it was measured).
+constexpr int64_t kDefaultSmallBytes = 1 << 20;
+
 Status ParseEnvInt(const char* name, int64_t min, int64_t max, int64_t* out, bool required) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') {
@@ -82,6 +86,9 @@ Status Validate(const CommunicatorOptions& o) {
   }
   if (o.pipeline_depth < 2 || o.pipeline_depth > 64) {
     return InvalidArgument("hfreduce: pipeline_depth must be in 2..64");
+  }
+  if (o.small_bytes < -1 || o.small_bytes > static_cast<int64_t>(kSmallBytes)) {
+    return InvalidArgument("hfreduce: small_bytes must be in 0.." + std::to_string(kSmallBytes));
   }
   if (o.timeout.count() <= 0) return InvalidArgument("hfreduce: timeout must be positive");
   if (o.dscp < -1 || o.dscp > 63) return InvalidArgument("hfreduce: dscp must be in 0..63");
@@ -517,6 +524,14 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, Store& s
     FF_ASSIGN_OR_RETURN(segment_,
                         NodeSegment::Create("hfreduce-n" + std::to_string(node_index_), local_size_,
                                             options.pipeline_depth, options.chunk_bytes));
+    // The latency path's limit: one value for the node, read by every local rank from here.
+    int64_t small = options.small_bytes;
+    if (small < 0) {
+      small = kDefaultSmallBytes;
+      FF_RETURN_IF_ERROR(
+          ParseEnvInt("HFREDUCE_SMALL_BYTES", 0, static_cast<int64_t>(kSmallBytes), &small, false));
+    }
+    segment_->header().small_bytes = static_cast<uint32_t>(small);
     FF_RETURN_IF_ERROR(store.Set(node_key + "/shm", segment_->path()));
     if (local_size_ > 1) {
       std::vector<std::string> opened;

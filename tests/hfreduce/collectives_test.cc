@@ -167,6 +167,20 @@ TEST(HfreduceFailureTest, KilledRankMakesTheOthersFailWithinTheTimeout) {
   }
 }
 
+// The same on one node, where small allreduces take the latency path (no leader's reducer): the
+// leader sees its local rank die and aborts the node, well before the timeout.
+TEST(HfreduceFailureTest, KilledRankFailsTheLatencyPathOnItsNode) {
+  auto start = std::chrono::steady_clock::now();
+  auto results = Launch(1, 3, "kill-small", {{"HFREDUCE_TIMEOUT_MS", "60000"}}, 60s);
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(results.back().exit_code, 42);
+  for (std::size_t r = 0; r + 1 < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].stderr_text;
+    EXPECT_THAT(results[r].stderr_text, HasSubstr("exited during a collective"));
+  }
+  EXPECT_LT(elapsed, 30s) << "the survivors waited for the timeout";
+}
+
 TEST(HfreduceMembershipTest, AbortFailsEveryPendingCollectiveAtOnceOnEveryNode) {
   // 2 nodes x 2 ranks; rank 3 hangs, rank 0 aborts after 0.3 s. The timeout is 60 s: the others
   // must fail within a few seconds, naming the abort's reason, the other node included.

@@ -444,8 +444,9 @@ int ScenarioMismatch(Communicator& comm) {
 }
 
 // The last rank dies in the middle of a run of collectives; the others must fail cleanly.
-int ScenarioKill(Communicator& comm) {
-  std::vector<float> buf(1 << 20, 1.0f);
+// `count`: 4 MiB of floats (the pipeline), or 1000 (on one node, the latency path).
+int ScenarioKill(Communicator& comm, std::size_t count) {
+  std::vector<float> buf(count, 1.0f);
   for (int i = 0; i < 3; ++i) {
     (void)comm.Allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
   }
@@ -698,7 +699,9 @@ int main(int argc, char** argv) {
   } else if (scenario == "mismatch") {
     return ScenarioMismatch(**comm);
   } else if (scenario == "kill") {
-    return ScenarioKill(**comm);
+    return ScenarioKill(**comm, std::size_t{1} << 20);
+  } else if (scenario == "kill-small") {
+    return ScenarioKill(**comm, 1000);
   } else if (scenario == "abort") {
     return ScenarioAbort(**comm);
   } else if (scenario == "shrink-bad") {

@@ -73,6 +73,10 @@ struct CommunicatorOptions {
   // Pipeline geometry: bytes per chunk and chunks in flight per stage.
   std::size_t chunk_bytes = std::size_t{1} << 20;
   int pipeline_depth = 8;
+  // The latency path: an allreduce of at most this many bytes a rank, on a world of one node,
+  // skips the pipeline (each rank sums the node's inputs itself from shared memory). 0 turns it
+  // off; at most 1 MiB. -1: $HFREDUCE_SMALL_BYTES, else the default, 1 MiB (hfreduce/README.md).
+  int64_t small_bytes = -1;
   // Marks on the wire of the inter-node connections (common/traffic.h): the DSCP of TCP
   // connections (0..63) and the InfiniBand service level of verbs queue pairs (0..15); -1 takes
   // the process's [traffic] mapping (hfreduce: DSCP 34, SL 1 by default).

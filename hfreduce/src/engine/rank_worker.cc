@@ -1,12 +1,41 @@
 #include "engine/rank_worker.h"
 
+#include <sched.h>
+
 #include <cstring>
 
 #include "engine/device_copy.h"
+#include "reduce/kernels.h"
 
 namespace ff::hfreduce {
+namespace {
+// How long the latency path looks for the other ranks, yielding, before it sleeps; and how long
+// a waiter looks for its work to complete, and an idle worker after a latency-path operation
+// for the next one.
+constexpr std::chrono::microseconds kSmallYield{200};
+constexpr std::chrono::microseconds kIdleYield{200};
+}  // namespace
+
+void WorkImpl::SetHelper(std::function<void()> help) {
+  MutexLock lock(&mu_);
+  if (!done_) helper_ = std::move(help);
+}
+
+std::function<void()> WorkImpl::TakeHelper() {
+  MutexLock lock(&mu_);
+  std::function<void()> help;
+  help.swap(helper_);
+  return help;
+}
 
 Status WorkImpl::Wait() {
+  if (std::function<void()> help = TakeHelper()) help();
+  // Short operations (the latency path) complete within microseconds: look, yielding the CPU,
+  // before sleeping (a wake-up from the condition variable costs more than they do).
+  const auto until = std::chrono::steady_clock::now() + kIdleYield;
+  while (!done_flag_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+    sched_yield();
+  }
   UniqueLock lock(&mu_);
   done_cv_.wait(lock, [&] {
     mu_.AssertHeld();
@@ -38,6 +67,8 @@ void WorkImpl::Complete(Status status) {
     if (done_) return;
     status_ = std::move(status);
     done_ = true;
+    helper_ = nullptr;
+    done_flag_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
     done_cv_.notify_all();
   }
@@ -72,35 +103,95 @@ RankWorker::~RankWorker() {
 
 std::shared_ptr<Work> RankWorker::Submit(OpDesc desc, const void* send, void* recv, void* stream) {
   auto work = std::make_shared<WorkImpl>();
+  Pending p{desc, send, recv, stream, work, false, 0, false, nullptr};
   {
     MutexLock lock(&mu_);
-    desc.op_seq = next_op_seq_++;
-    queue_.push_back(Pending{desc, send, recv, stream, work});
+    p.small = Small(desc);
+    // (The pipeline's numbering, which the engine follows: the latency path has its own.)
+    if (!p.small) p.desc.op_seq = next_op_seq_++;
+    if (!p.small || running_ || !queue_.empty()) {
+      queue_.push_back(std::move(p));
+      submitted_.fetch_add(1, std::memory_order_release);
+      cv_.notify_all();
+      return work;
+    }
+    running_ = true;  // the worker is idle: this thread takes the turn to post
+  }
+  p.small_seq = next_small_++;
+  Status st = seg_.AbortStatus();
+  if (st.ok()) st = PostSmall(p);
+  if (st.ok()) {
+    p.posted = true;
+    p.claim = std::make_shared<std::atomic<bool>>(false);
+    work->SetHelper([this, p] { TryFinish(p); });
+  }
+  {
+    MutexLock lock(&mu_);
+    running_ = false;
+    // Finished by the worker (first in line: ops submitted meanwhile follow it) or the waiter.
+    if (st.ok()) {
+      queue_.push_front(p);
+      submitted_.fetch_add(1, std::memory_order_release);
+    }
   }
   cv_.notify_all();
+  if (!st.ok()) work->Complete(st);
   return work;
 }
 
+bool RankWorker::TryFinish(const Pending& p) {
+  bool expected = false;
+  if (!p.claim->compare_exchange_strong(expected, true, std::memory_order_acq_rel)) return false;
+  Status st = seg_.AbortStatus();
+  if (st.ok()) st = FinishSmall(p);
+  p.work->Complete(st);
+  return true;
+}
+
 void RankWorker::Run() {
+  bool was_small = false;
+  uint32_t taken = 0;
   while (true) {
     Pending p;
+    if (was_small) {  // the next one often follows at once (a loop of small allreduces)
+      const auto until = std::chrono::steady_clock::now() + kIdleYield;
+      while (submitted_.load(std::memory_order_acquire) == taken &&
+             std::chrono::steady_clock::now() < until) {
+        sched_yield();
+      }
+    }
     {
       UniqueLock lock(&mu_);
       cv_.wait(lock, [&] {
         mu_.AssertHeld();
-        return stop_ || !queue_.empty();
+        return stop_ || (!queue_.empty() && !running_);
       });
       if (stop_) return;
       p = queue_.front();
       queue_.pop_front();
+      running_ = true;
+      ++taken;
     }
-    Status st = seg_.AbortStatus();
-    if (st.ok()) {
-      OpPlan plan = MakePlan(p.desc, next_chunk_, chunk_bytes_, world_size_);
-      next_chunk_ += plan.num_chunks;
-      st = Execute(plan, p.send, p.recv, p.stream);
+    was_small = p.small;
+    if (p.posted) {
+      // Posted by its caller: finished here, unless a waiting caller is at it (then the next
+      // operation waits for it).
+      if (!TryFinish(p)) (void)p.work->Wait();
+    } else {
+      Status st = seg_.AbortStatus();
+      if (st.ok() && p.small) {
+        p.small_seq = next_small_++;
+        st = PostSmall(p);
+        if (st.ok()) st = FinishSmall(p);
+      } else if (st.ok()) {
+        OpPlan plan = MakePlan(p.desc, next_chunk_, chunk_bytes_, world_size_);
+        next_chunk_ += plan.num_chunks;
+        st = Execute(plan, p.send, p.recv, p.stream);
+      }
+      p.work->Complete(st);
     }
-    p.work->Complete(st);
+    MutexLock lock(&mu_);
+    running_ = false;
   }
 }
 
@@ -194,6 +285,121 @@ Status RankWorker::Execute(const OpPlan& plan, const void* send, void* recv, voi
                                        }));
     }
   }
+  return Status::Ok();
+}
+
+bool RankWorker::Small(const OpDesc& desc) const {
+  if (world_size_ != seg_.local_size() || world_size_ < 2 || seg_.header().small_bytes == 0) {
+    return false;
+  }
+  const auto kind = static_cast<CollectiveKind>(desc.kind);
+  const std::size_t bytes = desc.count * ElementSize(static_cast<DataType>(desc.dtype));
+  return kind == CollectiveKind::kBarrier ||
+         (kind == CollectiveKind::kAllreduce && bytes > 0 && bytes <= seg_.header().small_bytes &&
+          bytes <= kSmallBytes);
+}
+
+std::function<std::string()> RankWorker::DescribeSmallWait(const OpDesc& desc, bool reading) {
+  return [this, desc, reading] {
+    NodeHeader& h = seg_.header();
+    std::string missing;
+    for (int lr = 0; lr < seg_.local_size(); ++lr) {
+      const auto& r = h.ranks[lr];
+      const uint32_t have =
+          (reading ? r.small_read : r.small_posted).load(std::memory_order_acquire);
+      if (!StampReached(have, reading ? desc.op_seq - 2 : desc.op_seq)) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(lr);
+      }
+    }
+    return std::string(reading ? "the buffers" : "the inputs") + " of " + DescribeOp(desc) +
+           " (operation " + std::to_string(desc.op_seq) + " of the latency path) on rank " +
+           std::to_string(rank_) + "; local ranks not there: " + missing;
+  };
+}
+
+Status RankWorker::PostSmall(const Pending& p) {
+  NodeHeader& h = seg_.header();
+  const int local = seg_.local_size();
+  const uint32_t seq = p.small_seq;
+  const int parity = static_cast<int>(seq & 1);
+  OpDesc desc = p.desc;
+  desc.op_seq = seq;
+  const std::size_t bytes = desc.count * ElementSize(static_cast<DataType>(desc.dtype));
+  // Buffer `parity` last held operation seq - 2: every rank must have read it (they have, by
+  // the time this rank finished seq - 1, unless it never waited for it).
+  auto all_read = [&] {
+    for (int lr = 0; lr < local; ++lr) {
+      if (!StampReached(h.ranks[lr].small_read.load(std::memory_order_acquire), seq - 2)) {
+        return false;
+      }
+    }
+    return true;
+  };
+  FF_RETURN_IF_ERROR(waiter_.Until(all_read, Waiter::Clock::now() + timeout_,
+                                   DescribeSmallWait(desc, true), true, kSmallYield,
+                                   &h.small_doorbell));
+  RankSlot& me = h.ranks[local_rank_];
+  if (bytes > 0) {
+    FF_RETURN_IF_ERROR(
+        CopyToHost(seg_.small(local_rank_, parity), p.send, bytes, DeviceOf(p.send), p.stream));
+  }
+  me.small_desc[parity] = desc;
+  me.small_posted.store(seq, std::memory_order_release);
+  h.small_doorbell.Ring();
+  return Status::Ok();
+}
+
+Status RankWorker::FinishSmall(const Pending& p) {
+  NodeHeader& h = seg_.header();
+  const int local = seg_.local_size();
+  const uint32_t seq = p.small_seq;
+  const int parity = static_cast<int>(seq & 1);
+  OpDesc desc = p.desc;
+  desc.op_seq = seq;
+  const auto type = static_cast<DataType>(desc.dtype);
+  const std::size_t bytes = desc.count * ElementSize(type);
+  auto all_posted = [&] {
+    for (int lr = 0; lr < local; ++lr) {
+      if (!StampReached(h.ranks[lr].small_posted.load(std::memory_order_acquire), seq)) {
+        return false;
+      }
+    }
+    return true;
+  };
+  FF_RETURN_IF_ERROR(waiter_.Until(all_posted, Waiter::Clock::now() + timeout_,
+                                   DescribeSmallWait(desc, false), true, kSmallYield,
+                                   &h.small_doorbell));
+  const void* inputs[kMaxLocalRanks];
+  for (int lr = 0; lr < local; ++lr) {
+    const OpDesc theirs = h.ranks[lr].small_desc[parity];
+    if (!(theirs == desc)) {
+      seg_.Abort(InvalidArgument("hfreduce: ranks disagree on operation " + std::to_string(seq) +
+                                 " of the latency path: rank " + std::to_string(rank_) +
+                                 " called " + DescribeOp(desc) + ", local rank " +
+                                 std::to_string(lr) + " called " + DescribeOp(theirs)));
+      return seg_.AbortStatus();
+    }
+    inputs[lr] = seg_.small(lr, parity);
+  }
+  RankSlot& me = h.ranks[local_rank_];
+  if (static_cast<CollectiveKind>(desc.kind) == CollectiveKind::kBarrier) {
+    me.small_read.store(seq, std::memory_order_release);  // (nothing to read)
+    h.small_doorbell.Ring();
+    return Status::Ok();
+  }
+  const int device = DeviceOf(p.recv);
+  void* out = p.recv;
+  if (device >= 0) {
+    small_out_.resize(bytes);
+    out = small_out_.data();
+  }
+  const auto op = static_cast<ReduceOp>(desc.redop);
+  Reduce(type, op == ReduceOp::kAvg ? ReduceOp::kSum : op, inputs, local, out, desc.count);
+  // Every input is read: the others may reuse this parity's buffers.
+  me.small_read.store(seq, std::memory_order_release);
+  h.small_doorbell.Ring();
+  if (op == ReduceOp::kAvg) DivideInPlace(type, out, desc.count, world_size_);
+  if (device >= 0) FF_RETURN_IF_ERROR(CopyFromHost(p.recv, out, bytes, device, p.stream));
   return Status::Ok();
 }
 

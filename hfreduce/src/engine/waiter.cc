@@ -1,6 +1,7 @@
 #include "engine/waiter.h"
 
 #include <immintrin.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <cerrno>
@@ -37,12 +38,20 @@ Status Waiter::CheckPeers() {
 }
 
 Status Waiter::Until(const std::function<bool()>& pred, Clock::time_point deadline,
-                     const std::function<std::string()>& what, bool check_peers) {
-  Doorbell& bell = segment_.header().doorbell;
+                     const std::function<std::string()>& what, bool check_peers,
+                     std::chrono::microseconds yield_for, Doorbell* which) {
+  Doorbell& bell = which != nullptr ? *which : segment_.header().doorbell;
   // A short spin first: most waits in a running pipeline end within microseconds.
   for (int i = 0; i < 64; ++i) {
     if (pred()) return Status::Ok();
     _mm_pause();
+  }
+  if (yield_for.count() > 0) {
+    const auto until = Clock::now() + yield_for;
+    do {
+      sched_yield();
+      if (pred()) return Status::Ok();
+    } while (Clock::now() < until && !segment_.aborted());
   }
   auto next_check = Clock::now() + std::chrono::milliseconds(100);
   while (true) {

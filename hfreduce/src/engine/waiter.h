@@ -26,8 +26,13 @@ class Waiter {
   // or (with `check_peers`) a watched process dies; fails with the node's abort status when it
   // has been aborted. `what` describes the wait for the timeout message. Waits between
   // operations pass check_peers = false: a rank that finished and exited is not a failure then.
+  // `yield_for`: after the short spin, keep looking this long, yielding the CPU between looks,
+  // before sleeping on the doorbell (the latency path: a wake-up from the futex costs more than
+  // the whole operation, and the rank it waits for may need this very core).
   Status Until(const std::function<bool()>& pred, Clock::time_point deadline,
-               const std::function<std::string()>& what, bool check_peers = true);
+               const std::function<std::string()>& what, bool check_peers = true,
+               std::chrono::microseconds yield_for = std::chrono::microseconds(0),
+               Doorbell* bell = nullptr);  // null: the segment's doorbell
 
   // Checks the watched processes now; aborts the node and fails if one has died.
   Status CheckPeers();

@@ -14,7 +14,7 @@ namespace ff::hfreduce {
 namespace {
 
 constexpr uint64_t kMagic = 0x4846526564756365ull;  // "HFReduce"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr std::size_t kPage = 4096;
 
 std::size_t RoundUp(std::size_t n, std::size_t to) {
@@ -31,7 +31,8 @@ Geometry Compute(int local_size, int slots, std::size_t slot_bytes) {
   std::size_t stamps =
       sizeof(std::atomic<uint32_t>) * (static_cast<std::size_t>(local_size) * slots + 3 * slots);
   g.data_offset = RoundUp(g.stamps_offset + stamps, kPage);
-  g.total = g.data_offset + (static_cast<std::size_t>(local_size) + 1) * slots * slot_bytes;
+  g.total = g.data_offset + (static_cast<std::size_t>(local_size) + 1) * slots * slot_bytes +
+            static_cast<std::size_t>(local_size) * 2 * kSmallBytes;
   return g;
 }
 
@@ -68,6 +69,7 @@ void NodeSegment::Bind() {
   result_pending_ = result_filled_ + slots();
   inputs_ = base_ + g.data_offset;
   results_ = inputs_ + static_cast<std::size_t>(local_size()) * slots() * slot_bytes();
+  smalls_ = results_ + static_cast<std::size_t>(slots()) * slot_bytes();
 }
 
 Result<std::unique_ptr<NodeSegment>> NodeSegment::Create(const std::string& label, int local_size,
@@ -145,6 +147,7 @@ void NodeSegment::Abort(const Status& status) {
     header_->aborted.store(2, std::memory_order_release);  // reason complete
   }
   header_->doorbell.Ring();
+  header_->small_doorbell.Ring();
 }
 
 Status NodeSegment::AbortStatus() const {

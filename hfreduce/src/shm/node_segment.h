@@ -7,6 +7,8 @@
 //                      "result filled" and "result pending"
 //   input slots        [local_size][slots][slot_bytes]: each rank's copy-in ring
 //   result slots       [slots][slot_bytes]: the node's results, copied out by every rank
+//   small buffers      [local_size][2][kSmallBytes]: the latency path's inputs (one-node
+//                      allreduces of at most kSmallBytes; RankWorker::ExecuteSmall)
 //
 // Chunks are numbered by a global counter g (never reset between operations) and use slot
 // g % slots. Stamps hold g + 1 of the chunk a slot last held, so waits compare stamps to the
@@ -25,6 +27,8 @@
 namespace ff::hfreduce {
 
 constexpr int kMaxLocalRanks = 64;
+// The largest allreduce the latency path takes (each rank's input, in each of two buffers).
+constexpr std::size_t kSmallBytes = std::size_t{1} << 20;
 
 // What one rank asked of an operation; all ranks must ask the same.
 struct OpDesc {
@@ -44,6 +48,13 @@ struct alignas(64) RankSlot {
   std::atomic<uint32_t> desc_seq{0};  // op_seq of `desc`, stored after `desc` is written
   OpDesc desc;
   std::atomic<int32_t> pid{0};
+  // The latency path: the rank's small operations are numbered 1, 2, ... (small_desc.op_seq);
+  // `small_posted` is the last whose input (and small_desc of its parity) it wrote, `small_read`
+  // the last whose every input it has read. A rank may be one operation ahead of another, never
+  // two: buffers and descriptors come in two, by the operation's parity.
+  alignas(64) std::atomic<uint32_t> small_posted{0};
+  std::atomic<uint32_t> small_read{0};
+  OpDesc small_desc[2];
 };
 
 struct alignas(64) NodeHeader {
@@ -51,9 +62,12 @@ struct alignas(64) NodeHeader {
   uint32_t version;
   uint32_t local_size;
   uint32_t slots;
-  uint32_t reserved;
+  uint32_t small_bytes;  // the latency path's limit for this node (0: off), set by the leader
   uint64_t slot_bytes;
   alignas(64) Doorbell doorbell;
+  // The latency path's own: its rings must not wake the leader's reducer and network threads,
+  // which sleep on `doorbell` between operations (a wake-up costs more than a small allreduce).
+  alignas(64) Doorbell small_doorbell;
   alignas(64) std::atomic<uint32_t> aborted;  // 0 healthy, 1 aborting, 2 reason written
   int32_t abort_code;                         // a StatusCode
   char abort_reason[512];
@@ -93,6 +107,10 @@ class NodeSegment {
     return inputs_ + (static_cast<std::size_t>(local_rank) * slots() + slot) * slot_bytes();
   }
   char* result(int slot) { return results_ + static_cast<std::size_t>(slot) * slot_bytes(); }
+  // Local rank `local_rank`'s input buffer `parity` (0 or 1) of the latency path.
+  char* small(int local_rank, int parity) {
+    return smalls_ + (static_cast<std::size_t>(local_rank) * 2 + parity) * kSmallBytes;
+  }
 
   // Marks the node's operations failed (the first status wins) and rings the doorbell.
   void Abort(const Status& status);
@@ -115,6 +133,7 @@ class NodeSegment {
   std::atomic<uint32_t>* result_pending_ = nullptr;
   char* inputs_ = nullptr;
   char* results_ = nullptr;
+  char* smalls_ = nullptr;
 };
 
 // True when stamp `have` (g + 1 of the chunk held) is at or past `want`, in wrapping arithmetic.
