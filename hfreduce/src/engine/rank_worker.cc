@@ -299,15 +299,24 @@ bool RankWorker::Small(const OpDesc& desc) const {
           bytes <= kSmallBytes);
 }
 
-std::function<std::string()> RankWorker::DescribeSmallWait(const OpDesc& desc, bool reading) {
-  return [this, desc, reading] {
-    NodeHeader& h = seg_.header();
+bool RankWorker::SmallReached(int local_rank, uint32_t seq, bool reading) {
+  const RankSlot& r = seg_.header().ranks[local_rank];
+  return reading ? StampReached(r.small_read.load(std::memory_order_acquire), seq - 2)
+                 : StampReached(r.small_posted.load(std::memory_order_acquire), seq);
+}
+
+Status RankWorker::WaitSmall(const OpDesc& desc, bool reading) {
+  const int local = seg_.local_size();
+  auto reached = [&] {
+    for (int lr = 0; lr < local; ++lr) {
+      if (!SmallReached(lr, desc.op_seq, reading)) return false;
+    }
+    return true;
+  };
+  auto what = [&] {
     std::string missing;
-    for (int lr = 0; lr < seg_.local_size(); ++lr) {
-      const auto& r = h.ranks[lr];
-      const uint32_t have =
-          (reading ? r.small_read : r.small_posted).load(std::memory_order_acquire);
-      if (!StampReached(have, reading ? desc.op_seq - 2 : desc.op_seq)) {
+    for (int lr = 0; lr < local; ++lr) {
+      if (!SmallReached(lr, desc.op_seq, reading)) {
         missing += (missing.empty() ? "" : ", ") + std::to_string(lr);
       }
     }
@@ -315,11 +324,12 @@ std::function<std::string()> RankWorker::DescribeSmallWait(const OpDesc& desc, b
            " (operation " + std::to_string(desc.op_seq) + " of the latency path) on rank " +
            std::to_string(rank_) + "; local ranks not there: " + missing;
   };
+  return waiter_.Until(reached, Waiter::Clock::now() + timeout_, what, true, kSmallYield,
+                       &seg_.header().small_doorbell);
 }
 
 Status RankWorker::PostSmall(const Pending& p) {
   NodeHeader& h = seg_.header();
-  const int local = seg_.local_size();
   const uint32_t seq = p.small_seq;
   const int parity = static_cast<int>(seq & 1);
   OpDesc desc = p.desc;
@@ -327,17 +337,7 @@ Status RankWorker::PostSmall(const Pending& p) {
   const std::size_t bytes = desc.count * ElementSize(static_cast<DataType>(desc.dtype));
   // Buffer `parity` last held operation seq - 2: every rank must have read it (they have, by
   // the time this rank finished seq - 1, unless it never waited for it).
-  auto all_read = [&] {
-    for (int lr = 0; lr < local; ++lr) {
-      if (!StampReached(h.ranks[lr].small_read.load(std::memory_order_acquire), seq - 2)) {
-        return false;
-      }
-    }
-    return true;
-  };
-  FF_RETURN_IF_ERROR(waiter_.Until(all_read, Waiter::Clock::now() + timeout_,
-                                   DescribeSmallWait(desc, true), true, kSmallYield,
-                                   &h.small_doorbell));
+  FF_RETURN_IF_ERROR(WaitSmall(desc, true));
   RankSlot& me = h.ranks[local_rank_];
   if (bytes > 0) {
     FF_RETURN_IF_ERROR(
@@ -358,17 +358,7 @@ Status RankWorker::FinishSmall(const Pending& p) {
   desc.op_seq = seq;
   const auto type = static_cast<DataType>(desc.dtype);
   const std::size_t bytes = desc.count * ElementSize(type);
-  auto all_posted = [&] {
-    for (int lr = 0; lr < local; ++lr) {
-      if (!StampReached(h.ranks[lr].small_posted.load(std::memory_order_acquire), seq)) {
-        return false;
-      }
-    }
-    return true;
-  };
-  FF_RETURN_IF_ERROR(waiter_.Until(all_posted, Waiter::Clock::now() + timeout_,
-                                   DescribeSmallWait(desc, false), true, kSmallYield,
-                                   &h.small_doorbell));
+  FF_RETURN_IF_ERROR(WaitSmall(desc, false));
   const void* inputs[kMaxLocalRanks];
   for (int lr = 0; lr < local; ++lr) {
     const OpDesc theirs = h.ranks[lr].small_desc[parity];

@@ -82,9 +82,11 @@ class RankWorker {
   Status FinishSmall(const Pending& p);
   // Finishes `p` unless another thread claimed it first; true if this one did.
   bool TryFinish(const Pending& p);
-  // What a latency-path wait waits for, for its timeout message: the other ranks' reading of
-  // the buffers (`reading`), or their inputs.
-  std::function<std::string()> DescribeSmallWait(const OpDesc& desc, bool reading);
+  // Waits until every local rank has read the buffers of desc.op_seq's parity (`reading`: they
+  // held op_seq - 2), or has posted its input of desc.op_seq; the timeout's message names the
+  // local ranks not there.
+  Status WaitSmall(const OpDesc& desc, bool reading);
+  bool SmallReached(int local_rank, uint32_t seq, bool reading);
   // `device`: DeviceOf() the caller's buffer.
   Status CopyIn(const OpPlan& plan, uint32_t c, const void* send, int device, void* stream,
                 char* slot);
