@@ -167,6 +167,18 @@ TEST(HfreduceFailureTest, KilledRankMakesTheOthersFailWithinTheTimeout) {
   }
 }
 
+TEST(HfreduceFailureTest, ReceiveFromAnySourceTimesOutAloneAndTheRestGoesOn) {
+  for (Layout layout : {Layout{1, 3}, Layout{3, 1}}) {
+    auto results =
+        Launch(layout.nodes, layout.local, "any-source-timeout", {{"HFREDUCE_TIMEOUT_MS", "2000"}});
+    for (std::size_t r = 0; r < results.size(); ++r) {
+      EXPECT_EQ(results[r].exit_code, 0)
+          << layout.nodes << "x" << layout.local << " rank " << r << ":\n"
+          << results[r].stderr_text;
+    }
+  }
+}
+
 // The same on one node, where small allreduces take the latency path (no leader's reducer): the
 // leader sees its local rank die and aborts the node, well before the timeout.
 TEST(HfreduceFailureTest, KilledRankFailsTheLatencyPathOnItsNode) {

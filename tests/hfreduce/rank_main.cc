@@ -443,6 +443,42 @@ int ScenarioMismatch(Communicator& comm) {
   return 0;
 }
 
+// A receive from any source that nobody sends to fails at the timeout, naming its tag, and only
+// it: a receive of a named source posted beside it, whose message comes, succeeds, and the
+// communicator still works afterwards.
+int ScenarioAnySourceTimeout(Communicator& comm) {
+  const int rank = comm.rank();
+  if (rank == 0) {
+    float nothing = 0, got = 0;
+    int source = -1;
+    auto start = std::chrono::steady_clock::now();
+    auto waiting = comm.RecvAnyAsync(&nothing, 1, DataType::kFloat32, 5, &source);
+    Status st = comm.Recv(&got, 1, DataType::kFloat32, 1, 6);
+    CHECK_OR_FAIL(st.ok() && got == 1.0f, "the named receive beside it: %s", st.ToString().c_str());
+    st = waiting->Wait();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK_OR_FAIL(st.code() == StatusCode::kDeadlineExceeded &&
+                      st.message().find("of tag 5 from any rank") != std::string::npos &&
+                      source == -1,
+                  "a receive from any source nobody sends to: %s", st.ToString().c_str());
+    CHECK_OR_FAIL(seconds > 1.0 && seconds < 10.0, "it failed after %.1f s (timeout 2 s)", seconds);
+  } else if (rank == 1) {
+    float one = 1.0f;
+    Status st = comm.Send(&one, 1, DataType::kFloat32, 0, 6);
+    CHECK_OR_FAIL(st.ok(), "send: %s", st.ToString().c_str());
+  }
+  // (The others give rank 0 its 2 s timeout first: the collective's own is 2 s too.)
+  if (rank != 0) usleep(2500000);
+  // The communicator is healthy: a collective after it succeeds on every rank.
+  std::vector<float> buf(10, 1.0f);
+  Status st =
+      comm.Allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+  CHECK_OR_FAIL(st.ok() && buf[9] == comm.world_size(), "allreduce after it: %s",
+                st.ToString().c_str());
+  return failures;
+}
+
 // The last rank dies in the middle of a run of collectives; the others must fail cleanly.
 // `count`: 4 MiB of floats (the pipeline), or 1000 (on one node, the latency path).
 int ScenarioKill(Communicator& comm, std::size_t count) {
@@ -700,6 +736,8 @@ int main(int argc, char** argv) {
     return ScenarioMismatch(**comm);
   } else if (scenario == "kill") {
     return ScenarioKill(**comm, std::size_t{1} << 20);
+  } else if (scenario == "any-source-timeout") {
+    if (int code = ScenarioAnySourceTimeout(**comm); code != 0) return 1;
   } else if (scenario == "kill-small") {
     return ScenarioKill(**comm, 1000);
   } else if (scenario == "abort") {
