@@ -12,7 +12,11 @@ which time (median of --iters after --warmup, nccl-tests style):
     the other two);
   - the training step of a small GPT (haiscale.models.GPT, random tokens) under stock
     torch.nn.parallel.DistributedDataParallel, p50 and p90 over --ddp-steps, beside a one-rank
-    step without DDP (the compute alone).
+    step without DDP (the compute alone);
+  - under stock DDP, the overlap: per gradient bucket, the share of its allreduce (launch to
+    completion, timed by a comm hook around torch's allreduce hook) that ran while backward
+    still computed (until the last bucket was launched), and what a step waited for the
+    reductions after its compute.
 The last line is the summary for --summary (layout) and --summary-size:
   torch backends: hfreduce vs gloo allreduce 64MiB ratio A, reduce-scatter ratio B, allgather ratio C, ddp step ratio D
 (ratios > 1 mean hfreduce is faster).
@@ -100,21 +104,44 @@ def ddp_steps(dist, torch, args, steps, warmup):
     else:
         DistributedDataParallel = torch.nn.parallel.DistributedDataParallel
     model = DistributedDataParallel(GPT(config))
+    # Each bucket's allreduce, timed: (bucket index, bytes, launched, completed), this step.
+    buckets = []
+    if args.ddp_impl == "torch":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        def timed_allreduce(state, bucket):
+            launched = time.perf_counter()
+            index, nbytes = bucket.index(), bucket.buffer().numel() * bucket.buffer().element_size()
+
+            def done(fut):
+                buckets.append((index, nbytes, launched, time.perf_counter()))
+                return fut.value()
+            return default_hooks.allreduce_hook(state, bucket).then(done)
+        model.register_comm_hook(None, timed_allreduce)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(dist.get_rank())
-    times = []
+    times, overlap = [], []
     for step in range(warmup + steps):
         tokens = torch.randint(config.vocab_size, (args.gpt_batch, config.seq_len + 1), generator=g)
         dist.barrier()
+        buckets.clear()
         t0 = time.perf_counter()
         opt.zero_grad()
         model(tokens[:, :-1], tokens[:, 1:]).backward()
+        backward_done = time.perf_counter()
         opt.step()
         t = time.perf_counter() - t0
         if step >= warmup:
             times.append(t)
+            if buckets:
+                # Backward computes until the last bucket is ready (launched); what of each
+                # allreduce ran before that was hidden.
+                compute_done = max(b[2] for b in buckets)
+                overlap.append({"exposed": backward_done - compute_done,
+                                "buckets": [[i, n, (min(d, compute_done) - s) / max(d - s, 1e-9), d - s, s - t0]
+                                            for i, n, s, d in buckets]})
     params = sum(p.numel() for p in model.parameters())
-    return times, params
+    return times, params, overlap
 
 
 def rank_main(args):
@@ -131,10 +158,10 @@ def rank_main(args):
             iters = args.iters if size < (64 << 20) else max(3, args.iters // 2)
             results["ops"][f"{op}/{size}"] = time_op(dist, torch, op, size, iters, args.warmup)
     if args.ddp_steps > 0:
-        times, params = ddp_steps(dist, torch, args, args.ddp_steps, 2)
+        times, params, overlap = ddp_steps(dist, torch, args, args.ddp_steps, 2)
         t = torch.tensor(times, dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        results["ddp"] = {"times": t.tolist(), "params": params}
+        results["ddp"] = {"times": t.tolist(), "params": params, "overlap": overlap}
     if dist.get_rank() == 0:
         print("RESULT " + json.dumps(results), flush=True)
     dist.destroy_process_group()
@@ -204,6 +231,36 @@ def gpt_args(args):
 
 def busbw_factor(op, world):
     return 2 * (world - 1) / world if op == "allreduce" else (world - 1) / world
+
+
+def print_overlap(figures, layouts, backends):
+    """Per bucket (in launch order), rank 0's median over the steps: size, allreduce time, and
+    the share of it hidden behind backward's compute; and the wait after the compute."""
+    rows = []
+    for nodes, per_node in layouts:
+        for b in backends:
+            steps = figures[(f"{nodes}x{per_node}", b)]["ddp"].get("overlap") or []
+            if not steps:
+                continue
+            per_bucket = {}
+            for s in steps:
+                for i, n, hidden, seconds, launched in s["buckets"]:
+                    per_bucket.setdefault(i, (n, [], [], []))
+                    per_bucket[i][1].append(hidden)
+                    per_bucket[i][2].append(seconds)
+                    per_bucket[i][3].append(launched)
+            exposed = statistics.median(s["exposed"] for s in steps)
+            in_order = sorted(per_bucket.items(), key=lambda kv: statistics.median(kv[1][3]))
+            cells = "  ".join(f"#{i} {n / 2**20:.1f}MiB {statistics.median(sec) * 1e3:.1f}ms "
+                              f"{statistics.median(h) * 100:.0f}%"
+                              for i, (n, h, sec, _) in in_order)
+            rows.append(f"{f'{nodes}x{per_node}':<7}{b:<10}{exposed * 1e3:>10.1f}  {cells}")
+    if rows:
+        print("\noverlap (stock DDP; rank 0, median over the steps): the wait after backward's compute, "
+              "then per bucket in launch order: size, allreduce time, share hidden behind the compute")
+        print(f"{'layout':<7}{'backend':<10}{'wait ms':>10}  buckets")
+        for r in rows:
+            print(r)
 
 
 def main():
@@ -286,6 +343,7 @@ def main():
                 t = sorted(figures[(f"{nodes}x{per_node}", b)]["ddp"]["times"])
                 print(f"{f'{nodes}x{per_node}':<7}{b:<10}{statistics.median(t) * 1e3:>10.1f}"
                       f"{t[int(0.9 * (len(t) - 1))] * 1e3:>10.1f}")
+        print_overlap(figures, layouts, backends)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({f"{k[0]}/{k[1]}": v for k, v in figures.items()} | {"baseline": baseline}, f, indent=1)
