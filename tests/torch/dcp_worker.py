@@ -128,15 +128,19 @@ def async_blocking(path, width=1024):
     model_state, optim_state = get_state_dict(model, opt)
     state = {"model": model_state, "optim": optim_state}
     dcp.save(state, storage_writer=Fs3StorageWriter(os.path.join(path, "warm")))
-    dist.barrier()
-    began = time.perf_counter()
-    dcp.save(state, storage_writer=Fs3StorageWriter(os.path.join(path, "sync")))
-    sync_s = time.perf_counter() - began
-    dist.barrier()
-    began = time.perf_counter()
-    future = dcp.async_save(state, storage_writer=Fs3StorageWriter(os.path.join(path, "async")))
-    blocked_s = time.perf_counter() - began
-    future.result()
+    # The least of three tries of each: on a loaded two-core machine one try can be held up
+    # by anything else that runs, and that is not what the save costs.
+    sync_s = blocked_s = float("inf")
+    for attempt in range(3):
+        dist.barrier()
+        began = time.perf_counter()
+        dcp.save(state, storage_writer=Fs3StorageWriter(os.path.join(path, f"sync-{attempt}")))
+        sync_s = min(sync_s, time.perf_counter() - began)
+        dist.barrier()
+        began = time.perf_counter()
+        future = dcp.async_save(state, storage_writer=Fs3StorageWriter(os.path.join(path, f"async-{attempt}")))
+        blocked_s = min(blocked_s, time.perf_counter() - began)
+        future.result()
     # haiscale.checkpoint's async save: done once written and named latest.
     done = checkpoint.save_dcp("fs3://" + os.path.join(path, "haiscale"), 9, state, async_save=True)
     assert done.result(timeout=120) == 9
