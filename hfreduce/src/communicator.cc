@@ -16,6 +16,7 @@
 #include "hfreduce/store.h"
 #include "monitoring/metrics.h"
 #include "p2p/peer_to_peer.h"
+#include "transport/shm.h"
 #include "transport/tcp.h"
 #include "transport/verbs.h"
 
@@ -215,6 +216,10 @@ class CommunicatorImpl final : public Communicator {
       return Failed(InvalidArgument("hfreduce: recv: no place for the source"));
     if (Status st = segment_->AbortStatus(); !st.ok()) return Failed(st);
     return p2p_->RecvAny(buf, count, type, tag, source);
+  }
+  std::string PointToPointPath(int peer) override {
+    if (peer < 0 || peer >= world_size_ || peer == rank_) return "";
+    return p2p_->Path(peer);
   }
 
   void Abort(const std::string& reason) override;
@@ -566,8 +571,19 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, Store& s
   for (int r = 0; r < world_size_; ++r)
     p2p_keys.push_back(prefix + "/p2p/" + std::to_string(r));
   FF_ASSIGN_OR_RETURN(std::vector<std::string> p2p_addresses, store.Get(p2p_keys, left()));
+  int64_t p2p_shm = options.p2p_shm, direct_bytes = options.p2p_direct_bytes;
+  if (p2p_shm < 0) {
+    p2p_shm = 1;
+    FF_RETURN_IF_ERROR(ParseEnvInt("HFREDUCE_P2P_SHM", 0, 1, &p2p_shm, false));
+  }
+  if (direct_bytes < 0) {
+    direct_bytes = static_cast<int64_t>(kDefaultDirectBytes);
+    FF_RETURN_IF_ERROR(
+        ParseEnvInt("HFREDUCE_P2P_DIRECT_BYTES", 0, int64_t{1} << 40, &direct_bytes, false));
+  }
   p2p_ = std::make_unique<PeerToPeer>(rank_, std::move(p2p_listener), std::move(p2p_addresses),
-                                      options.timeout);
+                                      options.timeout, p2p_shm ? local_ranks_ : std::vector<int>{},
+                                      static_cast<std::size_t>(direct_bytes));
 
   // 4. Leaders connect the trees; then the engine and this rank's worker start.
   std::vector<pid_t> watched;

@@ -5,6 +5,9 @@
 // Timing: for each iteration, all ranks synchronise (barrier), then each times one in-place
 // allreduce; the iteration's time is the slowest rank's (a max-reduce of the times). The figure
 // is the median over the timed iterations after the warm-up ones.
+//
+// Point-to-point (--op sendrecv): ranks 0 and 1 play ping-pong (0 sends, 1 receives and sends
+// the same bytes back); the figure is half the round trip, the time one message takes.
 #pragma once
 
 #include <algorithm>
@@ -23,7 +26,8 @@ struct Plan {
   std::vector<std::string> types;  // fp32, bf16, ...
   int iters = 10;
   int warmup = 3;
-  bool cuda = false;  // also measure HFReduce on CUDA device buffers ("hfreduce-cuda")
+  bool cuda = false;      // also measure HFReduce on CUDA device buffers ("hfreduce-cuda")
+  bool sendrecv = false;  // point-to-point ping-pong between ranks 0 and 1, not allreduce
 };
 
 // "1M,64M,256M" (K, M, G suffixes, powers of two) -> bytes; empty on a malformed list.

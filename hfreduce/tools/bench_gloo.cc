@@ -11,6 +11,7 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "bench_common.h"
@@ -53,12 +54,52 @@ void Measure(const std::shared_ptr<gloo::Context>& context, const std::string& t
   }
 }
 
+// Ping-pong between ranks 0 and 1 over the pair between them (Gloo's bound send and receive
+// buffers, as its own algorithms use them): half the round trip.
+void MeasureSendRecv(const std::shared_ptr<gloo::Context>& context, std::size_t bytes,
+                     const bench::Plan& plan) {
+  std::vector<char> out(std::max<std::size_t>(bytes, 1), 1), in(out.size(), 0);
+  gloo::BarrierAllToAll barrier(context);
+  double t = 0;
+  std::vector<double*> tptrs{&t};
+  gloo::AllreduceRing<double> max_time(context, tptrs, 1, gloo::ReductionFunction<double>::max);
+  const int rank = context->rank;
+  // Slots of their own (the barrier and the max-reduce took theirs from the context).
+  const uint64_t ping = context->nextSlot(), pong = context->nextSlot();
+  std::unique_ptr<gloo::transport::Buffer> send, recv;
+  if (rank <= 1) {
+    auto& pair = context->getPair(1 - rank);
+    send = pair->createSendBuffer(rank == 0 ? ping : pong, out.data(), bytes);
+    recv = pair->createRecvBuffer(rank == 0 ? pong : ping, in.data(), bytes);
+  }
+  double median = bench::TimeMedian(
+      plan.warmup, plan.iters, [&] { barrier.run(); },
+      [&] {
+        if (rank == 0) {
+          send->send();
+          send->waitSend();
+          recv->waitRecv();
+        } else if (rank == 1) {
+          recv->waitRecv();
+          send->send();
+          send->waitSend();
+        }
+      },
+      [&](double mine) {
+        t = mine;
+        max_time.run();
+        return t;
+      });
+  if (rank == 0) bench::PrintResult("gloo", "fp32", bytes, median / 2);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
+  if (argc != 5 && !(argc == 6 && std::string(argv[5]) == "--sendrecv")) {
     std::fprintf(stderr,
-                 "usage: hfreduce-bench-gloo SIZES TYPES ITERS WARMUP (see hfreduce-bench)\n");
+                 "usage: hfreduce-bench-gloo SIZES TYPES ITERS WARMUP [--sendrecv] (see "
+                 "hfreduce-bench)\n");
     return 64;
   }
   const char* rank = std::getenv("RANK");
@@ -73,6 +114,7 @@ int main(int argc, char** argv) {
   plan.types = bench::ParseList(argv[2]);
   plan.iters = std::atoi(argv[3]);
   plan.warmup = std::atoi(argv[4]);
+  plan.sendrecv = argc == 6;
 
   gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";
@@ -81,6 +123,11 @@ int main(int argc, char** argv) {
   auto context = std::make_shared<gloo::rendezvous::Context>(std::atoi(rank), std::atoi(world));
   context->connectFullMesh(store, device);
 
+  if (plan.sendrecv) {
+    for (std::size_t bytes : plan.sizes)
+      MeasureSendRecv(context, bytes, plan);
+    return 0;
+  }
   for (const std::string& type : plan.types) {
     for (std::size_t bytes : plan.sizes) {
       if (type == "fp32") Measure<float>(context, type, bytes, plan);

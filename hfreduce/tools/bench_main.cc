@@ -165,6 +165,59 @@ Status CheckOnDevice(Communicator& c) {
 }
 #endif
 
+// Ping-pong between ranks 0 and 1 (the other ranks wait at the barriers): half the round trip.
+// Each size is checked once first (the bytes come back as sent); the first line says how the two
+// ranks' messages travel.
+int RankSendRecv(Communicator& c, const bench::Plan& plan) {
+  const char* impl_env = std::getenv("HFREDUCE_BENCH_IMPL");
+  const std::string impl = impl_env != nullptr && *impl_env ? impl_env : "hfreduce";
+  const int rank = c.rank();
+  if (c.world_size() < 2) {
+    std::fprintf(stderr, "hfreduce-bench: --op sendrecv needs at least two ranks\n");
+    return 2;
+  }
+  for (std::size_t bytes : plan.sizes) {
+    std::vector<char> out(bytes), in(bytes);
+    for (std::size_t i = 0; i < bytes; ++i)
+      out[i] = static_cast<char>(i * 7 + 3);
+    auto exchange = [&]() -> Status {
+      if (rank == 0) {
+        FF_RETURN_IF_ERROR(c.Send(out.data(), bytes, DataType::kUInt8, 1));
+        return c.Recv(in.data(), bytes, DataType::kUInt8, 1);
+      }
+      if (rank == 1) {
+        FF_RETURN_IF_ERROR(c.Recv(in.data(), bytes, DataType::kUInt8, 0));
+        return c.Send(in.data(), bytes, DataType::kUInt8, 0);
+      }
+      return Status::Ok();
+    };
+    Status st = exchange();
+    if (st.ok() && rank == 0 && in != out) {
+      st = DataLoss("hfreduce-bench: " + std::to_string(bytes) + " bytes came back changed");
+    }
+    if (st.ok() && rank == 0 && bytes == plan.sizes.front()) {
+      std::printf("CHECK %s: ranks 0 and 1 talk by %s\n", impl.c_str(),
+                  c.PointToPointPath(1).c_str());
+    }
+    Status failed = st;
+    double median = bench::TimeMedian(
+        plan.warmup, plan.iters, [&] { (void)c.Barrier(); },
+        [&] {
+          if (Status e = exchange(); !e.ok()) failed = e;
+        },
+        [&](double mine) {
+          (void)c.Allreduce(&mine, &mine, 1, DataType::kFloat64, ReduceOp::kMax);
+          return mine;
+        });
+    if (!failed.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, failed.ToString().c_str());
+      return 1;
+    }
+    if (rank == 0) bench::PrintResult(impl, "fp32", bytes, median / 2);
+  }
+  return 0;
+}
+
 int RankMain(const bench::Plan& plan) {
   auto options = CommunicatorOptions::FromEnvironment();
   if (!options.ok()) {
@@ -177,6 +230,7 @@ int RankMain(const bench::Plan& plan) {
     return 2;
   }
   Communicator& c = **comm;
+  if (plan.sendrecv) return RankSendRecv(c, plan);
 #ifdef FF_WITH_CUDA
   int devices = 0;
   if (plan.cuda) {
@@ -290,9 +344,13 @@ std::pair<double, double> MemoryBandwidth(int k) {
 
 // ---- Launcher ---------------------------------------------------------------------------------
 
+// Point-to-point (--op sendrecv) has no bus factor: its busbw is its algbw.
+bool g_sendrecv = false;
+
 double BusBandwidth(std::size_t bytes, double seconds, int world) {
-  return world <= 1 ? bytes / seconds / 1e9
-                    : 2.0 * (world - 1) / world * static_cast<double>(bytes) / seconds / 1e9;
+  return world <= 1 || g_sendrecv
+             ? bytes / seconds / 1e9
+             : 2.0 * (world - 1) / world * static_cast<double>(bytes) / seconds / 1e9;
 }
 
 int LauncherMain(const bench::Plan& plan, const std::vector<Layout>& layouts,
@@ -329,39 +387,56 @@ int LauncherMain(const bench::Plan& plan, const std::vector<Layout>& layouts,
   for (const Layout& layout : layouts) {
     Results& results = by_layout[layout.name()];
     const int world = layout.world();
-    // HFReduce on host buffers, and (--device cuda) on device buffers.
-    for (bool cuda : {false, true}) {
-      if (cuda && !plan.cuda) continue;
+    // HFReduce on host buffers, and (--device cuda) on device buffers. Point-to-point on one
+    // node: also each way a pair can talk (the default picks by size).
+    struct Variant {
+      std::string name;
+      std::map<std::string, std::string> env;
+      bool cuda;
+    };
+    std::vector<Variant> variants = {{"hfreduce", {}, false}};
+    if (plan.cuda) variants.push_back({"hfreduce-cuda", {}, true});
+    if (plan.sendrecv && layout.local >= 2) {
+      variants.push_back({"hfreduce-shm-copy", {{"HFREDUCE_P2P_DIRECT_BYTES", "0"}}, false});
+      variants.push_back({"hfreduce-shm-direct", {{"HFREDUCE_P2P_DIRECT_BYTES", "1"}}, false});
+      variants.push_back({"hfreduce-tcp", {{"HFREDUCE_P2P_SHM", "0"}}, false});
+    }
+    for (const Variant& v : variants) {
       const std::string port = std::to_string(FindFreePort().value_or(29500));
       std::vector<std::string> argv = {self.string(), "--rank-mode",
                                        "--sizes",     sizes_arg,
                                        "--types",     types_arg,
                                        "--iters",     std::to_string(plan.iters),
                                        "--warmup",    std::to_string(plan.warmup)};
-      if (cuda) argv.insert(argv.end(), {"--device", "cuda"});
-      all_ok &=
-          RunRanks((cuda ? "hfreduce-cuda " : "hfreduce ") + layout.name(), world, argv,
-                   [&](int r) {
-                     return std::map<std::string, std::string>{
-                         {"RANK", std::to_string(r)},
-                         {"WORLD_SIZE", std::to_string(world)},
-                         {"MASTER_ADDR", "127.0.0.1"},
-                         {"MASTER_PORT", port},
-                         {"HFREDUCE_NODE_ID", "bench-node" + std::to_string(r / layout.local)},
-                         {"HFREDUCE_CHUNK_BYTES", std::to_string(chunk_bytes)},
-                         {"HFREDUCE_PIPELINE_DEPTH", std::to_string(depth)}};
-                   },
-                   &results);
+      if (v.cuda) argv.insert(argv.end(), {"--device", "cuda"});
+      if (plan.sendrecv) argv.insert(argv.end(), {"--op", "sendrecv"});
+      all_ok &= RunRanks(
+          v.name + " " + layout.name(), world, argv,
+          [&](int r) {
+            std::map<std::string, std::string> env = {
+                {"RANK", std::to_string(r)},
+                {"WORLD_SIZE", std::to_string(world)},
+                {"MASTER_ADDR", "127.0.0.1"},
+                {"MASTER_PORT", port},
+                {"HFREDUCE_NODE_ID", "bench-node" + std::to_string(r / layout.local)},
+                {"HFREDUCE_CHUNK_BYTES", std::to_string(chunk_bytes)},
+                {"HFREDUCE_PIPELINE_DEPTH", std::to_string(depth)},
+                {"HFREDUCE_BENCH_IMPL", v.name}};
+            env.insert(v.env.begin(), v.env.end());
+            return env;
+          },
+          &results);
     }
     if (want_gloo && have_gloo && world > 1) {
       std::string store =
           fs::temp_directory_path() / ("hfreduce-bench-gloo-" + std::to_string(getpid()));
       fs::remove_all(store);
       fs::create_directories(store);
+      std::vector<std::string> argv = {(dir / "hfreduce-bench-gloo").string(), sizes_arg, types_arg,
+                                       std::to_string(plan.iters), std::to_string(plan.warmup)};
+      if (plan.sendrecv) argv.push_back("--sendrecv");
       all_ok &= RunRanks(
-          "gloo " + layout.name(), world,
-          {(dir / "hfreduce-bench-gloo").string(), sizes_arg, types_arg, std::to_string(plan.iters),
-           std::to_string(plan.warmup)},
+          "gloo " + layout.name(), world, argv,
           [&](int r) {
             return std::map<std::string, std::string>{{"RANK", std::to_string(r)},
                                                       {"WORLD_SIZE", std::to_string(world)},
@@ -371,17 +446,17 @@ int LauncherMain(const bench::Plan& plan, const std::vector<Layout>& layouts,
       fs::remove_all(store);
     }
     if (want_mpi && have_mpi && world > 1) {
-      struct Variant {
+      struct MpiVariant {
         std::string name;
         std::vector<std::string> mca;
         bool huge;
       };
-      for (const Variant& v :
-           {Variant{"openmpi-shm", {}, false}, Variant{"openmpi-shm-hugepages", {}, true},
-            Variant{"openmpi-tcp",
-                    {"--mca", "pml", "ob1", "--mca", "btl", "self,tcp", "--mca",
-                     "btl_tcp_if_include", "lo"},
-                    false}}) {
+      for (const MpiVariant& v :
+           {MpiVariant{"openmpi-shm", {}, false}, MpiVariant{"openmpi-shm-hugepages", {}, true},
+            MpiVariant{"openmpi-tcp",
+                       {"--mca", "pml", "ob1", "--mca", "btl", "self,tcp", "--mca",
+                        "btl_tcp_if_include", "lo"},
+                       false}}) {
         std::vector<std::string> argv = {"/usr/bin/mpirun",
                                          "--allow-run-as-root",
                                          "--oversubscribe",
@@ -394,6 +469,7 @@ int LauncherMain(const bench::Plan& plan, const std::vector<Layout>& layouts,
                     {(dir / "hfreduce-bench-mpi").string(), v.name, sizes_arg, types_arg,
                      std::to_string(plan.iters), std::to_string(plan.warmup)});
         if (v.huge) argv.push_back("--hugepages");
+        if (plan.sendrecv) argv.push_back("--sendrecv");
         all_ok &= RunRanks(
             v.name + " " + layout.name(), 1, argv,
             [](int) { return std::map<std::string, std::string>{}; }, &results);
@@ -402,10 +478,17 @@ int LauncherMain(const bench::Plan& plan, const std::vector<Layout>& layouts,
   }
 
   // The table.
-  std::printf(
-      "\nhfreduce-bench: median of %d iterations after %d warm-up; busbw = 2(P-1)/P * size / "
-      "time\n",
-      plan.iters, plan.warmup);
+  if (plan.sendrecv) {
+    std::printf(
+        "\nhfreduce-bench --op sendrecv: ping-pong between ranks 0 and 1, time = half the round "
+        "trip, median of %d iterations after %d warm-up; busbw = algbw = size / time\n",
+        plan.iters, plan.warmup);
+  } else {
+    std::printf(
+        "\nhfreduce-bench: median of %d iterations after %d warm-up; busbw = 2(P-1)/P * size / "
+        "time\n",
+        plan.iters, plan.warmup);
+  }
   std::printf("%-7s %-8s %-5s %-24s %12s %12s %12s\n", "layout", "size", "type", "implementation",
               "time ms", "algbw GB/s", "busbw GB/s");
   for (const Layout& layout : layouts) {
@@ -458,12 +541,14 @@ int LauncherMain(const bench::Plan& plan, const std::vector<Layout>& layouts,
       mpi_shm = BusBandwidth(b, seconds, summary_layout.world());
     }
   }
+  if (plan.sendrecv) mpi_shm = best("openmpi-shm");  // the better of its two variants
   auto ratio = [&](double peer) { return peer > 0 ? ours / peer : 0.0; };
   std::printf(
-      "hfreduce %s %s fp32: busbw %.2f GB/s; best gloo %.2f GB/s (ratio %.2f); "
+      "hfreduce %s%s %s fp32: busbw %.2f GB/s; best gloo %.2f GB/s (ratio %.2f); "
       "best openmpi-tcp %.2f GB/s (ratio %.2f); openmpi-shm %.2f GB/s (ratio %.2f)\n",
-      summary_layout.name().c_str(), bench::SizeName(summary_size).c_str(), ours, gloo, ratio(gloo),
-      mpi_tcp, ratio(mpi_tcp), mpi_shm, ratio(mpi_shm));
+      plan.sendrecv ? "sendrecv " : "", summary_layout.name().c_str(),
+      bench::SizeName(summary_size).c_str(), ours, gloo, ratio(gloo), mpi_tcp, ratio(mpi_tcp),
+      mpi_shm, ratio(mpi_shm));
   return all_ok ? 0 : 1;
 }
 
@@ -493,6 +578,11 @@ int main(int argc, char** argv) {
   std::string device_arg = "host";
   app.add_option("--device", device_arg, "host, or cuda: also HFReduce on CUDA device buffers")
       ->check(CLI::IsMember({"host", "cuda"}));
+  std::string op_arg = "allreduce";
+  app.add_option("--op", op_arg,
+                 "allreduce, or sendrecv: ping-pong between ranks 0 and 1 (point-to-point; "
+                 "e.g. --layouts 1x2,2x1)")
+      ->check(CLI::IsMember({"allreduce", "sendrecv"}));
   app.add_flag("--rank-mode", rank_mode, "Internal: run as one HFReduce rank")->group("");
   try {
     app.parse(argc, argv);
@@ -502,6 +592,11 @@ int main(int argc, char** argv) {
   plan.sizes = bench::ParseSizes(sizes_arg);
   plan.types = bench::ParseList(types_arg);
   plan.cuda = device_arg == "cuda";
+  plan.sendrecv = g_sendrecv = op_arg == "sendrecv";
+  if (plan.sendrecv && plan.cuda) {
+    std::fprintf(stderr, "hfreduce-bench: --op sendrecv measures host buffers only\n");
+    return 64;
+  }
   if (plan.sizes.empty()) {
     std::fprintf(stderr, "hfreduce-bench: bad --sizes '%s'\n", sizes_arg.c_str());
     return 64;

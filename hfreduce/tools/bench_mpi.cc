@@ -1,7 +1,8 @@
 // hfreduce-bench-mpi: one rank of the OpenMPI peer measurement (launched by hfreduce-bench
-// through mpirun). Arguments: IMPL_NAME SIZES TYPES ITERS WARMUP [--hugepages]. Measures
-// MPI_Allreduce (in place, MPI_SUM) on fp32; with --hugepages the buffers are backed by
-// transparent huge pages. bf16 has no MPI type and is skipped.
+// through mpirun). Arguments: IMPL_NAME SIZES TYPES ITERS WARMUP [--hugepages] [--sendrecv].
+// Measures MPI_Allreduce (in place, MPI_SUM) on fp32, or with --sendrecv MPI_Send/MPI_Recv
+// ping-pong between ranks 0 and 1; with --hugepages the buffers are backed by transparent huge
+// pages. bf16 has no MPI type and is skipped.
 #include <mpi.h>
 #include <sys/mman.h>
 
@@ -37,9 +38,40 @@ int main(int argc, char** argv) {
   plan.types = bench::ParseList(argv[3]);
   plan.iters = std::atoi(argv[4]);
   plan.warmup = std::atoi(argv[5]);
-  bool huge = argc > 6 && std::string(argv[6]) == "--hugepages";
+  bool huge = false;
+  for (int i = 6; i < argc; ++i) {
+    huge = huge || std::string(argv[i]) == "--hugepages";
+    plan.sendrecv = plan.sendrecv || std::string(argv[i]) == "--sendrecv";
+  }
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  auto slowest = [](double mine) {
+    double max = 0;
+    MPI_Allreduce(&mine, &max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return max;
+  };
+  if (plan.sendrecv) {
+    for (std::size_t bytes : plan.sizes) {
+      float* buf = Allocate(bytes, huge);
+      int count = static_cast<int>(bytes);
+      double median = bench::TimeMedian(
+          plan.warmup, plan.iters, [] { MPI_Barrier(MPI_COMM_WORLD); },
+          [&] {
+            if (rank == 0) {
+              MPI_Send(buf, count, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
+              MPI_Recv(buf, count, MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else if (rank == 1) {
+              MPI_Recv(buf, count, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+              MPI_Send(buf, count, MPI_BYTE, 0, 1, MPI_COMM_WORLD);
+            }
+          },
+          slowest);
+      if (rank == 0) bench::PrintResult(impl, "fp32", bytes, median / 2);
+      munmap(buf, (std::max<std::size_t>(bytes, 4) + (2 << 20) - 1) / (2 << 20) * (2 << 20));
+    }
+    MPI_Finalize();
+    return 0;
+  }
 
   for (const std::string& type : plan.types) {
     if (type != "fp32") continue;
@@ -51,11 +83,7 @@ int main(int argc, char** argv) {
       double median = bench::TimeMedian(
           plan.warmup, plan.iters, [] { MPI_Barrier(MPI_COMM_WORLD); },
           [&] { MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); },
-          [](double mine) {
-            double slowest = 0;
-            MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-            return slowest;
-          });
+          slowest);
       if (rank == 0) bench::PrintResult(impl, type, bytes, median);
       munmap(buf, (std::max<std::size_t>(bytes, 4) + (2 << 20) - 1) / (2 << 20) * (2 << 20));
     }

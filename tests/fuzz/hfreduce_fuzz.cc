@@ -367,12 +367,14 @@ extern "C" void FuzzWriteSeeds(const char* dir) {
   seed("broadcast.bin", 1, frames(CollectiveKind::kBroadcast, 0, kCount));
   seed("barrier.bin", 2, frames(CollectiveKind::kBarrier, -1, 0));
   seed("allgather.bin", 3, frames(CollectiveKind::kAllgather, -1, kCount));
-  // A point-to-point message: peer_to_peer.cc's Hello (magic "HFP2", rank 0), then a message
-  // header (magic "HFPM", float32, kCount elements, tag 7) and the payload.
+  // A point-to-point message: peer_to_peer.cc's Hello (magic "HFP3", rank 0, no shared memory
+  // offered: 104 zero bytes), then a message header (magic "HFPM", float32, kCount elements, tag
+  // 7) and the payload.
   std::string p2p;
   auto put = [&](auto v) { p2p.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  put(uint32_t{0x48465032});
+  put(uint32_t{0x48465033});
   put(int32_t{0});
+  p2p.append(104, '\0');
   put(uint32_t{0x4846504d});
   put(static_cast<uint8_t>(DataType::kFloat32));
   p2p.append(3, '\0');

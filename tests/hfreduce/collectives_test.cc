@@ -2,6 +2,8 @@
 // Several "nodes" share this machine through HFREDUCE_NODE_ID.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/net.h"
@@ -75,8 +77,30 @@ TEST_P(LayoutTest, ReduceScatterAndAllgatherMatchReference) {
   ExpectAllPassed(Launch(GetParam().nodes, GetParam().local, "scatter-gather"));
 }
 
+// Whether this machine lets one process read another's memory (process_vm_readv; containers
+// may forbid it): where not, same-node point-to-point copies through the shared memory instead.
+bool CrossMemoryAttachWorks() {
+  static const bool works = [] {
+    static volatile uint64_t word = 0x5eed5eedull;
+    const pid_t parent = getpid();
+    pid_t child = fork();
+    if (child == 0) {
+      uint64_t got = 0;
+      iovec local{&got, sizeof got};
+      iovec remote{const_cast<uint64_t*>(&word), sizeof got};
+      _exit(process_vm_readv(parent, &local, 1, &remote, 1, 0) == sizeof got && got == word ? 0
+                                                                                            : 1);
+    }
+    int status = 0;
+    return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+           WEXITSTATUS(status) == 0;
+  }();
+  return works;
+}
+
 TEST_P(LayoutTest, PointToPointRingAndAllPairs) {
-  ExpectAllPassed(Launch(GetParam().nodes, GetParam().local, "p2p"));
+  ExpectAllPassed(
+      Launch(GetParam().nodes, GetParam().local, "p2p", {{"HFREDUCE_TEST_P2P_PATH", "shm"}}));
 }
 
 TEST_P(LayoutTest, ManyAsyncOperationsInFlight) {
@@ -93,6 +117,21 @@ INSTANTIATE_TEST_SUITE_P(Layouts, LayoutTest,
                                            Layout{3, 1}, Layout{5, 1}, Layout{8, 1}, Layout{2, 4},
                                            Layout{3, 2}, Layout{1, 8}, Layout{7, 1}, Layout{6, 1}),
                          LayoutName);
+
+// The same exchanges with the other ways a pair of one node can talk: sends of 1 MiB and more
+// read direct from the sender's memory (off by default), and loopback TCP.
+
+TEST(HfreducePointToPointTest, LargeSendsReadDirect) {
+  ExpectAllPassed(
+      Launch(2, 3, "p2p",
+             {{"HFREDUCE_P2P_DIRECT_BYTES", "1048576"},
+              {"HFREDUCE_TEST_P2P_PATH", CrossMemoryAttachWorks() ? "shm-direct" : "shm"}}));
+}
+
+TEST(HfreducePointToPointTest, OverLoopbackTcp) {
+  ExpectAllPassed(
+      Launch(1, 3, "p2p", {{"HFREDUCE_P2P_SHM", "0"}, {"HFREDUCE_TEST_P2P_PATH", "tcp"}}));
+}
 
 TEST(HfreduceLargeTest, SixtyFourMiBTwoNodesByFour) {
   // Small chunks so the 64 MiB runs through many pipeline slots and both trees.
@@ -191,6 +230,34 @@ TEST(HfreduceFailureTest, KilledRankFailsTheLatencyPathOnItsNode) {
     EXPECT_THAT(results[r].stderr_text, HasSubstr("exited during a collective"));
   }
   EXPECT_LT(elapsed, 30s) << "the survivors waited for the timeout";
+}
+
+// Point-to-point with a rank of the same node that died: a receive fails within seconds, and
+// so does a send through shared memory (copies or direct reads), naming the process, as over
+// TCP; the timeout (60 s) is never what ends them.
+TEST(HfreduceFailureTest, KilledRankFailsPointToPointWithItAtOnce) {
+  for (const char* direct : {"4194304", "0"}) {
+    for (const char* shm : {"1", "0"}) {
+      SCOPED_TRACE(std::string("HFREDUCE_P2P_SHM=") + shm + " HFREDUCE_P2P_DIRECT_BYTES=" + direct);
+      auto start = std::chrono::steady_clock::now();
+      auto results = Launch(1, 2, "kill-p2p",
+                            {{"HFREDUCE_TIMEOUT_MS", "60000"},
+                             {"HFREDUCE_P2P_SHM", shm},
+                             {"HFREDUCE_P2P_DIRECT_BYTES", direct}},
+                            60s);
+      EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+      ASSERT_EQ(results[1].exit_code, 42) << results[1].stderr_text;
+      EXPECT_EQ(results[0].exit_code, 0) << results[0].stderr_text;
+      EXPECT_THAT(results[0].stderr_text, HasSubstr("recv error after"));
+      if (std::string(shm) == "1") {
+        // Through shared memory the send cannot complete: it fails, naming the dead process.
+        EXPECT_THAT(
+            results[0].stderr_text,
+            ::testing::ContainsRegex("send ended after [0-9.]+ s: Aborted: hfreduce: rank 1 "
+                                     "\\(shared memory\\) \\(pid [0-9]+\\) exited"));
+      }
+    }
+  }
 }
 
 TEST(HfreduceMembershipTest, AbortFailsEveryPendingCollectiveAtOnceOnEveryNode) {

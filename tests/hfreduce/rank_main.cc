@@ -357,6 +357,17 @@ void ScenarioPointToPoint(Communicator& comm) {
                       static_cast<int>(seen.size()) == world - 1,
                   "recv from any source: %zu distinct senders of %d", seen.size(), world - 1);
   }
+  // Every pair has talked: ranks of one node through shared memory, others over TCP. The
+  // launcher names the path it expects on one node (HFREDUCE_TEST_P2P_PATH).
+  const char* expected = std::getenv("HFREDUCE_TEST_P2P_PATH");
+  for (int peer = 0; peer < world; ++peer) {
+    if (peer == rank) continue;
+    const bool same_node = peer / comm.local_size() == rank / comm.local_size();
+    const std::string path = comm.PointToPointPath(peer);
+    const std::string want = same_node ? (expected ? expected : "shm-direct") : "tcp";
+    CHECK_OR_FAIL(path == want, "messages with rank %d went by '%s', expected '%s'", peer,
+                  path.c_str(), want.c_str());
+  }
   // Bad peers are refused at once.
   Status bad = comm.Send(nullptr, 0, DataType::kFloat32, rank);
   CHECK_OR_FAIL(bad.code() == StatusCode::kInvalidArgument, "send to self: %s",
@@ -500,6 +511,39 @@ int ScenarioKill(Communicator& comm, std::size_t count) {
   std::fprintf(stderr, "rank %d: error after %.1f s: %s\n", comm.rank(), seconds,
                st.ToString().c_str());
   return 0;
+}
+
+// The last rank, of rank 0's node, dies after one exchange with rank 0, without cleanup. Rank 0
+// then sends it what the ring cannot hold (a direct send, where the kernel allows, else one that
+// fills the ring) and waits for a message from it: both fail within seconds, naming the dead
+// process, not at the timeout.
+int ScenarioKillPointToPoint(Communicator& comm) {
+  const int last = comm.world_size() - 1;
+  std::vector<float> small(1000, 1.0f), big(std::size_t{3} << 20, 2.0f);  // 12 MiB
+  if (comm.rank() == last) {
+    Status st = comm.Recv(small.data(), small.size(), DataType::kFloat32, 0);
+    if (st.ok()) st = comm.Send(small.data(), small.size(), DataType::kFloat32, 0);
+    CHECK_OR_FAIL(st.ok(), "exchange with rank 0: %s", st.ToString().c_str());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    _exit(42);
+  }
+  if (comm.rank() != 0) return 0;
+  Status st = comm.Send(small.data(), small.size(), DataType::kFloat32, last);
+  if (st.ok()) st = comm.Recv(small.data(), small.size(), DataType::kFloat32, last);
+  CHECK_OR_FAIL(st.ok(), "exchange with rank %d: %s", last, st.ToString().c_str());
+  auto start = std::chrono::steady_clock::now();
+  // (Over TCP the kernel's socket buffers may take it all before the peer's death is known.)
+  st = comm.Send(big.data(), big.size(), DataType::kFloat32, last);
+  std::fprintf(stderr, "rank 0: send ended after %.1f s: %s\n",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+               st.ToString().c_str());
+  start = std::chrono::steady_clock::now();
+  st = comm.Recv(small.data(), small.size(), DataType::kFloat32, last);
+  CHECK_OR_FAIL(!st.ok(), "a receive from a dead rank succeeded");
+  std::fprintf(stderr, "rank 0: recv error after %.1f s: %s\n",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+               st.ToString().c_str());
+  return failures == 0 ? 0 : 1;
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
@@ -738,6 +782,8 @@ int main(int argc, char** argv) {
     return ScenarioKill(**comm, std::size_t{1} << 20);
   } else if (scenario == "any-source-timeout") {
     if (int code = ScenarioAnySourceTimeout(**comm); code != 0) return 1;
+  } else if (scenario == "kill-p2p") {
+    return ScenarioKillPointToPoint(**comm);
   } else if (scenario == "kill-small") {
     return ScenarioKill(**comm, 1000);
   } else if (scenario == "abort") {

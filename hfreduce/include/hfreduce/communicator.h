@@ -77,6 +77,13 @@ struct CommunicatorOptions {
   // skips the pipeline (each rank sums the node's inputs itself from shared memory). 0 turns it
   // off; at most 1 MiB. -1: $HFREDUCE_SMALL_BYTES, else the default, 1 MiB (hfreduce/README.md).
   int64_t small_bytes = -1;
+  // Point-to-point between ranks of one node goes through shared memory (1) or loopback TCP (0);
+  // -1: $HFREDUCE_P2P_SHM, else 1. Sends of at least p2p_direct_bytes there are read straight
+  // from the sender's buffer where the kernel allows it (cross-memory attach); 0: never; -1:
+  // $HFREDUCE_P2P_DIRECT_BYTES, else 0 (copies through the ring measured faster; a direct send
+  // completes only once its receive has read it; hfreduce/README.md).
+  int p2p_shm = -1;
+  int64_t p2p_direct_bytes = -1;
   // Marks on the wire of the inter-node connections (common/traffic.h): the DSCP of TCP
   // connections (0..63) and the InfiniBand service level of verbs queue pairs (0..15); -1 takes
   // the process's [traffic] mapping (hfreduce: DSCP 34, SL 1 by default).
@@ -157,6 +164,10 @@ class Communicator {
   // completes) is set to the sender before it completes successfully.
   virtual std::shared_ptr<Work> RecvAnyAsync(void* buf, std::size_t count, DataType type,
                                              uint32_t tag, int* source) = 0;
+  // How point-to-point messages with `peer` travel: "shm-direct" (shared memory; large sends
+  // read straight from the sender's buffer), "shm" (shared memory, copied through it), "tcp";
+  // "" while the two have not exchanged a message yet (the connection opens on first use).
+  virtual std::string PointToPointPath(int peer) = 0;
 
   Status Allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
     return AllreduceAsync(send, recv, count, type, op)->Wait();

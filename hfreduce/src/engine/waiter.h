@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 #include "shm/node_segment.h"
+#include "shm/process.h"
 
 namespace ff::hfreduce {
 
@@ -42,8 +43,5 @@ class Waiter {
   std::vector<pid_t> watched_;
   std::vector<std::string> names_;
 };
-
-// True when process `pid` has exited (including a zombie not yet reaped).
-bool ProcessDead(pid_t pid);
 
 }  // namespace ff::hfreduce

@@ -13,19 +13,26 @@
 #include "common/thread_annotations.h"
 #include "engine/device_copy.h"
 #include "engine/rank_worker.h"
+#include "transport/shm.h"
 
 namespace ff::hfreduce {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kHelloMagic = 0x48465032;    // "HFP2"
+constexpr uint32_t kHelloMagic = 0x48465033;    // "HFP3"
 constexpr uint32_t kMessageMagic = 0x4846504d;  // "HFPM"
 
+// What the lower rank sends first on a new connection.
 struct Hello {
   uint32_t magic;
   int32_t rank;
+  // Same node: where the higher rank opens the shared memory the pair will talk through (it
+  // answers one byte, 1: opened, the pair moves there; 0: the pair stays on this connection).
+  // Empty: TCP.
+  char shm[104];
 };
+static_assert(sizeof(Hello) == 112);
 
 struct MessageHeader {
   uint32_t magic;
@@ -98,6 +105,8 @@ struct PeerToPeer::State {
   std::unique_ptr<TcpListener> listener;
   std::vector<std::string> addresses;
   std::chrono::milliseconds timeout;
+  std::vector<bool> same_node;  // by rank
+  std::size_t direct_bytes = 0;
   Mutex mu;
   std::map<int, std::unique_ptr<Channel>> channels FF_GUARDED_BY(mu);
   std::atomic<bool> stop{false};
@@ -212,6 +221,15 @@ class PeerToPeer::Channel {
 
   int peer() const { return peer_; }
 
+  std::string Path() {
+    MutexLock lock(&mu_);
+    if (!conn_) return "";
+    if (auto* shm = dynamic_cast<ShmConnection*>(conn_.get())) {
+      return shm->direct() ? "shm-direct" : "shm";
+    }
+    return "tcp";
+  }
+
   // Fails the queued operations with `status` and cuts the connection: the operation a loop
   // thread holds fails as the connection goes, with the same status.
   void Abort(const Status& status) {
@@ -251,12 +269,8 @@ class PeerToPeer::Channel {
       if (state_.rank < peer_ && !connecting_) {
         connecting_ = true;
         lock.unlock();
-        auto conn = TcpConnect(state_.addresses[peer_], deadline, state_.listener->dscp());
+        Result<std::unique_ptr<Connection>> conn = Connect(deadline);
         Status st = conn.status();
-        if (conn.ok()) {
-          Hello hello{kHelloMagic, state_.rank};
-          st = (*conn)->Send(&hello, sizeof hello);
-        }
         lock.lock();
         connecting_ = false;
         if (!broken_.ok()) return broken_;  // aborted while connecting: the connection is dropped
@@ -265,7 +279,6 @@ class PeerToPeer::Channel {
           cv_.notify_all();
           return broken_;
         }
-        (*conn)->set_peer("rank " + std::to_string(peer_) + " (" + (*conn)->peer() + ")");
         conn_ = std::move(*conn);
         cv_.notify_all();
         return conn_.get();
@@ -275,6 +288,34 @@ class PeerToPeer::Channel {
                                 " did not connect in time");
       }
     }
+  }
+
+  // Opens the connection to the higher rank `peer_`: TCP, then (same node) shared memory.
+  Result<std::unique_ptr<Connection>> Connect(Clock::time_point deadline) {
+    FF_ASSIGN_OR_RETURN(std::unique_ptr<Connection> tcp,
+                        TcpConnect(state_.addresses[peer_], deadline, state_.listener->dscp()));
+    const std::string name = "rank " + std::to_string(peer_);
+    Hello hello{kHelloMagic, state_.rank, {}};
+    std::unique_ptr<ShmConnection> shm;
+    if (state_.same_node[peer_]) {
+      // Without shared memory (none left, say) the pair talks over TCP: slower, not wrong.
+      auto made = ShmConnection::Create(state_.direct_bytes);
+      if (made.ok() && (*made)->path().size() < sizeof hello.shm) {
+        shm = std::move(*made);
+        std::memcpy(hello.shm, shm->path().data(), shm->path().size());
+      }
+    }
+    FF_RETURN_IF_ERROR(tcp->Send(&hello, sizeof hello));
+    if (shm) {
+      uint8_t opened = 0;
+      FF_RETURN_IF_ERROR(tcp->RecvBefore(&opened, 1, deadline));
+      if (opened == 1 && shm->Established().ok()) {
+        shm->set_peer(name + " (shared memory)");
+        return std::unique_ptr<Connection>(std::move(shm));
+      }
+    }
+    tcp->set_peer(name + " (" + tcp->peer() + ")");
+    return tcp;
   }
 
   void Loop(bool sending) {
@@ -466,12 +507,20 @@ class PeerToPeer::Channel {
 };
 
 PeerToPeer::PeerToPeer(int rank, std::unique_ptr<TcpListener> listener,
-                       std::vector<std::string> addresses, std::chrono::milliseconds timeout)
+                       std::vector<std::string> addresses, std::chrono::milliseconds timeout,
+                       std::vector<int> same_node, std::size_t direct_bytes)
     : state_(std::make_unique<State>()) {
   state_->rank = rank;
   state_->listener = std::move(listener);
   state_->addresses = std::move(addresses);
   state_->timeout = timeout;
+  state_->same_node.assign(state_->addresses.size(), false);
+  for (int r : same_node) {
+    if (r >= 0 && r < static_cast<int>(state_->addresses.size()) && r != rank) {
+      state_->same_node[r] = true;
+    }
+  }
+  state_->direct_bytes = direct_bytes;
   state_->acceptor = std::thread([this] { AcceptLoop(); });
 }
 
@@ -505,6 +554,12 @@ void PeerToPeer::Abort(const Status& status) {
     channel->Abort(status);
 }
 
+std::string PeerToPeer::Path(int peer) {
+  MutexLock lock(&state_->mu);
+  auto it = state_->channels.find(peer);
+  return it == state_->channels.end() ? "" : it->second->Path();
+}
+
 PeerToPeer::Channel& PeerToPeer::ChannelTo(int peer) {
   MutexLock lock(&state_->mu);
   auto& channel = state_->channels[peer];
@@ -524,7 +579,24 @@ void PeerToPeer::AcceptLoop() {
         hello.rank >= static_cast<int>(state_->addresses.size())) {
       continue;  // not one of our lower ranks: dropped
     }
-    (*conn)->set_peer("rank " + std::to_string(hello.rank) + " (" + (*conn)->peer() + ")");
+    const std::string name = "rank " + std::to_string(hello.rank);
+    if (hello.shm[0] != '\0') {
+      // The lower rank offers shared memory: take it if it is ours to open (same node).
+      hello.shm[sizeof hello.shm - 1] = '\0';
+      std::unique_ptr<ShmConnection> shm;
+      if (state_->same_node[hello.rank]) {
+        auto opened = ShmConnection::Open(hello.shm, state_->direct_bytes);
+        if (opened.ok()) shm = std::move(*opened);
+      }
+      const uint8_t answer = shm ? 1 : 0;
+      if (!(*conn)->Send(&answer, 1).ok()) continue;
+      if (shm) {
+        shm->set_peer(name + " (shared memory)");
+        ChannelTo(hello.rank).Adopt(std::move(shm));
+        continue;
+      }
+    }
+    (*conn)->set_peer(name + " (" + (*conn)->peer() + ")");
     ChannelTo(hello.rank).Adopt(std::move(*conn));
   }
 }

@@ -9,6 +9,10 @@
 //
 // Sends to one peer run in order on that peer's sender thread, receives from one peer in order on
 // its receiver thread, so traffic with different peers proceeds in parallel. Thread-safe.
+//
+// Ranks of one node talk through shared memory (transport/shm.h), not loopback TCP: the lower
+// rank makes the memory and names it in its TCP hello; once the higher rank has opened it, the
+// TCP connection is dropped. Where the memory cannot be opened, the pair stays on TCP.
 #pragma once
 
 #include <chrono>
@@ -24,8 +28,12 @@ namespace ff::hfreduce {
 class PeerToPeer {
  public:
   // `listener` accepts the higher ranks' connections; `addresses[r]` is rank r's listener.
+  // `same_node`: the ranks reached through shared memory (empty: all over TCP); sends of at
+  // least `direct_bytes` to them are read straight from the sender's buffer where the kernel
+  // allows it (0: never).
   PeerToPeer(int rank, std::unique_ptr<TcpListener> listener, std::vector<std::string> addresses,
-             std::chrono::milliseconds timeout);
+             std::chrono::milliseconds timeout, std::vector<int> same_node = {},
+             std::size_t direct_bytes = 0);
   ~PeerToPeer();  // fails pending operations with kCancelled
 
   std::shared_ptr<Work> Send(const void* buf, std::size_t count, DataType type, int peer,
@@ -36,6 +44,8 @@ class PeerToPeer {
   // from any of them is delivered to it; a buffered one is taken first.
   std::shared_ptr<Work> RecvAny(void* buf, std::size_t count, DataType type, uint32_t tag,
                                 int* source);
+  // How messages with `peer` travel (Communicator::PointToPointPath); "" before they connect.
+  std::string Path(int peer);
   // Fails every pending operation with `status` and cuts every connection; later operations fail
   // with it too. Never blocks on a peer.
   void Abort(const Status& status);
