@@ -17,12 +17,13 @@ import haiscale
 faulthandler.dump_traceback_later(90, exit=False, file=sys.stdout)
 
 
-def abort_while_a_rank_hangs(hung_rank):
-    """Every rank but `hung_rank` starts an allreduce that `hung_rank` never joins; rank 0 aborts
-    the group 0.3 s later. Returns how long each waited and what it was told."""
+def abort_while_a_rank_hangs(hung_rank, numel=1 << 16):
+    """Every rank but `hung_rank` starts an allreduce of `numel` floats that `hung_rank` never
+    joins; rank 0 aborts the group 0.3 s later. Returns how long each waited and what it was
+    told."""
     dist.init_process_group("hfreduce")
     rank = dist.get_rank()
-    t = torch.ones(1 << 16)
+    t = torch.ones(numel)
     dist.all_reduce(t)
     start = time.time()
     if rank == hung_rank:
@@ -43,12 +44,12 @@ def abort_while_a_rank_hangs(hung_rank):
     return {"error": error, "waited": waited}
 
 
-def shrink_after_a_rank_dies(dead_rank):
+def shrink_after_a_rank_dies(dead_rank, numel=1 << 16):
     """`dead_rank` dies after two steps; the others see the failure, shrink the default group
-    without it (torch.distributed.shrink_group) and go on reducing."""
+    without it (torch.distributed.shrink_group) and go on reducing `numel` floats."""
     dist.init_process_group("hfreduce")
     rank = dist.get_rank()
-    t = torch.ones(1 << 16)
+    t = torch.ones(numel)
     for _ in range(2):
         dist.all_reduce(t)
         t.fill_(1.0)
@@ -75,7 +76,7 @@ def _store(port):
     return dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
 
 
-def survive_and_regrow(store_port, dead_rank, world):
+def survive_and_regrow(store_port, dead_rank, world, numel=1 << 16):
     """A group re-formed at each change, as a fault-tolerant job does, through a store that outlives
     every rank (served by the test): `dead_rank` dies; the others abort, form a group of the
     survivors and reduce in it; then they form one with a newly started rank in the dead one's
@@ -83,7 +84,7 @@ def survive_and_regrow(store_port, dead_rank, world):
     rank = int(os.environ["RANK"])
     store = _store(store_port)
     pg = haiscale.new_process_group(dist.PrefixStore("gen0", store), rank, world)
-    t = torch.ones(1 << 16)
+    t = torch.ones(numel)
     for _ in range(2):
         dist.all_reduce(t, group=pg)
         t.fill_(1.0)
@@ -104,19 +105,19 @@ def survive_and_regrow(store_port, dead_rank, world):
     dist.all_reduce(t, group=small)
     shrunk_sum = t[-1].item()
     small.shutdown()
-    result = _joined(store, rank, world)
+    result = _joined(store, rank, world, numel)
     result.update(error=error, shrunk_sum=shrunk_sum)
     return result
 
 
-def join(store_port, rank, world):
+def join(store_port, rank, world, numel=1 << 16):
     """A newly started rank joining the survivors of survive_and_regrow."""
-    return _joined(_store(store_port), rank, world)
+    return _joined(_store(store_port), rank, world, numel)
 
 
-def _joined(store, rank, world):
+def _joined(store, rank, world, numel):
     pg = haiscale.new_process_group(dist.PrefixStore("gen2", store), rank, world)
-    t = torch.full((1 << 16,), float(rank + 1))
+    t = torch.full((numel,), float(rank + 1))
     dist.all_reduce(t, group=pg)
     state = torch.randn(10_000, generator=torch.Generator().manual_seed(7))
     if rank != 0:
