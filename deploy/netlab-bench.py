@@ -15,14 +15,22 @@
              and its allreduce across two leaves, which gives its traffic_gbps), predicts every
              job's step time: E = mean |predicted - measured| / measured over every job
 
-  deploy/netlab-bench.py [--experiments classes,incast,placement] [--out DIR] [--scale 0.001]
+  trees      a 6-node allreduce split evenly over two leaves (cluster-lab-place.toml: 8:1
+             uplinks), its ranks alternating between them
+             and in blocks, with rank-ordered trees (HFREDUCE_TREES=rank) and leaf-aware ones
+             (each rank told its leaf as the platform tells it, HAI_LEAF), beside a read storm across the
+             uplinks: T = bytes over the uplinks per allreduce, leaf-aware / rank-ordered, and
+             the allreduce times' ratio
+
+  deploy/netlab-bench.py [--experiments classes,incast,placement,trees] [--out DIR] [--scale 0.001]
                          [--queue-kb 1024] [--incast-queue-kb 256] [--repeat 1]
 
 Root (namespaces); needs the build (build/ or --build). Writes DIR/results.json, DIR/plot.svg
 (per-step allreduce times of the classes experiment) and DIR/placement.svg (each job's measured
 and predicted step time) and prints a table per experiment, then the last line:
   network lab: allreduce under storage load, classes on X (off Y) of its unloaded time; incast p99
-  paced vs unpaced R; congestion-aware vs first-fit step time S; sim vs measured error E%
+  paced vs unpaced R; congestion-aware vs first-fit step time S; sim vs measured error E%;
+  leaf-aware trees' uplink bytes T (blocks T') of rank order's, allreduce time A (blocks A')
 """
 
 import argparse
@@ -106,6 +114,69 @@ def classes_experiment(args, results):
     on = statistics.median(r["ratio"] for r in rows if r["classes"])
     off = statistics.median(r["ratio"] for r in rows if not r["classes"])
     return on, off
+
+
+# ---- trees: leaf-aware against rank-ordered ---------------------------------------------------
+# A 6-node job split evenly over the two leaves, in two rank orders: alternating between the leaves
+# (a replacement node, or a placement in name order) and in blocks (what the scheduler gives).
+TREE_JOBS = {
+    "alternating": ["L00-n00", "L01-n00", "L00-n01", "L01-n01", "L00-n02", "L01-n02"],
+    "blocks": ["L00-n00", "L00-n01", "L00-n02", "L01-n00", "L01-n01", "L01-n02"],
+}
+TREE_STORAGE, TREE_CLIENT = ["L01-n03"], "L00-n03"  # cross-traffic over the same uplinks
+# 8:1 uplinks (100 Mb/s against four 200 Mb/s node links), so that the uplinks, not the node links,
+# are what a tree crossing them too often waits for.
+TREE_TOPOLOGY = os.path.join(ROOT, "deploy", "config", "cluster-lab-place.toml")
+HFREDUCE_CLASS = "1:10"  # the lab's HTB class of TRAFFIC_CLASSES' first entry, hfreduce
+
+
+def trees_run(args):
+    def body(c):
+        mgmtd = c.start_fs3(TREE_CLIENT, TREE_STORAGE, replication=1)
+        files = ["--count", "4", "--mib", "16"]
+        c.run(TREE_CLIENT, "fs3-load", "write", "--mgmtd", mgmtd, *files)
+        storm = c.spawn(TREE_CLIENT, "fs3-load", "read", "--mgmtd", mgmtd, *files, "--seconds", "0",
+                        "--batch", "16", "--unpaced", name="storm")
+        time.sleep(2)  # the storm fills the uplink
+        rows = []
+        for order, nodes in TREE_JOBS.items():
+            for trees in ("rank", "leaf"):
+                env = {"HFREDUCE_TREES": trees}  # the leaves: HAI_LEAF, as the platform sets
+                before = c.lab.uplink_bytes(HFREDUCE_CLASS)
+                r = c.allreduce(nodes, bytes_=args.allreduce_bytes, steps=args.steps, warmup=2,
+                                env=env, name=f"{order}-{trees}")
+                sent = c.lab.uplink_bytes(HFREDUCE_CLASS) - before
+                allreduces = args.steps + 2
+                rows.append({"order": order, "trees": trees, "layout": r.get("trees", ""),
+                             "uplink_mib": sent / allreduces / 2**20,
+                             "allreduce_ms": r["median_allreduce_ms"],
+                             "steps_ms": r["allreduce_ms"]})
+                say(f"trees {order}/{trees}: {rows[-1]['uplink_mib']:.1f} MiB over the uplinks "
+                    f"per allreduce, {rows[-1]['allreduce_ms']:.0f} ms ({rows[-1]['layout']})")
+        c.stop([("storm", storm)])
+        return rows
+    return with_lab(args, True, body, topology=TREE_TOPOLOGY)
+
+
+def trees_experiment(args, results):
+    rows = []
+    for _rep in range(args.repeat):
+        say("trees: a 6-node allreduce over two leaves, rank-ordered and leaf-aware trees, beside "
+            "a read storm across the uplinks")
+        rows += trees_run(args)
+    results["trees"] = rows
+    print(f"\nallreduce of {args.allreduce_bytes} on 6 nodes, 3 under each of two leaves "
+          f"({os.path.basename(TREE_TOPOLOGY)}: 8:1 uplinks), beside an fs3 read storm across the "
+          f"uplinks ({TREE_STORAGE[0]} -> {TREE_CLIENT}); bytes over both leaves' uplinks, both "
+          f"ways, in HFReduce's traffic class")
+    print(f"{'rank order':12s} {'trees':6s} {'uplink MiB':>11s} {'allreduce ms':>13s}  layout")
+    for row in rows:
+        print(f"{row['order']:12s} {row['trees']:6s} {row['uplink_mib']:11.1f} "
+              f"{row['allreduce_ms']:13.1f}  {row['layout']}")
+    ratio = lambda key, order: (
+        statistics.median(r[key] for r in rows if r["order"] == order and r["trees"] == "leaf") /
+        statistics.median(r[key] for r in rows if r["order"] == order and r["trees"] == "rank"))
+    return {order: (ratio("uplink_mib", order), ratio("allreduce_ms", order)) for order in TREE_JOBS}
 
 
 # ---- incast ----------------------------------------------------------------------------------
@@ -334,7 +405,7 @@ def plot_placement(results, path):
 
 def main():
     p = argparse.ArgumentParser(description="The network lab's experiments.")
-    p.add_argument("--experiments", default="classes,incast,placement")
+    p.add_argument("--experiments", default="classes,incast,placement,trees")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--out", default="/tmp/netlab-bench")
     p.add_argument("--work", default="/tmp", help="where the daemons' data goes")
@@ -362,17 +433,19 @@ def main():
         sys.exit("netlab-bench: run as root (network namespaces)")
     wanted = [e for e in args.experiments.split(",") if e]
     for e in wanted:
-        if e not in ("classes", "incast", "placement"):
-            sys.exit(f"netlab-bench: unknown experiment '{e}' (classes, incast, placement)")
+        if e not in ("classes", "incast", "placement", "trees"):
+            sys.exit(f"netlab-bench: unknown experiment '{e}' (classes, incast, placement, trees)")
     os.makedirs(args.out, exist_ok=True)
     results = {"scale": args.scale, "queue_kb": args.queue_kb}
-    x = y = r = speed = error = None
+    x = y = r = speed = error = trees = None
     if "classes" in wanted:
         x, y = classes_experiment(args, results)
     if "incast" in wanted:
         r = incast_experiment(args, results)
     if "placement" in wanted:
         speed, error = placement_experiment(args, results)
+    if "trees" in wanted:
+        trees = trees_experiment(args, results)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     plot(results, os.path.join(args.out, "plot.svg"))
@@ -382,7 +455,11 @@ def main():
           f"{args.out}/placement.svg")
     print(f"network lab: allreduce under storage load, classes on {fmt(x)} (off {fmt(y)}) of its "
           f"unloaded time; incast p99 paced vs unpaced {fmt(r)}; congestion-aware vs first-fit step "
-          f"time {fmt(speed)}; sim vs measured error {'n/a' if error is None else f'{error:.1f}'}%")
+          f"time {fmt(speed)}; sim vs measured error {'n/a' if error is None else f'{error:.1f}'}%; "
+          f"leaf-aware trees' uplink bytes "
+          + ("n/a" if trees is None else
+             f"{fmt(trees['alternating'][0])} (blocks {fmt(trees['blocks'][0])}) of rank order's, "
+             f"allreduce time {fmt(trees['alternating'][1])} (blocks {fmt(trees['blocks'][1])})"))
 
 
 if __name__ == "__main__":

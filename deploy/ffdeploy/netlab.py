@@ -260,6 +260,24 @@ class Lab:
             run("tc", "-n", ns, "qdisc", "del", "dev", dev, "root", check=False)
             self._shape(ns, dev, mbit, state["queue_kb"], state["classes"])
 
+    def uplink_bytes(self, classid=None):
+        """Bytes sent so far over every leaf's uplink, both directions (both ends' egress), of
+        one traffic class (its HTB class id, e.g. "1:10" for hfreduce when built with classes)
+        or of all."""
+        total = 0
+        for link in self.load()["links"]:
+            if not link["link"].startswith("leaf "):
+                continue
+            for dev in link["ends"]:
+                cls = ["classid", classid] if classid else ["classid", "1:1"]
+                r = run("tc", "-n", self.sw, "-s", "class", "show", "dev", dev, *cls)
+                sent = [line.split()[1] for line in r.stdout.splitlines()
+                        if line.strip().startswith("Sent")]
+                if not sent:
+                    raise RuntimeError(f"no byte count for {dev} class {cls[1]}: {r.stdout!r}")
+                total += int(sent[0])
+        return total
+
     def load(self):
         if not os.path.exists(self.state):
             raise RuntimeError(f"no lab named {self.name} is up (deploy/netlab.py up CLUSTER_TOML)")

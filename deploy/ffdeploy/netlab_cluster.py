@@ -173,7 +173,9 @@ class LabCluster:
     def allreduce_job(self, nodes, bytes_="4M", steps=20, warmup=2, compute_ms=0, seconds=0,
                       env=None, name="job"):
         """Starts one hfreduce-loop rank per node (rank 0 on nodes[0], which serves the store);
-        returns the rank processes (rank 0's stdout is a pipe: its JSON line)."""
+        returns the rank processes (rank 0's stdout is a pipe: its JSON line). Each rank is told
+        its node's leaf as the platform tells it (HAI_LEAF), so the trees follow the leaves unless
+        `env` says otherwise (HFREDUCE_TREES=rank)."""
         port = self.next_port
         self.next_port += 1
         procs = []
@@ -181,7 +183,9 @@ class LabCluster:
             e = {"RANK": str(r), "WORLD_SIZE": str(len(nodes)), "MASTER_ADDR": self.address(nodes[0]),
                  "MASTER_PORT": str(port), "HFREDUCE_LISTEN_HOST": self.address(node),
                  "HFREDUCE_NODE_ID": node, "HFREDUCE_TRANSPORT": "tcp",
-                 "HFREDUCE_TIMEOUT_MS": "60000", **(env or {})}
+                 "HFREDUCE_TIMEOUT_MS": "60000",
+                 "HAI_LEAF": f"{self.hosts[node]['zone']}/{self.hosts[node]['leaf']}",
+                 **(env or {})}
             args = ["--bytes", bytes_, "--steps", str(steps), "--warmup", str(warmup),
                     "--compute-ms", str(compute_ms), "--seconds", str(seconds)]
             procs.append(self.spawn(node, "hfreduce-loop", *args, env=e, name=f"{name}-r{r}",

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "common/tls.h"
@@ -16,6 +17,7 @@
 #include "hfreduce/store.h"
 #include "monitoring/metrics.h"
 #include "p2p/peer_to_peer.h"
+#include "scheduler/topology.h"
 #include "transport/shm.h"
 #include "transport/tcp.h"
 #include "transport/verbs.h"
@@ -56,6 +58,46 @@ std::string HostName() {
   char buf[256] = {};
   gethostname(buf, sizeof buf - 1);
   return buf;
+}
+
+// What this node is called (CommunicatorOptions::node_label): the option, HFREDUCE_NODE_LABEL,
+// HAI_NODE, else its node id.
+std::string NodeLabel(const CommunicatorOptions& options) {
+  std::string label = options.node_label;
+  for (const char* var : {"HFREDUCE_NODE_LABEL", "HAI_NODE"}) {
+    if (const char* v = std::getenv(var); label.empty() && v && *v) label = v;
+  }
+  if (label.empty() || label.find('\n') != std::string::npos) {
+    label = options.node_id.empty() ? HostName() : options.node_id;
+  }
+  return label;
+}
+
+// This node's "zone/leaf" (CommunicatorOptions::leaf), "" when unknown. `label` finds the node in
+// $HFREDUCE_TOPOLOGY's cluster.toml, read by the scheduler's own reader.
+Result<std::string> LeafOf(const CommunicatorOptions& options, const std::string& label) {
+  std::string leaf = options.leaf;
+  for (const char* var : {"HFREDUCE_LEAF", "HAI_LEAF"}) {
+    if (const char* v = std::getenv(var); leaf.empty() && v && *v) leaf = v;
+  }
+  const char* file = std::getenv("HFREDUCE_TOPOLOGY");
+  if (leaf.empty() && file && *file) {
+    Result<scheduler::Topology> topology = scheduler::Topology::Load(file);
+    if (!topology.ok()) {
+      return topology.status().WithContext("hfreduce: HFREDUCE_TOPOLOGY");
+    }
+    const int node = topology->FindNode(label);
+    if (node < 0) {
+      return InvalidArgument("hfreduce: node '" + label + "' is not in " + file +
+                             " (HFREDUCE_TOPOLOGY; the node is named by HFREDUCE_NODE_LABEL, "
+                             "HAI_NODE or its node id)");
+    }
+    leaf = topology->LeafPath(node);
+  }
+  if (leaf.find('\n') != std::string::npos) {
+    return InvalidArgument("hfreduce: a leaf (HFREDUCE_LEAF) must not contain a newline");
+  }
+  return leaf;
 }
 
 #ifdef FF_WITH_VERBS
@@ -221,6 +263,7 @@ class CommunicatorImpl final : public Communicator {
     if (peer < 0 || peer >= world_size_ || peer == rank_) return "";
     return p2p_->Path(peer);
   }
+  std::string TreeLayout() const override { return tree_layout_; }
 
   void Abort(const std::string& reason) override;
   Result<std::unique_ptr<Communicator>> Shrink(const std::vector<int>& excluded) override;
@@ -295,7 +338,9 @@ class CommunicatorImpl final : public Communicator {
   std::unique_ptr<RankWorker> worker_;
   std::unique_ptr<PeerToPeer> p2p_;
   std::string transport_ = "shm";  // what carries data between nodes
-  void* stream_ = nullptr;         // the caller's CUDA stream for device buffers
+  DoubleBinaryTree trees_{1};      // the trees between nodes
+  std::string tree_layout_ = "one node";
+  void* stream_ = nullptr;  // the caller's CUDA stream for device buffers
 };
 
 CollectiveMetrics& CommunicatorImpl::MetricsFor(const std::string& name) {
@@ -365,8 +410,20 @@ std::shared_ptr<Work> CommunicatorImpl::Submit(const OpDesc& desc, const void* s
   return std::make_shared<MeteredWork>(std::move(work), MetricsFor(name), bytes);
 }
 
-Status CommunicatorImpl::Init(const CommunicatorOptions& options) {
-  FF_RETURN_IF_ERROR(Validate(options));
+Status CommunicatorImpl::Init(const CommunicatorOptions& given) {
+  FF_RETURN_IF_ERROR(Validate(given));
+  // The leaf and the trees' order, settled before anything reaches the store: a bad setting is
+  // then the error every rank reports.
+  CommunicatorOptions options = given;
+  FF_ASSIGN_OR_RETURN(options.leaf, LeafOf(options, NodeLabel(options)));
+  if (const char* v = std::getenv("HFREDUCE_TREES"); options.tree_order.empty() && v && *v) {
+    options.tree_order = v;
+  }
+  if (options.tree_order.empty()) options.tree_order = "leaf";
+  if (options.tree_order != "leaf" && options.tree_order != "rank") {
+    return InvalidArgument("hfreduce: tree order (HFREDUCE_TREES) must be 'leaf' or 'rank', not '" +
+                           options.tree_order + "'");
+  }
   std::shared_ptr<Store> shared = options.store;
   std::shared_ptr<Store> failure_store = options.store;
   std::shared_ptr<StoreServer> server;
@@ -466,16 +523,14 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, Store& s
   if (node_id.find('\n') != std::string::npos) {
     return InvalidArgument("hfreduce: node id must not contain a newline");
   }
+  const std::string label = NodeLabel(options);
+  const std::string& leaf = options.leaf;  // settled by Init
+  const std::string& tree_order = options.tree_order;
 
-  std::string label = options.node_label;
-  for (const char* var : {"HFREDUCE_NODE_LABEL", "HAI_NODE"}) {
-    if (const char* v = std::getenv(var); label.empty() && v && *v) label = v;
-  }
-  if (label.empty() || label.find('\n') != std::string::npos) label = node_id;
-
-  // 1. Everyone says which node it is on (its id, a newline and its label); nodes are ordered by
-  // their lowest rank.
-  FF_RETURN_IF_ERROR(store.Set(prefix + "/rank/" + std::to_string(rank_), node_id + "\n" + label));
+  // 1. Everyone says which node it is on (its id, its label and its leaf, a line each); nodes
+  // are ordered by their lowest rank.
+  FF_RETURN_IF_ERROR(
+      store.Set(prefix + "/rank/" + std::to_string(rank_), node_id + "\n" + label + "\n" + leaf));
   std::vector<std::string> keys;
   for (int r = 0; r < world_size_; ++r)
     keys.push_back(prefix + "/rank/" + std::to_string(r));
@@ -484,20 +539,43 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, Store& s
     return nodes_of.status().WithContext("hfreduce: rank " + std::to_string(rank_) +
                                          " waiting for the other ranks to join");
   }
-  std::vector<std::string> node_ids, node_labels;
+  std::vector<std::string> node_ids, node_labels, node_leaves;
   std::map<std::string, std::vector<int>> members;
   for (int r = 0; r < world_size_; ++r) {
     std::string& id = (*nodes_of)[r];
     const auto nl = id.find('\n');
-    const std::string their_label = nl == std::string::npos ? id : id.substr(nl + 1);
+    std::string their_label = nl == std::string::npos ? id : id.substr(nl + 1);
     if (nl != std::string::npos) id.resize(nl);
+    const auto nl2 = their_label.find('\n');
+    std::string their_leaf = nl2 == std::string::npos ? "" : their_label.substr(nl2 + 1);
+    if (nl2 != std::string::npos) their_label.resize(nl2);
     if (!members.contains(id)) {
       node_ids.push_back(id);
       node_labels.push_back(their_label);
+      node_leaves.push_back(their_leaf);
     }
     members[id].push_back(r);
   }
   num_nodes_ = static_cast<int>(node_ids.size());
+  trees_ = DoubleBinaryTree(node_leaves, tree_order == "leaf");
+  if (num_nodes_ > 1) {
+    const DoubleBinaryTree rank_order(node_leaves, false);
+    const int leaves =
+        static_cast<int>(std::set<std::string>(node_leaves.begin(), node_leaves.end()).size());
+    auto crossings = [](const DoubleBinaryTree& t) {
+      return std::to_string(t.CrossGroupEdges(0)) + "+" + std::to_string(t.CrossGroupEdges(1));
+    };
+    if (std::find(node_leaves.begin(), node_leaves.end(), "") != node_leaves.end()) {
+      tree_layout_ = "rank order (leaves unknown)";
+    } else if (trees_.grouped()) {
+      tree_layout_ = "leaf order: " + std::to_string(leaves) + " leaves, " + crossings(trees_) +
+                     " edges cross leaves (rank order: " + crossings(rank_order) + ")";
+    } else {
+      tree_layout_ = "rank order: " + std::to_string(leaves) +
+                     (leaves == 1 ? " leaf, " : " leaves, ") + crossings(rank_order) +
+                     " edges cross leaves";
+    }
+  }
   std::vector<int> node_of_rank(static_cast<std::size_t>(world_size_));
   for (int r = 0; r < world_size_; ++r) {
     node_of_rank[r] = static_cast<int>(std::find(node_ids.begin(), node_ids.end(), (*nodes_of)[r]) -
@@ -603,6 +681,7 @@ Status CommunicatorImpl::Rendezvous(const CommunicatorOptions& options, Store& s
     NodeEngineConfig config;
     config.node_index = node_index_;
     config.num_nodes = num_nodes_;
+    config.trees = trees_;
     config.world_size = world_size_;
     config.local_global_ranks = local_ranks_;
     config.node_of_rank = node_of_rank;
@@ -667,7 +746,7 @@ Status CommunicatorImpl::ConnectTrees(const CommunicatorOptions& options, Store&
   const int32_t mine = *wants ? 1 : 0;
   int expected_children = 0;
   for (int t = 0; t < 2; ++t) {
-    TreePosition pos = DoubleBinaryTreePosition(t, node_index_, num_nodes_);
+    const TreePosition& pos = trees_.position(t, node_index_);
     expected_children += pos.num_children;
     if (pos.parent < 0) continue;
     FF_ASSIGN_OR_RETURN(std::string address,
@@ -683,7 +762,7 @@ Status CommunicatorImpl::ConnectTrees(const CommunicatorOptions& options, Store&
     Hello hello{};
     FF_RETURN_IF_ERROR(conn->RecvBefore(&hello, sizeof hello, deadline));
     const bool tree_ok = hello.tree == 0 || hello.tree == 1;  // it indexes arrays below
-    TreePosition pos = DoubleBinaryTreePosition(hello.tree & 1, node_index_, num_nodes_);
+    const TreePosition& pos = trees_.position(hello.tree & 1, node_index_);
     int index = -1;
     for (int i = 0; i < pos.num_children && tree_ok; ++i) {
       if (pos.children[i] == hello.child) index = i;

@@ -8,7 +8,8 @@
 // Environment: as CommunicatorOptions::FromEnvironment (RANK, WORLD_SIZE, MASTER_ADDR,
 // MASTER_PORT; HFREDUCE_NODE_ID, HFREDUCE_LISTEN_HOST, HFREDUCE_DSCP, ...). With --seconds, it
 // runs steps until that long has passed (every rank agrees when to stop) instead of --steps.
-// Rank 0 prints one JSON line: {"world":..,"nodes":..,"bytes":..,"steps":..,"allreduce_ms":
+// Rank 0 prints one JSON line:
+// {"world":..,"nodes":..,"trees":"<TreeLayout()>","bytes":..,"steps":..,"allreduce_ms":
 // [..per
 // step..],"step_ms":[..],"median_allreduce_ms":..,"median_step_ms":..,"p99_allreduce_ms":..}. Every
 // rank checks the sum it got; a wrong sum or a failed collective exits 1 with the reason on stderr
@@ -129,11 +130,12 @@ int main(int argc, char** argv) {
   }
   if (rank == 0) {
     std::printf(
-        "{\"world\":%d,\"nodes\":%d,\"bytes\":%zu,\"steps\":%zu,\"median_allreduce_ms\":%.3f,"
-        "\"p99_allreduce_ms\":%.3f,\"median_step_ms\":%.3f,\"allreduce_ms\":%s,\"step_ms\":%s}\n",
-        world, comm.num_nodes(), bytes, allreduce_ms.size(), Quantile(allreduce_ms, 0.5),
-        Quantile(allreduce_ms, 0.99), Quantile(step_ms, 0.5), JsonArray(allreduce_ms).c_str(),
-        JsonArray(step_ms).c_str());
+        "{\"world\":%d,\"nodes\":%d,\"trees\":\"%s\",\"bytes\":%zu,\"steps\":%zu,"
+        "\"median_allreduce_ms\":%.3f,\"p99_allreduce_ms\":%.3f,\"median_step_ms\":%.3f,"
+        "\"allreduce_ms\":%s,\"step_ms\":%s}\n",
+        world, comm.num_nodes(), comm.TreeLayout().c_str(), bytes, allreduce_ms.size(),
+        Quantile(allreduce_ms, 0.5), Quantile(allreduce_ms, 0.99), Quantile(step_ms, 0.5),
+        JsonArray(allreduce_ms).c_str(), JsonArray(step_ms).c_str());
     std::fflush(stdout);
   }
   return 0;

@@ -1,6 +1,8 @@
 #include "scheduler/cluster_state.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "common/double_binary_tree.h"
 
@@ -34,11 +36,17 @@ TrafficLoad EstimateTraffic(const Topology& topology, const JobRequest& job,
     for (int r = 0; r + 1 < n; ++r)
       edge(r, r + 1, job.traffic_gbps);
   } else {
-    // Allreduce: each tree carries half of the data over each of its edges.
+    // Allreduce: each tree carries half of the data over each of its edges. The trees are
+    // HFReduce's, which follow the leaves (the platform gives each rank its HAI_LEAF): leaf by
+    // leaf, whatever the rank order.
+    std::vector<std::string> leaves;
+    for (int node : placement.nodes)
+      leaves.push_back(topology.LeafPath(node));
+    const DoubleBinaryTree trees(leaves);
     for (int t = 0; t < 2; ++t) {
       for (int r = 0; r < n; ++r) {
-        TreePosition pos = DoubleBinaryTreePosition(t, r, n);
-        if (pos.parent >= 0) edge(r, pos.parent, job.traffic_gbps / 2);
+        const int parent = trees.position(t, r).parent;
+        if (parent >= 0) edge(r, parent, job.traffic_gbps / 2);
       }
     }
   }

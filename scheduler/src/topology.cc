@@ -118,4 +118,10 @@ int Topology::FindNode(const std::string& name) const {
   return -1;
 }
 
+std::string Topology::LeafPath(int node) const {
+  const Node& n = nodes_.at(static_cast<std::size_t>(node));
+  return zones_[static_cast<std::size_t>(n.zone)].name + "/" +
+         leaves_[static_cast<std::size_t>(n.leaf)].name;
+}
+
 }  // namespace ff::scheduler

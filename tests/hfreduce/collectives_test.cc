@@ -6,6 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "common/net.h"
 #include "tests/support/subprocess.h"
 
@@ -131,6 +138,59 @@ TEST(HfreducePointToPointTest, LargeSendsReadDirect) {
 TEST(HfreducePointToPointTest, OverLoopbackTcp) {
   ExpectAllPassed(
       Launch(1, 3, "p2p", {{"HFREDUCE_P2P_SHM", "0"}, {"HFREDUCE_TEST_P2P_PATH", "tcp"}}));
+}
+
+// Trees built leaf by leaf: nodes whose leaves alternate in rank order (as a replacement node or
+// a placement by name leaves them), read from a cluster.toml (HFREDUCE_TOPOLOGY, nodes named by
+// their node id here), give every collective the same results as rank order, crossing the
+// leaves once per tree.
+TEST(HfreduceTopologyTest, TreesFollowTheLeavesOfClusterToml) {
+  const std::string dir = ::testing::TempDir() + "/hfreduce-topology-" + std::to_string(getpid());
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  const std::string toml = dir + "/cluster.toml";
+  FILE* f = std::fopen(toml.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs(
+      "name = \"t\"\nnode_link_gbps = 100\ncross_zone_gbps = 100\n"
+      "[[zones]]\nname = \"A\"\n"
+      "  [[zones.leaves]]\n  name = \"even\"\n  node_names = [\"node0\", \"node2\", \"node4\"]\n"
+      "  uplink_gbps = 100\n"
+      "  [[zones.leaves]]\n  name = \"odd\"\n  node_names = [\"node1\", \"node3\"]\n"
+      "  uplink_gbps = 100\n",
+      f);
+  ASSERT_EQ(std::fclose(f), 0);
+  for (const char* scenario : {"allreduce", "scatter-gather", "broadcast"}) {
+    SCOPED_TRACE(scenario);
+    ExpectAllPassed(Launch(5, 1, scenario,
+                           {{"HFREDUCE_TOPOLOGY", toml},
+                            {"HFREDUCE_TEST_TREE_LAYOUT",
+                             "leaf order: 2 leaves, 1+1 edges cross leaves (rank order: 2+3)"}}));
+  }
+  // 2 nodes x 2 ranks, leaves from HFREDUCE_LEAF; rank order on request.
+  ExpectAllPassed(
+      Launch(2, 2, "allreduce",
+             {{"HFREDUCE_LEAF", "A/l0"},
+              {"HFREDUCE_TEST_TREE_LAYOUT", "rank order: 1 leaf, 0+0 edges cross leaves"}}));
+  ExpectAllPassed(
+      Launch(5, 1, "allreduce",
+             {{"HFREDUCE_TOPOLOGY", toml},
+              {"HFREDUCE_TREES", "rank"},
+              {"HFREDUCE_TEST_TREE_LAYOUT", "rank order: 2 leaves, 2+3 edges cross leaves"}}));
+  ExpectAllPassed(
+      Launch(3, 1, "allreduce", {{"HFREDUCE_TEST_TREE_LAYOUT", "rank order (leaves unknown)"}}));
+  // A node missing from the file, and a bad tree order, are clear errors on every rank.
+  for (const auto& [env, message] :
+       std::vector<std::pair<std::map<std::string, std::string>, std::string>>{
+           {{{"HFREDUCE_TOPOLOGY", toml}, {"HFREDUCE_NODE_LABEL", "elsewhere"}},
+            "node 'elsewhere' is not in " + toml},
+           {{{"HFREDUCE_TREES", "random"}}, "must be 'leaf' or 'rank', not 'random'"},
+           {{{"HFREDUCE_TOPOLOGY", dir + "/missing.toml"}}, "HFREDUCE_TOPOLOGY"}}) {
+    for (const RankResult& r : Launch(2, 1, "allreduce", env, 60s)) {
+      EXPECT_EQ(r.exit_code, 2);
+      EXPECT_THAT(r.stderr_text, HasSubstr(message));
+    }
+  }
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 
 TEST(HfreduceLargeTest, SixtyFourMiBTwoNodesByFour) {

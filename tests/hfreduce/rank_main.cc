@@ -737,6 +737,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rank %d: create failed: %s\n", g_rank, comm.status().ToString().c_str());
     return 2;
   }
+  // The trees' layout the test expects (Communicator::TreeLayout), where it says.
+  if (const char* layout = std::getenv("HFREDUCE_TEST_TREE_LAYOUT");
+      layout && (*comm)->TreeLayout() != layout) {
+    std::fprintf(stderr, "rank %d: trees laid out as '%s', expected '%s'\n", g_rank,
+                 (*comm)->TreeLayout().c_str(), layout);
+    return 1;
+  }
   if (scenario == "allreduce") {
     ScenarioAllreduce(**comm);
   } else if (scenario == "broadcast") {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 namespace ff::hfreduce {
@@ -20,10 +21,11 @@ struct Crossings {
   std::vector<int> ins;   // per node: edges it receives the chunk over
 };
 
-Crossings Count(Flow flow, int tree, int n, int owner) {
+Crossings Count(Flow flow, int tree, const DoubleBinaryTree& trees, int owner) {
+  const int n = trees.size();
   std::vector<RouteTable> tables;
   for (int node = 0; node < n; ++node)
-    tables.emplace_back(node, n);
+    tables.emplace_back(node, trees);
   Crossings x;
   x.outs.assign(n, 0);
   x.ins.assign(n, 0);
@@ -48,7 +50,7 @@ TEST(RouteTest, BothEndsOfEveryEdgeAgreeForEveryFlowTreeAndOwner) {
     for (Flow flow : kFlows) {
       for (int tree = 0; tree < 2; ++tree) {
         for (int owner = 0; owner < n; ++owner) {
-          EXPECT_TRUE(Count(flow, tree, n, owner).agree)
+          EXPECT_TRUE(Count(flow, tree, DoubleBinaryTree(n), owner).agree)
               << "n " << n << " tree " << tree << " owner " << owner;
         }
       }
@@ -59,7 +61,7 @@ TEST(RouteTest, BothEndsOfEveryEdgeAgreeForEveryFlowTreeAndOwner) {
 TEST(RouteTest, AllreduceChunksCrossEveryEdgeBothWays) {
   for (int n = 1; n <= 33; ++n) {
     for (int tree = 0; tree < 2; ++tree) {
-      Crossings x = Count(Flow::kTree, tree, n, 0);
+      Crossings x = Count(Flow::kTree, tree, DoubleBinaryTree(n), 0);
       EXPECT_EQ(x.edges, n - 1);
       EXPECT_EQ(x.sends, 2 * (n - 1)) << "n " << n;
     }
@@ -70,7 +72,7 @@ TEST(RouteTest, ReduceScatterChunksCrossEveryEdgeOnceTowardTheirOwner) {
   for (int n = 1; n <= 33; ++n) {
     for (int tree = 0; tree < 2; ++tree) {
       for (int owner = 0; owner < n; ++owner) {
-        Crossings x = Count(Flow::kToOwner, tree, n, owner);
+        Crossings x = Count(Flow::kToOwner, tree, DoubleBinaryTree(n), owner);
         EXPECT_EQ(x.sends, n - 1) << "n " << n << " owner " << owner;
         // Every node but the owner passes its sum on exactly once; the owner keeps it.
         for (int node = 0; node < n; ++node)
@@ -84,11 +86,44 @@ TEST(RouteTest, AllgatherChunksCrossEveryEdgeOnceOutFromTheirOwner) {
   for (int n = 1; n <= 33; ++n) {
     for (int tree = 0; tree < 2; ++tree) {
       for (int owner = 0; owner < n; ++owner) {
-        Crossings x = Count(Flow::kFromOwner, tree, n, owner);
+        Crossings x = Count(Flow::kFromOwner, tree, DoubleBinaryTree(n), owner);
         EXPECT_EQ(x.sends, n - 1) << "n " << n << " owner " << owner;
         // Every node but the owner receives it exactly once; the owner never does.
         for (int node = 0; node < n; ++node)
           EXPECT_EQ(x.ins[node], node == owner ? 0 : 1) << "n " << n << " node " << node;
+      }
+    }
+  }
+}
+
+TEST(RouteTest, TreesGroupedByLeafRouteEveryFlowLikeRankOrderedOnes) {
+  // Leaves of 1 to 4 nodes, interleaved in node order and contiguous.
+  const std::vector<std::vector<std::string>> layouts = {
+      {"A/l0", "A/l1"},
+      {"A/l0", "A/l1", "A/l0", "A/l1"},
+      {"A/l0", "A/l0", "A/l1", "A/l1", "B/l2"},
+      {"A/l0", "B/l1", "A/l2", "B/l1", "A/l0", "A/l2", "B/l3", "A/l0", "B/l3"},
+      {"A/l0", "A/l1", "A/l2", "A/l3", "A/l4", "A/l5", "A/l6"},
+  };
+  for (const auto& leaves : layouts) {
+    DoubleBinaryTree trees(leaves);
+    ASSERT_TRUE(trees.grouped());
+    const int n = trees.size();
+    for (int tree = 0; tree < 2; ++tree) {
+      Crossings all = Count(Flow::kTree, tree, trees, 0);
+      EXPECT_TRUE(all.agree);
+      EXPECT_EQ(all.edges, n - 1);
+      EXPECT_EQ(all.sends, 2 * (n - 1));
+      for (int owner = 0; owner < n; ++owner) {
+        Crossings to = Count(Flow::kToOwner, tree, trees, owner);
+        Crossings from = Count(Flow::kFromOwner, tree, trees, owner);
+        EXPECT_TRUE(to.agree && from.agree) << "n " << n << " owner " << owner;
+        EXPECT_EQ(to.sends, n - 1);
+        EXPECT_EQ(from.sends, n - 1);
+        for (int node = 0; node < n; ++node) {
+          EXPECT_EQ(to.outs[node], node == owner ? 0 : 1) << "n " << n << " node " << node;
+          EXPECT_EQ(from.ins[node], node == owner ? 0 : 1) << "n " << n << " node " << node;
+        }
       }
     }
   }

@@ -217,7 +217,7 @@ TEST_F(PlatformTest, GangJobRunsWithTheEnvironmentTrainingCodeExpects) {
       Submit(alice_, {"--name", "env", "--nodes", "2", "--gpus-per-node", "2", "--",
                       "echo RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK "
                       "MASTER=$MASTER_ADDR:$MASTER_PORT NODE_ID=$HFREDUCE_NODE_ID "
-                      "LISTEN=$HFREDUCE_LISTEN_HOST "
+                      "LISTEN=$HFREDUCE_LISTEN_HOST LEAF=$HAI_LEAF "
                       "JOB=$HAI_JOB_ID RESTARTS=$HAI_RESTART_COUNT GPUS=$CUDA_VISIBLE_DEVICES "
                       "CKPT=$HAI_CHECKPOINT_DIR; sleep 0.5"});
   ASSERT_GT(id, 0);
@@ -239,8 +239,8 @@ TEST_F(PlatformTest, GangJobRunsWithTheEnvironmentTrainingCodeExpects) {
         log,
         HasSubstr("RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=0 MASTER=" + master +
                   " NODE_ID=" + std::to_string(rank) + " LISTEN=" + AgentHost(node.back() - '0') +
-                  " JOB=" + std::to_string(id) + " RESTARTS=0 GPUS=0,1 CKPT=" + dir_.File("ckpt") +
-                  "/alice/" + std::to_string(id)));
+                  " LEAF=A/A-leaf JOB=" + std::to_string(id) + " RESTARTS=0 GPUS=0,1 CKPT=" +
+                  dir_.File("ckpt") + "/alice/" + std::to_string(id)));
   }
   // The human views.
   CliResult ls = Hai({"ls", "-a"}, alice_);

@@ -380,7 +380,7 @@ TEST_F(SchedulerTest, OnAQuietClusterASpreadableJobStartsAtOnce) {
 
 TEST_F(SchedulerTest, AJobSubmittedLongAgoMayWaitAShareOfThatForALeaf) {
   // The quiet cluster above at t=36,000 (10 h), leaf 0 expected to free in 50 min: spreading
-  // would cost the 3-node job 37 min. Submitted at t=0, it may wait that, or 5% of its 10 h (30
+  // would cost the 3-node job 25 min. Submitted at t=0, it may wait that, or 5% of its 10 h (30
   // min): it spreads now.
   BusyTwoNodesInEveryLeaf(/*leaf0_ends=*/36000 + 3000);
   JobRequest job = Job(1, 3);
@@ -398,7 +398,7 @@ TEST_F(SchedulerTest, AJobSubmittedLongAgoMayWaitAShareOfThatForALeaf) {
   EXPECT_EQ(d.locality_wait_started, (std::map<JobId, Seconds>{{1, 72000}}));
   EXPECT_THAT(d.pending.at(1),
               HasSubstr("; spread over leaves now, it and the jobs sharing those uplinks would "
-                        "lose about 37m of run time to congestion, but it was submitted 20h ago "
+                        "lose about 25m of run time to congestion, but it was submitted 20h ago "
                         "and may wait up to 1h, a share of that, for one leaf, and a leaf is "
                         "expected to free in 50m (after 1h more it takes any leaves)"));
 
@@ -456,8 +456,8 @@ TEST_F(SchedulerTest, AJobShortOfNodesHoldsALeafThatFreesSoonAfterAnyNodesWould)
   busy(12, {4, 5}, 1000);
   busy(13, {6, 7}, 86400);
   busy(14, {8, 9, 10, 11, 12, 13, 14, 15}, 86400);
-  // Spread over the empty uplinks, a 5.5 h run would lose 37 min (it communicates 0.3 of its
-  // time, and its traffic would take 37% of an uplink): more than the 16m40s the leaf comes
+  // Spread over the empty uplinks, a 5.5 h run would lose 25 min (it communicates 0.3 of its
+  // time, and its trees would cross an uplink once each): more than the 16m40s the leaf comes
   // later, so it holds leaf 0's nodes for t=2000.
   JobRequest job = Job(1, 3);
   job.expected_runtime = 20000;
@@ -465,7 +465,7 @@ TEST_F(SchedulerTest, AJobShortOfNodesHoldsALeafThatFreesSoonAfterAnyNodesWould)
   EXPECT_THAT(Started(d), IsEmpty());
   EXPECT_THAT(d.pending.at(1),
               HasSubstr("it holds nodes under one leaf switch, expected to free 16m after any "
-                        "nodes would, less than spreading would cost (about 37m); expected to "
+                        "nodes would, less than spreading would cost (about 25m); expected to "
                         "start in 31m"));
   // A 100-minute run would lose 11 min spread: less than the leaf's 16m40s. It takes any nodes,
   // at t=1000.

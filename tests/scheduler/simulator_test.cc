@@ -67,21 +67,24 @@ TEST_F(SimulatorTest, CommSlowdownIsTheBandwidthBoundShareOfUplinkOverload) {
 }
 
 TEST_F(SimulatorTest, OversubscribedUplinksSlowJobsThatCrossLeaves) {
-  // Six nodes cannot fit one leaf (4 nodes): the job crosses a 400 Gb/s uplink with more traffic
-  // than that, so its communication slows down and it finishes late.
-  SimulationResult r = Run({Job(1, 6, 0, 1000)}, "congestion-aware");
+  // Six nodes cannot fit one leaf (4 nodes): the job's trees cross a 400 Gb/s uplink once each,
+  // with half of its 1000 Gb/s each, more than the uplink carries, so its communication slows
+  // down and it finishes late.
+  JobRequest heavy = Job(1, 6, 0, 1000);
+  heavy.traffic_gbps = 1000;
+  SimulationResult r = Run({heavy}, "congestion-aware");
   EXPECT_GT(r.jobs[0].finish, 1000);
   EXPECT_GT(r.cross_leaf_tb, 0);
   // Interleaving ranks across leaves (first-fit fills nodes in order; here equal) is never better.
   SimulationOptions every_100s;
   every_100s.sample_interval = 100;
-  auto sampled = Simulate(*topology_, {Job(1, 6, 0, 1000)}, "congestion-aware", every_100s);
+  auto sampled = Simulate(*topology_, {heavy}, "congestion-aware", every_100s);
   ASSERT_TRUE(sampled.ok());
   ASSERT_GE(sampled->traffic_series.size(), 10u);
   EXPECT_EQ(sampled->traffic_series.size(), sampled->utilisation_series.size());
   EXPECT_EQ(sampled->traffic_series[5].time, 500);
   EXPECT_GT(sampled->traffic_series[5].cross_leaf_gbps, 0);  // while it ran
-  SimulationResult ff = Run({Job(1, 6, 0, 1000)}, "first-fit");
+  SimulationResult ff = Run({heavy}, "first-fit");
   EXPECT_GE(ff.jobs[0].finish, r.jobs[0].finish);
 }
 

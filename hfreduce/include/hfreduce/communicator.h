@@ -61,6 +61,15 @@ struct CommunicatorOptions {
   // What this node is called in LinkTimes (step telemetry): HFREDUCE_NODE_LABEL, else HAI_NODE
   // (the platform's node name), else the node id.
   std::string node_label;
+  // Where this node sits in the network, "zone/leaf" (its leaf switch, named with its zone): the
+  // trees between nodes are built leaf by leaf, crossing each leaf's uplinks as few times as a
+  // spanning tree can (common/double_binary_tree.h). Empty: $HFREDUCE_LEAF, else $HAI_LEAF (the
+  // platform's), else the node's entry in the cluster.toml named by $HFREDUCE_TOPOLOGY (found by
+  // node label), else unknown. When any node's is unknown, the trees follow rank order.
+  std::string leaf;
+  // "leaf": the trees follow the leaves where every node's is known; "rank": rank order always.
+  // Empty: $HFREDUCE_TREES, else "leaf".
+  std::string tree_order;
   // Address other nodes' leaders reach this node at (the TCP listener binds it).
   std::string listen_host = "127.0.0.1";
   // Between nodes: "tcp", "verbs" (ibverbs RC; needs an RDMA device and a build with
@@ -168,6 +177,10 @@ class Communicator {
   // read straight from the sender's buffer), "shm" (shared memory, copied through it), "tcp";
   // "" while the two have not exchanged a message yet (the connection opens on first use).
   virtual std::string PointToPointPath(int peer) = 0;
+  // How the trees between nodes are laid out, for logs and tests: "leaf order: 2 leaves, 1+1
+  // edges cross leaves (rank order: 2+2)", "rank order: 2 leaves, 2+2 edges cross leaves", or
+  // "rank order (leaves unknown)"; "one node" within a node.
+  virtual std::string TreeLayout() const = 0;
 
   Status Allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
     return AllreduceAsync(send, recv, count, type, op)->Wait();

@@ -61,10 +61,10 @@ NodeEngine::NodeEngine(NodeSegment& segment, Waiter waiter, NodeEngineConfig con
       waiter_(std::move(waiter)),
       config_(std::move(config)),
       slots_(static_cast<uint32_t>(segment.slots())),
-      routes_(config_.node_index, config_.num_nodes),
+      routes_(config_.node_index, config_.trees),
       plans_(kPlanRing) {
   for (int t = 0; t < 2; ++t) {
-    tree_[t] = DoubleBinaryTreePosition(t, config_.node_index, config_.num_nodes);
+    tree_[t] = config_.trees.position(t, config_.node_index);
   }
   threads_.emplace_back([this] { ReducerLoop(); });
   // Rings and the list of edges first, then threads: every ring exists before any thread can

@@ -43,6 +43,7 @@ namespace ff::hfreduce {
 struct NodeEngineConfig {
   int node_index = 0;
   int num_nodes = 1;
+  DoubleBinaryTree trees{1};  // the trees between the num_nodes nodes
   int world_size = 1;
   std::vector<int> local_global_ranks;   // global rank of each local rank
   std::vector<int> node_of_rank;         // node index of every global rank
@@ -56,7 +57,7 @@ struct NodeEngineConfig {
   std::function<void(const Status&)> publish_failure;
   std::function<Status(const Status&)> explain_failure;
   // Per tree: the connection to the parent (null at the root) and to each child, in the order
-  // of DoubleBinaryTreePosition's children.
+  // of trees' children.
   std::array<std::unique_ptr<Connection>, 2> parent;
   std::array<std::array<std::unique_ptr<Connection>, 2>, 2> children;
 };

@@ -2,10 +2,11 @@
 
 namespace ff::hfreduce {
 
-RouteTable::RouteTable(int node, int num_nodes) : num_nodes_(num_nodes) {
+RouteTable::RouteTable(int node, const DoubleBinaryTree& trees) : num_nodes_(trees.size()) {
+  const int num_nodes = trees.size();
   const auto n = static_cast<std::size_t>(num_nodes);
   for (int t = 0; t < 2; ++t) {
-    tree_[t] = DoubleBinaryTreePosition(t, node, num_nodes);
+    tree_[t] = trees.position(t, node);
     below_self_[t].assign(n, 0);
     below_child_[t][0].assign(n, 0);
     below_child_[t][1].assign(n, 0);
@@ -13,7 +14,7 @@ RouteTable::RouteTable(int node, int num_nodes) : num_nodes_(num_nodes) {
     // child i if the node it met us from is child i.
     for (int d = 0; d < num_nodes; ++d) {
       int prev = -1;
-      for (int x = d; x >= 0; prev = x, x = DoubleBinaryTreePosition(t, x, num_nodes).parent) {
+      for (int x = d; x >= 0; prev = x, x = trees.position(t, x).parent) {
         if (x != node) continue;
         below_self_[t][d] = 1;
         for (int i = 0; i < tree_[t].num_children; ++i) {

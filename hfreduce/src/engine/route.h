@@ -29,7 +29,8 @@ struct Route {
 
 class RouteTable {
  public:
-  RouteTable(int node, int num_nodes);
+  RouteTable(int node, const DoubleBinaryTree& trees);
+  RouteTable(int node, int num_nodes) : RouteTable(node, DoubleBinaryTree(num_nodes)) {}
   // The route of a chunk of `flow` in tree `tree` (0 or 1) whose owner is node `owner` (ignored
   // for kTree).
   Route Of(Flow flow, int tree, int owner) const;

@@ -199,6 +199,10 @@ std::vector<hai::Task> HaiServer::TasksFor(const std::string& node) const {
         env["HAI_JOB_NAME"] = spec.name();
         env["HAI_USER"] = job.user();
         env["HAI_NODE"] = node;
+        // Where the node sits ("zone/leaf"): HFReduce builds its trees leaf by leaf.
+        if (const int index = topology_.FindNode(node); index >= 0) {
+          env["HAI_LEAF"] = topology_.LeafPath(index);
+        }
         env["HAI_RUN"] = std::to_string(run.index());
         env["HAI_RESTART_COUNT"] = std::to_string(run.index());
         // 0: checkpoints are not staggered, and a job does not ask.

@@ -94,6 +94,8 @@ class Topology {
   int max_leaf_nodes() const { return max_leaf_nodes_; }  // nodes under the largest leaf
   // Index of the node called `name`, or -1.
   int FindNode(const std::string& name) const;
+  // Where node `node` sits, as HFReduce groups its trees by: "zone/leaf" (HAI_LEAF).
+  std::string LeafPath(int node) const;
 
  private:
   std::string name_;
