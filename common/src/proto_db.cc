@@ -217,10 +217,23 @@ Result<std::optional<std::string>> RocksGet(rocksdb::DB& db, const rocksdb::Read
   return std::optional<std::string>(std::move(bytes));
 }
 
+// The least key past every key that starts with `prefix` ("" when there is none: all 0xff bytes).
+std::string PrefixEnd(std::string prefix) {
+  while (!prefix.empty() && static_cast<unsigned char>(prefix.back()) == 0xff) prefix.pop_back();
+  if (!prefix.empty()) prefix.back() = static_cast<char>(prefix.back() + 1);
+  return prefix;
+}
+
 Result<std::vector<std::pair<std::string, std::string>>> RocksScan(
-    rocksdb::DB& db, const rocksdb::ReadOptions& options, const std::string& prefix,
+    rocksdb::DB& db, rocksdb::ReadOptions options, const std::string& prefix,
     const std::string& after, std::size_t limit, const std::string& path) {
   std::vector<std::pair<std::string, std::string>> out;
+  // The iterator stops at the prefix's end: without the bound it would step over every deleted
+  // key past the prefix until it found a live one (fs3-meta's "any session of this inode?" asked
+  // after thousands of closed sessions of later inodes walked all their deletions).
+  const std::string end = PrefixEnd(prefix);
+  const rocksdb::Slice bound(end);
+  if (!end.empty()) options.iterate_upper_bound = &bound;
   std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(options));
   it->Seek(after.empty() ? prefix : after);
   if (!after.empty() && it->Valid() && it->key() == rocksdb::Slice(after)) it->Next();
