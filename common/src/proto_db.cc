@@ -46,13 +46,16 @@ Result<std::vector<ProtoDb::RawWrite>> Serialise(
 
 class RocksProtoDb : public ProtoDb {
  public:
-  RocksProtoDb(rocksdb::DB* db, std::string path) : db_(db), path_(std::move(path)) {}
+  RocksProtoDb(rocksdb::DB* db, std::string path)
+      : db_(db), path_(std::move(path)), synced_(db->GetLatestSequenceNumber()) {}
   const char* engine() const override { return "rocksdb"; }
   void Abandon() override;
   using ProtoDb::WriteRaw;
   Status WriteRaw(const std::vector<RawWrite>& kvs, SpaceUse use) override;
   Result<uint64_t> WriteRawLogged(const std::vector<RawWrite>& kvs) override;
   Status AwaitDurable(uint64_t seq) override;
+  Status SyncAll() override { return AwaitDurable(db_->GetLatestSequenceNumber()); }
+  uint64_t UnsyncedWrites() const override;
   Result<std::optional<std::string>> GetRaw(const std::string& key) const override;
   Result<std::vector<std::pair<std::string, std::string>>> ScanKeys(
       const std::string& prefix, const std::string& after, std::size_t limit) const override;
@@ -65,7 +68,7 @@ class RocksProtoDb : public ProtoDb {
   std::unique_ptr<rocksdb::DB> db_;
   std::string path_;
 
-  Mutex sync_mu_;  // group commit
+  mutable Mutex sync_mu_;  // group commit
   CondVar sync_cv_;
   uint64_t synced_ FF_GUARDED_BY(sync_mu_) = 0;  // every sequence number up to this one is on disk
   bool syncing_ FF_GUARDED_BY(sync_mu_) = false;
@@ -206,6 +209,12 @@ Status RocksProtoDb::AwaitDurable(uint64_t seq) {
   return sync_error_;
 }
 
+uint64_t RocksProtoDb::UnsyncedWrites() const {
+  const uint64_t latest = db_->GetLatestSequenceNumber();
+  MutexLock lock(&sync_mu_);
+  return latest > synced_ ? latest - synced_ : 0;
+}
+
 namespace {
 
 Result<std::optional<std::string>> RocksGet(rocksdb::DB& db, const rocksdb::ReadOptions& options,
@@ -219,7 +228,8 @@ Result<std::optional<std::string>> RocksGet(rocksdb::DB& db, const rocksdb::Read
 
 // The least key past every key that starts with `prefix` ("" when there is none: all 0xff bytes).
 std::string PrefixEnd(std::string prefix) {
-  while (!prefix.empty() && static_cast<unsigned char>(prefix.back()) == 0xff) prefix.pop_back();
+  while (!prefix.empty() && static_cast<unsigned char>(prefix.back()) == 0xff)
+    prefix.pop_back();
   if (!prefix.empty()) prefix.back() = static_cast<char>(prefix.back() + 1);
   return prefix;
 }

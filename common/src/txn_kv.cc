@@ -186,6 +186,8 @@ class SerialTxnKv : public TxnKv {
     return std::make_unique<ViewTxn>(std::move(view));
   }
   Status AwaitDurable(uint64_t token) override { return db_->AwaitDurable(token); }
+  Status SyncAll() override { return db_->SyncAll(); }
+  uint64_t UnsyncedWrites() const override { return db_->UnsyncedWrites(); }
   Result<uint64_t> CountKeys(const std::string& prefix) override {
     uint64_t n = 0;
     std::string after;

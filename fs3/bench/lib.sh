@@ -23,9 +23,10 @@ wait_mount() {  # DIR
 }
 
 # Mounts passthrough_ll of SRC at MNT in the background; its pid in $! is the caller's to kill.
-mount_passthrough() {  # SRC MNT LOG
+# OPTIONS: more -o options (xattr: extended attributes passed through).
+mount_passthrough() {  # SRC MNT LOG [OPTIONS]
   mkdir -p "$1" "$2"
-  "$work/passthrough_ll" -f -o allow_other,source="$1" "$2" >"$3" 2>&1 &
+  "$work/passthrough_ll" -f -o allow_other,source="$1"${4:+,$4} "$2" >"$3" 2>&1 &
   wait_mount "$2"
 }
 

@@ -16,8 +16,12 @@
 #
 # Needs root (mounts with allow_other), gcc, a built tree (build/). Measure on a quiet machine:
 # under CPU load passthrough_ll slows more than fs3, which flatters fs3's ratios.
+# `ls -la` is timed on passthrough_ll twice: as mounted for the other phases (without extended
+# attributes: it answers their calls ENOSYS, after which the kernel never asks again) and with `-o
+# xattr` (extended attributes, as fs3 has them: `ls -la` asks two per entry, security.selinux and
+# system.posix_acl_access, each a FUSE round trip).
 # Last line: meta bench: 1 worker create+stat+unlink X% of passthrough_ll, N workers on two
-#            mounts Y%, ls -la of 5000 files Z x passthrough_ll's time
+#            mounts Y%, ls -la of 5000 files Z x passthrough_ll's time (W x with xattrs)
 # (with etcd, a line per engine; with both, then: meta bench etcd vs rocksdb: 1 worker A%, N
 # workers B% of rocksdb's create+stat+unlink)
 set -euo pipefail
@@ -34,7 +38,7 @@ while [ $# -gt 0 ]; do
     --workers) workers=$2; shift 2 ;;
     --ls-files) ls_files=$2; shift 2 ;;
     --dir) base=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n "2,26p" "$0"; exit 0 ;;
     *) echo "meta-bench: unknown argument '$1'" >&2; exit 64 ;;
   esac
 done
@@ -53,7 +57,7 @@ bench_prereqs gcc pkg-config fusermount3
 work=$(mktemp -d "$base/meta-bench.XXXXXX")
 pids=()
 cleanup() {
-  for m in "$work"/pt-mnt1 "$work"/pt-mnt2 "$work"/fs3-mnt2 "$work"/fs3e-mnt2; do
+  for m in "$work"/pt-mnt1 "$work"/pt-mnt2 "$work"/ptx-mnt "$work"/fs3-mnt2 "$work"/fs3e-mnt2; do
     fusermount3 -u "$m" 2>/dev/null || true
   done
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -69,6 +73,8 @@ for i in 1 2; do
   mount_passthrough "$work/pt-src" "$work/pt-mnt$i" "$work/passthrough$i.log"
   pids+=($!)
 done
+mount_passthrough "$work/ptx-src" "$work/ptx-mnt" "$work/passthrough-xattr.log" xattr
+pids+=($!)
 
 # fs3 with one replica, its data on the same disk, and a second fs3-fuse mount of it (fs3e: the
 # same on etcd, two fs3-meta servers).
@@ -167,27 +173,29 @@ for fs in pt "${engines[@]}"; do
     "$((files / workers > 0 ? files / workers : 1))")
   ls[$fs]=$(ls_time "$work/$fs-mnt1")
 done
+ls[ptx]=$(ls_time "$work/ptx-mnt")
 
 report() {  # FS NAME: the table and the last line of one engine against passthrough_ll
   /usr/bin/python3 - "${one[pt]}" "${one[$1]}" "${many[pt]}" "${many[$1]}" "${ls[pt]}" \
-    "${ls[$1]}" "$workers" "$ls_files" "$2" <<'PY'
+    "${ls[$1]}" "$workers" "$ls_files" "$2" "${ls[ptx]}" <<'PY'
 import json, sys
 one_pt, one_fs3, many_pt, many_fs3 = (json.loads(a) for a in sys.argv[1:5])
 ls_pt, ls_fs3, workers, ls_files = float(sys.argv[5]), float(sys.argv[6]), sys.argv[7], sys.argv[8]
-name = sys.argv[9]
+name, ls_ptx = sys.argv[9], float(sys.argv[10])
 col = "fs3" if name == "rocksdb" else "fs3 etcd"
 print(f"{'operations per second':<24} {'passthrough_ll':>15} {col:>9} {'ratio':>6}"
       f" | {workers + ' workers, 2 mounts':>20} {col:>9} {'ratio':>6}")
 for op in ("create", "stat", "rename", "readdir", "unlink", "create+stat+unlink"):
     print(f"{op:<24} {one_pt[op]:>15.0f} {one_fs3[op]:>9.0f} {100 * one_fs3[op] / one_pt[op]:>5.0f}%"
           f" | {many_pt[op]:>20.0f} {many_fs3[op]:>9.0f} {100 * many_fs3[op] / many_pt[op]:>5.0f}%")
-print(f"ls -la of {ls_files} files: passthrough_ll {ls_pt:.3f} s, {col} {ls_fs3:.3f} s "
-      f"({ls_fs3 / ls_pt:.1f}x)")
+print(f"ls -la of {ls_files} files: passthrough_ll {ls_pt:.3f} s ({ls_ptx:.3f} s with xattrs), "
+      f"{col} {ls_fs3:.3f} s ({ls_fs3 / ls_pt:.1f}x; {ls_fs3 / ls_ptx:.1f}x with xattrs)")
 key = "create+stat+unlink"
 print(f"meta bench{'' if name == 'rocksdb' else ' ' + name}: 1 worker {key} "
       f"{100 * one_fs3[key] / one_pt[key]:.0f}% of passthrough_ll, "
       f"{workers} workers on two mounts {100 * many_fs3[key] / many_pt[key]:.0f}%, "
-      f"ls -la of {ls_files} files {ls_fs3 / ls_pt:.1f} x passthrough_ll's time")
+      f"ls -la of {ls_files} files {ls_fs3 / ls_pt:.1f} x passthrough_ll's time "
+      f"({ls_fs3 / ls_ptx:.1f} x with xattrs)")
 PY
 }
 for fs in "${engines[@]}"; do

@@ -61,12 +61,15 @@ prometheus::Histogram& Metrics::Histogram(const std::string& name, const std::st
 }
 
 std::vector<double> Metrics::LatencyBuckets() {
-  std::vector<double> buckets;
-  for (int e = -5; e <= 2; ++e) {
-    for (double m : {1.0, 1.8, 3.2, 5.6})
-      buckets.push_back(m * std::pow(10.0, e));
-  }
-  return buckets;
+  static const std::vector<double> kBuckets = [] {  // computed once: services ask on every call
+    std::vector<double> buckets;
+    for (int e = -5; e <= 2; ++e) {
+      for (double m : {1.0, 1.8, 3.2, 5.6})
+        buckets.push_back(m * std::pow(10.0, e));
+    }
+    return buckets;
+  }();
+  return kBuckets;
 }
 
 namespace {

@@ -49,8 +49,10 @@ TEST(RocksProtoDb, AScanSeesOnlyItsPrefixAfterTheGivenKey) {
 TEST(RocksProtoDb, AScanDoesNotWalkTheDeletedKeysPastItsPrefix) {
   test::TempDir dir;
   auto db = std::move(*ProtoDb::Open(dir.File("db")));
-  for (int i = 0; i < 5000; ++i) ASSERT_TRUE(db->WriteRaw({{Key("s/", i), ""}}).ok());
-  for (int i = 0; i < 5000; ++i) ASSERT_TRUE(db->WriteRaw({{Key("s/", i), std::nullopt}}).ok());
+  for (int i = 0; i < 5000; ++i)
+    ASSERT_TRUE(db->WriteRaw({{Key("s/", i), ""}}).ok());
+  for (int i = 0; i < 5000; ++i)
+    ASSERT_TRUE(db->WriteRaw({{Key("s/", i), std::nullopt}}).ok());
   ASSERT_TRUE(db->WriteRaw({{"t/live", "x"}}).ok());
   rocksdb::SetPerfLevel(rocksdb::PerfLevel::kEnableCount);
   rocksdb::get_perf_context()->Reset();

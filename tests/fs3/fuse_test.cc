@@ -775,6 +775,48 @@ TEST_F(FuseTest, MissingXattrsAreCachedWithTheAttributesAndStayCorrect) {
   (void)cluster_->proc("fuse-mnt3").Wait(10s);
 }
 
+// fsync and fsyncdir on the mount answer once fs3-meta's log is on disk, also where fs3-meta
+// answers changes before they are (sync_interval_ms: here a minute, so only the calls sync it).
+TEST(FuseDurabilityTest, FsyncAndFsyncdirWaitForTheNamespaceLog) {
+  ASSERT_EQ(geteuid(), 0u) << "mounts with allow_other: run as root (CI does)";
+  test::Fs3ClusterOptions o = test::FuseSuiteOptions(kChunk);
+  o.services = 1;
+  o.replication = 1;
+  o.metrics = true;
+  o.meta_keys += "sync_interval_ms = 60000\n";
+  test::MountedFs3Cluster cluster(o);
+  const std::string metrics = cluster.ReadyField("meta", "metrics");
+  auto unsynced = [&] {
+    auto v = test::MetricValue(metrics, "fs3_meta_log_unsynced_writes");
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v.ok() ? *v : -1;
+  };
+  const std::string dir = cluster.mount_ + "/d";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  int fd = open((dir + "/f").c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  ASSERT_EQ(write(fd, "data", 4), 4);
+  EXPECT_GT(unsynced(), 0);
+  ASSERT_EQ(fsync(fd), 0) << strerror(errno);
+  EXPECT_EQ(unsynced(), 0);
+  ASSERT_EQ(close(fd), 0);
+  // A file that was not written: its fsync waits for the log all the same (its create).
+  fd = open((dir + "/g").c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  EXPECT_GT(unsynced(), 0);
+  ASSERT_EQ(fdatasync(fd), 0) << strerror(errno);
+  EXPECT_EQ(unsynced(), 0);
+  ASSERT_EQ(close(fd), 0);
+  // A rename, then fsync of the directory.
+  ASSERT_EQ(rename((dir + "/g").c_str(), (dir + "/h").c_str()), 0);
+  EXPECT_GT(unsynced(), 0);
+  int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(dfd, 0) << strerror(errno);
+  ASSERT_EQ(fsync(dfd), 0) << strerror(errno);
+  EXPECT_EQ(unsynced(), 0);
+  close(dfd);
+}
+
 // `ls -la` of a directory costs one READDIRPLUS per page, not a lookup per entry, and the
 // attributes it brings are right; a directory's getattr after a change in it is answered with the
 // attributes that change returned, and they are right too.
@@ -868,6 +910,51 @@ TEST_F(FuseTest, CloseOnOneMountOpenOnAnotherSeesDataAndLength) {
   ASSERT_TRUE(code.has_value());
   EXPECT_EQ(*code, 0);
   EXPECT_EQ(Errno(access((second + rel).c_str(), F_OK)), ENOENT);
+}
+
+// What a second mount sees of changes made on the first (fs3-fuse.h, "Caching"): a new name at
+// once (failed lookups are not cached); a removal, a rename and new attributes once the entry and
+// attribute timeouts (1 s) have passed since the second mount last looked, never later; until
+// then, at worst what it saw before, never anything else.
+TEST_F(FuseTest, ChangesOnOneMountShowOnAnotherWithinTheTimeouts) {
+  const std::string second = cluster_->Mount("mnt-other");
+  const std::string rel = FsPath("");
+  const std::string a = cluster_->mount_ + rel, b = second + rel;
+  struct stat st {};
+  ASSERT_EQ(Errno(stat((b + "new").c_str(), &st)), ENOENT);
+  ASSERT_TRUE(WriteAll(a + "new", "x"));
+  ASSERT_EQ(stat((b + "new").c_str(), &st), 0) << "a new name shows on the other mount at once";
+  ASSERT_TRUE(WriteAll(a + "gone", "y"));
+  ASSERT_TRUE(WriteAll(a + "moved", "z"));
+  ASSERT_EQ(stat((b + "gone").c_str(), &st), 0);
+  ASSERT_EQ(stat((b + "moved").c_str(), &st), 0);
+  ASSERT_EQ(stat((b + "new").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  const auto looked = std::chrono::steady_clock::now();  // the second mount's entries, fresh
+  ASSERT_EQ(unlink((a + "gone").c_str()), 0);
+  ASSERT_EQ(rename((a + "moved").c_str(), (a + "there").c_str()), 0);
+  ASSERT_EQ(chmod((a + "new").c_str(), 0600), 0);
+  // Until the timeouts pass the second mount may answer from what it saw; then it must not.
+  for (;;) {
+    const auto at = std::chrono::steady_clock::now();  // before the calls it judges
+    const int gone = Errno(stat((b + "gone").c_str(), &st));
+    const int moved = Errno(stat((b + "moved").c_str(), &st));
+    ASSERT_EQ(stat((b + "new").c_str(), &st), 0);
+    const unsigned mode = st.st_mode & 07777;
+    EXPECT_TRUE(gone == 0 || gone == ENOENT) << strerror(gone);
+    EXPECT_TRUE(mode == 0644 || mode == 0600) << std::oct << mode;
+    // 1 s is the kernel's timeout from the last lookup; its clock's tick on top.
+    if (at - looked >= 1100ms) {
+      EXPECT_EQ(gone, ENOENT) << "a removal still not seen on the other mount after 1.1 s";
+      EXPECT_EQ(moved, ENOENT) << "a rename still not seen on the other mount after 1.1 s";
+      EXPECT_EQ(mode, 0600u) << "a chmod still not seen on the other mount after 1.1 s";
+      break;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(ReadAll(b + "there"), "z");
+  ASSERT_EQ(system(("fusermount3 -u " + second).c_str()), 0);
+  (void)cluster_->proc("fuse-mnt-other").Wait(10s);
 }
 
 TEST_F(FuseTest, MountErrorsAreClear) {

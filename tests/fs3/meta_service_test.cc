@@ -19,6 +19,7 @@
 #include "fs3/proto/meta.grpc.pb.h"
 #include "tests/support/daemons.h"
 #include "tests/support/full_disk.h"
+#include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
 
 namespace ff {
@@ -72,7 +73,7 @@ class MetaServiceTest : public ::testing::Test {
   }
 
   test::TempDir dir_;
-  test::Daemons daemons_{dir_};
+  test::Daemons daemons_{dir_, /*metrics=*/true};
   std::string address_;
   std::unique_ptr<fs3rpc::Meta::Stub> stub_;
 };
@@ -313,6 +314,88 @@ TEST_F(MetaServiceTest, TheClientUsesFramesAndFindsThemAgainAfterARestart) {
   MetaClient no_frames(o);
   ASSERT_TRUE(no_frames.Lookup(look, &found).ok());
   EXPECT_EQ(no_frames.FramesAddress(), "");
+}
+
+// What an answer promises (sync_interval_ms): with 0 the log is on disk before any answer; with an
+// interval answers do not wait, the log is synced within the interval unasked, and a Sync (a
+// mount's fsync or fsyncdir) answers once everything logged before it is on disk; a change that
+// is only in the log survives a kill -9 of fs3-meta.
+class MetaDurabilityTest : public MetaServiceTest {
+ protected:
+  void SetUp() override {}
+  void Start(int sync_interval_ms) {
+    daemons_.Write("meta", "[meta]\ndata_dir = \"" + dir_.File("meta") +
+                               "\"\nsync_interval_ms = " + std::to_string(sync_interval_ms) + "\n");
+    MetaServiceTest::Start();
+    address_ = daemons_.ReadyField("meta", "rpc");
+    stub_ = fs3rpc::Meta::NewStub(MakeChannel(address_));
+    metrics_ = daemons_.ReadyField("meta", "metrics");
+  }
+  // Key writes answered and not yet on disk.
+  double Unsynced() {
+    auto v = test::MetricValue(metrics_, "fs3_meta_log_unsynced_writes");
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v.ok() ? *v : -1;
+  }
+  Status Sync(uint64_t ino) {
+    fs3rpc::CloseRequest r;
+    r.set_ino(ino);
+    fs3rpc::Inode out;
+    return Call(&fs3rpc::Meta::Stub::Sync, r, &out);
+  }
+  std::string metrics_;
+};
+
+TEST_F(MetaDurabilityTest, EveryAnswerWaitsForTheDiskWithNoInterval) {
+  Start(0);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(Make(1, "f" + std::to_string(i), fs3rpc::INODE_FILE).ok());
+    ASSERT_EQ(Unsynced(), 0) << "after create " << i;
+  }
+}
+
+TEST_F(MetaDurabilityTest, ALongIntervalLeavesChangesInTheLogUntilASync) {
+  Start(60000);
+  auto f = Make(1, "f", fs3rpc::INODE_FILE);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_TRUE(Make(1, "d", fs3rpc::INODE_DIR).ok());
+  EXPECT_GT(Unsynced(), 0) << "the creates are answered before they are on disk";
+  // A mount's fsync of the file (and fsyncdir: the same call on a directory) waits for the disk.
+  ASSERT_TRUE(Sync(f->ino()).ok());
+  EXPECT_EQ(Unsynced(), 0);
+  ASSERT_TRUE(Make(1, "g", fs3rpc::INODE_FILE).ok());
+  EXPECT_GT(Unsynced(), 0);
+  ASSERT_TRUE(Sync(1).ok());
+  EXPECT_EQ(Unsynced(), 0);
+  // Only in the log (the kernel's page cache), a change survives a kill -9 of fs3-meta.
+  ASSERT_TRUE(Make(1, "h", fs3rpc::INODE_FILE).ok());
+  EXPECT_GT(Unsynced(), 0);
+  daemons_.Kill("meta");
+  MetaServiceTest::Start();
+  stub_ = fs3rpc::Meta::NewStub(MakeChannel(address_));
+  for (const char* name : {"f", "d", "g", "h"}) {
+    Status st = Lookup(1, name);
+    for (int i = 0; i < 100 && st.code() == StatusCode::kUnavailable; ++i) {
+      std::this_thread::sleep_for(100ms);  // the channel reconnects to the new process
+      st = Lookup(1, name);
+    }
+    EXPECT_TRUE(st.ok()) << name << ": " << st;
+  }
+}
+
+TEST_F(MetaDurabilityTest, AShortIntervalSyncsTheLogUnasked) {
+  Start(20);
+  ASSERT_TRUE(Make(1, "f", fs3rpc::INODE_FILE).ok());
+  ASSERT_TRUE(Make(1, "g", fs3rpc::INODE_FILE).ok());
+  double unsynced = Unsynced();
+  for (int i = 0; i < 100 && unsynced != 0; ++i) {
+    std::this_thread::sleep_for(50ms);
+    unsynced = Unsynced();
+  }
+  EXPECT_EQ(unsynced, 0) << "the log is still not on disk after 5 s";
+  auto syncs = test::MetricValue(metrics_, "fs3_meta_log_syncs_total");
+  ASSERT_TRUE(syncs.ok()) << syncs.status();
+  EXPECT_GE(*syncs, 1);
 }
 
 class MetaFullDiskTest : public MetaServiceTest {

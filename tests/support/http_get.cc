@@ -67,4 +67,20 @@ Result<HttpResponse> HttpGet(const std::string& address, const std::string& path
   return out;
 }
 
+Result<double> MetricValue(const std::string& address, const std::string& series) {
+  FF_ASSIGN_OR_RETURN(HttpResponse page, HttpGet(address, "/metrics"));
+  std::size_t at = 0;
+  while (at < page.body.size()) {
+    std::size_t end = page.body.find('\n', at);
+    if (end == std::string::npos) end = page.body.size();
+    const std::string_view line(page.body.data() + at, end - at);
+    if (line.size() > series.size() && line.substr(0, series.size()) == series &&
+        line[series.size()] == ' ') {
+      return std::stod(std::string(line.substr(series.size() + 1)));
+    }
+    at = end + 1;
+  }
+  return NotFound("no series " + series + " at " + address);
+}
+
 }  // namespace ff::test

@@ -105,6 +105,10 @@ class ProtoDb {
       const std::vector<std::pair<std::string, const google::protobuf::Message*>>& kvs);
   virtual Result<uint64_t> WriteRawLogged(const std::vector<RawWrite>& kvs) = 0;
   virtual Status AwaitDurable(uint64_t seq) = 0;
+  // Syncs everything logged so far (AwaitDurable of the newest batch), and how many key writes
+  // were logged and are not on disk yet (0 on etcd).
+  virtual Status SyncAll() { return Status::Ok(); }
+  virtual uint64_t UnsyncedWrites() const { return 0; }
   // Batches written by PutBatchLogged, and the log syncs AwaitDurable made for them (metrics).
   uint64_t LoggedBatches() const { return logged_batches_; }
   uint64_t GroupSyncs() const { return group_syncs_; }

@@ -145,6 +145,10 @@ class TxnKv {
   virtual Result<uint64_t> CountKeys(const std::string& prefix) = 0;
   // Returns once what the transaction that gave `token` committed is durable (see above).
   virtual Status AwaitDurable(uint64_t token) = 0;
+  // Syncs everything committed so far, and how many key writes are committed but not on disk
+  // yet (the serial engine's log; nothing to do, and 0, on etcd).
+  virtual Status SyncAll() { return Status::Ok(); }
+  virtual uint64_t UnsyncedWrites() const { return 0; }
 
   // Transactions committed with writes, and those that conflicted and ran again (metrics).
   uint64_t Commits() const { return commits_; }

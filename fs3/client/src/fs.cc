@@ -117,7 +117,7 @@ Status FileSystem::MakeAt(const std::string& path, uint32_t mode, fs3rpc::InodeT
   r.set_mode(mode);
   r.set_type(type);
   r.set_request_id(next_request_++);
-  return meta_->Make(r, out);
+  return Durable(meta_->Make(r, out));
 }
 
 Status FileSystem::Mkdir(const std::string& path, uint32_t mode) {
@@ -174,7 +174,15 @@ Result<std::optional<OpenedSession>> FileSystem::OpenWriteSession(uint64_t ino) 
 }
 
 Status FileSystem::CloseWriteSession(fs3rpc::CloseRequest& close, const OpenedSession& session) {
-  return Lease()->End(session.handle, close);
+  return Durable(Lease()->End(session.handle, close));
+}
+
+Status FileSystem::Durable(Status done) {
+  if (!done.ok()) return done;
+  fs3rpc::CloseRequest sync;  // no length to settle: answered once fs3-meta's log is on disk
+  sync.set_ino(kRootIno);
+  fs3rpc::Inode out;
+  return meta_->Sync(sync, &out);
 }
 
 Status FileSystem::WriteChunks(const File& file, uint64_t offset, std::string_view data) {
@@ -283,7 +291,7 @@ Status FileSystem::RemoveName(const std::string& path, bool directory) {
   r.set_name(where.second);
   r.set_request_id(next_request_++);
   fs3rpc::DirsReply e;
-  return directory ? meta_->Rmdir(r, &e) : meta_->Unlink(r, &e);
+  return Durable(directory ? meta_->Rmdir(r, &e) : meta_->Unlink(r, &e));
 }
 
 Status FileSystem::Unlink(const std::string& path) {
@@ -305,7 +313,7 @@ Status FileSystem::Rename(const std::string& from, const std::string& to) {
   r.set_dst_name(dst.second);
   r.set_request_id(next_request_++);
   fs3rpc::DirsReply e;
-  return meta_->Rename(r, &e);
+  return Durable(meta_->Rename(r, &e));
 }
 
 Status FileSystem::SetStripe(const std::string& path, uint32_t stripe) {

@@ -118,16 +118,18 @@ Status FuseFs::TakeError(OpenFile& f, Handle* h) {
   return f.error;
 }
 
-Status FuseFs::Sync(OpenFile& f, Handle* h) {
+Status FuseFs::Sync(OpenFile& f, Handle* h, bool durable) {
   FlushData(f);
   if (f.error_seq > 0) (void)SizeToReport(f);  // a failed write does not extend the file
   FF_RETURN_IF_ERROR(TakeError(f, h));
-  if (!f.dirty) return Status::Ok();
+  if (!f.dirty && !durable) return Status::Ok();
   fs3rpc::CloseRequest r;
   r.set_ino(f.ino);
-  r.set_size(SizeToReport(f));
-  r.set_wrote(true);
-  r.set_recheck(f.error_seq > 0);  // a failed write may still land
+  if (f.dirty) {
+    r.set_size(SizeToReport(f));
+    r.set_wrote(true);
+    r.set_recheck(f.error_seq > 0);  // a failed write may still land
+  }
   fs3rpc::Inode out;
   FF_RETURN_IF_ERROR(meta_->Sync(r, &out));
   f.dirty = false;
@@ -346,7 +348,18 @@ void FuseFs::Flush(fuse_req_t req, fuse_file_info* fi) {
 }
 
 void FuseFs::Fsync(fuse_req_t req, fuse_file_info* fi) {
-  Flush(req, fi);
+  auto* h = reinterpret_cast<Handle*>(fi->fh);
+  UniqueLock lock(&h->file->mu);
+  Status st = Sync(*h->file, h, /*durable=*/true);
+  lock.unlock();
+  fuse_reply_err(req, FsErrno(st));
+}
+
+void FuseFs::Fsyncdir(fuse_req_t req, fuse_ino_t ino) {
+  fs3rpc::CloseRequest r;  // no length to settle: fs3-meta answers once its log is on disk
+  r.set_ino(ino);
+  fs3rpc::Inode out;
+  fuse_reply_err(req, FsErrno(meta_->Sync(r, &out)));
 }
 
 void FuseFs::Release(fuse_req_t req, fuse_file_info* fi) {

@@ -63,11 +63,11 @@ FuseFs::FuseFs(const FuseOptions& options, std::unique_ptr<StorageClient> storag
       lease_(std::make_unique<SessionLease>(meta_.get())),
       next_request_(std::random_device{}() * uint64_t{0x100000000} + 1) {
   if (!metrics_) return;
-  for (const char* op :
-       {"lookup", "getattr",  "setattr",  "readlink",  "mknod",       "mkdir",       "unlink",
-        "rmdir",  "symlink",  "rename",   "link",      "open",        "read",        "write",
-        "flush",  "release",  "fsync",    "opendir",   "readdir",     "readdirplus", "releasedir",
-        "statfs", "setxattr", "getxattr", "listxattr", "removexattr", "access",      "create"}) {
+  for (const char* op : {"lookup",   "getattr",   "setattr",     "readlink",   "mknod",  "mkdir",
+                         "unlink",   "rmdir",     "symlink",     "rename",     "link",   "open",
+                         "read",     "write",     "flush",       "release",    "fsync",  "fsyncdir",
+                         "opendir",  "readdir",   "readdirplus", "releasedir", "statfs", "setxattr",
+                         "getxattr", "listxattr", "removexattr", "access",     "create"}) {
     latency_[op] = &metrics_->Histogram("fs3_fuse_op_seconds", "FUSE operation latency",
                                         Metrics::LatencyBuckets(), {{"op", op}});
   }

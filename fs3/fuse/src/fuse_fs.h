@@ -172,8 +172,8 @@ class FuseFs {
   // A write that failed since handle `h` was last told (or opened); marks it told. Ok for none.
   static Status TakeError(OpenFile& f, Handle* h) FF_REQUIRES(f.mu);
   // Flushes, tells `h` of a failed write (none without a handle), and settles the length at
-  // fs3-meta.
-  Status Sync(OpenFile& f, Handle* h) FF_REQUIRES(f.mu);
+  // fs3-meta; `durable` (fsync): also when it is settled, answered once fs3-meta's log is on disk.
+  Status Sync(OpenFile& f, Handle* h, bool durable = false) FF_REQUIRES(f.mu);
 
   // The operations (see Ops()).
   void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
@@ -195,7 +195,10 @@ class FuseFs {
              fuse_file_info* fi);
   void Flush(fuse_req_t req, fuse_file_info* fi);
   void Release(fuse_req_t req, fuse_file_info* fi);
+  // fsync: the file's data and length, and every namespace change logged before it, on disk
+  // (fs3-meta's sync_interval_ms); fsyncdir: the latter.
   void Fsync(fuse_req_t req, fuse_file_info* fi);
+  void Fsyncdir(fuse_req_t req, fuse_ino_t ino);
   void Opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   // `plus`: READDIRPLUS, each entry with its attributes (the kernel then needs no lookup).
   void Readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi,

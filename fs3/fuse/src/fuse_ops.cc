@@ -112,8 +112,8 @@ struct FuseOps {
   static void Releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
     FF_TIMED("releasedir", Releasedir(req, fi));
   }
-  static void Fsyncdir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) {
-    fuse_reply_err(req, 0);  // every namespace change is durable when it is answered
+  static void Fsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
+    FF_TIMED("fsyncdir", Fsyncdir(req, ino));
   }
   static void Statfs(fuse_req_t req, fuse_ino_t) {
     FF_TIMED("statfs", Statfs(req));

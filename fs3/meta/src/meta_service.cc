@@ -53,6 +53,9 @@ void MetaOptions::Bind(ConfigSection& s) {
   s.Check(gc_interval_ms >= 10, "gc_interval_ms", "must be at least 10");
   s.Optional("late_write_s", late_write_s);
   s.Check(late_write_s >= 1 && late_write_s <= 3600, "late_write_s", "must be 1 to 3600 seconds");
+  s.Optional("sync_interval_ms", sync_interval_ms);
+  s.Check(sync_interval_ms <= 60000, "sync_interval_ms",
+          "must be 0 (every answer waits for the disk) to 60000");
   s.Optional("frames_listen", frames_listen);
   if (s.mode() == ConfigSection::Mode::kRead && !frames_listen.empty() && frames_listen != "off") {
     std::string host;
@@ -197,6 +200,27 @@ void MetaService::Start(const std::string& rpc_address) {
         ElectionOptions{.key = options_.etcd_prefix + "gc-leader", .value = options_.name});
     gc_election_->Start();
   }
+  if (options_.sync_interval_ms > 0 && options_.engine == "rocksdb") {
+    syncer_ = std::thread([this] {
+      bool failed = false;
+      UniqueLock lock(&gc_mu_);
+      while (!stopping_) {
+        gc_cv_.wait_for(lock, std::chrono::milliseconds(options_.sync_interval_ms));
+        if (stopping_) break;
+        lock.unlock();
+        // A failed sync is sticky (every later change is refused: fs3-meta must restart and
+        // recover from the log), so it is logged once.
+        Status st = store_->SyncAll();
+        if (!st.ok() && !failed) {
+          spdlog::critical("syncing the namespace's log: {}; changes are refused from now on",
+                           st.ToString());
+        }
+        failed = !st.ok();
+        if (metrics_) ReportLog();
+        lock.lock();
+      }
+    });
+  }
   gc_ = std::thread([this] {
     // A failure that lasts (a full or unreachable target) is logged when it starts, when its
     // reason changes and once a minute, not every round; its end is logged too.
@@ -233,8 +257,10 @@ void MetaService::Stop() {
   }
   gc_cv_.notify_all();
   if (gc_.joinable()) gc_.join();
+  if (syncer_.joinable()) syncer_.join();
   if (gc_election_) gc_election_->Resign();
   if (frames_) frames_->Shutdown();
+  (void)store_->SyncAll();  // what was answered is on disk when fs3-meta stops
 }
 
 bool MetaService::CollectsGarbage() const {
@@ -262,6 +288,9 @@ Result<std::size_t> MetaService::CollectGarbage() {
   FF_ASSIGN_OR_RETURN(auto garbage, store_->Garbage());
   if (garbage.empty() || options_.mgmtd.empty()) return std::size_t{0};
   FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
+  // A removal may still be only in the log (sync_interval_ms): the chunks go once it is on disk,
+  // so that a crash of the machine cannot bring back a file whose data is gone.
+  FF_RETURN_IF_ERROR(store_->SyncAll());
   std::size_t done = 0;
   for (uint64_t ino : garbage) {
     FF_ASSIGN_OR_RETURN(fs3rpc::Layout layout, store_->GarbageLayout(ino));
@@ -289,6 +318,10 @@ MetaService::MetaService(const MetaOptions& options, std::unique_ptr<etcd::Clien
   log_syncs_ =
       &metrics_->Counter("fs3_meta_log_syncs_total",
                          "Syncs of the log; concurrent operations share one (group commit)");
+  unsynced_ = &metrics_->Gauge(
+      "fs3_meta_log_unsynced_writes",
+      "Key writes answered and logged but not yet on disk (a crash of the machine would lose them; "
+      "sync_interval_ms bounds how long they stay)");
 }
 
 void MetaService::ReportLog() {
@@ -303,15 +336,20 @@ void MetaService::ReportLog() {
   advance(reported_syncs_, store_->LogSyncs(), *log_syncs_);
   advance(reported_conflicts_, store_->Conflicts(), *conflicts_);
   advance(reported_grouped_, store_->GroupedCommits(), *grouped_);
+  unsynced_->Set(static_cast<double>(store_->UnsyncedWrites()));
 }
 
-grpc::Status MetaService::Serve(const char* op, const std::function<Status()>& body) {
+grpc::Status MetaService::Serve(const char* op, const std::function<Status()>& body, bool durable) {
   const auto start = std::chrono::steady_clock::now();
-  // Every answer waits until what the operation did or saw is on disk; concurrent operations
-  // share one sync (group commit, MetaStore::AwaitDurable).
+  // The answer waits until what the operation did or saw is on disk where it must
+  // (sync_interval_ms); concurrent operations share one sync (group commit).
   grpc::Status st = ServeRpc(op, [&]() -> Status {
     Status done = body();
-    FF_RETURN_IF_ERROR(store_->AwaitDurable());
+    if (durable) {
+      FF_RETURN_IF_ERROR(store_->SyncAll());
+    } else if (options_.sync_interval_ms == 0) {
+      FF_RETURN_IF_ERROR(store_->AwaitDurable());
+    }
     return done;
   });
   if (metrics_) {
@@ -488,33 +526,36 @@ grpc::Status MetaService::Readdir(grpc::ServerContext*, const fs3rpc::ReaddirReq
 
 grpc::Status MetaService::SetAttr(grpc::ServerContext*, const fs3rpc::SetAttrRequest* r,
                                   fs3rpc::Inode* out) {
-  return Serve("setattr", [&]() -> Status {
-    fs3::SetAttr a;
-    if (r->has_mode()) a.mode = r->mode();
-    a.through_writable_handle = r->through_writable_handle();
-    if (r->has_uid()) a.uid = r->uid();
-    if (r->has_gid()) a.gid = r->gid();
-    if (r->has_size()) {
-      a.size = r->size();
-      // Shrinking: the chunks past the new end go first (so no old data shows through a later
-      // extension), then the length.
-      FF_ASSIGN_OR_RETURN(fs3rpc::Inode before, store_->GetAttr(r->ino()));
-      if (before.type() == fs3rpc::INODE_FILE && !options_.mgmtd.empty() &&
-          r->size() < std::max<uint64_t>(before.size(), 1) &&
-          (a.through_writable_handle || Permitted(CallerOf(r->cred()), before, 2))) {
-        FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
-        FF_ASSIGN_OR_RETURN(uint64_t stored, storage->StoredLength(r->ino()));
-        FF_RETURN_IF_ERROR(storage->TruncateData(
-            r->ino(), r->size(), std::max(stored, before.size()), ChainsOf(before.layout())));
-      }
-    }
-    if (r->has_atime_ns()) a.atime_ns = r->atime_ns();
-    if (r->has_mtime_ns()) a.mtime_ns = r->mtime_ns();
-    a.atime_now = r->atime_now();
-    a.mtime_now = r->mtime_now();
-    FF_ASSIGN_OR_RETURN(*out, store_->SetAttributes(CallerOf(r->cred()), r->ino(), a));
-    return Status::Ok();
-  });
+  return Serve(
+      "setattr",
+      [&]() -> Status {
+        fs3::SetAttr a;
+        if (r->has_mode()) a.mode = r->mode();
+        a.through_writable_handle = r->through_writable_handle();
+        if (r->has_uid()) a.uid = r->uid();
+        if (r->has_gid()) a.gid = r->gid();
+        if (r->has_size()) {
+          a.size = r->size();
+          // Shrinking: the chunks past the new end go first (so no old data shows through a later
+          // extension), then the length.
+          FF_ASSIGN_OR_RETURN(fs3rpc::Inode before, store_->GetAttr(r->ino()));
+          if (before.type() == fs3rpc::INODE_FILE && !options_.mgmtd.empty() &&
+              r->size() < std::max<uint64_t>(before.size(), 1) &&
+              (a.through_writable_handle || Permitted(CallerOf(r->cred()), before, 2))) {
+            FF_ASSIGN_OR_RETURN(StorageClient * storage, Storage());
+            FF_ASSIGN_OR_RETURN(uint64_t stored, storage->StoredLength(r->ino()));
+            FF_RETURN_IF_ERROR(storage->TruncateData(
+                r->ino(), r->size(), std::max(stored, before.size()), ChainsOf(before.layout())));
+          }
+        }
+        if (r->has_atime_ns()) a.atime_ns = r->atime_ns();
+        if (r->has_mtime_ns()) a.mtime_ns = r->mtime_ns();
+        a.atime_now = r->atime_now();
+        a.mtime_now = r->mtime_now();
+        FF_ASSIGN_OR_RETURN(*out, store_->SetAttributes(CallerOf(r->cred()), r->ino(), a));
+        return Status::Ok();
+      },
+      /*durable=*/r->has_size());
 }
 
 grpc::Status MetaService::SetXattr(grpc::ServerContext*, const fs3rpc::XattrRequest* r,
@@ -587,15 +628,18 @@ grpc::Status MetaService::KeepClient(grpc::ServerContext*, const fs3rpc::ClientR
 
 grpc::Status MetaService::Sync(grpc::ServerContext*, const fs3rpc::CloseRequest* r,
                                fs3rpc::Inode* out) {
-  return Serve("sync", [&]() -> Status {
-    if (r->wrote()) {
-      FF_ASSIGN_OR_RETURN(*out, Settle(r->ino(), r->size()));
-      if (r->recheck()) FF_RETURN_IF_ERROR(Recheck(r->ino()));
-    } else {
-      FF_ASSIGN_OR_RETURN(*out, store_->SettleLength(r->ino(), r->size()));
-    }
-    return Status::Ok();
-  });
+  return Serve(
+      "sync",
+      [&]() -> Status {
+        if (r->wrote()) {
+          FF_ASSIGN_OR_RETURN(*out, Settle(r->ino(), r->size()));
+          if (r->recheck()) FF_RETURN_IF_ERROR(Recheck(r->ino()));
+        } else {
+          FF_ASSIGN_OR_RETURN(*out, store_->SettleLength(r->ino(), r->size()));
+        }
+        return Status::Ok();
+      },
+      /*durable=*/true);
 }
 
 grpc::Status MetaService::Statfs(grpc::ServerContext*, const fs3rpc::Empty*,

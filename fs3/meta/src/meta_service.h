@@ -55,6 +55,16 @@ struct MetaOptions {
   // cluster runs TLS (frames are plain: common/tls.h); "host:port"; or "off" (clients then use
   // gRPC).
   std::string frames_listen;
+  // What an answer promises (the RocksDB engine; on etcd every change is on a majority's disks
+  // before it is answered). 0: every answer waits until what the operation did or saw is on
+  // disk (concurrent operations share one sync). N: an answer waits for the log to be written to
+  // the kernel (it survives a crash of fs3-meta), and the log is synced every N ms by a thread of
+  // its own, so a crash of the machine loses at most the changes of the last N ms (and the sync's
+  // own time), as a local file system loses its uncommitted journal; a Sync (a mount's fsync or
+  // fsyncdir, the native client's fsync) and a shrinking truncate answer only once everything
+  // logged before them is on disk, and removed files' chunks are deleted only after their
+  // removal is.
+  uint32_t sync_interval_ms = 20;
   void Bind(ConfigSection& s);
 };
 
@@ -120,7 +130,10 @@ class MetaService final : public fs3rpc::Meta::Service {
   Status Recheck(uint64_t ino);
   // The sweep's settling of lengths (MetaStore::DueSettles): returns how many marks it took.
   Result<std::size_t> SettleMarked();
-  grpc::Status Serve(const char* op, const std::function<Status()>& body);
+  // Runs `body` as the operation `op` (its latency, errors and the log's counters in the
+  // metrics). The answer waits for the disk when `durable`, or for every operation when
+  // sync_interval_ms is 0.
+  grpc::Status Serve(const char* op, const std::function<Status()>& body, bool durable = false);
   void ReportLog();  // the group commit's counters
   // Appends the attributes of directories `inos` (after a change in them) to `dirs`: as the
   // change left them when it wrote them (`changed`), else read; one that cannot be read is left
@@ -155,6 +168,8 @@ class MetaService final : public fs3rpc::Meta::Service {
   std::string settle_cursor_;  // where the sweep goes on through the settle marks
 
   std::thread gc_;
+  std::thread syncer_;  // syncs the log every sync_interval_ms (when not 0)
+  prometheus::Gauge* unsynced_ = nullptr;
   std::unique_ptr<FrameServer> frames_;
 };
 

@@ -8,7 +8,9 @@
 //
 // Names resolve through fs3-meta with the caller's credentials (permissions apply; symbolic links
 // are followed, at most 40); data moves straight between the client and the storage targets,
-// reads paced by request-to-send credits.
+// reads paced by request-to-send credits. Every change (a create, a write with the length it
+// grew to, a rename, a removal) is durable when it returns, as checkpoints need: the data on
+// every replica of its chain, the namespace change on fs3-meta's disk.
 #pragma once
 
 #include <future>
@@ -109,6 +111,9 @@ class FileSystem {
   Result<std::optional<OpenedSession>> OpenWriteSession(uint64_t ino);
   SessionLease* Lease() FF_EXCLUDES(lease_mu_);  // made at the first call
   Status CloseWriteSession(fs3rpc::CloseRequest& close, const OpenedSession& session);
+  // `done`, once fs3-meta's log is on disk when it is Ok: every change through this client is
+  // durable when it returns (fs3-meta may answer before it is: its sync_interval_ms).
+  Status Durable(Status done);
 
   const FsOptions options_;
   std::unique_ptr<MetaClient> meta_;

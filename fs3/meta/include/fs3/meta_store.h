@@ -135,6 +135,10 @@ class MetaStore {
   // calls it after each operation before it answers (reads too: what they saw must not vanish in
   // a crash). Concurrent operations share one sync instead of holding the lock through one each.
   Status AwaitDurable() const { return kv_->AwaitDurable(needed_); }
+  // Syncs everything logged so far (the changes not waited for, such as closes, too), and the key
+  // writes logged and not yet on disk: what a crash of the machine now would lose (0 on etcd).
+  Status SyncAll() const { return kv_->SyncAll(); }
+  uint64_t UnsyncedWrites() const { return kv_->UnsyncedWrites(); }
   // Transactions committed and log syncs made for them since Open (their ratio: how many
   // operations share a sync; no syncs on etcd, where a commit is durable when it returns), and
   // transactions run again after a conflict (etcd).
