@@ -817,6 +817,42 @@ TEST(FuseDurabilityTest, FsyncAndFsyncdirWaitForTheNamespaceLog) {
   close(dfd);
 }
 
+// Closes of files a mount did not write go to fs3-meta gathered (CloseMany), and every one lands.
+TEST(FuseCloseTest, ClosesOfFilesNotWrittenGoTogetherAndAllLand) {
+  ASSERT_EQ(geteuid(), 0u) << "mounts with allow_other: run as root (CI does)";
+  test::Fs3ClusterOptions o = test::FuseSuiteOptions(kChunk);
+  o.services = 1;
+  o.replication = 1;
+  o.metrics = true;
+  test::MountedFs3Cluster cluster(o);
+  const std::string metrics = cluster.ReadyField("meta", "metrics");
+  auto count = [&](const std::string& op) {
+    auto v = test::MetricValue(metrics, "fs3_meta_op_seconds_count{op=\"" + op + "\"}");
+    return v.ok() ? *v : 0.0;
+  };
+  const double closes0 = count("close"), batches0 = count("closemany");
+  constexpr int kThreads = 8, kFiles = 40;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const std::string dir = cluster.mount_ + "/t" + std::to_string(t);
+      ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+      for (int i = 0; i < kFiles; ++i) {
+        const int fd = open((dir + "/f" + std::to_string(i)).c_str(), O_CREAT | O_WRONLY, 0644);
+        ASSERT_GE(fd, 0) << strerror(errno);
+        ASSERT_EQ(close(fd), 0);
+      }
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  EXPECT_TRUE(WaitUntil([&] { return count("close") - closes0 >= kThreads * kFiles; }, 10s))
+      << count("close") - closes0 << " of " << kThreads * kFiles << " closes landed";
+  const double batches = count("closemany") - batches0;
+  EXPECT_GE(batches, 1);
+  EXPECT_LT(batches, kThreads * kFiles) << "no two closes went together";
+}
+
 // `ls -la` of a directory costs one READDIRPLUS per page, not a lookup per entry, and the
 // attributes it brings are right; a directory's getattr after a change in it is answered with the
 // attributes that change returned, and they are right too.

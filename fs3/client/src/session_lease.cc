@@ -25,6 +25,7 @@ SessionLease::SessionLease(MetaClient* meta) : meta_(meta) {
     client_ = NewClientNumber();
   }
   thread_ = std::thread([this] { Loop(); });
+  closer_ = std::thread([this] { CloseLoop(); });
 }
 
 SessionLease::~SessionLease() {
@@ -33,6 +34,7 @@ SessionLease::~SessionLease() {
     stopping_ = true;
   }
   cv_.notify_all();
+  closer_.join();  // what EndSoon queued is sent first, under the lease
   thread_.join();
 }
 
@@ -112,6 +114,82 @@ Status SessionLease::End(uint64_t handle, fs3rpc::CloseRequest& close) {
     CloseLater(close);
   }
   return st;
+}
+
+void SessionLease::EndSoon(uint64_t handle, fs3rpc::CloseRequest close) {
+  const OpenedSession s = Closing(handle);
+  close.set_client(s.client);
+  close.set_handle(s.handle);
+  if (s.client == 0) {  // an anonymous session is a count: closed once, in order
+    SendCloses({std::move(close)});
+    return;
+  }
+  {
+    MutexLock lock(&mu_);
+    soon_.push_back(std::move(close));
+  }
+  cv_.notify_all();
+}
+
+void SessionLease::CloseLoop() {
+  UniqueLock lock(&mu_);
+  for (;;) {
+    cv_.wait(lock, [&] {
+      mu_.AssertHeld();
+      return !soon_.empty() || stopping_;
+    });
+    if (soon_.empty()) return;  // stopping, and everything sent
+    // The others that come meanwhile go in the same call (each close would otherwise be a call
+    // of its own, fs3-meta's CPU and this client's, on a busy mount most of what a create costs
+    // beyond its own two calls).
+    cv_.wait_for(lock, kCloseGathering, [&] {
+      mu_.AssertHeld();
+      return stopping_ || soon_.size() >= kMaxCloseBatch;
+    });
+    std::vector<fs3rpc::CloseRequest> batch;
+    batch.swap(soon_);
+    lock.unlock();
+    SendCloses(std::move(batch));
+    lock.lock();
+  }
+}
+
+void SessionLease::SendCloses(std::vector<fs3rpc::CloseRequest> batch) {
+  bool many = batch.size() > 1;
+  if (many) {
+    MutexLock lock(&mu_);
+    many = !no_close_many_;
+  }
+  if (many) {
+    fs3rpc::CloseBatch r;
+    for (fs3rpc::CloseRequest& close : batch)
+      *r.add_closes() = std::move(close);
+    fs3rpc::Empty out;
+    const Status st = meta_->CloseMany(r, &out);
+    if (st.code() != StatusCode::kUnimplemented) {
+      if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
+        spdlog::warn("fs3: {} closes not taken ({}); sent again once fs3-meta answers",
+                     r.closes_size(), st.ToString());
+        for (const fs3rpc::CloseRequest& close : r.closes())
+          CloseLater(close);
+      } else if (!st.ok()) {
+        spdlog::warn("fs3: a close of {} failed: {}", r.closes_size(), st.ToString());
+      }
+      return;
+    }
+    MutexLock lock(&mu_);  // one at a time from now on
+    no_close_many_ = true;
+    batch.assign(r.closes().begin(), r.closes().end());
+  }
+  for (fs3rpc::CloseRequest& close : batch) {
+    fs3rpc::Empty out;
+    const Status st = meta_->Close(close, &out);
+    if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
+      spdlog::warn("fs3: inode {}: close not taken ({}); sent again once fs3-meta answers",
+                   close.ino(), st.ToString());
+      CloseLater(close);
+    }
+  }
 }
 
 void SessionLease::CloseLater(const fs3rpc::CloseRequest& close) {

@@ -385,7 +385,16 @@ void FuseFs::Release(fuse_req_t req, fuse_file_info* fi) {
   const bool recheck = wrote && f.error_seq > 0;  // a failed write may still land
   const uint64_t ino = f.ino;
   lock.unlock();
-  Status closed = CloseSession(ino, h->session, size, wrote, recheck);
+  Status closed;
+  if (!h->wrote) {
+    // Nothing to settle, nobody waiting (the kernel does not wait for a release): the close goes
+    // with others gathered meanwhile.
+    fs3rpc::CloseRequest r;
+    r.set_ino(ino);
+    lease_->EndSoon(h->session, std::move(r));
+  } else {
+    closed = CloseSession(ino, h->session, size, wrote, recheck);
+  }
   ReleaseFile(h->file);
   delete h;
   if (st.ok()) st = closed;

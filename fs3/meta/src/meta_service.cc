@@ -617,6 +617,36 @@ grpc::Status MetaService::Close(grpc::ServerContext*, const fs3rpc::CloseRequest
   });
 }
 
+grpc::Status MetaService::CloseMany(grpc::ServerContext* context, const fs3rpc::CloseBatch* r,
+                                    fs3rpc::Empty*) {
+  return Serve("closemany", [&] {
+    const int n = r->closes_size();
+    std::vector<Status> done(n);
+    std::atomic<int> next{0};
+    auto work = [&] {
+      for (int i = next++; i < n; i = next++) {
+        fs3rpc::Empty e;
+        done[i] = FromGrpcStatus(Close(context, &r->closes(i), &e));  // each counted as a close
+      }
+    };
+    if (etcd_ && n > 1) {
+      // On etcd each close is a transaction: run side by side, they reach etcd together, as one
+      // (group commit), instead of one Raft entry each.
+      std::vector<std::thread> threads;
+      for (int t = 0; t < std::min(n, kCloseWorkers); ++t)
+        threads.emplace_back(work);
+      for (auto& t : threads)
+        t.join();
+    } else {
+      work();
+    }
+    for (Status& st : done) {
+      if (!st.ok()) return st;
+    }
+    return Status::Ok();
+  });
+}
+
 grpc::Status MetaService::KeepClient(grpc::ServerContext*, const fs3rpc::ClientRequest* r,
                                      fs3rpc::ClientReply* out) {
   return Serve("keepclient", [&]() -> Status {

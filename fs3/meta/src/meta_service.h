@@ -96,6 +96,7 @@ class MetaService final : public fs3rpc::Meta::Service {
                            fs3rpc::Empty*) override;
   grpc::Status Open(grpc::ServerContext*, const fs3rpc::InoRequest*, fs3rpc::Inode*) override;
   grpc::Status Close(grpc::ServerContext*, const fs3rpc::CloseRequest*, fs3rpc::Empty*) override;
+  grpc::Status CloseMany(grpc::ServerContext*, const fs3rpc::CloseBatch*, fs3rpc::Empty*) override;
   grpc::Status KeepClient(grpc::ServerContext*, const fs3rpc::ClientRequest*,
                           fs3rpc::ClientReply*) override;
   grpc::Status Sync(grpc::ServerContext*, const fs3rpc::CloseRequest*, fs3rpc::Inode*) override;
@@ -141,6 +142,8 @@ class MetaService final : public fs3rpc::Meta::Service {
   void AddDirs(google::protobuf::RepeatedPtrField<fs3rpc::Inode>* dirs,
                const MetaStore::Dirs& changed, std::initializer_list<uint64_t> inos);
 
+  // Threads that run one CloseMany's closes side by side (etcd engine).
+  static constexpr int kCloseWorkers = 32;
   // Whether this server runs the garbage collector now (always on RocksDB; the elected one on
   // etcd).
   bool CollectsGarbage() const;

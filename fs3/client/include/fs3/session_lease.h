@@ -52,6 +52,12 @@ class SessionLease {
   // Ends the session `handle` at fs3-meta with `close` (its client and handle are set here); a
   // close fs3-meta does not take (out of reach longer than a call retries) goes to CloseLater.
   Status End(uint64_t handle, fs3rpc::CloseRequest& close) FF_EXCLUDES(mu_);
+  // As End, but sent by a thread of its own within kCloseGathering, gathered with the others
+  // queued meanwhile into one CloseMany: for closes nobody waits on (a file this client did not
+  // write: no length to settle). Sent, before the lease ends, by the destructor at the latest. A
+  // session closed so is open at fs3-meta a moment longer: a removal meanwhile keeps the file until
+  // the close lands.
+  void EndSoon(uint64_t handle, fs3rpc::CloseRequest close) FF_EXCLUDES(mu_);
   // fs3-meta refused a session for this client's lease (it expired): renews now, registering
   // again under a new number when it is gone; returns when that is done (a few seconds at most).
   void Refresh() FF_EXCLUDES(mu_);
@@ -67,6 +73,12 @@ class SessionLease {
   void Reopen(uint64_t client) FF_EXCLUDES(mu_);
   // Sends the closes CloseLater keeps (`client`: the number now registered).
   void SendPendingCloses(uint64_t client) FF_EXCLUDES(mu_);
+  void CloseLoop() FF_EXCLUDES(mu_);  // sends what EndSoon queues
+  // How long the first close queued waits for others, and how many go in one call at most.
+  static constexpr std::chrono::milliseconds kCloseGathering{5};
+  static constexpr std::size_t kMaxCloseBatch = 256;
+  // Sends `batch` (one Close, or a CloseMany); closes not taken go to CloseLater.
+  void SendCloses(std::vector<fs3rpc::CloseRequest> batch);
 
   MetaClient* const meta_;
   Mutex mu_;
@@ -82,7 +94,10 @@ class SessionLease {
   };
   std::map<uint64_t, Held> open_ FF_GUARDED_BY(mu_);             // by handle
   std::vector<fs3rpc::CloseRequest> closes_ FF_GUARDED_BY(mu_);  // to send again
+  std::vector<fs3rpc::CloseRequest> soon_ FF_GUARDED_BY(mu_);    // EndSoon's, to send
+  bool no_close_many_ FF_GUARDED_BY(mu_) = false;  // fs3-meta is too old for CloseMany
   std::thread thread_;
+  std::thread closer_;
 };
 
 template <typename Req>
