@@ -853,6 +853,35 @@ TEST(FuseCloseTest, ClosesOfFilesNotWrittenGoTogetherAndAllLand) {
   EXPECT_LT(batches, kThreads * kFiles) << "no two closes went together";
 }
 
+// A read-only descriptor's close sends the mount no FLUSH (it has nothing to write back); a
+// writer's still does, and reports what it must.
+TEST_F(FuseTest, AReadOnlyCloseCostsNoFlush) {
+  const std::string mnt = cluster_->Mount(
+      "mnt-flush", {"--set", "metrics.enabled=true", "--set", "metrics.listen=127.0.0.1:0"});
+  const std::string metrics = cluster_->ReadyField("fuse-mnt-flush", "metrics");
+  auto flushes = [&] {
+    auto v = test::MetricValue(metrics, "fs3_fuse_op_seconds_count{op=\"flush\"}");
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v.ok() ? *v : -1;
+  };
+  const std::string f = mnt + FsPath("f");
+  ASSERT_TRUE(WriteAll(f, "data"));
+  const double before = flushes();
+  for (int i = 0; i < 20; ++i) {
+    const int fd = open(f.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0) << strerror(errno);
+    char buf[8];
+    ASSERT_EQ(read(fd, buf, sizeof buf), 4);
+    ASSERT_EQ(close(fd), 0);
+  }
+  EXPECT_EQ(flushes(), before) << "read-only closes sent FLUSH";
+  ASSERT_TRUE(WriteAll(f, "more data"));
+  EXPECT_EQ(flushes(), before + 1);
+  EXPECT_EQ(ReadAll(cluster_->mount_ + FsPath("f")), "more data");
+  ASSERT_EQ(system(("fusermount3 -u " + mnt).c_str()), 0);
+  (void)cluster_->proc("fuse-mnt-flush").Wait(10s);
+}
+
 // `ls -la` of a directory costs one READDIRPLUS per page, not a lookup per entry, and the
 // attributes it brings are right; a directory's getattr after a change in it is answered with the
 // attributes that change returned, and they are right too.

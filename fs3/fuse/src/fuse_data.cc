@@ -171,7 +171,10 @@ void FuseFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto* h = new Handle{Acquire(inode), false, acc != O_RDONLY, session.handle};
   h->seen_error = SeenErrors(*h->file);
   fi->fh = reinterpret_cast<uint64_t>(h);
-  fi->keep_cache = 0;                         // and the pages
+  fi->keep_cache = 0;  // and the pages
+  // A descriptor that cannot write has nothing to flush: its close costs no round trip (the
+  // writers' own closes report their errors and settle the length).
+  fi->noflush = acc == O_RDONLY;
   if (fuse_reply_open(req, fi) == -ENOENT) {  // the caller was interrupted: no release comes
     (void)CloseSession(ino, h->session, std::nullopt, false);
     ReleaseFile(h->file);
