@@ -155,10 +155,16 @@ void SessionLease::CloseLoop() {
 }
 
 void SessionLease::SendCloses(std::vector<fs3rpc::CloseRequest> batch) {
-  bool many = batch.size() > 1;
-  if (many) {
+  bool many = false;
+  {
     MutexLock lock(&mu_);
-    many = !no_close_many_;
+    // A session opened under a lease that expired since ended with it (registering again opened
+    // the files still open under the new number): nothing to close.
+    std::erase_if(batch, [&](const fs3rpc::CloseRequest& c) {
+      mu_.AssertHeld();
+      return c.client() != 0 && c.client() != client_;
+    });
+    many = batch.size() > 1 && !no_close_many_;
   }
   if (many) {
     fs3rpc::CloseBatch r;
