@@ -166,6 +166,8 @@ print(f"{sorted(runs)[1]:.3f}")
 PY
 }
 
+# The machine's load beside the ratios (passthrough_ll slows more than fs3 under load).
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 declare -A one many ls
 for fs in pt "${engines[@]}"; do
   one[$fs]=$(/usr/bin/python3 "$work/driver.py" "$work/$fs-mnt1" 1 "$files")
@@ -198,6 +200,7 @@ print(f"meta bench{'' if name == 'rocksdb' else ' ' + name}: 1 worker {key} "
       f"({ls_fs3 / ls_ptx:.1f} x with xattrs)")
 PY
 }
+echo "load average before the runs: $load_before; after: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
 for fs in "${engines[@]}"; do
   report "$fs" "$([ "$fs" = fs3 ] && echo rocksdb || echo etcd)"
 done
