@@ -775,16 +775,22 @@ TEST_F(FuseTest, MissingXattrsAreCachedWithTheAttributesAndStayCorrect) {
   (void)cluster_->proc("fuse-mnt3").Wait(10s);
 }
 
-// fsync and fsyncdir on the mount answer once fs3-meta's log is on disk, also where fs3-meta
-// answers changes before they are (sync_interval_ms: here a minute, so only the calls sync it).
-TEST(FuseDurabilityTest, FsyncAndFsyncdirWaitForTheNamespaceLog) {
-  ASSERT_EQ(geteuid(), 0u) << "mounts with allow_other: run as root (CI does)";
+// A cluster of its own for a test that reads fs3-meta's metrics: one storage service, chains of
+// one, every daemon serving /metrics, `meta_keys` added to fs3-meta's config.
+test::Fs3ClusterOptions SmallClusterWithMetrics(const std::string& meta_keys = "") {
   test::Fs3ClusterOptions o = test::FuseSuiteOptions(kChunk);
   o.services = 1;
   o.replication = 1;
   o.metrics = true;
-  o.meta_keys += "sync_interval_ms = 60000\n";
-  test::MountedFs3Cluster cluster(o);
+  o.meta_keys += meta_keys;
+  return o;
+}
+
+// fsync and fsyncdir on the mount answer once fs3-meta's log is on disk, also where fs3-meta
+// answers changes before they are (sync_interval_ms: here a minute, so only the calls sync it).
+TEST(FuseDurabilityTest, FsyncAndFsyncdirWaitForTheNamespaceLog) {
+  ASSERT_EQ(geteuid(), 0u) << "mounts with allow_other: run as root (CI does)";
+  test::MountedFs3Cluster cluster(SmallClusterWithMetrics("sync_interval_ms = 60000\n"));
   const std::string metrics = cluster.ReadyField("meta", "metrics");
   auto unsynced = [&] {
     auto v = test::MetricValue(metrics, "fs3_meta_log_unsynced_writes");
@@ -820,11 +826,7 @@ TEST(FuseDurabilityTest, FsyncAndFsyncdirWaitForTheNamespaceLog) {
 // Closes of files a mount did not write go to fs3-meta gathered (CloseMany), and every one lands.
 TEST(FuseCloseTest, ClosesOfFilesNotWrittenGoTogetherAndAllLand) {
   ASSERT_EQ(geteuid(), 0u) << "mounts with allow_other: run as root (CI does)";
-  test::Fs3ClusterOptions o = test::FuseSuiteOptions(kChunk);
-  o.services = 1;
-  o.replication = 1;
-  o.metrics = true;
-  test::MountedFs3Cluster cluster(o);
+  test::MountedFs3Cluster cluster(SmallClusterWithMetrics());
   const std::string metrics = cluster.ReadyField("meta", "metrics");
   auto count = [&](const std::string& op) {
     auto v = test::MetricValue(metrics, "fs3_meta_op_seconds_count{op=\"" + op + "\"}");
