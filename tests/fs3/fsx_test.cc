@@ -98,6 +98,7 @@ class Cluster : public test::Fs3Cluster {
     o.services = replication;
     o.replication = static_cast<uint32_t>(replication);
     o.chunk_size = kChunk;
+    o.ha = test::SuitesOnEtcd();
     return o;
   }
 };

@@ -278,10 +278,18 @@ class MountedFs3Cluster : public Fs3Cluster {
 
 // What the FUSE suites run on: chunks of `chunk_size`, a collector every 200 ms, and a dead
 // mount's lease over in 3 s.
+// FF_FS3_ENGINE=etcd in the environment: the POSIX suites run on the etcd engine (etcd members,
+// two fs3-mgmtd replicas, two fs3-meta servers: Fs3ClusterOptions::ha) rather than RocksDB.
+inline bool SuitesOnEtcd() {
+  const char* engine = std::getenv("FF_FS3_ENGINE");
+  return engine != nullptr && std::string(engine) == "etcd";
+}
+
 inline Fs3ClusterOptions FuseSuiteOptions(uint64_t chunk_size) {
   Fs3ClusterOptions o;
   o.chunk_size = chunk_size;
   o.meta_keys = "gc_interval_ms = 200\nclient_lease_s = 3\n";
+  o.ha = SuitesOnEtcd();
   return o;
 }
 #endif
