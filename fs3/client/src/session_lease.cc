@@ -104,11 +104,22 @@ Status SessionLease::End(uint64_t handle, fs3rpc::CloseRequest& close) {
   const OpenedSession s = Closing(handle);
   close.set_client(s.client);
   close.set_handle(s.handle);
+  return CloseOne(close);
+}
+
+namespace {
+// fs3-meta was not reached (the close may be sent again), rather than answering.
+bool Unreached(const Status& st) {
+  return st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded;
+}
+}  // namespace
+
+Status SessionLease::CloseOne(const fs3rpc::CloseRequest& close) {
   fs3rpc::Empty out;
   Status st = meta_->Close(close, &out);
   // The session would stay open at fs3-meta as long as this client lives (an unlinked file's data
   // kept, the length not settled).
-  if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
+  if (Unreached(st)) {
     spdlog::warn("fs3: inode {}: close not taken ({}); sent again once fs3-meta answers",
                  close.ino(), st.ToString());
     CloseLater(close);
@@ -172,8 +183,13 @@ void SessionLease::SendCloses(std::vector<fs3rpc::CloseRequest> batch) {
       *r.add_closes() = std::move(close);
     fs3rpc::Empty out;
     const Status st = meta_->CloseMany(r, &out);
-    if (st.code() != StatusCode::kUnimplemented) {
-      if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
+    const bool predates_close_many = st.code() == StatusCode::kUnimplemented;
+    if (predates_close_many) {  // an older fs3-meta: one Close each, from now on
+      MutexLock lock(&mu_);
+      no_close_many_ = true;
+      batch.assign(r.closes().begin(), r.closes().end());
+    } else {
+      if (Unreached(st)) {
         spdlog::warn("fs3: {} closes not taken ({}); sent again once fs3-meta answers",
                      r.closes_size(), st.ToString());
         for (const fs3rpc::CloseRequest& close : r.closes())
@@ -183,19 +199,9 @@ void SessionLease::SendCloses(std::vector<fs3rpc::CloseRequest> batch) {
       }
       return;
     }
-    MutexLock lock(&mu_);  // one at a time from now on
-    no_close_many_ = true;
-    batch.assign(r.closes().begin(), r.closes().end());
   }
-  for (fs3rpc::CloseRequest& close : batch) {
-    fs3rpc::Empty out;
-    const Status st = meta_->Close(close, &out);
-    if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
-      spdlog::warn("fs3: inode {}: close not taken ({}); sent again once fs3-meta answers",
-                   close.ino(), st.ToString());
-      CloseLater(close);
-    }
-  }
+  for (const fs3rpc::CloseRequest& close : batch)
+    (void)CloseOne(close);  // a failure is logged or kept for later there
 }
 
 void SessionLease::CloseLater(const fs3rpc::CloseRequest& close) {

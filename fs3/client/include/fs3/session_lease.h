@@ -77,6 +77,8 @@ class SessionLease {
   // How long the first close queued waits for others, and how many go in one call at most.
   static constexpr std::chrono::milliseconds kCloseGathering{5};
   static constexpr std::size_t kMaxCloseBatch = 256;
+  // Sends one Close; one fs3-meta did not take goes to CloseLater.
+  Status CloseOne(const fs3rpc::CloseRequest& close) FF_EXCLUDES(mu_);
   // Sends `batch` (one Close, or a CloseMany); closes not taken go to CloseLater.
   void SendCloses(std::vector<fs3rpc::CloseRequest> batch);
 
